@@ -1,0 +1,172 @@
+"""The `rag` command line: `up`, `down`, `status`, `ingest`, `ask`, `chat` (Typer + Rich)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agent.app import RagApp
+from agent.results import AskResult
+from agent.settings import Settings
+from infra import processes, stack
+from tools.embedder import EmbedderError
+from tools.ingest import IngestError
+from tools.store import StoreError
+
+app = typer.Typer(help="triton-rag: answers questions over your documents with cited sources.", no_args_is_help=True)
+console = Console()
+err_console = Console(stderr=True)
+
+USER_ERRORS = (ValueError, IngestError, StoreError, EmbedderError, processes.ServiceError)
+
+
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=1)
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")] = False) -> None:
+    """Global options."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def up(
+    only: Annotated[list[str] | None, typer.Option("--only", help="Start only these services.")] = None,
+) -> None:
+    """Start the local stack (Postgres, Triton, vLLM) in the background; idempotent."""
+    settings = Settings()
+    try:
+        with console.status("starting the local stack (vLLM takes a minute or two)..."):
+            pids = stack.up(settings, tuple(only) if only else None)
+    except processes.ServiceError as exc:
+        raise _fail(str(exc)) from None
+    for name, pid in pids.items():
+        console.print(f"[green]ready[/] {name} (pid {pid})")
+
+
+@app.command()
+def down() -> None:
+    """Stop the local stack by PID."""
+    stopped = stack.down(Settings())
+    console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+
+
+@app.command()
+def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Report each local service: PID and health check."""
+    rows = stack.status(Settings())
+    if as_json:
+        print(json.dumps({s.name: {"pid": s.pid, "healthy": s.healthy, "detail": s.detail} for s in rows}))
+    else:
+        table = Table("service", "pid", "healthy", "detail")
+        for s in rows:
+            table.add_row(s.name, str(s.pid or "-"), "[green]yes[/]" if s.healthy else "[red]no[/]", s.detail)
+        console.print(table)
+    if not all(s.healthy for s in rows):
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def ingest(paths: Annotated[list[Path], typer.Argument(help=".jsonl (BEIR corpus), .txt or .md files")]) -> None:
+    """Chunk, embed and store documents; re-ingesting the same content adds nothing."""
+
+    async def run() -> None:
+        with Progress(
+            TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
+            TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=console,
+        ) as progress:
+            task = progress.add_task("ingest", total=None, rate="")
+
+            def update(done: int, total: int) -> None:
+                elapsed = progress.tasks[0].elapsed or 1e-9
+                progress.update(task, completed=done, total=total, rate=f"{done / elapsed:.1f} docs/s")
+
+            async with RagApp.from_settings() as rag:
+                counts = await rag.ingest(paths, on_progress=update)
+                docs, chunks = await rag.store.count()
+        console.print(
+            f"added {counts.added} documents ({counts.chunks} chunks), skipped {counts.skipped} already stored; "
+            f"store holds {docs} documents, {chunks} chunks"
+        )
+
+    try:
+        asyncio.run(run())
+    except USER_ERRORS as exc:
+        raise _fail(str(exc)) from None
+
+
+def _print_answer(result: AskResult) -> None:
+    console.print(result.answer, highlight=False)
+    if result.citations:
+        console.print("\n[bold]Sources[/]")
+        for c in result.citations:
+            console.print(f"  [{c.passage}] doc {c.doc_id} ({c.chunk_id}, score {c.score:.4f}) {c.title}", highlight=False)
+    else:
+        console.print("\n[dim]no sources cited[/]")
+    timings = ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items())
+    console.print(f"[dim]{timings}[/]")
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100, help="Passages to retrieve.")] = None,
+) -> None:
+    """Answer one question with citations."""
+
+    async def run() -> AskResult:
+        async with RagApp.from_settings() as rag:
+            return await rag.ask(question, top_k)
+
+    if not question.strip():
+        raise _fail("QUESTION is empty; expected a non-blank question")
+    try:
+        result = asyncio.run(run())
+    except USER_ERRORS as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        print(json.dumps(result.to_json_dict()))
+    else:
+        _print_answer(result)
+
+
+@app.command()
+def chat(top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100)] = None) -> None:
+    """Interactive questions and answers; an empty line or Ctrl-D quits."""
+
+    async def run() -> None:
+        async with RagApp.from_settings() as rag:
+            while True:
+                try:
+                    question = await asyncio.to_thread(console.input, "[bold cyan]you>[/] ")
+                except EOFError:
+                    return
+                if not question.strip():
+                    return
+                try:
+                    with console.status("thinking..."):
+                        result = await rag.ask(question, top_k)
+                except KeyboardInterrupt:
+                    console.print("[dim]cancelled[/]")
+                    continue
+                _print_answer(result)
+
+    try:
+        asyncio.run(run())
+    except USER_ERRORS as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        console.print()

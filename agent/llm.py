@@ -1,0 +1,24 @@
+"""The generator model: any OpenAI-compatible chat API (local vLLM, or Triton's OpenAI frontend in production)."""
+
+from __future__ import annotations
+
+import httpx
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.settings import ModelSettings
+
+from agent.settings import Settings
+
+
+def build_model(settings: Settings, http_client: httpx.AsyncClient) -> OpenAIChatModel:
+    """An `OpenAIChatModel` for `settings.llm_model` at `settings.llm_base_url`, sharing `http_client`."""
+    provider = OpenAIProvider(base_url=settings.llm_base_url, api_key=settings.llm_api_key, http_client=http_client)
+    return OpenAIChatModel(settings.llm_model, provider=provider)
+
+
+def model_settings(settings: Settings) -> ModelSettings:
+    """Request settings sent on every call: `max_tokens` always (some servers default to 16), temperature,
+    timeout in seconds."""
+    return ModelSettings(
+        max_tokens=settings.llm_max_tokens, temperature=settings.llm_temperature, timeout=settings.llm_timeout_s
+    )

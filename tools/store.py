@@ -1,0 +1,308 @@
+"""Chunks, vectors and full-text in PostgreSQL + pgvector, through an asyncpg pool.
+
+Schema (created idempotently by `VectorStore.connect`):
+- `rag_meta(key, value)`: the embedder model and dimension the table was built for;
+- `documents(id, doc_id UNIQUE, title, source, metadata jsonb, content_hash)`;
+- `chunks(id, chunk_id UNIQUE, document_id -> documents, chunk_index, text, token_count, embedding vector(dim),
+  tsv tsvector GENERATED from the chunk text)`, an HNSW index (`vector_cosine_ops`, pgvector 0.8) on `embedding`
+  and a GIN index on `tsv`.
+
+Writes happen one transaction per batch of documents; a document whose (doc_id, content hash) is already stored is
+skipped, so re-ingesting the same content adds nothing, and a changed document replaces its old chunks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import numpy as np
+import numpy.typing as npt
+from pgvector.asyncpg import register_vector
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked: unreachable, wrong embedder for the stored table, or bad input."""
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """One chunk to store: its text, embedding `(dim,)` float32 and token count."""
+
+    chunk_index: int
+    text: str
+    token_count: int
+    embedding: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    """One document to store with its chunks; (doc_id, `content_hash` sha256 hex) keys idempotent ingestion."""
+
+    doc_id: str
+    title: str
+    source: str
+    content_hash: str
+    chunks: list[ChunkRecord]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    """A retrieved chunk. `score` is cosine similarity for dense search, `ts_rank_cd` for full-text."""
+
+    chunk_id: str
+    doc_id: str
+    title: str
+    text: str
+    source: str
+    score: float
+
+
+@dataclass(frozen=True)
+class IngestCounts:
+    """What one `add_documents` call did: documents added, skipped (hash already stored), chunks written."""
+
+    added: int = 0
+    skipped: int = 0
+    chunks: int = 0
+
+
+_HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source"
+
+
+class VectorStore:
+    """asyncpg pool over the chunk store for one embedder.
+
+    Args:
+        dsn: `postgresql://` URL of a server with the `vector` extension available.
+        model_name: embedder model name recorded with the table.
+        dim: embedding width, e.g. 384.
+        max_pool_size: most pooled connections.
+    """
+
+    def __init__(self, dsn: str, model_name: str, dim: int, max_pool_size: int = 8) -> None:
+        self.dsn = dsn
+        self.model_name = model_name
+        self.dim = dim
+        self.max_pool_size = max_pool_size
+        self._pool: asyncpg.Pool | None = None
+
+    async def __aenter__(self) -> VectorStore:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The open pool. Raises StoreError when not connected."""
+        if self._pool is None:
+            raise StoreError("VectorStore is not connected; use `async with` or call connect()")
+        return self._pool
+
+    async def connect(self) -> None:
+        """Create the extension and schema if missing, open the pool, check the stored embedder.
+
+        Raises:
+            StoreError: the server is unreachable, or the table was built for another embedder model or
+                dimension (names both; nothing is written).
+        """
+        try:
+            setup = await asyncpg.connect(self.dsn)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"cannot connect to Postgres at {self.dsn}: {exc}") from exc
+        try:
+            async with setup.transaction():
+                await setup.execute("SELECT pg_advisory_xact_lock(4242)")  # serialise concurrent schema set-up
+                await setup.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                await setup.execute("CREATE TABLE IF NOT EXISTS rag_meta (key text PRIMARY KEY, value text NOT NULL)")
+                stored = dict(await setup.fetch("SELECT key, value FROM rag_meta"))
+                if stored and (stored.get("embedder_model"), stored.get("dim")) != (self.model_name, str(self.dim)):
+                    raise StoreError(
+                        f"the store holds embeddings of model {stored.get('embedder_model')!r} "
+                        f"(dim {stored.get('dim')}); the configured embedder is {self.model_name!r} (dim {self.dim}). "
+                        f"Use another database or re-create this one."
+                    )
+                if not stored:
+                    await setup.executemany(
+                        "INSERT INTO rag_meta (key, value) VALUES ($1, $2)",
+                        [("embedder_model", self.model_name), ("dim", str(self.dim))],
+                    )
+                    await setup.execute(_schema_sql(self.dim))
+        finally:
+            await setup.close()
+        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_pool_size, init=_init_conn)
+
+    async def close(self) -> None:
+        """Close the pool (idempotent)."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    async def stored_versions(self, doc_ids: list[str]) -> dict[str, str]:
+        """doc_id -> stored content hash, for those of `doc_ids` that are stored."""
+        rows = await self.pool.fetch("SELECT doc_id, content_hash FROM documents WHERE doc_id = ANY($1::text[])", doc_ids)
+        return {r["doc_id"]: r["content_hash"] for r in rows}
+
+    async def add_documents(self, docs: list[DocumentRecord]) -> IngestCounts:
+        """Store `docs` and their chunks in one transaction; a document stored with the same content hash is
+        skipped, one stored with another hash is replaced (old chunks deleted) in the same transaction.
+
+        Raises:
+            StoreError: duplicate doc ids in `docs`, or an embedding with the wrong shape or non-finite values
+                (names the chunk); nothing is written.
+        """
+        if len({d.doc_id for d in docs}) != len(docs):
+            raise StoreError("duplicate doc_id within one batch; expected unique document ids")
+        for doc in docs:
+            for chunk in doc.chunks:
+                if chunk.embedding.shape != (self.dim,) or not np.isfinite(chunk.embedding).all():
+                    raise StoreError(
+                        f"chunk {doc.doc_id}#{chunk.chunk_index}: expected a finite ({self.dim},) embedding, "
+                        f"got shape {chunk.embedding.shape}"
+                    )
+        async with self.pool.acquire() as conn, conn.transaction():
+            stored = {
+                r["doc_id"]: r["content_hash"]
+                for r in await conn.fetch(
+                    "SELECT doc_id, content_hash FROM documents WHERE doc_id = ANY($1::text[]) FOR UPDATE",
+                    [d.doc_id for d in docs],
+                )
+            }
+            new_docs = {d.doc_id: d for d in docs if stored.get(d.doc_id) != d.content_hash}
+            if not new_docs:
+                return IngestCounts(skipped=len(docs))
+            await conn.execute("DELETE FROM documents WHERE doc_id = ANY($1::text[])", list(new_docs))
+            rows = await conn.fetch(
+                """
+                INSERT INTO documents (doc_id, title, source, metadata, content_hash)
+                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
+                RETURNING id, doc_id
+                """,
+                [d.doc_id for d in new_docs.values()],
+                [d.title for d in new_docs.values()],
+                [d.source for d in new_docs.values()],
+                [json.dumps(d.metadata) for d in new_docs.values()],
+                [d.content_hash for d in new_docs.values()],
+            )
+            ids = {r["doc_id"]: r["id"] for r in rows}
+            records = [
+                (ids[doc.doc_id], f"{doc.doc_id}#{c.chunk_index}", c.chunk_index, c.text, c.token_count, c.embedding)
+                for doc in new_docs.values()
+                for c in doc.chunks
+            ]
+            await conn.copy_records_to_table(
+                "chunks",
+                records=records,
+                columns=["document_id", "chunk_id", "chunk_index", "text", "token_count", "embedding"],
+            )
+        return IngestCounts(added=len(new_docs), skipped=len(docs) - len(new_docs), chunks=len(records))
+
+    async def count(self) -> tuple[int, int]:
+        """(documents, chunks) stored."""
+        row = await self.pool.fetchrow(
+            "SELECT (SELECT count(*) FROM documents) AS docs, (SELECT count(*) FROM chunks) AS chunks"
+        )
+        assert row is not None
+        return int(row["docs"]), int(row["chunks"])
+
+    async def dense_search(self, query: npt.NDArray[np.float32], top_k: int, ef_search: int = 100) -> list[ChunkHit]:
+        """Nearest chunks by cosine distance through the HNSW index.
+
+        Args:
+            query: `(dim,)` float32, L2-normalised.
+            top_k: rows wanted (1..1000).
+            ef_search: HNSW candidate list size; raised to `top_k` if smaller, since it caps the rows returned.
+
+        Returns:
+            Up to `top_k` hits, best first; `score` = cosine similarity in [-1, 1].
+        """
+        if query.shape != (self.dim,):
+            raise StoreError(f"query embedding: expected shape ({self.dim},), got {query.shape}")
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), int(top_k))}")
+            rows = await conn.fetch(
+                f"""
+                SELECT {_HIT_COLUMNS}, 1 - (c.embedding <=> $1) AS score
+                FROM chunks c JOIN documents d ON d.id = c.document_id
+                ORDER BY c.embedding <=> $1
+                LIMIT $2
+                """,
+                query,
+                top_k,
+            )
+        return [_hit(r) for r in rows]
+
+    async def full_text_search(self, query: str, top_k: int) -> list[ChunkHit]:
+        """Chunks matching `websearch_to_tsquery('english', query)` ranked by `ts_rank_cd` (GIN index)."""
+        rows = await self.pool.fetch(
+            f"""
+            SELECT {_HIT_COLUMNS}, ts_rank_cd(c.tsv, q) AS score
+            FROM chunks c JOIN documents d ON d.id = c.document_id, websearch_to_tsquery('english', $1) q
+            WHERE c.tsv @@ q
+            ORDER BY score DESC
+            LIMIT $2
+            """,
+            query,
+            top_k,
+        )
+        return [_hit(r) for r in rows]
+
+    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+        """(title, full text) of document `doc_id`, its chunks joined in order without overlap markers."""
+        rows = await self.pool.fetch(
+            """
+            SELECT d.title, c.text FROM documents d JOIN chunks c ON c.document_id = d.id
+            WHERE d.doc_id = $1 ORDER BY c.chunk_index
+            """,
+            doc_id,
+        )
+        if not rows:
+            return None
+        return rows[0]["title"], "\n".join(r["text"] for r in rows)
+
+
+async def _init_conn(conn: asyncpg.Connection) -> None:
+    await register_vector(conn)
+
+
+def _hit(row: asyncpg.Record) -> ChunkHit:
+    return ChunkHit(
+        chunk_id=row["chunk_id"],
+        doc_id=row["doc_id"],
+        title=row["title"],
+        text=row["text"],
+        source=row["source"],
+        score=float(row["score"]),
+    )
+
+
+def _schema_sql(dim: int) -> str:
+    return f"""
+    CREATE TABLE IF NOT EXISTS documents (
+        id bigserial PRIMARY KEY,
+        doc_id text NOT NULL UNIQUE,
+        title text NOT NULL DEFAULT '',
+        source text NOT NULL DEFAULT '',
+        metadata jsonb NOT NULL DEFAULT '{{}}',
+        content_hash text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE IF NOT EXISTS chunks (
+        id bigserial PRIMARY KEY,
+        chunk_id text NOT NULL UNIQUE,
+        document_id bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+        chunk_index integer NOT NULL,
+        text text NOT NULL,
+        token_count integer NOT NULL,
+        embedding vector({dim}) NOT NULL,
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+        UNIQUE (document_id, chunk_index)
+    );
+    CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops);
+    CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON chunks USING gin (tsv);
+    """
