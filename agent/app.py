@@ -12,8 +12,6 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-import httpx
-
 from agent.llm import build_model, model_settings
 from agent.rag_agent import RagDeps, answer, build_agent
 from agent.results import AskResult
@@ -36,7 +34,6 @@ class RagApp:
         self.store = VectorStore(database_url(settings), self.spec.name, self.spec.dim, settings.db_pool_max_size)
         self.retriever = Retriever(self.embedder, self.store, ef_search=settings.hnsw_ef_search)
         self._stack = AsyncExitStack()
-        self._http: httpx.AsyncClient | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> RagApp:
@@ -47,13 +44,10 @@ class RagApp:
         try:
             await self._stack.enter_async_context(self.embedder)
             await self._stack.enter_async_context(self.store)
-            self._http = await self._stack.enter_async_context(
-                httpx.AsyncClient(timeout=httpx.Timeout(self.settings.llm_timeout_s, connect=5.0))
-            )
         except BaseException:
             await self._stack.aclose()
             raise
-        self.agent = build_agent(build_model(self.settings, self._http), model_settings(self.settings))
+        self.agent = build_agent(build_model(self.settings), model_settings(self.settings))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -19,12 +19,12 @@ from agent.results import AskResult
 from agent.settings import Settings
 from infra import processes, stack
 from tools.embedder import EmbedderError
-from tools.ingest import IngestError
+from tools.ingest import IngestError, check_paths
 from tools.store import StoreError
 
 app = typer.Typer(help="triton-rag: answers questions over your documents with cited sources.", no_args_is_help=True)
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 USER_ERRORS = (ValueError, IngestError, StoreError, EmbedderError, processes.ServiceError)
 
@@ -102,6 +102,7 @@ def ingest(paths: Annotated[list[Path], typer.Argument(help=".jsonl (BEIR corpus
         )
 
     try:
+        check_paths(paths)
         asyncio.run(run())
     except USER_ERRORS as exc:
         raise _fail(str(exc)) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
@@ -10,9 +9,9 @@ from pydantic_ai.settings import ModelSettings
 from agent.settings import Settings
 
 
-def build_model(settings: Settings, http_client: httpx.AsyncClient) -> OpenAIChatModel:
-    """An `OpenAIChatModel` for `settings.llm_model` at `settings.llm_base_url`, sharing `http_client`."""
-    provider = OpenAIProvider(base_url=settings.llm_base_url, api_key=settings.llm_api_key, http_client=http_client)
+def build_model(settings: Settings) -> OpenAIChatModel:
+    """An `OpenAIChatModel` for `settings.llm_model` at `settings.llm_base_url`."""
+    provider = OpenAIProvider(base_url=settings.llm_base_url, api_key=settings.llm_api_key)
     return OpenAIChatModel(settings.llm_model, provider=provider)
 
 

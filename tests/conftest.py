@@ -1,0 +1,148 @@
+"""Session fixtures: a real embedded Postgres, a real Triton with the real ONNX model, and (for `llm` tests) the real
+vLLM server, each on free ports in a temporary data dir, always stopped by PID at the end, failures included."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.settings import REPO_ROOT, Settings
+from infra import postgres, triton, vllm
+from infra.convert_gguf import SERVED_NAME, convert
+from tools.embedder import TritonEmbedder
+from tools.model_specs import get_spec
+from tools.store import VectorStore
+
+SCIFACT = REPO_ROOT / "evals" / "datasets" / "scifact"
+# Test claims whose gold abstract dense retrieval ranks in the top 10 within the test corpus (checked once by
+# hand with all-MiniLM-L6-v2; the test asserts it on every run).
+GOLD_CLAIMS = {"3": "14717500", "5": "13734012", "36": "5152028", "49": "5953485", "51": "45638119"}
+DISTRACTORS = 200
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = Path(tmp_path_factory.mktemp("rag-data"))
+    # The converted LLM is shared with the project's default data dir (conversion takes ~20 s).
+    (path / "llm").symlink_to(convert(REPO_ROOT / ".rag" / "llm" / SERVED_NAME).parent, target_is_directory=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def settings(data_dir: Path) -> Settings:
+    return Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        data_dir=data_dir,
+        triton_grpc_url=f"localhost:{free_port()}",
+        triton_http_port=free_port(),
+        triton_metrics_port=free_port(),
+        vllm_port=free_port(),
+        llm_base_url="",  # set by the vllm fixture
+        database_url=None,
+        llm_max_tokens=96,
+    )
+
+
+@pytest.fixture(scope="session")
+def postgres_url(settings: Settings) -> Iterator[str]:
+    try:
+        postgres.start(settings)
+        yield postgres.database_url(settings)
+    finally:
+        postgres.stop(settings)
+
+
+@pytest.fixture(scope="session")
+def triton_server(settings: Settings) -> Iterator[Settings]:
+    try:
+        triton.start(settings)
+        yield settings
+    finally:
+        triton.stop(settings)
+
+
+@pytest.fixture(scope="session")
+def llm_settings(settings: Settings) -> Iterator[Settings]:
+    settings.llm_base_url = f"http://127.0.0.1:{settings.vllm_port}/v1"
+    try:
+        vllm.start(settings)
+        yield settings
+    finally:
+        vllm.stop(settings)
+
+
+@pytest.fixture(scope="session")
+async def embedder(triton_server: Settings) -> AsyncIterator[TritonEmbedder]:
+    async with TritonEmbedder(triton_server.triton_grpc_url, get_spec(triton_server.embedder_model)) as emb:
+        yield emb
+
+
+@pytest.fixture(scope="session")
+def test_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SciFact subset: the gold abstracts of GOLD_CLAIMS plus the first DISTRACTORS abstracts."""
+    wanted = set(GOLD_CLAIMS.values())
+    lines = []
+    with (SCIFACT / "corpus.jsonl").open() as handle:
+        for i, line in enumerate(handle):
+            if i < DISTRACTORS or json.loads(line)["_id"] in wanted:
+                lines.append(line)
+    path = Path(tmp_path_factory.mktemp("corpus")) / "scifact-subset.jsonl"
+    path.write_text("".join(lines))
+    return path
+
+
+def cli_env(settings: Settings) -> dict[str, str]:
+    """Environment that points the `rag` CLI at the test stack."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "LLM_", "DATABASE_", "VLLM_"))}
+    env.update(
+        {
+            "DATA_DIR": str(settings.data_dir),
+            "TRITON_GRPC_URL": settings.triton_grpc_url,
+            "TRITON_HTTP_PORT": str(settings.triton_http_port),
+            "TRITON_METRICS_PORT": str(settings.triton_metrics_port),
+            "VLLM_PORT": str(settings.vllm_port),
+            "LLM_BASE_URL": settings.llm_base_url,
+            "LLM_MAX_TOKENS": str(settings.llm_max_tokens),
+        }
+    )
+    return env
+
+
+def run_cli(settings: Settings, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `rag ARGS` in a subprocess against the test stack."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent", *args],
+        env=cli_env(settings),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="session")
+async def ingested(postgres_url: str, embedder: TritonEmbedder, settings: Settings, test_corpus: Path) -> str:
+    """The test corpus ingested through the CLI once per session; returns the database URL."""
+    result = run_cli(settings, "ingest", str(test_corpus))
+    assert result.returncode == 0, result.stderr
+    return postgres_url
+
+
+@pytest.fixture
+async def store(ingested: str, settings: Settings) -> AsyncIterator[VectorStore]:
+    spec = get_spec(settings.embedder_model)
+    async with VectorStore(ingested, spec.name, spec.dim) as st:
+        yield st

@@ -1,0 +1,85 @@
+"""Ingestion and retrieval against the real embedded Postgres + pgvector and the real Triton embedder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.settings import Settings
+from tests.conftest import GOLD_CLAIMS, SCIFACT, run_cli
+from tools.embedder import TritonEmbedder
+from tools.retrieval import Retriever
+from tools.store import StoreError, VectorStore
+
+
+def claim_text(query_id: str) -> str:
+    import json
+
+    with (SCIFACT / "queries.jsonl").open() as handle:
+        for line in handle:
+            record = json.loads(line)
+            if record["_id"] == query_id:
+                return str(record["text"])
+    raise KeyError(query_id)
+
+
+async def test_reingest_same_file_adds_no_chunks(store: VectorStore, settings: Settings, test_corpus: Path) -> None:
+    before = await store.count()
+    result = run_cli(settings, "ingest", str(test_corpus))
+    assert result.returncode == 0, result.stderr
+    assert "added 0 documents" in result.stdout
+    assert await store.count() == before
+    assert before[0] == len(test_corpus.read_text().splitlines())
+
+
+@pytest.mark.parametrize(("query_id", "gold_doc"), sorted(GOLD_CLAIMS.items()))
+async def test_scifact_claim_retrieves_gold_abstract_in_top_10(
+    store: VectorStore, embedder: TritonEmbedder, query_id: str, gold_doc: str
+) -> None:
+    retriever = Retriever(embedder, store, mode="dense")
+    result = await retriever.search(claim_text(query_id), top_k=10)
+    assert gold_doc in [p.doc_id for p in result.passages]
+    assert [p.number for p in result.passages] == list(range(1, 11))
+
+
+async def test_hybrid_search_returns_numbered_passages_with_scores(store: VectorStore, embedder: TritonEmbedder) -> None:
+    result = await Retriever(embedder, store, mode="hybrid").search(claim_text("36"), top_k=5)
+    assert len(result.passages) == 5
+    scores = [p.score for p in result.passages]
+    assert scores == sorted(scores, reverse=True)
+    assert all(p.chunk_id.startswith(p.doc_id + "#") for p in result.passages)
+    assert result.timings_ms["embed"] > 0 and result.timings_ms["search"] > 0
+
+
+async def test_bad_file_is_refused_and_nothing_stored_changes(
+    store: VectorStore, settings: Settings, tmp_path: Path
+) -> None:
+    before = await store.count()
+    bad_jsonl = tmp_path / "half.jsonl"
+    bad_jsonl.write_text('{"_id": "new-1", "title": "t", "text": "a valid first record"}\n{not json\n')
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"\xff\xfe\x00\x81 not utf-8")
+    for path, message in ((bad_jsonl, "half.jsonl:2"), (binary, "not valid UTF-8"), (tmp_path / "nope.md", "no such file")):
+        result = run_cli(settings, "ingest", str(path))
+        assert result.returncode == 1
+        assert message in result.stderr
+        assert "Traceback" not in result.stderr
+    assert await store.count() == before
+
+
+async def test_store_built_for_another_embedder_is_refused(ingested: str) -> None:
+    other = VectorStore(ingested, "bge-large-en-v1.5", 1024)
+    with pytest.raises(StoreError, match=r"all-minilm-l6-v2.*dim 384.*bge-large-en-v1.5.*dim 1024"):
+        await other.connect()
+
+
+async def test_wrong_embedding_shape_is_refused(store: VectorStore) -> None:
+    from tools.store import ChunkRecord, DocumentRecord
+
+    doc = DocumentRecord("bad", "t", "s", "h", [ChunkRecord(0, "x", 1, np.zeros(3, dtype=np.float32))])
+    before = await store.count()
+    with pytest.raises(StoreError, match=r"bad#0.*\(384,\)"):
+        await store.add_documents([doc])
+    assert await store.count() == before
