@@ -53,17 +53,21 @@ class RagApp:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    async def ask(self, question: str, top_k: int | None = None) -> AskResult:
-        """Answer `question` from the stored documents with citations; see `agent.rag_agent.answer`."""
-        return await answer(self.agent, RagDeps(self.retriever, self.settings.top_k), question, top_k)
+    async def ask(
+        self, question: str, top_k: int | None = None, on_text: Callable[[str], None] | None = None
+    ) -> AskResult:
+        """Answer `question` from the stored documents with citations; see `agent.rag_agent.answer`.
+
+        Args:
+            on_text: receives the answer text as it streams (for chat interfaces).
+        """
+        return await answer(self.agent, RagDeps(self.retriever, self.settings.top_k), question, top_k, on_text)
 
     async def search(self, query: str, top_k: int | None = None) -> RetrievalResult:
         """Retrieve numbered passages for `query` without the LLM."""
         return await self.retriever.search(query, top_k or self.settings.top_k)
 
-    async def ingest(
-        self, paths: list[Path], on_progress: Callable[[int, int], None] | None = None
-    ) -> IngestCounts:
+    async def ingest(self, paths: list[Path], on_progress: Callable[[int, int], None] | None = None) -> IngestCounts:
         """Ingest files (.jsonl BEIR corpus, .txt, .md); all paths are checked before anything is stored.
 
         Args:
@@ -85,7 +89,9 @@ class RagApp:
                 self.settings.chunk_tokens,
                 self.settings.chunk_overlap_tokens,
             )
-            total = IngestCounts(total.added + counts.added, total.skipped + counts.skipped, total.chunks + counts.chunks)
+            total = IngestCounts(
+                total.added + counts.added, total.skipped + counts.skipped, total.chunks + counts.chunks
+            )
             if on_progress is not None:
                 on_progress(min(i + size, len(documents)), len(documents))
         return total

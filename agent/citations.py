@@ -22,6 +22,16 @@ def strip_reasoning(text: str) -> str:
     return _THINK.sub("", text).strip()
 
 
+def visible_text(partial: str) -> str:
+    """The part of a partial (streaming) answer that is safe to show: reasoning removed, and a trailing fragment
+    that could still become `<think>` held back."""
+    text = strip_reasoning(partial)
+    cut = text.rfind("<")
+    if cut != -1 and "<think>".startswith(text[cut:].lower()):
+        text = text[:cut]
+    return text
+
+
 def _shares_run(answer_words: list[str], passage_words: list[str], n: int) -> bool:
     if len(answer_words) < n:
         return False

