@@ -30,7 +30,12 @@ class RagApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.spec = get_spec(settings.embedder_model)
-        self.embedder = TritonEmbedder(settings.triton_grpc_url, self.spec, timeout_s=settings.triton_timeout_s)
+        self.embedder = TritonEmbedder(
+            settings.triton_grpc_url,
+            self.spec,
+            timeout_s=settings.triton_timeout_s,
+            tokenizer_path=settings.embedder_tokenizer,
+        )
         self.store = VectorStore(database_url(settings), self.spec.name, self.spec.dim, settings.db_pool_max_size)
         self.retriever = Retriever(self.embedder, self.store, ef_search=settings.hnsw_ef_search)
         self._stack = AsyncExitStack()

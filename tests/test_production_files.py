@@ -48,7 +48,7 @@ COMPOSE_ONLY_KEYS = {
     "RAG_DOCS_DIR",
 }
 # App settings the profile sets before agent/settings.py has the field (the LLM profile lands with its own change).
-PENDING_SETTINGS = {"LLM_PROFILE"}
+PENDING_SETTINGS: set[str] = set()
 
 PINNED_IMAGES = {
     "triton": re.compile(r"^nvcr\.io/nvidia/tritonserver:\d{2}\.\d{2}-vllm-python-py3$"),

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from pathlib import Path
 from typing import Literal
 
 import grpc
@@ -64,16 +65,24 @@ class TritonEmbedder:
         spec: the model's description (name, dim, max_tokens, pooling, query prefix).
         timeout_s: deadline of each gRPC request, seconds.
         retries: attempts for transient gRPC errors (UNAVAILABLE), with exponential backoff.
+        tokenizer_path: the model's tokenizer.json (or its folder); default: from the model's package.
 
     Use as `async with TritonEmbedder(...) as emb: vectors = await emb.embed(texts)`.
     """
 
-    def __init__(self, url: str, spec: EmbeddingModelSpec, timeout_s: float = 30.0, retries: int = 3) -> None:
+    def __init__(
+        self,
+        url: str,
+        spec: EmbeddingModelSpec,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        tokenizer_path: Path | None = None,
+    ) -> None:
         self.url = url
         self.spec = spec
         self.timeout_s = timeout_s
         self.retries = retries
-        self.tokenizer = load_tokenizer(spec.name)
+        self.tokenizer = load_tokenizer(spec.name, tokenizer_path)
         self.buckets = length_buckets(spec.max_tokens)
         self.max_batch_size = 0
         self.latencies_ms: deque[float] = deque(maxlen=10_000)

