@@ -18,6 +18,7 @@ from rich.table import Table
 from agent.app import RagApp
 from agent.results import AskResult
 from agent.settings import Settings
+from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from tools.embedder import EmbedderError
 from tools.ingest import IngestError, check_paths
@@ -26,6 +27,8 @@ from tools.store import StoreError
 app = typer.Typer(help="triton-rag: answers questions over your documents with cited sources.", no_args_is_help=True)
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
+app.add_typer(eval_app, name="eval")
+app.add_typer(bench_app, name="bench")
 
 USER_ERRORS = (ValueError, IngestError, StoreError, EmbedderError, processes.ServiceError)
 
