@@ -1,0 +1,75 @@
+"""`rag eval answers` and `rag eval compare`: run the answer eval, write the run directory, compare two runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent.settings import Settings
+from evals.answers_eval import EvalError, load_cases, run_answers_eval, scifact_dataset, write_run
+from evals.answers_report import compare, load_summary
+from evals.scifact import DatasetError, Split
+from infra.processes import ServiceError
+from tools.embedder import EmbedderError
+from tools.store import StoreError
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def run_answers_command(
+    split: Split,
+    cases: Path | None,
+    ids: list[str] | None,
+    limit: int | None,
+    concurrency: int,
+    top_k: int | None,
+    out: Path,
+    as_json: bool,
+) -> None:
+    """Evaluate, write `out/` (summary.json, results.json, cases.yaml, report.md, plots), print the summary."""
+    settings = Settings()
+    try:
+        dataset = load_cases(cases) if cases else scifact_dataset(split, ids=ids)
+        if limit is not None:
+            dataset.cases = dataset.cases[:limit]
+        summary, records = asyncio.run(run_answers_eval(dataset, settings, concurrency, top_k))
+    except (EvalError, DatasetError, ServiceError, EmbedderError, StoreError) as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(code=1) from None
+    write_run(out, dataset, summary, records)
+    if as_json:
+        print(json.dumps(summary))
+        return
+    table = Table("metric", "value", title=f"answers: {summary['n']} claims, {summary['errors']} errors")
+    for key in ("verdict_accuracy", "majority_baseline", "citation_precision", "citation_recall", "refusal_rate"):
+        table.add_row(key, "n/a" if summary[key] is None else f"{summary[key]:.4f}")
+    console.print(table)
+    lat = Table("stage", "p50 ms", "p95 ms", "p99 ms", "n")
+    for stage, p in summary["latency_ms"].items():
+        lat.add_row(stage, *(str(p.get(k, "-")) for k in ("p50", "p95", "p99", "n")))
+    console.print(lat)
+    console.print(f"report: {out / 'report.md'}")
+
+
+def run_compare_command(run_a: Path, run_b: Path, as_json: bool) -> None:
+    """Print the per-metric difference B - A of two runs."""
+    try:
+        rows = compare(load_summary(run_a), load_summary(run_b))
+    except ValueError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(code=1) from None
+    if as_json:
+        print(json.dumps({name: {"a": a, "b": b, "delta": d} for name, a, b, d in rows}))
+        return
+    table = Table("metric", str(run_a), str(run_b), "B - A")
+    for name, a, b, d in rows:
+        table.add_row(
+            name, "n/a" if a is None else f"{a:g}", "n/a" if b is None else f"{b:g}", "" if d is None else f"{d:+.4g}"
+        )
+    console.print(table)
