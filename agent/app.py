@@ -2,18 +2,30 @@
 
     async with RagApp.from_settings() as app:
         result = await app.ask("Does vitamin D affect bone density?")
+        async for event in app.ask_stream("..."):   # agent.events events, then the AskResult
+            ...
 
-One `RagApp` is safe to share across concurrent requests in one event loop.
+One `RagApp` is safe to share across concurrent requests in one event loop: each `ask` gets its own run state;
+the clients (gRPC channel, asyncpg pool, HTTP connection pool of the LLM client) are shared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from agent.llm import build_model, model_settings
-from agent.rag_agent import RagDeps, answer, build_agent
+import httpx
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.usage import UsageLimits
+
+from agent.errors import LLMUnavailableError
+from agent.events import AgentEvent
+from agent.llm import build_model, check_tool_calling, model_settings
+from agent.rag_agent import Policy, RagDeps, answer, build_agent
 from agent.results import AskResult
 from agent.settings import Settings
 from infra.postgres import database_url
@@ -25,7 +37,12 @@ from tools.store import IngestCounts, VectorStore
 
 
 class RagApp:
-    """Owns the clients; create with `RagApp.from_settings()` and use as an async context manager."""
+    """Owns the clients; create with `RagApp.from_settings()` and use as an async context manager.
+
+    On entry it connects to Triton and Postgres, and, when `settings.agent_policy` is `agentic`, checks that the
+    LLM server accepts tool calls (`agent.llm.check_tool_calling`, raising `LLMConfigError` naming the missing
+    server flags).
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -38,6 +55,14 @@ class RagApp:
         )
         self.store = VectorStore(database_url(settings), self.spec.name, self.spec.dim, settings.db_pool_max_size)
         self.retriever = Retriever(self.embedder, self.store, ef_search=settings.hnsw_ef_search)
+        self.usage_limits = UsageLimits(
+            request_limit=settings.agent_request_limit,
+            tool_calls_limit=settings.agent_tool_calls_limit,
+            total_tokens_limit=settings.answer_token_budget,
+        )
+        self.agents: dict[Policy, Agent[RagDeps, str]] = {}
+        self._tools_checked = False
+        self._tools_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
 
     @classmethod
@@ -49,24 +74,129 @@ class RagApp:
         try:
             await self._stack.enter_async_context(self.embedder)
             await self._stack.enter_async_context(self.store)
+            model, settings = build_model(self.settings), model_settings(self.settings)
+            self.agents = {policy: build_agent(model, settings, policy) for policy in ("always", "agentic")}
+            if self.settings.agent_policy == "agentic":
+                await self._check_tools()
         except BaseException:
             await self._stack.aclose()
             raise
-        self.agent = build_agent(build_model(self.settings), model_settings(self.settings))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
+    async def _check_tools(self) -> None:
+        async with self._tools_lock:
+            if not self._tools_checked:
+                await check_tool_calling(self.settings)
+                self._tools_checked = True
+
     async def ask(
-        self, question: str, top_k: int | None = None, on_text: Callable[[str], None] | None = None
+        self,
+        question: str,
+        top_k: int | None = None,
+        on_text: Callable[[str], None] | None = None,
+        *,
+        policy: Policy | None = None,
+        on_event: Callable[[AgentEvent], None] | None = None,
+        history: Sequence[ModelMessage] | None = None,
     ) -> AskResult:
         """Answer `question` from the stored documents with citations; see `agent.rag_agent.answer`.
 
         Args:
+            top_k: passages retrieved up front (`always` policy); default `TOP_K`.
             on_text: receives the answer text as it streams (for chat interfaces).
+            policy: `always` or `agentic`; default `AGENT_POLICY`.
+            on_event: receives `agent.events` events (tool activity, text, restarts).
+            history: earlier turns of a conversation (pydantic-ai messages).
+
+        Raises:
+            ValueError: blank question, top_k < 1.
+            agent.errors.AgentError: a limit was hit or the LLM failed (typed subclasses).
+            EmbedderError / StoreError: retrieval failed.
         """
-        return await answer(self.agent, RagDeps(self.retriever, self.settings.top_k), question, top_k, on_text)
+        chosen: Policy = policy or self.settings.agent_policy
+        if chosen == "agentic":
+            await self._check_tools()
+        deps = RagDeps(self.retriever, self.settings.top_k, self.settings.refusal_min_score, on_event)
+        return await answer(
+            self.agents[chosen],
+            deps,
+            question,
+            top_k,
+            on_text,
+            policy=chosen,
+            usage_limits=self.usage_limits,
+            timeout_s=self.settings.answer_timeout_s,
+            llm_timeout_s=self.settings.llm_timeout_s,
+            message_history=history,
+        )
+
+    async def ask_stream(
+        self, question: str, top_k: int | None = None, *, policy: Policy | None = None
+    ) -> AsyncIterator[AgentEvent | AskResult]:
+        """`ask` as an async iterator: `agent.events` events as they happen, then the `AskResult`.
+
+        Errors of `ask` are raised from the iterator. Closing the iterator early cancels the answer.
+        """
+        queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        task = asyncio.create_task(self.ask(question, top_k, policy=policy, on_event=queue.put_nowait))
+        try:
+            while True:
+                getter = asyncio.create_task(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    yield queue.get_nowait()
+                yield task.result()
+                return
+        finally:
+            task.cancel()
+
+    async def health(self) -> dict[str, dict[str, object]]:
+        """Check each dependency: Triton (embeds one word), Postgres (counts documents), the LLM (`GET /models`).
+
+        Returns:
+            `{"triton" | "postgres" | "llm": {"ok": bool, "detail": str, "ms": float}}`; never raises.
+        """
+
+        async def timed(check: Callable[[], Awaitable[str]]) -> dict[str, object]:
+            start = time.perf_counter()
+            try:
+                detail = await check()
+                ok = True
+            except Exception as exc:  # noqa: BLE001 - a health check reports any failure as data
+                detail, ok = f"{type(exc).__name__}: {exc}", False
+            return {"ok": ok, "detail": str(detail), "ms": round((time.perf_counter() - start) * 1000, 1)}
+
+        async def triton() -> str:
+            await self.embedder.embed(["health"], kind="query")
+            return f"{self.embedder.model_name} at {self.settings.triton_grpc_url}"
+
+        async def postgres() -> str:
+            docs, chunks = await self.store.count()
+            return f"{docs} documents, {chunks} chunks"
+
+        async def llm() -> str:
+            url = self.settings.llm_base_url.rstrip("/") + "/models"
+            try:
+                async with httpx.AsyncClient(timeout=5.0) as client:
+                    response = await client.get(url, headers={"Authorization": f"Bearer {self.settings.llm_api_key}"})
+            except httpx.HTTPError as exc:
+                raise LLMUnavailableError(f"{url}: {exc!r}") from None
+            if response.status_code != 200:
+                raise LLMUnavailableError(f"{url}: HTTP {response.status_code}")
+            served = [m.get("id") for m in response.json().get("data", [])]
+            if self.settings.llm_model not in served:
+                raise LLMUnavailableError(f"{url} serves {served}, not {self.settings.llm_model!r} (LLM_MODEL)")
+            return f"{self.settings.llm_model} at {self.settings.llm_base_url} ({self.settings.llm_profile} profile)"
+
+        results = await asyncio.gather(timed(triton), timed(postgres), timed(llm))
+        return dict(zip(("triton", "postgres", "llm"), results, strict=True))
 
     async def search(self, query: str, top_k: int | None = None) -> RetrievalResult:
         """Retrieve numbered passages for `query` without the LLM."""

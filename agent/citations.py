@@ -32,6 +32,27 @@ def visible_text(partial: str) -> str:
     return text
 
 
+_OPEN_MARKER = re.compile(r"\[[\d,\s]*$")
+
+
+def stream_text(partial: str, valid_numbers: set[int]) -> str:
+    """What a streaming interface may show of a partial answer: `visible_text`, with complete `[n]` markers
+    reduced to the passage numbers in `valid_numbers` and a trailing unfinished marker (`[1`, `[1, `) held back.
+
+    Prefix-stable: for a partial answer that only grows, each result extends the previous one (up to held-back
+    fragments), so interfaces can append the difference.
+    """
+    text = visible_text(partial)
+    if (open_marker := _OPEN_MARKER.search(text)) is not None:
+        text = text[: open_marker.start()]
+
+    def keep_valid(match: re.Match[str]) -> str:
+        valid = [n for n in re.split(r"\s*,\s*", match.group(1)) if int(n) in valid_numbers]
+        return f"[{', '.join(valid)}]" if valid else ""
+
+    return _MARKER.sub(keep_valid, text)
+
+
 def _shares_run(answer_words: list[str], passage_words: list[str], n: int) -> bool:
     if len(answer_words) < n:
         return False

@@ -6,9 +6,8 @@ import asyncio
 import json
 import logging
 import os
-import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -16,6 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressC
 from rich.table import Table
 
 from agent.app import RagApp
+from agent.chat import run_chat
+from agent.errors import AgentError
 from agent.results import AskResult
 from agent.settings import Settings
 from evals.cli import bench_app, eval_app
@@ -30,7 +31,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 app.add_typer(eval_app, name="eval")
 app.add_typer(bench_app, name="bench")
 
-USER_ERRORS = (ValueError, IngestError, StoreError, EmbedderError, processes.ServiceError)
+USER_ERRORS = (ValueError, IngestError, StoreError, EmbedderError, processes.ServiceError, AgentError)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -74,7 +75,15 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     """Report each local service: PID and health check."""
     rows = stack.status(Settings())
     if as_json:
-        print(json.dumps({s.name: {"pid": s.pid, "healthy": s.healthy, "detail": s.detail} for s in rows}))
+        print(
+            json.dumps(
+                {
+                    s.name: {"pid": s.pid, "healthy": s.healthy, "detail": s.detail}
+                    | ({"metrics": s.metrics} if s.metrics else {})
+                    for s in rows
+                }
+            )
+        )
     else:
         table = Table("service", "pid", "healthy", "detail")
         for s in rows:
@@ -139,12 +148,15 @@ def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100, help="Passages to retrieve.")] = None,
+    policy: Annotated[
+        str | None, typer.Option("--policy", help="Retrieval policy: always or agentic (default AGENT_POLICY).")
+    ] = None,
 ) -> None:
     """Answer one question with citations."""
 
     async def run() -> AskResult:
         async with RagApp.from_settings() as rag:
-            return await rag.ask(question, top_k)
+            return await rag.ask(question, top_k, policy=_policy(policy))
 
     if not question.strip():
         raise _fail("QUESTION is empty; expected a non-blank question")
@@ -158,44 +170,49 @@ def ask(
         _print_answer(result)
 
 
+def _policy(value: str | None) -> Literal["always", "agentic"] | None:
+    if value == "always":
+        return "always"
+    if value == "agentic":
+        return "agentic"
+    if value is None:
+        return None
+    raise _fail(f"--policy {value!r}; expected 'always' or 'agentic'")
+
+
 @app.command()
-def chat(top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100)] = None) -> None:
-    """Interactive questions and answers, streamed; Ctrl-C cancels the answer, an empty line or Ctrl-D quits."""
+def chat(
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100)] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="always or agentic (default AGENT_POLICY).")] = None,
+) -> None:
+    """Interactive questions and answers, streamed, with tool activity and sources; Ctrl-C cancels the answer,
+    an empty line or Ctrl-D quits."""
+    chosen = _policy(policy)
 
-    async def turn(rag: RagApp, question: str) -> None:
-        def show(delta: str) -> None:
-            console.print(delta, end="", highlight=False, markup=False, soft_wrap=True)
-
-        loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(rag.ask(question, top_k, on_text=show))
-        loop.add_signal_handler(signal.SIGINT, task.cancel)  # Ctrl-C cancels this answer only
-        try:
-            result = await task
-        except asyncio.CancelledError:
-            console.print("\n[dim]answer cancelled[/]")
-            return
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-        console.print()
-        _print_answer(result, streamed=True)
-
-    async def run() -> None:
+    async def session() -> None:
         async with RagApp.from_settings() as rag:
-            while True:
-                try:
-                    question = await asyncio.to_thread(console.input, "\n[bold cyan]you>[/] ")
-                except EOFError:
-                    return
-                if not question.strip():
-                    return
-                try:
-                    await turn(rag, question)
-                except USER_ERRORS as exc:
-                    err_console.print(f"[bold red]error:[/] {exc}")
+            await run_chat(rag, console, top_k, chosen)
 
     try:
-        asyncio.run(run())
+        asyncio.run(session())
     except USER_ERRORS as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
         console.print()
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8080,
+) -> None:
+    """Serve the HTTP API (`POST /v1/ask`, `POST /v1/ask/stream`, `GET /health`) and the web chat page at `/`."""
+    import uvicorn
+
+    from agent.http_api import create_app
+
+    try:
+        processes.require_free_ports("rag serve", {"--port": port})
+    except processes.ServiceError as exc:
+        raise _fail(str(exc)) from None
+    uvicorn.run(create_app(Settings()), host=host, port=port, log_level="info")

@@ -1,20 +1,45 @@
-"""The generator model: any OpenAI-compatible chat API (local vLLM, or Triton's OpenAI frontend in production)."""
+"""The generator model: any OpenAI-compatible chat API (local vLLM, or Triton's OpenAI frontend in production).
+
+Server differences live in one place, the profile chosen by `LLM_PROFILE` (`PROFILES`), never in the agent:
+
+- both: `max_tokens` is always sent (`model_settings`), as `max_tokens` rather than `max_completion_tokens`:
+  Triton's frontend generates 16 tokens without it.
+- `triton`: `tool_choice="required"` is never sent (the frontend forces the first tool's schema for it) and
+  JSON-schema output is off (the frontend drops `response_format`). The agent's output is plain text anyway.
+- both: tool calling must be on for the `agentic` policy; `check_tool_calling` probes it at start-up and names the
+  missing server flags.
+"""
 
 from __future__ import annotations
 
+import httpx
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.profiles.openai import OpenAIModelProfile
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 
+from agent.errors import LLMConfigError, LLMResponseError, LLMUnavailableError
 from agent.settings import Settings
 
 PROFILES: dict[str, OpenAIModelProfile] = {
-    "vllm": OpenAIModelProfile(),
+    # pydantic-ai sends the output budget as OpenAI's newer `max_completion_tokens` by default; both servers are sent
+    # the classic `max_tokens` field, which both read (Triton's frontend generates 16 tokens when it is missing).
+    "vllm": OpenAIModelProfile(openai_chat_supports_max_completion_tokens=False),
     # Triton's OpenAI frontend forces the first tool's schema for tool_choice="required" and drops response_format
-    # (Triton openai_frontend docs), so neither is sent to it; max_tokens is always sent (its default is 16).
-    "triton": OpenAIModelProfile(openai_supports_tool_choice_required=False, supports_json_schema_output=False),
+    # (Triton openai_frontend docs): forced tool choice falls back to "auto" and JSON-schema output is off.
+    "triton": OpenAIModelProfile(
+        openai_chat_supports_max_completion_tokens=False,
+        supports_forced_tool_choice=False,
+        supports_json_schema_output=False,
+    ),
 }
+
+TOOL_FLAGS: dict[str, str] = {
+    "vllm": "--enable-auto-tool-choice --tool-call-parser <parser> (hermes for SmolLM2/Qwen, llama3_json for "
+    "Llama 3.1)",
+    "triton": "--tool-call-parser llama3 (openai_frontend/main.py), with a tokenizer whose chat template has tools",
+}
+"""Server flags that turn tool calling on, per profile (named in `check_tool_calling`'s error)."""
 
 
 def build_model(settings: Settings) -> OpenAIChatModel:
@@ -25,7 +50,61 @@ def build_model(settings: Settings) -> OpenAIChatModel:
 
 def model_settings(settings: Settings) -> ModelSettings:
     """Request settings sent on every call: `max_tokens` always (some servers default to 16), temperature,
-    timeout in seconds."""
+    per-attempt timeout in seconds, and the OpenAI SDK's bounded retries (`LLM_MAX_RETRIES`: it retries connection
+    errors, timeouts, 408/409/429 and 5xx with exponential back-off)."""
     return ModelSettings(
-        max_tokens=settings.llm_max_tokens, temperature=settings.llm_temperature, timeout=settings.llm_timeout_s
+        max_tokens=settings.llm_max_tokens,
+        temperature=settings.llm_temperature,
+        timeout=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
     )
+
+
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "ping",
+        "description": "Probe: returns nothing.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+
+
+async def check_tool_calling(settings: Settings, client: httpx.AsyncClient | None = None) -> None:
+    """Probe the LLM server with a one-token request carrying `tools` (tool_choice `auto`).
+
+    Raises:
+        LLMConfigError: the server rejects `tools` (HTTP 400, e.g. vLLM started without
+            `--enable-auto-tool-choice`); the message names the flags the profile's server needs.
+        LLMUnavailableError: the server cannot be reached or answers 5xx.
+        LLMResponseError: any other non-200 answer (e.g. 404 for an unknown model name).
+    """
+    body = {
+        "model": settings.llm_model,
+        "messages": [{"role": "user", "content": "ping"}],
+        "tools": [_PROBE_TOOL],
+        "tool_choice": "auto",
+        "max_tokens": 1,
+    }
+    url = settings.llm_base_url.rstrip("/") + "/chat/completions"
+    headers = {"Authorization": f"Bearer {settings.llm_api_key}"}
+    try:
+        if client is None:
+            async with httpx.AsyncClient(timeout=settings.llm_timeout_s) as own:
+                response = await own.post(url, json=body, headers=headers)
+        else:
+            response = await client.post(url, json=body, headers=headers)
+    except httpx.HTTPError as exc:
+        raise LLMUnavailableError(f"cannot reach the LLM server at {url} ({exc!r}); is it running?") from None
+    if response.status_code == 400:
+        flags = TOOL_FLAGS[settings.llm_profile]
+        raise LLMConfigError(
+            f"the LLM server at {settings.llm_base_url} rejects tool calls (HTTP 400: {response.text[:300]}); "
+            f"AGENT_POLICY=agentic needs tool calling: start the server with {flags}, or use AGENT_POLICY=always"
+        )
+    if response.status_code >= 500:
+        raise LLMUnavailableError(
+            f"the LLM server at {url} answered HTTP {response.status_code}: {response.text[:300]}"
+        )
+    if response.status_code != 200:
+        raise LLMResponseError(f"the LLM server at {url} answered HTTP {response.status_code}: {response.text[:300]}")

@@ -16,11 +16,23 @@ class Citation(BaseModel):
 
 
 class AskResult(BaseModel):
-    """One answer: text, validated citations and per-stage timings in ms (`embed`, `search`, `llm`, `total`)."""
+    """One answer: text, validated citations and per-stage timings in ms.
+
+    `timings_ms` keys: `embed` and `search` (all retrieval calls of the run summed), `llm` (the agent run:
+    model requests and tool calls), `llm_ttft` (from the start of the agent run to the first visible answer text;
+    absent when no text came, e.g. a refusal without an LLM call), `total`.
+    """
 
     answer: str
     citations: list[Citation]
     timings_ms: dict[str, float]
+    refused: bool = Field(
+        default=False,
+        description="True when no retrieved passage was relevant enough: the answer says the documents do not cover "
+        "the question and has no citations.",
+    )
+    policy: str = Field(default="always", description="Retrieval policy used: `always` or `agentic`.")
+    searches: list[str] = Field(default_factory=list, description="Retrieval queries run for this answer, in order.")
 
     def to_json_dict(self) -> dict[str, object]:
         """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title), timings_ms."""

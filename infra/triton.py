@@ -56,17 +56,28 @@ def backend_dir(settings: Settings) -> Path:
     return target
 
 
-def server_env() -> dict[str, str]:
-    """Environment for `tritonserver`: bundled libs and this interpreter's LIBDIR first, this venv first on PATH.
+def server_env(python_env: Path | None = None) -> dict[str, str]:
+    """Environment for `tritonserver`: bundled libs and this interpreter's LIBDIR first, the backend's Python
+    environment (default `.venv-triton`, made by infra/setup.sh) first on PATH.
 
     Without LIBDIR first the stub loads the system libpython against this interpreter's stdlib and model init
-    fails; the stub finds packages (onnxruntime, numpy) through `python3` on PATH.
+    fails; the stub finds packages (onnxruntime, numpy) through `python3` on PATH. That environment is separate
+    from the app's because the stub of nvidia-pytriton 0.7 is built against numpy 1.x (with numpy 2 it returns
+    empty or wrong output tensors) while vLLM needs numpy 2.
+
+    Raises:
+        processes.ServiceError: the backend environment does not exist.
     """
+    python_env = python_env or REPO_ROOT / ".venv-triton"
+    if not (python_env / "bin" / "python3").exists():
+        raise processes.ServiceError(
+            f"Triton's Python backend environment {python_env} is missing: run `bash infra/setup.sh`"
+        )
     libs = package_dir("pytriton").parent / "nvidia_pytriton.libs"
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    env["PATH"] = os.pathsep.join((str(python_env / "bin"), env.get("PATH", "")))
     return env
 
 
@@ -75,14 +86,19 @@ def grpc_port(settings: Settings) -> int:
     return int(settings.triton_grpc_url.rsplit(":", 1)[1])
 
 
+def served_models(settings: Settings) -> list[str]:
+    """Models the local Triton loads: the embedder, then `settings.triton_extra_models` (duplicates dropped)."""
+    return list(dict.fromkeys((settings.embedder_model, *settings.triton_extra_models)))
+
+
 def argv(settings: Settings) -> list[str]:
-    """Command line of the local `tritonserver`; only the configured embedder is loaded (explicit control)."""
+    """Command line of the local `tritonserver`; only `served_models` are loaded (explicit model control)."""
     return [
         str(_pytriton_root() / "bin" / "tritonserver"),
         f"--model-repository={settings.model_repository.resolve()}",
         f"--backend-directory={backend_dir(settings)}",
         "--model-control-mode=explicit",
-        f"--load-model={settings.embedder_model}",
+        *(f"--load-model={name}" for name in served_models(settings)),
         f"--grpc-port={grpc_port(settings)}",
         f"--http-port={settings.triton_http_port}",
         f"--metrics-port={settings.triton_metrics_port}",
@@ -92,12 +108,68 @@ def argv(settings: Settings) -> list[str]:
 
 
 def is_ready(settings: Settings) -> bool:
-    """True when the server and the embedder model answer ready on Triton's HTTP endpoint (KServe v2)."""
+    """True when the server and every served model answer ready on Triton's HTTP endpoint (KServe v2)."""
     base = f"http://127.0.0.1:{settings.triton_http_port}/v2"
     with httpx.Client(timeout=2.0) as client:
-        server = client.get(f"{base}/health/ready")
-        model = client.get(f"{base}/models/{settings.embedder_model}/ready")
-    return server.status_code == 200 and model.status_code == 200
+        if client.get(f"{base}/health/ready").status_code != 200:
+            return False
+        return all(client.get(f"{base}/models/{name}/ready").status_code == 200 for name in served_models(settings))
+
+
+def metrics_url(settings: Settings) -> str:
+    """Triton's Prometheus metrics endpoint of the local server."""
+    return f"http://127.0.0.1:{settings.triton_metrics_port}/metrics"
+
+
+def metrics_summary(settings: Settings, timeout_s: float = 2.0) -> dict[str, dict[str, float]]:
+    """Per-model figures from Triton's Prometheus `/metrics` (Triton docs, "Metrics": `nv_inference_*` counters).
+
+    Returns:
+        model name -> `{"requests", "failures", "executions", "inferences", "mean_batch", "mean_request_ms",
+        "mean_queue_ms", "mean_compute_ms"}`: request and failure counts (`nv_inference_request_success` /
+        `_failure`), model executions (`nv_inference_exec_count`) and items inferred (`nv_inference_count`),
+        their ratio (the mean batch size the dynamic batcher formed), and mean request / queue / compute time
+        per request in ms (cumulative `*_duration_us` counters divided by the request count). Counters are
+        cumulative since the server started.
+
+    Raises:
+        httpx.HTTPError: the endpoint is unreachable or answers an error (timeout `timeout_s` seconds).
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = httpx.get(metrics_url(settings), timeout=timeout_s)
+    response.raise_for_status()
+    wanted = {
+        "nv_inference_request_success": "requests",
+        "nv_inference_request_failure": "failures",
+        "nv_inference_exec_count": "executions",
+        "nv_inference_count": "inferences",
+        "nv_inference_request_duration_us": "request_us",
+        "nv_inference_queue_duration_us": "queue_us",
+        "nv_inference_compute_infer_duration_us": "compute_us",
+    }
+    raw: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            key = wanted.get(sample.name.removesuffix("_total"))
+            model = sample.labels.get("model")
+            if key and model:
+                per_model = raw.setdefault(model, {})
+                per_model[key] = per_model.get(key, 0.0) + float(sample.value)
+    summary: dict[str, dict[str, float]] = {}
+    for model, v in raw.items():
+        requests, executions = v.get("requests", 0.0), v.get("executions", 0.0)
+        summary[model] = {
+            "requests": requests,
+            "failures": v.get("failures", 0.0),
+            "executions": executions,
+            "inferences": v.get("inferences", 0.0),
+            "mean_batch": round(v.get("inferences", 0.0) / executions, 2) if executions else 0.0,
+            "mean_request_ms": round(v.get("request_us", 0.0) / requests / 1000, 3) if requests else 0.0,
+            "mean_queue_ms": round(v.get("queue_us", 0.0) / requests / 1000, 3) if requests else 0.0,
+            "mean_compute_ms": round(v.get("compute_us", 0.0) / requests / 1000, 3) if requests else 0.0,
+        }
+    return summary
 
 
 def start(settings: Settings) -> int:
@@ -109,11 +181,10 @@ def start(settings: Settings) -> int:
     run_dir = settings.run_dir.resolve()
     pid = processes.read_pid(run_dir, NAME)
     if pid is None:
-        onnx_file = settings.model_repository / settings.embedder_model / "1" / "model.onnx"
-        if not onnx_file.is_file():
-            raise processes.ServiceError(
-                f"{onnx_file} is missing: run `python -m infra.export_onnx {settings.embedder_model}` first"
-            )
+        for name in served_models(settings):
+            onnx_file = settings.model_repository / name / "1" / "model.onnx"
+            if not onnx_file.is_file():
+                raise processes.ServiceError(f"{onnx_file} is missing: run `python -m infra.export_onnx {name}` first")
         processes.require_free_ports(
             NAME,
             {
@@ -122,7 +193,7 @@ def start(settings: Settings) -> int:
                 "TRITON_METRICS_PORT": settings.triton_metrics_port,
             },
         )
-        pid = processes.spawn(run_dir, NAME, argv(settings), env=server_env())
+        pid = processes.spawn(run_dir, NAME, argv(settings), env=server_env(settings.triton_python_env))
     processes.wait_until_ready(NAME, lambda: is_ready(settings), settings.triton_start_timeout_s, pid, run_dir)
     return pid
 

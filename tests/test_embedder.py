@@ -1,7 +1,14 @@
-"""The Triton-served embedder against an in-process ONNX Runtime reference (real server, real model)."""
+"""The Triton-served embedder against an in-process ONNX Runtime reference (real server, real model): every input
+class (blank, over-long, CJK/emoji/mixed scripts, non-finite model output), failure (down, not ready, deadline),
+message size, server-side batching and the metrics `rag status` reports."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import socket
+import time
 from typing import Any
 
 import numpy as np
@@ -9,7 +16,10 @@ import onnxruntime as ort
 import pytest
 
 from agent.settings import Settings
-from tools.embedder import EmbedderError, TritonEmbedder
+from infra import stack
+from tests.conftest import free_port
+from tools.embedder import GRPC_MAX_MESSAGE_BYTES, EmbedderError, TritonEmbedder, channel_options
+from tools.model_specs import get_spec
 from tools.pooling import pool_and_normalize
 
 TEXTS = [
@@ -76,3 +86,249 @@ async def test_overlong_text_is_truncated_at_model_limit(embedder: TritonEmbedde
     assert len(ids) == 256
     vectors = await embedder.embed([long_text])
     assert vectors.shape == (1, 384) and np.isfinite(vectors).all()
+
+
+# --- every input class -------------------------------------------------------------------------------------------
+
+SCRIPTS = {
+    "cjk_no_spaces": "机器学习模型的评估方法",
+    "japanese_korean": "日本語のテキストと한국어 텍스트",
+    "emoji_in_text": "Vitamin D 🌞💊 and bones 🦴",
+    "emoji_only": "🙂",
+    "greek_cyrillic_latin": "Ελληνικά и русский mixed with English",
+    "rtl_arabic_hebrew": "العربية עברית and English",
+    "combining_marks": "café naïve Zürich Å",
+}
+
+
+async def test_cjk_emoji_and_mixed_scripts_embed_like_the_reference(
+    embedder: TritonEmbedder, settings: Settings
+) -> None:
+    texts = list(SCRIPTS.values())
+    served = await embedder.embed(texts)
+    reference = reference_embeddings(settings, embedder, texts)
+    assert served.shape == (len(texts), 384)
+    assert np.isfinite(served).all()
+    assert np.allclose(np.linalg.norm(served, axis=1), 1.0, atol=1e-5)
+    assert np.abs(served - reference).max() <= 1e-5
+    # CJK without spaces is split per character by the model's tokenizer, not collapsed into one token.
+    (cjk_ids,) = embedder.tokenize([SCRIPTS["cjk_no_spaces"]], "document")
+    assert len(cjk_ids) == len(SCRIPTS["cjk_no_spaces"]) + 2
+    # Different scripts give different vectors (nothing degenerated to one constant embedding).
+    similarity = served @ served.T
+    assert similarity[~np.eye(len(texts), dtype=bool)].max() < 0.99
+
+
+async def test_overlong_text_is_truncated_logged_and_counted(
+    embedder: TritonEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    long_text = "word " * 2000
+    before = embedder.stats.truncated_texts
+    with caplog.at_level(logging.WARNING, logger="tools.embedder"):
+        vectors = await embedder.embed([long_text, "short text"])
+    assert embedder.stats.truncated_texts == before + 1
+    assert "2002 tokens truncated to the model limit 256" in caplog.text
+    # Truncation keeps [CLS] + the first 254 tokens + [SEP]: the same vector as the text cut to 254 words.
+    cut = await embedder.embed(["word " * 254])
+    assert float(vectors[0] @ cut[0]) >= 0.9999
+
+
+async def model_statistics(embedder: TritonEmbedder, model: str | None = None) -> tuple[int, int]:
+    """(inference_count, execution_count) of a model on the server (Triton statistics extension)."""
+    client = embedder._client
+    assert client is not None
+    stats = await client.get_inference_statistics(model or embedder.model_name)
+    (entry,) = stats.model_stats
+    return int(entry.inference_count), int(entry.execution_count)
+
+
+@pytest.mark.parametrize("bad", [None, 42, b"bytes"])
+async def test_non_string_text_is_refused_before_triton(embedder: TritonEmbedder, bad: Any) -> None:
+    with pytest.raises(EmbedderError, match=r"texts\[0\] is a"):
+        await embedder.embed([bad])
+
+
+async def test_blank_text_never_reaches_triton(embedder: TritonEmbedder) -> None:
+    before = await model_statistics(embedder)
+    requests = embedder.stats.requests
+    with pytest.raises(EmbedderError, match=r"texts\[2\] is empty"):
+        await embedder.embed(["fine", "also fine", " \u3000\n"])  # ideographic space is whitespace too
+    assert await model_statistics(embedder) == before
+    assert embedder.stats.requests == requests
+
+
+POISON_TOKEN = 9947  # "poison" in the all-MiniLM-L6-v2 vocabulary
+
+
+def poison_encoder() -> bytes:
+    """An ONNX graph with the embedder's contract whose states are 1 / (token_id - POISON_TOKEN): inf on "poison"."""
+    onnx = pytest.importorskip("onnx")
+    helper, tp = onnx.helper, onnx.TensorProto
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["ids_f"], to=tp.FLOAT),
+        helper.make_node("Sub", ["ids_f", "k"], ["diff"]),
+        helper.make_node("Reciprocal", ["diff"], ["recip"]),
+        helper.make_node("Unsqueeze", ["recip", "axes"], ["col"]),
+        helper.make_node("Expand", ["col", "shape"], ["last_hidden_state"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "poison",
+        [
+            helper.make_tensor_value_info("input_ids", tp.INT64, ["batch", "sequence"]),
+            helper.make_tensor_value_info("attention_mask", tp.INT64, ["batch", "sequence"]),
+        ],
+        [helper.make_tensor_value_info("last_hidden_state", tp.FLOAT, ["batch", "sequence", 384])],
+        [
+            helper.make_tensor("k", tp.FLOAT, [], [float(POISON_TOKEN)]),
+            helper.make_tensor("axes", tp.INT64, [1], [2]),
+            helper.make_tensor("shape", tp.INT64, [3], [1, 1, 384]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    data: bytes = model.SerializeToString()
+    return data
+
+
+async def test_non_finite_output_is_an_error_naming_the_text(embedder: TritonEmbedder, settings: Settings) -> None:
+    """A real Triton model (loaded through the model-repository extension) that returns inf for one token."""
+    client = embedder._client
+    assert client is not None
+    config = (await client.get_model_config(embedder.model_name, as_json=True))["config"]
+    config["name"] = "poison-probe"
+    await client.load_model("poison-probe", config=json.dumps(config), files={"file:1/model.onnx": poison_encoder()})
+    try:
+        async with TritonEmbedder(settings.triton_grpc_url, embedder.spec, model_name="poison-probe") as probe:
+            fine = await probe.embed(["a harmless sentence"])
+            assert np.isfinite(fine).all()
+            with pytest.raises(
+                EmbedderError, match=r"non-finite embedding for 1 text\(s\): texts\[1\] 'a poison pill'"
+            ):
+                await probe.embed(["a harmless sentence", "a poison pill", "another harmless one"])
+    finally:
+        await client.unload_model("poison-probe")
+
+
+# --- failure: down, not ready, timeouts, message size, closing -----------------------------------------------------
+
+
+async def test_triton_down_fails_fast_with_bounded_retries() -> None:
+    port = free_port()  # nothing listens here
+    client = TritonEmbedder(f"127.0.0.1:{port}", get_spec("all-minilm-l6-v2"), retries=3, connect_timeout_s=1.0)
+    start = time.perf_counter()
+    with pytest.raises(EmbedderError, match=rf"Triton at 127.0.0.1:{port} unreachable or not ready .*3 attempt"):
+        await client.connect()
+    elapsed = time.perf_counter() - start
+    assert client.stats.retries == 2  # 3 attempts
+    assert elapsed < 3 * 1.0 + 2 * 2.0  # attempts x deadline + backoff (at most 2 s each)
+    with pytest.raises(EmbedderError, match="not connected"):
+        await client.embed(["text"])
+
+
+async def test_server_that_never_answers_hits_the_deadline() -> None:
+    """A socket that accepts TCP but never speaks HTTP/2: the readiness check ends at its deadline, no hang."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        client = TritonEmbedder(f"127.0.0.1:{port}", get_spec("all-minilm-l6-v2"), connect_timeout_s=0.5)
+        start = time.perf_counter()
+        with pytest.raises(EmbedderError, match="unreachable or not ready"):
+            await client.connect()
+        assert time.perf_counter() - start < 3 * 0.5 + 2 * 2.0
+
+
+async def test_model_not_loaded_is_a_clear_error(triton_server: Settings) -> None:
+    spec = get_spec("bge-large-en-v1.5")  # in the repository, never loaded by the local stack
+    client = TritonEmbedder(
+        triton_server.triton_grpc_url, spec, tokenizer_path=get_spec("all-minilm-l6-v2").tokenizer_file()
+    )
+    with pytest.raises(EmbedderError, match=r"'bge-large-en-v1\.5'.*not ready"):
+        await client.connect()
+
+
+async def test_request_deadline_is_enforced(triton_server: Settings) -> None:
+    spec = get_spec(triton_server.embedder_model)
+    async with TritonEmbedder(triton_server.triton_grpc_url, spec, timeout_s=0.001) as client:
+        with pytest.raises(EmbedderError, match="deadline exceeded"):
+            await client.embed(["a sentence " * 100] * 64)
+        assert client.stats.failures == 1
+
+
+def test_custom_channel_args_keep_large_message_limits() -> None:
+    options = dict(
+        channel_options([("grpc.max_receive_message_length", 4 * 1024 * 1024), ("grpc.keepalive_time_ms", 5)])
+    )
+    assert options["grpc.max_receive_message_length"] == GRPC_MAX_MESSAGE_BYTES
+    assert options["grpc.max_send_message_length"] == GRPC_MAX_MESSAGE_BYTES
+    assert options["grpc.keepalive_time_ms"] == 5
+    assert dict(channel_options([("grpc.max_send_message_length", -1)]))["grpc.max_send_message_length"] == -1
+
+
+async def test_full_batch_over_4_mib_with_custom_channel_args(triton_server: Settings) -> None:
+    spec = get_spec(triton_server.embedder_model)
+    custom = [("grpc.keepalive_time_ms", 60_000), ("grpc.max_receive_message_length", 4 * 1024 * 1024)]
+    texts = [f"document {i} " + "protein folding " * 200 for i in range(64)]
+    async with TritonEmbedder(triton_server.triton_grpc_url, spec, channel_args=custom) as client:
+        vectors = await client.embed(texts)
+        assert client.stats.requests == 1  # one request of 64 x 256 tokens: 25 MiB of float32 states back
+    assert vectors.shape == (64, 384) and np.isfinite(vectors).all()
+    assert 64 * spec.max_tokens * spec.dim * 4 > 4 * 1024 * 1024
+
+
+async def test_close_is_idempotent_and_final(triton_server: Settings) -> None:
+    client = TritonEmbedder(triton_server.triton_grpc_url, get_spec(triton_server.embedder_model))
+    await client.connect()
+    await client.embed(["one call"])
+    assert len(client.latencies_ms) == 1 and client.latency_percentiles_ms()["n"] == 1
+    await client.close()
+    await client.close()
+    with pytest.raises(EmbedderError, match="not connected"):
+        await client.embed(["after close"])
+
+
+# --- batching and observability ----------------------------------------------------------------------------------
+
+
+async def test_concurrent_single_text_requests_are_batched_on_the_server(embedder: TritonEmbedder) -> None:
+    """Short texts share the 16-token bucket, so Triton's dynamic batcher merges concurrent requests."""
+    before_inferences, before_executions = await model_statistics(embedder)
+    texts = [f"claim number {i} about cells" for i in range(32)]
+    vectors = await asyncio.gather(*(embedder.embed([t], "query") for t in texts))
+    inferences, executions = await model_statistics(embedder)
+    assert inferences - before_inferences == 32
+    assert executions - before_executions < 32  # at least one server batch held more than one request
+    alone = await embedder.embed([texts[5]], "query")
+    assert float(alone[0] @ vectors[5][0]) >= 0.9999
+
+
+async def test_status_reports_triton_metrics(embedder: TritonEmbedder, settings: Settings) -> None:
+    await embedder.embed(["metrics probe"])
+    inferences, executions = await model_statistics(embedder)
+    (triton_row,) = [s for s in stack.status(settings) if s.name == "triton"]
+    assert triton_row.healthy
+    figures = triton_row.metrics["models"][settings.embedder_model]
+    assert figures["inferences"] == inferences and figures["executions"] == executions
+    assert figures["mean_batch"] == round(inferences / executions, 2) >= 1.0
+    assert "mean batch" in triton_row.detail
+
+
+async def test_int8_variant_is_close_to_fp32(embedder: TritonEmbedder, settings: Settings) -> None:
+    spec = get_spec("all-minilm-l6-v2-int8")
+    if not (settings.model_repository / spec.name / "1" / "model.onnx").is_file():
+        pytest.skip("int8 model not exported (`python -m infra.export_onnx all-minilm-l6-v2-int8`)")
+    client = embedder._client
+    assert client is not None
+    await client.load_model(spec.name)
+    try:
+        async with TritonEmbedder(settings.triton_grpc_url, spec) as int8:
+            quantised = await int8.embed(TEXTS)
+        full = await embedder.embed(TEXTS)
+        cosines = (quantised * full).sum(axis=1)
+        assert cosines.min() >= 0.95
+        assert cosines.mean() >= 0.98
+        assert np.abs(quantised - full).max() > 1e-4  # it is a different (quantised) graph
+    finally:
+        await client.unload_model(spec.name)

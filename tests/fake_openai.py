@@ -1,0 +1,191 @@
+"""A small scripted OpenAI-compatible chat server for behaviours only Triton's OpenAI frontend (or a failing server)
+shows: each request pops the next scripted reply; every request body is recorded.
+
+Replies (`Reply`): text (streamed as SSE chunks when the request asks for `stream`), a tool call, empty `choices`,
+an HTTP error with a body, or a delay. Like Triton's frontend, a request without `max_tokens` gets at most 16
+output tokens (here: words) — the quirk the `triton` profile guards against.
+
+Started by `FakeOpenAIServer` (uvicorn in a thread on a free port, `ThreadedServer`), used as a context manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+TRITON_DEFAULT_MAX_TOKENS = 16
+"""Output tokens Triton's OpenAI frontend generates when a request has no `max_tokens`."""
+
+VLLM_NO_TOOLS_ERROR = {
+    "error": {
+        "message": '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+}
+"""vLLM 0.32's 400 body for `tools` with tool_choice `auto` on a server started without tool calling
+(vllm/renderers/online_renderer.py)."""
+
+
+@dataclass
+class Reply:
+    """One scripted reply: `text`, or a `tool_call` (name, arguments dict), or `empty_choices`, or an HTTP
+    `status` with `body`; `delay_s` waits before answering."""
+
+    text: str | None = None
+    tool_call: tuple[str, dict[str, Any]] | None = None
+    empty_choices: bool = False
+    status: int = 200
+    body: dict[str, Any] | None = None
+    delay_s: float = 0.0
+
+
+@dataclass
+class FakeState:
+    """Script and record shared between the test and the server thread."""
+
+    script: list[Reply] = field(default_factory=list)
+    default: Reply = field(default_factory=lambda: Reply(text="The passages say so [1]."))
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, model: str = "fake") -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [choice]}
+    return f"data: {json.dumps(body)}\n\n"
+
+
+def build_app(state: FakeState) -> FastAPI:
+    """The fake server: `POST /v1/chat/completions`, `GET /v1/models`."""
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "fake", "object": "model"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        state.requests.append(body)
+        reply = state.script.pop(0) if state.script else state.default
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if reply.status != 200:
+            return JSONResponse(reply.body or {"error": {"message": "scripted error"}}, status_code=reply.status)
+        text = reply.text or ""
+        if "max_tokens" not in body:  # Triton's frontend default
+            text = " ".join(text.split(" ")[:TRITON_DEFAULT_MAX_TOKENS])
+        model = body.get("model", "fake")
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if reply.tool_call is not None:
+                name, args = reply.tool_call
+                message = {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+                    ],
+                }
+            choices = [] if reply.empty_choices else [{"index": 0, "message": message, "finish_reason": "stop"}]
+            usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 10}
+            return JSONResponse(
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": model,
+                    "choices": choices,
+                    "usage": usage,
+                }
+            )
+
+        async def stream() -> AsyncIterator[str]:
+            if reply.empty_choices:
+                body = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": []}
+                yield f"data: {json.dumps(body)}\n\n"
+            elif reply.tool_call is not None:
+                name, args = reply.tool_call
+                call = {
+                    "index": 0,
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
+                yield _chunk({"role": "assistant", "tool_calls": [call]}, model=model)
+                yield _chunk({}, "tool_calls", model=model)
+            else:
+                yield _chunk({"role": "assistant", "content": ""}, model=model)
+                for word in text.split(" "):
+                    yield _chunk({"content": word + " "}, model=model)
+                yield _chunk({}, "stop", model=model)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 0}
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                final = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": []}
+                yield f"data: {json.dumps(final | {'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    return app
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ThreadedServer:
+    """Runs an ASGI `app` with uvicorn in a daemon thread on a free port; `url` is `http://127.0.0.1:<port>`."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ThreadedServer:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError(f"uvicorn server on port {self.port} did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+class FakeOpenAIServer(ThreadedServer):
+    """The fake OpenAI server in a thread; `base_url` is `http://127.0.0.1:<port>/v1`, `state` its script."""
+
+    def __init__(self) -> None:
+        self.state = FakeState()
+        super().__init__(build_app(self.state))
+        self.base_url = f"{self.url}/v1"
+
+    def __enter__(self) -> FakeOpenAIServer:
+        super().__enter__()
+        return self
+
+    def reset(self, *script: Reply) -> list[dict[str, Any]]:
+        """Replace the script, clear the recorded requests, return the (live) request list."""
+        self.state.script[:] = list(script)
+        self.state.requests.clear()
+        return self.state.requests

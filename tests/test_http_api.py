@@ -1,0 +1,155 @@
+"""The HTTP API: `rag serve` in a subprocess against the real stack (Triton, Postgres, vLLM), and the same app
+in-process against a failing fake LLM for the error mapping."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from agent.app import RagApp
+from agent.http_api import create_app
+from agent.settings import Settings
+from tests.conftest import cli_env, free_port
+from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer
+from tools.store import VectorStore
+
+CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
+OFF_TOPIC = "Who won the 2018 FIFA World Cup?"
+
+
+class RagServe:
+    """`rag serve --port <free>` in a subprocess with the test stack's environment; stopped by its PID."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.settings = settings
+        self.process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> RagServe:
+        command = [sys.executable, "-m", "agent", "serve", "--port", str(self.port)]
+        self.process = subprocess.Popen(
+            command, env=cli_env(self.settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"rag serve exited: {self.process.stdout.read() if self.process.stdout else ''}")
+            try:
+                if httpx.get(self.url + "/", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.__exit__()
+        raise RuntimeError("rag serve did not answer within 120 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def sse_events(response: httpx.Response) -> list[tuple[str, Any]]:
+    """(event, JSON data) pairs of a `text/event-stream` body."""
+    events = []
+    for block in response.text.split("\n\n"):
+        lines = block.strip().splitlines()
+        name = next((line[6:].strip() for line in lines if line.startswith("event:")), "message")
+        data = [line[5:].strip() for line in lines if line.startswith("data:")]
+        if data:
+            events.append((name, json.loads("\n".join(data))))
+    return events
+
+
+@pytest.fixture(scope="module")
+def served(llm_settings: Settings, ingested: str) -> Iterator[RagServe]:
+    with RagServe(llm_settings) as server:
+        yield server
+
+
+@pytest.mark.llm
+def test_health_reports_each_dependency(served: RagServe) -> None:
+    response = httpx.get(served.url + "/health", timeout=30)
+    body = response.json()
+    assert response.status_code == 200, body
+    assert body["ok"] is True and set(body["checks"]) == {"triton", "postgres", "llm"}
+    assert "documents" in body["checks"]["postgres"]["detail"]
+    assert served.settings.llm_model in body["checks"]["llm"]["detail"]
+
+
+@pytest.mark.llm
+async def test_ask_returns_the_typed_json_result(served: RagServe, llm_settings: Settings, store: VectorStore) -> None:
+    async with httpx.AsyncClient(timeout=300) as client:
+        response = await client.post(served.url + "/v1/ask", json={"question": CLAIM, "top_k": 4})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) >= {"answer", "citations", "timings_ms", "refused", "policy", "searches"}
+    assert body["answer"].strip() and body["refused"] is False and body["searches"] == [CLAIM]
+    assert {"embed", "search", "llm", "llm_ttft", "total"} <= set(body["timings_ms"])
+    async with RagApp.from_settings(llm_settings) as app:
+        retrieved = {p.chunk_id for p in (await app.search(CLAIM, 4)).passages}
+    assert {c["chunk_id"] for c in body["citations"]} <= retrieved
+
+
+@pytest.mark.llm
+def test_bad_input_is_a_422_with_the_field_named(served: RagServe) -> None:
+    blank = httpx.post(served.url + "/v1/ask", json={"question": "   "}, timeout=30)
+    assert blank.status_code == 422 and blank.json()["error"] == "bad_request"
+    zero = httpx.post(served.url + "/v1/ask", json={"question": CLAIM, "top_k": 0}, timeout=30)
+    assert zero.status_code == 422 and "top_k" in zero.text
+    policy = httpx.post(served.url + "/v1/ask", json={"question": CLAIM, "policy": "sometimes"}, timeout=30)
+    assert policy.status_code == 422 and "policy" in policy.text
+
+
+@pytest.mark.llm
+def test_stream_sends_tool_activity_text_then_the_result(served: RagServe) -> None:
+    response = httpx.post(served.url + "/v1/ask/stream", json={"question": CLAIM, "top_k": 3}, timeout=300)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response)
+    names = [name for name, _ in events]
+    assert names[0] == "tool_call" and events[0][1]["args"]["query"] == CLAIM
+    assert names[1] == "tool_result" and names[-1] == "result" and "text" in names
+    streamed = "".join(data["text"] for name, data in events if name == "text")
+    result = events[-1][1]
+    assert result["answer"].split()[:5] == streamed.split()[:5]
+
+
+@pytest.mark.llm
+def test_off_topic_question_is_refused_over_http(served: RagServe) -> None:
+    body = httpx.post(served.url + "/v1/ask", json={"question": OFF_TOPIC}, timeout=60).json()
+    assert body["refused"] is True and body["citations"] == []
+
+
+async def test_llm_failures_map_to_typed_http_errors(settings: Settings, ingested: str) -> None:
+    with FakeOpenAIServer() as fake:
+        broken = settings.model_copy(
+            update={
+                "llm_base_url": fake.base_url,
+                "llm_model": "not-served",
+                "llm_max_retries": 0,
+                "llm_profile": "triton",
+            }
+        )
+        fake.state.default = Reply(status=500)
+        with ThreadedServer(create_app(broken)) as server:
+            async with httpx.AsyncClient(timeout=60) as client:
+                plain = await client.post(server.url + "/v1/ask", json={"question": CLAIM})
+                assert plain.status_code == 503 and plain.json()["error"] == "llm_unavailable"
+                stream = await client.post(server.url + "/v1/ask/stream", json={"question": CLAIM})
+                events = sse_events(stream)
+                assert events[-1][0] == "error" and events[-1][1]["error"] == "llm_unavailable"
+                health = await client.get(server.url + "/health")
+                assert health.status_code == 503 and health.json()["checks"]["llm"]["ok"] is False
+                assert health.json()["checks"]["triton"]["ok"] is True

@@ -1,0 +1,65 @@
+"""The web chat page in headless Chromium (Debian `chromium`, driven by Playwright), served by `rag serve` on the
+real stack: type a question, see the streamed answer with its sources."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from agent.app import RagApp
+from agent.settings import Settings
+from tests.test_http_api import CLAIM, OFF_TOPIC, RagServe
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = [
+    pytest.mark.llm,
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="needs Debian's chromium (apt-get install chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def served(llm_settings: Settings, ingested: str) -> Iterator[RagServe]:
+    with RagServe(llm_settings) as server:
+        yield server
+
+
+async def test_typed_question_gets_a_cited_answer(served: RagServe, llm_settings: Settings) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = await browser.new_page()
+            await page.goto(served.url + "/")
+            await page.fill("#question", CLAIM)
+            await page.click("#send")
+            turn = page.locator(".turn").first
+            await expect(turn.locator(".question")).to_have_text(CLAIM)
+            await expect(turn.locator(".activity").first).to_contain_text("search_documents", timeout=60_000)
+            await expect(turn.locator(".meta").last).to_contain_text("total", timeout=300_000)
+            answer = (await turn.locator(".answer").inner_text()).strip()
+            cited = await turn.locator(".citation").evaluate_all("items => items.map(i => i.dataset.docId)")
+            await page.fill("#question", OFF_TOPIC)
+            await page.click("#send")
+            refusal = page.locator(".turn").nth(1)
+            await expect(refusal.locator(".meta").first).to_contain_text("documents do not cover", timeout=60_000)
+        finally:
+            await browser.close()
+    assert answer and "<think>" not in answer
+    assert cited, "the answer shows no sources"
+    async with RagApp.from_settings(llm_settings) as app:
+        retrieved = {p.doc_id for p in (await app.search(CLAIM, llm_settings.top_k)).passages}
+    assert set(cited) <= retrieved
