@@ -51,10 +51,25 @@ class RagApp:
             settings.triton_grpc_url,
             self.spec,
             timeout_s=settings.triton_timeout_s,
+            retries=settings.triton_retries,
             tokenizer_path=settings.embedder_tokenizer,
+            connect_timeout_s=settings.triton_connect_timeout_s,
+            max_in_flight=settings.triton_max_in_flight,
         )
         self.store = VectorStore(database_url(settings), self.spec.name, self.spec.dim, settings.db_pool_max_size)
-        self.retriever = Retriever(self.embedder, self.store, ef_search=settings.hnsw_ef_search)
+        self.retriever = Retriever(
+            self.embedder,
+            self.store,
+            mode=settings.retrieval_mode,
+            ef_search=settings.hnsw_ef_search,
+            rrf_k=settings.rrf_k,
+            candidates=settings.retrieval_candidates,
+            weights=(settings.rrf_weight_dense, settings.rrf_weight_full_text),
+            full_text_match=settings.full_text_match,
+            full_text_rank=settings.full_text_rank,
+            bm25_k1=settings.bm25_k1,
+            bm25_b=settings.bm25_b,
+        )
         self.usage_limits = UsageLimits(
             request_limit=settings.agent_request_limit,
             tool_calls_limit=settings.agent_tool_calls_limit,

@@ -16,6 +16,7 @@ from collections import deque
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from rich.console import Console
+from rich.markup import escape
 
 from agent.app import RagApp
 from agent.errors import AgentError
@@ -58,12 +59,13 @@ def print_sources(console: Console, result: AskResult) -> None:
                 f"  [{c.passage}] doc {c.doc_id} ({c.chunk_id}, score {c.score:.4f}) {c.title}",
                 highlight=False,
                 markup=False,
+                soft_wrap=True,
             )
     elif result.refused:
         console.print("\n[dim]no sources: no retrieved passage is relevant enough[/]")
     else:
         console.print("\n[dim]no sources cited[/]")
-    console.print("[dim]" + ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items()) + "[/]")
+    console.print("[dim]" + ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items()) + "[/]", soft_wrap=True)
 
 
 def show_event(console: Console, event: AgentEvent) -> None:
@@ -72,9 +74,9 @@ def show_event(console: Console, event: AgentEvent) -> None:
         console.print(event.text, end="", highlight=False, markup=False, soft_wrap=True)
     elif isinstance(event, ToolCall):
         args = ", ".join(f"{k}={v!r}" for k, v in event.args.items())
-        console.print(f"[dim]→ {event.tool}({args})[/]", highlight=False)
+        console.print(f"[dim]→ {escape(event.tool)}({escape(args)})[/]", highlight=False, soft_wrap=True)
     elif isinstance(event, ToolResult):
-        console.print(f"[dim]← {event.summary}[/]", highlight=False)
+        console.print(f"[dim]← {escape(event.summary)}[/]", highlight=False, soft_wrap=True)
     elif isinstance(event, AnswerRestart):
         console.print("\n[dim](draft discarded)[/]")
 
@@ -85,9 +87,7 @@ async def turn(
     """Answer one question with streaming output; None when cancelled with Ctrl-C."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(
-        rag.ask(
-            question, top_k, policy=policy, on_event=lambda e: show_event(console, e), history=history.messages()
-        )
+        rag.ask(question, top_k, policy=policy, on_event=lambda e: show_event(console, e), history=history.messages())
     )
     loop.add_signal_handler(signal.SIGINT, task.cancel)  # Ctrl-C cancels this answer only
     try:
@@ -118,4 +118,4 @@ async def run_chat(rag: RagApp, console: Console, top_k: int | None = None, poli
         try:
             await turn(rag, console, history, question, top_k, policy)
         except (AgentError, ValueError, EmbedderError, StoreError) as exc:
-            console.print(f"\n[bold red]error:[/] {exc}", highlight=False)
+            console.print(f"\n[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)

@@ -232,7 +232,9 @@ def _llm_error(exc: Exception, timeout_s: float | None) -> AgentError:
         return LLMResponseError(f"the LLM server rejected the request: {exc}")
     if isinstance(exc, ModelAPIError):
         return LLMUnavailableError(f"the LLM server failed after retries: {exc}")
-    return LLMResponseError(f"the LLM server sent an unusable response: {exc}")
+    return LLMResponseError(
+        f"the LLM server sent no usable answer, e.g. an empty `choices` list, also when asked again ({exc})"
+    )
 
 
 async def answer(

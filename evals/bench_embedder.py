@@ -338,7 +338,7 @@ def ceiling_points(
     for length in params.lengths:
         pool = texts[length]
         kind = kind_of(length)
-        sample = [pool[i % len(pool)] for i in range(n_requests(params, length))]
+        sample = [pool[i % len(pool)] for i in range(max(n_requests(params, length), max(CEILING_BATCH_SIZES)))]
         # Sorted by token count, as the client sorts a multi-text call: each batch pads to the least bucket.
         lengths = [len(t) for t in embedder.tokenize(sample, kind)]
         sample = [sample[i] for i in np.argsort(lengths, kind="stable")]
@@ -565,6 +565,7 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
     sweep = report["sweep"]
     lengths = list(dict.fromkeys(p["length"] for p in sweep))
@@ -591,6 +592,8 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
         mean_tokens = report["params"]["mean_tokens"].get(length)
         for ax, ylabel in ((ax_tp, "throughput (requests/s)"), (ax_lat, "p95 latency (ms)")):
             ax.set_xscale("log", base=2)
+            ax.set_xticks(report["params"]["concurrencies"])
+            ax.xaxis.set_major_formatter(ScalarFormatter())
             ax.set_xlabel("concurrency (requests in flight)")
             ax.set_ylabel(ylabel)
             ax.set_title(f"{length} texts (~{mean_tokens} tokens)")

@@ -25,6 +25,9 @@ def retrieval(
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Evaluate only the first N queries of the split.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report only.")] = False,
+    tune: Annotated[
+        bool, typer.Option("--tune", help="Also grid-search RRF k and the dense weight (use with --split train).")
+    ] = False,
     output: Annotated[
         Path | None, typer.Option(help="Write the JSON report here (default: DATA_DIR/evals/retrieval-SPLIT.json).")
     ] = None,
@@ -33,7 +36,7 @@ def retrieval(
     through Triton and pgvector, HNSW recall@10 against exact search, and the published reference figures."""
     from evals.retrieval_cli import run_retrieval_command
 
-    run_retrieval_command(split, variant, limit, as_json, output)
+    run_retrieval_command(split, variant, limit, as_json, output, tune)
 
 
 @eval_app.command("answers")

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from agent.settings import Settings
-from evals.retrieval_eval import MODES, REFERENCE_NDCG10, RetrievalEvalReport, Variant, run_retrieval_eval
+from evals.retrieval_eval import REFERENCE_NDCG10, RetrievalEvalReport, Variant, run_retrieval_eval, tune_fusion
 from evals.scifact import DatasetError, Split, load_corpus, load_qrels, load_queries
 from infra.postgres import database_url
 from infra.processes import ServiceError
@@ -34,8 +34,8 @@ def render(report: RetrievalEvalReport, console: Console) -> None:
         table.add_column("mode")
         for metric in METRIC_NAMES:
             table.add_column(metric, justify="right")
-        for mode in MODES:
-            table.add_row(mode, *(f"{variant.metrics[mode][m]:.4f}" for m in METRIC_NAMES))
+        for mode, values in variant.metrics.items():
+            table.add_row(mode, *(f"{values[m]:.4f}" for m in METRIC_NAMES))
         console.print(table)
         lat = variant.latency_ms
         console.print(
@@ -52,7 +52,12 @@ def render(report: RetrievalEvalReport, console: Console) -> None:
 
 
 def run_retrieval_command(
-    split: str, variants: list[str] | None, limit: int | None, as_json: bool, output: Path | None
+    split: str,
+    variants: list[str] | None,
+    limit: int | None,
+    as_json: bool,
+    output: Path | None,
+    tune: bool = False,
 ) -> None:
     """Body of `rag eval retrieval` (see `evals.cli`); exits 1 with a message on bad input or a stack error."""
     err = Console(stderr=True)
@@ -97,6 +102,12 @@ def run_retrieval_command(
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None
     data = report.to_json()
+    if tune:
+        tuned = {}
+        for name, variant in report.variants.items():
+            grid = tune_fusion(variant, qrels)
+            tuned[name] = [{"rrf_k": k, "dense_weight": w, **m} for k, w, m in grid]
+        data["fusion_grid"] = tuned
     path = output or settings.data_dir / "evals" / f"retrieval-{split}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -105,4 +116,11 @@ def run_retrieval_command(
     else:
         console = Console()
         render(report, console)
+        for name, rows in cast(dict[str, list[dict[str, float]]], data.get("fusion_grid", {})).items():
+            console.print(f"RRF grid ({name}), best nDCG@10 first (full-text weight 1):")
+            for row in rows[:8]:
+                console.print(
+                    f"  k={row['rrf_k']:g} dense_weight={row['dense_weight']:g}: nDCG@10 {row['ndcg@10']:.4f} "
+                    f"recall@100 {row['recall@100']:.4f}"
+                )
         console.print(f"JSON report: {path}")

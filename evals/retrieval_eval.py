@@ -232,6 +232,9 @@ def retriever_for(embedder: TritonEmbedder, store: VectorStore, settings: Settin
         candidates=settings.retrieval_candidates,
         weights=(settings.rrf_weight_dense, settings.rrf_weight_full_text),
         full_text_match=settings.full_text_match,
+        full_text_rank=settings.full_text_rank,
+        bm25_k1=settings.bm25_k1,
+        bm25_b=settings.bm25_b,
     )
 
 
@@ -247,6 +250,8 @@ async def bm25_lists(store: VectorStore, queries: Sequence[Query], size: int) ->
     """
     import bm25s  # type: ignore[import-untyped]
     import Stemmer  # type: ignore[import-not-found]
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
 
     rows = await store.pool.fetch(
         "SELECT c.chunk_id, d.doc_id, d.title, c.text, d.source FROM chunks c JOIN documents d ON d.id = c.document_id"
@@ -408,3 +413,32 @@ async def run_retrieval_eval(
                 variant, docs, queries, qrels, embedder, settings, server_url, db_prefix, progress=progress
             )
     return RetrievalEvalReport(split, len(queries), reports)
+
+
+RRF_K_GRID = (5.0, 10.0, 20.0, 40.0, 60.0, 100.0)
+DENSE_WEIGHT_GRID = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+
+
+def tune_fusion(
+    report: VariantReport,
+    qrels: Qrels,
+    k_grid: Sequence[float] = RRF_K_GRID,
+    dense_weight_grid: Sequence[float] = DENSE_WEIGHT_GRID,
+) -> list[tuple[float, float, dict[str, float]]]:
+    """Grid search of the RRF constant k and the dense list's weight (full-text weight 1) on the kept candidate
+    lists of `report`; run it on the train split only. Returns (k, dense weight, metrics) best nDCG@10 first."""
+    results: list[tuple[float, float, dict[str, float]]] = []
+    for k in k_grid:
+        for weight in dense_weight_grid:
+            retriever = Retriever(
+                embedder=None,  # type: ignore[arg-type]  # ranking only: no embedder or store is used
+                store=None,  # type: ignore[arg-type]
+                rrf_k=k,
+                weights=(weight, 1.0),
+            )
+            metrics = evaluate(
+                qrels,
+                {q: doc_ranking([h for h, _ in retriever.rank(cl, "hybrid")]) for q, cl in report.lists.items()},
+            )
+            results.append((k, weight, metrics))
+    return sorted(results, key=lambda r: -r[2]["ndcg@10"])

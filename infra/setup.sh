@@ -43,6 +43,10 @@ if [ ! -f "$onnx" ]; then
   echo "== exporting all-MiniLM-L6-v2 to ONNX"
   .venv/bin/python -m infra.export_onnx all-minilm-l6-v2 >/dev/null
 fi
+if [ ! -f model_repository/all-minilm-l6-v2-int8/1/model.onnx ]; then
+  echo "== quantising it to int8 (ONNX Runtime dynamic quantisation)"
+  .venv/bin/python -m infra.export_onnx all-minilm-l6-v2-int8 >/dev/null
+fi
 
 echo "== converting SmolLM2-135M-Instruct GGUF for vLLM"
 .venv/bin/python -m infra.convert_gguf .rag/llm/SmolLM2-135M-Instruct >/dev/null 2>&1

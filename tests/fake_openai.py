@@ -113,8 +113,8 @@ def build_app(state: FakeState) -> FastAPI:
 
         async def stream() -> AsyncIterator[str]:
             if reply.empty_choices:
-                body = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": []}
-                yield f"data: {json.dumps(body)}\n\n"
+                empty = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": []}
+                yield f"data: {json.dumps(empty)}\n\n"
             elif reply.tool_call is not None:
                 name, args = reply.tool_call
                 call = {

@@ -124,7 +124,14 @@ async def test_server_without_tool_calling_is_detected_at_start_up(
 async def test_empty_choices_is_a_typed_error(
     fake: FakeOpenAIServer, settings: Settings, store: VectorStore, embedder: TritonEmbedder
 ) -> None:
-    fake.reset(Reply(empty_choices=True))
+    requests = fake.reset(Reply(empty_choices=True), Reply(text="Second try [1]."))
+    result = await run(fake_settings(settings, fake), store, embedder)  # pydantic-ai asks again once
+    assert result.answer == "Second try [1]." and len(requests) == 2
+    requests = fake.reset(*[Reply(empty_choices=True)] * 5)
+    with pytest.raises(LLMResponseError, match="empty `choices`"):
+        await run(fake_settings(settings, fake), store, embedder)
+    assert len(requests) == 2
+    fake.reset(Reply(text="<think>only reasoning</think>"))
     with pytest.raises(LLMResponseError, match="no answer text"):
         await run(fake_settings(settings, fake), store, embedder)
 

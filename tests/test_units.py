@@ -45,7 +45,8 @@ def test_chunks_cover_text_with_overlap_and_size_limit() -> None:
 
 
 def test_length_buckets_end_at_model_limit() -> None:
-    assert length_buckets(256) == [16, 32, 64, 96, 128, 160, 192, 224, 256]
+    assert length_buckets(256) == [32, 64, 128, 192, 256]
+    assert length_buckets(512) == [32, 64, 128, 192, 256, 320, 384, 448, 512]
     assert length_buckets(512)[-1] == 512
 
 

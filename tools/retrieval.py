@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tools.embedder import TritonEmbedder
-from tools.store import ChunkHit, FullTextMatch, VectorStore
+from tools.store import ChunkHit, FullTextMatch, FullTextRank, VectorStore
 
 RetrievalMode = Literal["dense", "full_text", "hybrid"]
 
@@ -98,8 +98,10 @@ class Retriever:
         rrf_k: RRF constant k.
         candidates: how many hits each list contributes to the fusion (at least top_k).
         weights: RRF weights of the (dense, full-text) lists.
-        full_text_match: `all` (websearch syntax, every term) or `any` (any term); see
+        full_text_match: `all` (websearch syntax, every term) or `any` (any term), for `ts_rank_cd`.
+        full_text_rank: `bm25` (Okapi BM25 over the stored lexemes) or `ts_rank_cd`; see
             `VectorStore.full_text_search`.
+        bm25_k1, bm25_b: BM25 parameters (Anserini's 0.9 and 0.4 by default).
     """
 
     def __init__(
@@ -108,10 +110,13 @@ class Retriever:
         store: VectorStore,
         mode: RetrievalMode = "hybrid",
         ef_search: int = 100,
-        rrf_k: float = 60.0,
+        rrf_k: float = 5.0,
         candidates: int = 50,
-        weights: tuple[float, float] = (1.0, 1.0),
+        weights: tuple[float, float] = (0.75, 1.0),
         full_text_match: FullTextMatch = "any",
+        full_text_rank: FullTextRank = "bm25",
+        bm25_k1: float = 0.9,
+        bm25_b: float = 0.4,
     ) -> None:
         if mode not in ("dense", "full_text", "hybrid"):
             raise ValueError(f"retrieval mode {mode!r}; expected 'dense', 'full_text' or 'hybrid'")
@@ -128,6 +133,9 @@ class Retriever:
         self.candidates = candidates
         self.weights = weights
         self.full_text_match = full_text_match
+        self.full_text_rank = full_text_rank
+        self.bm25_k1 = bm25_k1
+        self.bm25_b = bm25_b
 
     async def candidate_lists(self, query: str, size: int, mode: RetrievalMode | None = None) -> CandidateLists:
         """The dense and full-text lists of `size` hits each that `mode` (default: this retriever's) needs;
@@ -154,7 +162,9 @@ class Retriever:
             timings["search"] += (time.perf_counter() - start) * 1000
         if mode in ("full_text", "hybrid"):
             start = time.perf_counter()
-            full_text = await self.store.full_text_search(query, size, match=self.full_text_match)
+            full_text = await self.store.full_text_search(
+                query, size, match=self.full_text_match, rank=self.full_text_rank, k1=self.bm25_k1, b=self.bm25_b
+            )
             timings["search"] += (time.perf_counter() - start) * 1000
         return CandidateLists(dense, full_text, timings)
 

@@ -24,6 +24,8 @@ from pgvector.asyncpg import register_vector
 
 FullTextMatch = Literal["all", "any"]
 """Full-text query form: every term (`all`) or any term (`any`)."""
+FullTextRank = Literal["bm25", "ts_rank_cd"]
+"""Full-text ranking: Okapi BM25 over the stored lexemes, or Postgres' `ts_rank_cd`."""
 
 
 class StoreError(RuntimeError):
@@ -269,29 +271,52 @@ class VectorStore:
             )
         return [_hit(r) for r in rows]
 
-    async def full_text_search(self, query: str, top_k: int, match: FullTextMatch = "all") -> list[ChunkHit]:
-        """Chunks matching the query's `english` lexemes, ranked by `ts_rank_cd` (cover density), via the GIN index.
+    async def full_text_search(
+        self,
+        query: str,
+        top_k: int,
+        match: FullTextMatch = "all",
+        rank: FullTextRank = "ts_rank_cd",
+        k1: float = 0.9,
+        b: float = 0.4,
+    ) -> list[ChunkHit]:
+        """Chunks matching the query's `english` lexemes (stored `tsvector`, GIN index), ranked.
 
         Args:
             query: free text.
             top_k: rows wanted.
-            match: `all` = `websearch_to_tsquery('english', query)` (every term must occur; quotes and `-term`
-                work as on a web search engine); `any` = the same lexemes as `plainto_tsquery` joined by OR
-                (`|`), which suits long natural-language queries such as claims, where requiring every word
-                leaves most queries with no match.
+            match: for `ts_rank_cd`: `all` = `websearch_to_tsquery('english', query)` (every term must occur;
+                quotes and `-term` work as on a web search engine); `any` = the same lexemes as `plainto_tsquery`
+                joined by OR (`|`), which suits long natural-language queries such as claims. BM25 always
+                matches any lexeme.
+            rank: `ts_rank_cd` (Postgres cover density, no corpus statistics) or `bm25`: Okapi BM25 in Lucene's
+                form (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009):
+                sum over the query's distinct lexemes t of idf(t) * tf / (tf + k1 * (1 - b + b * dl / avgdl)),
+                idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)); tf = occurrences of t in the chunk's `tsvector`,
+                df = chunks containing t (counted through the GIN index), N = chunks, dl = the chunk's
+                `token_count` (embedder tokens: only the ratio dl / avgdl enters).
+            k1, b: BM25 parameters; defaults 0.9 and 0.4 are Anserini's (BEIR's BM25 baseline).
 
         Returns:
-            Up to `top_k` hits, best first; `score` = `ts_rank_cd(tsv, query)`.
+            Up to `top_k` hits, best first (ties by insertion order); `score` = the rank function's value.
+
+        Raises:
+            StoreError: unknown `match` or `rank`.
         """
+        if rank == "bm25":
+            rows = await self.pool.fetch(_BM25_SQL, query, top_k, float(k1), float(b))
+            return [_hit(r) for r in rows]
+        if rank != "ts_rank_cd" or match not in ("all", "any"):
+            raise StoreError(f"full-text rank={rank!r}, match={match!r}; expected bm25|ts_rank_cd and all|any")
         tsquery = {
             "all": "websearch_to_tsquery('english', $1)",
             "any": "replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery",
         }[match]
         rows = await self.pool.fetch(
             f"""
-            SELECT {_HIT_COLUMNS}, ts_rank_cd(c.tsv, q) AS score
-            FROM chunks c JOIN documents d ON d.id = c.document_id, {tsquery} q
-            WHERE c.tsv @@ q
+            SELECT {_HIT_COLUMNS}, ts_rank_cd(c.tsv, query.q) AS score
+            FROM chunks c JOIN documents d ON d.id = c.document_id, (SELECT {tsquery} AS q) AS query
+            WHERE c.tsv @@ query.q
             ORDER BY score DESC, c.id
             LIMIT $2
             """,
@@ -354,3 +379,37 @@ def _schema_sql(dim: int) -> str:
     CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops);
     CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON chunks USING gin (tsv);
     """
+
+
+# BM25 over the stored tsvectors ($1 query text, $2 top_k, $3 k1, $4 b); see `VectorStore.full_text_search`.
+# Each query lexeme becomes a one-term tsquery, quoted for tsquery input (chr(39) = ', chr(92) = \).
+_BM25_SQL = f"""
+WITH terms AS (
+    SELECT DISTINCT u.lexeme,
+        (chr(39) || replace(replace(u.lexeme, chr(92), chr(92) || chr(92)), chr(39), chr(39) || chr(39))
+            || chr(39))::tsquery AS tq
+    FROM unnest(to_tsvector('english', $1)) AS u
+), stats AS (
+    SELECT count(*)::float8 AS n, greatest(avg(token_count), 1)::float8 AS avgdl FROM chunks
+), idf AS (
+    SELECT t.lexeme, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
+    FROM terms t CROSS JOIN stats s
+    CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM chunks c WHERE c.tsv @@ t.tq) d
+), any_term AS (
+    SELECT string_agg(tq::text, ' | ')::tsquery AS q FROM terms
+), scored AS (
+    SELECT c.id, sum(
+        i.idf * cardinality(u.positions)
+        / (cardinality(u.positions) + $3 * (1 - $4 + $4 * c.token_count / s.avgdl))
+    ) AS score
+    FROM chunks c CROSS JOIN any_term a CROSS JOIN stats s
+    CROSS JOIN LATERAL unnest(c.tsv) AS u
+    JOIN idf i ON i.lexeme = u.lexeme
+    WHERE c.tsv @@ a.q
+    GROUP BY c.id
+)
+SELECT {_HIT_COLUMNS}, sc.score
+FROM scored sc JOIN chunks c ON c.id = sc.id JOIN documents d ON d.id = c.document_id
+ORDER BY sc.score DESC, c.id
+LIMIT $2
+"""

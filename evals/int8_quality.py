@@ -1,0 +1,107 @@
+"""Retrieval quality of the int8 embedder next to fp32: SciFact test nDCG@10 with exact dense search, in process.
+
+Both graphs (`model_repository/all-minilm-l6-v2{,-int8}/1/model.onnx`) run under ONNX Runtime in this process with
+the client's own tokenization, truncation (256 tokens: one passage per abstract) and mean pooling, so the only
+difference is the quantisation. The corpus is the test split's gold abstracts plus the first `--distractors`
+other abstracts (the full 5,183 take ~10 min per model on 2 shared cores); metrics by `evals.metrics` (ir-measures).
+`rag eval retrieval` with `EMBEDDER_MODEL=all-minilm-l6-v2-int8` is the full-stack version.
+
+Usage: `python -m evals.int8_quality [--distractors 700] [--threads 2] [--output FILE]`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import numpy.typing as npt
+import typer
+
+from agent.settings import REPO_ROOT
+from evals.metrics import evaluate
+from tools.embedder import TextKind, TritonEmbedder
+from tools.model_specs import get_spec
+from tools.pooling import pool_and_normalize
+
+SCIFACT = REPO_ROOT / "evals" / "datasets" / "scifact"
+
+
+def embed_in_process(
+    model_file: Path, client: TritonEmbedder, texts: list[str], kind: TextKind, threads: int, batch: int = 16
+) -> tuple[npt.NDArray[np.float32], float]:
+    """Embed `texts` with ONNX Runtime (length-sorted batches padded to the client's buckets).
+
+    Returns:
+        `(len(texts), dim)` float32 unit rows in input order, and the throughput in sequences/s.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(model_file), sess_options=options, providers=["CPUExecutionProvider"])
+    ids = client.tokenize(texts, kind)
+    order = np.argsort([len(t) for t in ids], kind="stable")
+    out = np.empty((len(texts), client.spec.dim), dtype=np.float32)
+    start = time.perf_counter()
+    for i in range(0, len(order), batch):
+        rows = order[i : i + batch]
+        width = next(b for b in client.buckets if b >= max(len(ids[r]) for r in rows))
+        input_ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros_like(input_ids)
+        for j, r in enumerate(rows):
+            input_ids[j, : len(ids[r])] = ids[r]
+            mask[j, : len(ids[r])] = 1
+        (states,) = session.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": mask})
+        out[rows] = pool_and_normalize(states, mask, client.spec.pooling)
+    return out, len(texts) / (time.perf_counter() - start)
+
+
+def main(
+    distractors: Annotated[int, typer.Option(min=0, help="Non-gold abstracts added to the corpus.")] = 700,
+    threads: Annotated[int, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = 2,
+    output: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
+) -> None:
+    """Print nDCG@10 / recall@10 / MRR@10 of fp32 and int8 on the same SciFact test subset, and the difference."""
+    logging.getLogger("tools.embedder").setLevel(logging.ERROR)  # abstracts are cut at 256 tokens on purpose
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, doc_id, grade = line.split("\t")
+        qrels.setdefault(qid, {})[doc_id] = int(grade)
+    gold = {d for docs in qrels.values() for d in docs}
+    docs: dict[str, str] = {}
+    for line in (SCIFACT / "corpus.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["_id"] in gold or sum(1 for d in docs if d not in gold) < distractors:
+            docs[row["_id"]] = f"{row['title']} {row['text']}".strip()
+    queries = {
+        row["_id"]: row["text"]
+        for row in map(json.loads, (SCIFACT / "queries.jsonl").read_text().splitlines())
+        if row["_id"] in qrels
+    }
+    doc_ids, query_ids = list(docs), list(queries)
+    report: dict[str, Any] = {"n_queries": len(queries), "n_docs": len(docs), "threads": threads}
+    for name in ("all-minilm-l6-v2", "all-minilm-l6-v2-int8"):
+        spec = get_spec(name)
+        client = TritonEmbedder("unused:0", spec)
+        model_file = REPO_ROOT / "model_repository" / name / "1" / "model.onnx"
+        doc_vecs, doc_rate = embed_in_process(model_file, client, [docs[d] for d in doc_ids], "document", threads)
+        q_vecs, _ = embed_in_process(model_file, client, [queries[q] for q in query_ids], "query", threads)
+        scores = q_vecs @ doc_vecs.T
+        top = np.argsort(-scores, axis=1)[:, :100]
+        run = {q: [doc_ids[j] for j in top[i]] for i, q in enumerate(query_ids)}
+        report[name] = {**evaluate(qrels, run), "doc_seq_per_s": round(doc_rate, 1)}
+        typer.echo(f"{name}: {report[name]}")
+    report["ndcg@10_int8_minus_fp32"] = round(
+        report["all-minilm-l6-v2-int8"]["ndcg@10"] - report["all-minilm-l6-v2"]["ndcg@10"], 4
+    )
+    typer.echo(json.dumps(report))
+    if output is not None:
+        output.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    typer.run(main)

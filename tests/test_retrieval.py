@@ -1,0 +1,154 @@
+"""Retrieval against the real Postgres + pgvector (and Triton for the Retriever): filtered HNSW search against an
+exact scan, full-text query forms, weighted RRF, numbered passages, and the embedder check at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import numpy as np
+import pytest
+
+from evals.retrieval_eval import ensure_database
+from evals.scifact import load_corpus
+from tools.embedder import TritonEmbedder
+from tools.retrieval import Retriever, reciprocal_rank_fusion
+from tools.store import ChunkHit, ChunkRecord, DocumentRecord, StoreError, VectorStore
+
+DIM = 384
+GROUPS = 50
+N_DOCS = 2000
+
+
+def unit_vectors(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+async def random_store(postgres_url: str) -> AsyncIterator[VectorStore]:
+    """2,000 one-chunk documents with random unit vectors, document i in metadata group i % 50."""
+    url = await ensure_database(postgres_url, "test_retrieval_random")
+    async with VectorStore(url, "all-minilm-l6-v2", DIM) as store:
+        if (await store.count())[1] != N_DOCS:
+            vectors = unit_vectors(N_DOCS, seed=7)
+            await store.add_documents(
+                [
+                    DocumentRecord(
+                        f"r{i}",
+                        f"doc {i}",
+                        "random",
+                        f"h{i}",
+                        [ChunkRecord(0, f"text {i}", 2, vectors[i])],
+                        {"group": i % GROUPS},
+                    )
+                    for i in range(N_DOCS)
+                ]
+            )
+        yield store
+
+
+@pytest.mark.parametrize("top_k", [10, 100])
+async def test_filtered_hnsw_search_returns_min_k_matches(random_store: VectorStore, top_k: int) -> None:
+    """A 2% filter: a plain HNSW scan with ef_search=40 would find about 40 * 2% of rows; the iterative scan
+    keeps going until min(top_k, 40 matching) rows are found, near the exact scan's."""
+    matches = N_DOCS // GROUPS
+    overlaps = []
+    for query in unit_vectors(5, seed=11):
+        approx = await random_store.dense_search(query, top_k, ef_search=40, metadata_filter={"group": 7})
+        exact = await random_store.dense_search(query, top_k, metadata_filter={"group": 7}, exact=True)
+        assert len(approx) == len(exact) == min(top_k, matches)
+        assert all(int(h.doc_id[1:]) % GROUPS == 7 for h in approx)
+        assert [h.score for h in approx] == sorted((h.score for h in approx), reverse=True)
+        overlaps.append(len({h.chunk_id for h in approx} & {h.chunk_id for h in exact}) / len(exact))
+    print(f"filtered recall@{top_k}: {np.mean(overlaps):.3f}")
+    assert float(np.mean(overlaps)) >= 0.8
+
+
+async def test_hnsw_top_10_agrees_with_exact_scan(random_store: VectorStore) -> None:
+    overlaps = []
+    for query in unit_vectors(20, seed=3):
+        approx = {h.chunk_id for h in await random_store.dense_search(query, 10, ef_search=100)}
+        exact = await random_store.dense_search(query, 10, exact=True)
+        assert exact[0].score == pytest.approx(max(h.score for h in exact))
+        overlaps.append(len(approx & {h.chunk_id for h in exact}) / 10)
+    print(f"unfiltered recall@10: {np.mean(overlaps):.3f}")
+    # random 384-d vectors are HNSW's hard case; SciFact's real vectors are checked by the eval test
+    assert float(np.mean(overlaps)) >= 0.9
+
+
+async def test_dense_search_rejects_bad_top_k(random_store: VectorStore) -> None:
+    with pytest.raises(StoreError, match="top_k=0"):
+        await random_store.dense_search(unit_vectors(1, 0)[0], 0)
+
+
+async def test_refused_embedder_writes_nothing(postgres_url: str, random_store: VectorStore) -> None:
+    url = await ensure_database(postgres_url, "test_retrieval_random")
+    with pytest.raises(StoreError, match=r"'all-minilm-l6-v2' \(dim 384\).*'bge-large-en-v1.5' \(dim 1024\)"):
+        async with VectorStore(url, "bge-large-en-v1.5", 1024):
+            pass
+    conn = await asyncpg.connect(url)
+    try:
+        meta = {r["key"]: r["value"] for r in await conn.fetch("SELECT key, value FROM rag_meta")}
+        chunks = await conn.fetchval("SELECT count(*) FROM chunks")
+    finally:
+        await conn.close()
+    assert meta == {"embedder_model": "all-minilm-l6-v2", "dim": "384"}
+    assert chunks == N_DOCS
+
+
+@pytest.fixture(scope="module")
+async def scifact_store(postgres_url: str, embedder: TritonEmbedder) -> AsyncIterator[VectorStore]:
+    """Ten SciFact abstracts, one chunk each, embedded on Triton."""
+    docs = list(load_corpus().values())[:10]
+    url = await ensure_database(postgres_url, "test_retrieval_scifact")
+    async with VectorStore(url, embedder.spec.name, embedder.spec.dim) as store:
+        vectors = await embedder.embed([d.content for d in docs])
+        await store.add_documents(
+            [
+                DocumentRecord(d.doc_id, d.title, "scifact", f"h{d.doc_id}", [ChunkRecord(0, d.content, 100, v)])
+                for d, v in zip(docs, vectors, strict=True)
+            ]
+        )
+        yield store
+
+
+async def test_full_text_any_matches_a_claim_that_all_terms_miss(scifact_store: VectorStore) -> None:
+    # doc 4983: "Microstructural development of human newborn cerebral white matter assessed in vivo by diffusion
+    # tensor magnetic resonance imaging." The question adds words the abstract lacks.
+    query = "Is diffusion tensor imaging of newborn white matter related to autism or schizophrenia?"
+    assert await scifact_store.full_text_search(query, 5, match="all") == []
+    hits = await scifact_store.full_text_search(query, 5, match="any")
+    assert hits[0].doc_id == "4983"
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+async def test_hybrid_passages_are_numbered_for_citation(scifact_store: VectorStore, embedder: TritonEmbedder) -> None:
+    retriever = Retriever(embedder, scifact_store, mode="hybrid", rrf_k=60, weights=(1.0, 0.5))
+    result = await retriever.search("newborn cerebral white matter diffusion tensor MRI", top_k=3)
+    assert [p.number for p in result.passages] == [1, 2, 3]
+    top = result.passages[0]
+    assert (top.doc_id, top.chunk_id, top.source) == ("4983", "4983#0", "scifact")
+    # first in both lists: 1/(60+1) + 0.5/(60+1)
+    assert top.score == pytest.approx(1.5 / 61)
+    assert top.dense_score is not None and 0.4 < top.dense_score <= 1.0
+    assert set(result.timings_ms) == {"embed", "search"}
+
+
+def hit(chunk_id: str) -> ChunkHit:
+    return ChunkHit(chunk_id, chunk_id.split("#")[0], "", "", "", 0.0)
+
+
+def test_weighted_rrf_matches_hand_computation() -> None:
+    fused = reciprocal_rank_fusion([[hit("a#0"), hit("b#0")], [hit("b#0"), hit("c#0")]], k=10, weights=[2.0, 1.0])
+    scores = {h.chunk_id: s for h, s in fused}
+    assert scores == pytest.approx({"a#0": 2 / 11, "b#0": 2 / 12 + 1 / 11, "c#0": 1 / 12})
+    assert [h.chunk_id for h, _ in fused] == ["b#0", "a#0", "c#0"]
+
+
+def test_rrf_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="k=0"):
+        reciprocal_rank_fusion([[hit("a#0")]], k=0)
+    with pytest.raises(ValueError, match="1 RRF weights for 2 ranked lists"):
+        reciprocal_rank_fusion([[hit("a#0")], [hit("b#0")]], weights=[1.0])
