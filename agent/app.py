@@ -116,6 +116,7 @@ class RagApp:
         policy: Policy | None = None,
         on_event: Callable[[AgentEvent], None] | None = None,
         history: Sequence[ModelMessage] | None = None,
+        retrieval_query: str | None = None,
     ) -> AskResult:
         """Answer `question` from the stored documents with citations; see `agent.rag_agent.answer`.
 
@@ -125,6 +126,8 @@ class RagApp:
             policy: `always` or `agentic`; default `AGENT_POLICY`.
             on_event: receives `agent.events` events (tool activity, text, restarts).
             history: earlier turns of a conversation (pydantic-ai messages).
+            retrieval_query: what the `always` policy searches with, when it differs from the question (e.g. the
+                bare claim, when the question wraps it in instructions); default the question.
 
         Raises:
             ValueError: blank question, top_k < 1.
@@ -146,6 +149,7 @@ class RagApp:
             timeout_s=self.settings.answer_timeout_s,
             llm_timeout_s=self.settings.llm_timeout_s,
             message_history=history,
+            retrieval_query=retrieval_query,
         )
 
     async def ask_stream(

@@ -249,6 +249,7 @@ async def answer(
     timeout_s: float | None = None,
     llm_timeout_s: float | None = None,
     message_history: Sequence[ModelMessage] | None = None,
+    retrieval_query: str | None = None,
 ) -> AskResult:
     """Answer `question` with `agent` under `policy`, streamed, with validated citations.
 
@@ -262,6 +263,7 @@ async def answer(
         timeout_s: wall-clock limit of the agent run, seconds.
         llm_timeout_s: the per-request LLM timeout, only quoted in error messages.
         message_history: earlier turns (chat); passages of earlier turns are not cited again.
+        retrieval_query: the `always` policy's search query when it differs from the question; default question.
 
     Returns:
         `AskResult`; `timings_ms` has `embed`, `search`, `llm`, `total` and, when text came, `llm_ttft` (ms).
@@ -299,7 +301,7 @@ async def answer(
         deps.emit(TextDelta(text=delta))
 
     if policy == "always":
-        passages = await search_passages(deps, question, top_k or deps.top_k)
+        passages = await search_passages(deps, retrieval_query or question, top_k or deps.top_k)
         if not deps.is_relevant(passages):
             timings["llm"] = 0.0
             emit_text(REFUSAL)

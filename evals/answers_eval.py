@@ -158,8 +158,9 @@ def make_task(app: RagApp, top_k: int | None) -> Any:
     """The evaluated task: ask the agent about one claim and parse its verdict."""
 
     async def task(inputs: ClaimInputs) -> AnswerOutput:
-        result = await app.ask(QUESTION_TEMPLATE.format(claim=inputs.claim), top_k)
-        refused = bool(getattr(result, "refused", False))
+        # Retrieval (and the refusal threshold calibrated on claims) sees the bare claim; the LLM sees the question.
+        result = await app.ask(QUESTION_TEMPLATE.format(claim=inputs.claim), top_k, retrieval_query=inputs.claim)
+        refused = result.refused
         verdict: Verdict = "NOT_ENOUGH_INFO" if refused else parse_verdict(result.answer)
         cited = list(dict.fromkeys(c.doc_id for c in result.citations))
         refused = refused or (verdict == "NOT_ENOUGH_INFO" and not cited)

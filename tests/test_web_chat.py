@@ -10,7 +10,7 @@ import pytest
 
 from agent.app import RagApp
 from agent.settings import Settings
-from tests.test_http_api import CLAIM, OFF_TOPIC, RagServe
+from tests.test_http_api import OFF_TOPIC, RagServe
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -24,10 +24,11 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
-pytestmark = [
-    pytest.mark.llm,
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="needs Debian's chromium (apt-get install chromium)"),
-]
+# SciFact test claim 51 (gold abstract in the test corpus); at temperature 0 SmolLM2-135M quotes its passages, so the
+# answer is cited (the 135M model leaves some other claims uncited: see evals/policy_rates.py).
+CLAIM = "ALDH1 expression is associated with better breast cancer outcomes."
+
+pytestmark = pytest.mark.llm
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,7 @@ def served(llm_settings: Settings, ingested: str) -> Iterator[RagServe]:
 
 
 async def test_typed_question_gets_a_cited_answer(served: RagServe, llm_settings: Settings) -> None:
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
     from playwright.async_api import async_playwright, expect
 
     async with async_playwright() as pw:
