@@ -198,10 +198,14 @@ def summarize(
         return [float(r.value) for r in found if r is not None]
 
     verdicts = values("verdict_correct")
-    latency = {
-        stage: percentiles([c.output.timings_ms[stage] for c in cases if stage in c.output.timings_ms])
-        for stage in STAGES
-    }
+
+    def stage_ms(case: Any, stage: str) -> float | None:
+        value = case.output.timings_ms.get(stage)
+        if value is None or (stage.startswith("llm") and case.output.refused and value == 0):
+            return None  # a refusal without an LLM call has no LLM stage
+        return float(value)
+
+    latency = {stage: percentiles([v for c in cases if (v := stage_ms(c, stage)) is not None]) for stage in STAGES}
     n = len(cases) + len(report.failures)
     return {
         "n": n,

@@ -10,10 +10,10 @@ from typing import Any
 SCORE_KEYS = ("verdict_accuracy", "majority_baseline", "citation_precision", "citation_recall", "refusal_rate")
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "n/a"
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def plot_latency_cdf(records: list[dict[str, Any]], path: Path) -> None:
@@ -29,7 +29,8 @@ def plot_latency_cdf(records: list[dict[str, Any]], path: Path) -> None:
     for record in records:
         if record["output"]:
             for stage, ms in record["output"]["timings_ms"].items():
-                stages.setdefault(stage, []).append(float(ms))
+                if not (record["output"]["refused"] and stage.startswith("llm") and ms == 0):
+                    stages.setdefault(stage, []).append(float(ms))
     for stage, values in stages.items():
         xs = np.sort(np.asarray(values))
         ax.step(np.maximum(xs, 1e-3), np.arange(1, len(xs) + 1) / len(xs), where="post", label=f"{stage} (n={len(xs)})")
@@ -69,10 +70,13 @@ def plot_scores(summary: dict[str, Any], path: Path) -> None:
 def markdown_summary(summary: dict[str, Any]) -> str:
     """Markdown tables of the scores and of latency per stage (p50/p95/p99 with n)."""
     lines = ["| metric | value |", "| --- | --- |"]
-    lines += [f"| {k} | {_fmt(summary.get(k))} |" for k in (*SCORE_KEYS, "errors", "n", "throughput_rps", "wall_s")]
+    lines += [f"| {k} | {_fmt(summary.get(k))} |" for k in (*SCORE_KEYS, "errors", "n")]
+    lines += [f"| throughput (answers/s) | {_fmt(summary.get('throughput_rps'), 3)} |"]
+    lines += [f"| wall time (s) | {_fmt(summary.get('wall_s'), 1)} |"]
     lines += ["", "| stage | p50 ms | p95 ms | p99 ms | n |", "| --- | --- | --- | --- | --- |"]
     for stage, p in summary["latency_ms"].items():
-        lines.append(f"| {stage} | {_fmt(p.get('p50'))} | {_fmt(p.get('p95'))} | {_fmt(p.get('p99'))} | {p['n']} |")
+        cells = " | ".join(_fmt(p.get(k), 1) for k in ("p50", "p95", "p99"))
+        lines.append(f"| {stage} | {cells} | {p['n']} |")
     return "\n".join(lines)
 
 
