@@ -79,7 +79,7 @@ def bench_embedder(
     requests: Annotated[int, typer.Option(min=1, help="Requests per (setup, short, concurrency) point.")] = 200,
     abstract_requests: Annotated[int, typer.Option(min=1, help="Requests per abstract point.")] = 48,
     bucket: Annotated[
-        list[int] | None, typer.Option(min=1, help="Client padding buckets (repeatable; default 16 32 64 96 ...).")
+        list[int] | None, typer.Option(min=1, help="Client padding buckets (repeatable; default 32 64 128 192 256).")
     ] = None,
     concurrency: Annotated[
         list[int] | None, typer.Option(min=1, help="Concurrency to sweep (repeatable; default 1 8 32 64).")
