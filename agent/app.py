@@ -36,6 +36,24 @@ from tools.retrieval import RetrievalResult, Retriever
 from tools.store import IngestCounts, VectorStore
 
 
+def build_retriever(embedder: TritonEmbedder, store: VectorStore, settings: Settings) -> Retriever:
+    """The Retriever the settings describe (mode, RRF k and weights, candidates, full-text ranking, BM25
+    parameters, `hnsw.ef_search`), over `embedder` and `store`."""
+    return Retriever(
+        embedder,
+        store,
+        mode=settings.retrieval_mode,
+        ef_search=settings.hnsw_ef_search,
+        rrf_k=settings.rrf_k,
+        candidates=settings.retrieval_candidates,
+        weights=(settings.rrf_weight_dense, settings.rrf_weight_full_text),
+        full_text_match=settings.full_text_match,
+        full_text_rank=settings.full_text_rank,
+        bm25_k1=settings.bm25_k1,
+        bm25_b=settings.bm25_b,
+    )
+
+
 class RagApp:
     """Owns the clients; create with `RagApp.from_settings()` and use as an async context manager.
 
@@ -57,19 +75,7 @@ class RagApp:
             max_in_flight=settings.triton_max_in_flight,
         )
         self.store = VectorStore(database_url(settings), self.spec.name, self.spec.dim, settings.db_pool_max_size)
-        self.retriever = Retriever(
-            self.embedder,
-            self.store,
-            mode=settings.retrieval_mode,
-            ef_search=settings.hnsw_ef_search,
-            rrf_k=settings.rrf_k,
-            candidates=settings.retrieval_candidates,
-            weights=(settings.rrf_weight_dense, settings.rrf_weight_full_text),
-            full_text_match=settings.full_text_match,
-            full_text_rank=settings.full_text_rank,
-            bm25_k1=settings.bm25_k1,
-            bm25_b=settings.bm25_b,
-        )
+        self.retriever = build_retriever(self.embedder, self.store, settings)
         self.usage_limits = UsageLimits(
             request_limit=settings.agent_request_limit,
             tool_calls_limit=settings.agent_tool_calls_limit,

@@ -34,6 +34,7 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
+from agent.app import build_retriever
 from agent.settings import Settings
 from evals.metrics import evaluate
 from evals.scifact import CorpusDoc, Qrels, Query
@@ -221,23 +222,6 @@ async def hnsw_recall(
     return statistics.fmean(overlaps), latency
 
 
-def retriever_for(embedder: TritonEmbedder, store: VectorStore, settings: Settings) -> Retriever:
-    """The Retriever the app would build from `settings`, over `store`."""
-    return Retriever(
-        embedder,
-        store,
-        mode=settings.retrieval_mode,
-        ef_search=settings.hnsw_ef_search,
-        rrf_k=settings.rrf_k,
-        candidates=settings.retrieval_candidates,
-        weights=(settings.rrf_weight_dense, settings.rrf_weight_full_text),
-        full_text_match=settings.full_text_match,
-        full_text_rank=settings.full_text_rank,
-        bm25_k1=settings.bm25_k1,
-        bm25_b=settings.bm25_b,
-    )
-
-
 BM25_PARAMS = {"k1": 0.9, "b": 0.4}
 """Anserini's BM25 defaults, used for BEIR's BM25 figure (Lin et al., "Pyserini", SIGIR 2021)."""
 
@@ -322,7 +306,7 @@ async def evaluate_variant(
         else:
             await ingest_chunked(docs, embedder, store, settings, source, progress)
         n_docs, n_chunks = await store.count()
-        retriever = retriever_for(embedder, store, settings)
+        retriever = build_retriever(embedder, store, settings)
         # chunked: several chunks of one document share the list, so fetch more chunks to fill DEPTH documents
         size = DEPTH if variant == "passage" else min(1000, 3 * DEPTH)
         limiter = asyncio.Semaphore(concurrency)
