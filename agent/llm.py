@@ -50,11 +50,13 @@ def build_model(settings: Settings) -> OpenAIChatModel:
 
 def model_settings(settings: Settings) -> ModelSettings:
     """Request settings sent on every call: `max_tokens` always (some servers default to 16), temperature,
+    frequency penalty (OpenAI API: subtracts penalty x count of each token already generated from its logit),
     per-attempt timeout in seconds, and the OpenAI SDK's bounded retries (`LLM_MAX_RETRIES`: it retries connection
     errors, timeouts, 408/409/429 and 5xx with exponential back-off)."""
     return ModelSettings(
         max_tokens=settings.llm_max_tokens,
         temperature=settings.llm_temperature,
+        frequency_penalty=settings.llm_frequency_penalty,
         timeout=settings.llm_timeout_s,
         max_retries=settings.llm_max_retries,
     )

