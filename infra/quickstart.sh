@@ -8,6 +8,6 @@ bash infra/setup.sh
 rag=.venv/bin/rag
 $rag up
 $rag ingest evals/datasets/scifact/corpus.jsonl
-$rag ask "${1:-A deficiency of vitamin B12 increases blood levels of homocysteine.}"
+$rag ask "${1:-ALDH1 expression is associated with poorer prognosis in breast cancer.}"
 echo
 echo "The stack keeps running: try '$rag chat', '$rag status'; stop it with '$rag down'."
