@@ -11,13 +11,13 @@ metadata maps each cited doc id to its evidence: `[{"sentences": [int, ...], "la
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from agent.settings import REPO_ROOT
+from tools.jsonl import JsonlError, read_records
 
 SCIFACT_DIR = REPO_ROOT / "evals" / "datasets" / "scifact"
 """The SciFact copy shipped with the project (see its SOURCE.txt)."""
@@ -69,17 +69,10 @@ Qrels = dict[str, dict[str, int]]
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
     if not path.is_file():
         raise DatasetError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{lineno}: invalid JSON: {exc}") from exc
-            if not isinstance(record, dict) or "_id" not in record:
-                raise DatasetError(f"{path}:{lineno}: expected an object with '_id'")
-            yield lineno, record
+    try:
+        yield from read_records(path)
+    except JsonlError as exc:
+        raise DatasetError(str(exc)) from exc
 
 
 def load_corpus(root: Path = SCIFACT_DIR) -> dict[str, CorpusDoc]:

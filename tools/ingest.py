@@ -7,7 +7,6 @@ document per file; doc id = file name without extension, title = first line of M
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from tools.chunking import chunk_text
 from tools.embedder import TritonEmbedder
+from tools.jsonl import JsonlError, read_records
 from tools.store import ChunkRecord, DocumentRecord, IngestCounts, VectorStore
 
 SUPPORTED_SUFFIXES = (".jsonl", ".txt", ".md")
@@ -73,20 +73,12 @@ def read_documents(path: Path) -> Iterator[SourceDocument]:
     """
     try:
         if path.suffix.lower() == ".jsonl":
-            with path.open(encoding="utf-8") as handle:
-                for lineno, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                        doc_id, text = str(record["_id"]), str(record["text"])
-                    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                        raise IngestError(
-                            f"{path}:{lineno}: expected a BEIR corpus record {{'_id', 'title', 'text'}}: {exc}"
-                        ) from exc
-                    title = str(record.get("title") or "")
-                    if text.strip() or title.strip():
-                        yield SourceDocument(doc_id, title, text, str(path), dict(record.get("metadata") or {}))
+            for lineno, record in read_records(path):
+                if "text" not in record:
+                    raise IngestError(f"{path}:{lineno}: expected a BEIR corpus record {{'_id', 'title', 'text'}}")
+                doc_id, text, title = str(record["_id"]), str(record["text"]), str(record.get("title") or "")
+                if text.strip() or title.strip():
+                    yield SourceDocument(doc_id, title, text, str(path), dict(record.get("metadata") or {}))
         else:
             text = path.read_text(encoding="utf-8")
             title = path.stem
@@ -95,6 +87,8 @@ def read_documents(path: Path) -> Iterator[SourceDocument]:
                 title = first.lstrip("#").strip()
             if text.strip():
                 yield SourceDocument(path.stem, title, text, str(path), {})
+    except JsonlError as exc:
+        raise IngestError(f"{exc} (expected a BEIR corpus record {{'_id', 'title', 'text'}})") from exc
     except UnicodeDecodeError as exc:
         raise IngestError(f"{path}: not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except OSError as exc:
