@@ -28,7 +28,6 @@ from agent.llm import build_model, check_tool_calling, model_settings
 from agent.rag_agent import Policy, RagDeps, answer, build_agent
 from agent.results import AskResult
 from agent.settings import Settings
-from infra.postgres import database_url
 from tools.embedder import TritonEmbedder
 from tools.ingest import check_paths, ingest_documents, read_documents
 from tools.model_specs import get_spec
@@ -74,7 +73,9 @@ class RagApp:
             connect_timeout_s=settings.triton_connect_timeout_s,
             max_in_flight=settings.triton_max_in_flight,
         )
-        self.store = VectorStore(database_url(settings), self.spec.name, self.spec.dim, settings.db_pool_max_size)
+        self.store = VectorStore(
+            settings.resolved_database_url(), self.spec.name, self.spec.dim, settings.db_pool_max_size
+        )
         self.retriever = build_retriever(self.embedder, self.store, settings)
         self.usage_limits = UsageLimits(
             request_limit=settings.agent_request_limit,

@@ -21,6 +21,7 @@ from agent.results import AskResult
 from agent.settings import Settings
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
+from infra.config import StackConfig
 from tools.embedder import EmbedderError
 from tools.ingest import IngestError, check_paths
 from tools.store import StoreError
@@ -56,7 +57,7 @@ def up(
     settings = Settings()
     try:
         with console.status("starting the local stack (vLLM takes a minute or two)..."):
-            pids = stack.up(settings, tuple(only) if only else None)
+            pids = stack.up(StackConfig.of(settings), tuple(only) if only else None)
     except processes.ServiceError as exc:
         raise _fail(str(exc)) from None
     for name, pid in pids.items():
@@ -66,14 +67,14 @@ def up(
 @app.command()
 def down() -> None:
     """Stop the local stack by PID."""
-    stopped = stack.down(Settings())
+    stopped = stack.down(StackConfig.of(Settings()))
     console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
 
 
 @app.command()
 def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Report each local service: PID and health check."""
-    rows = stack.status(Settings())
+    rows = stack.status(StackConfig.of(Settings()))
     if as_json:
         print(
             json.dumps(

@@ -1,7 +1,7 @@
 """Typed errors of the answering agent: what callers (CLI, chat, HTTP API, services) catch instead of tracebacks.
 
 Every class carries a message written for the person running the service; `AgentError.kind` is a stable
-machine-readable name (the HTTP API returns it as `error`).
+machine-readable name (the HTTP API returns it as `error`; its status codes live in `agent.http_api`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ class AgentError(RuntimeError):
     """Base class: an answer could not be produced. `kind` names the failure; `str(exc)` is the readable message."""
 
     kind = "agent_error"
-    http_status = 500
 
 
 class AnswerLimitError(AgentError):
@@ -26,7 +25,6 @@ class AnswerLimitError(AgentError):
     """
 
     kind = "limit_exceeded"
-    http_status = 422
 
     def __init__(self, limit: LimitKind, message: str) -> None:
         self.limit = limit
@@ -38,18 +36,15 @@ class LLMUnavailableError(AgentError):
     retries."""
 
     kind = "llm_unavailable"
-    http_status = 503
 
 
 class LLMResponseError(AgentError):
     """The LLM server answered with something unusable (no choices, a rejected request, malformed output)."""
 
     kind = "llm_bad_response"
-    http_status = 502
 
 
 class LLMConfigError(AgentError):
     """The LLM server is set up in a way the agent cannot use (e.g. started without tool calling)."""
 
     kind = "llm_misconfigured"
-    http_status = 503

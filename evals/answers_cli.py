@@ -10,11 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.settings import Settings
+from agent.settings import Settings, SettingsError
 from evals.answers_eval import EvalError, load_cases, run_answers_eval, scifact_dataset, write_run
 from evals.answers_report import compare, load_summary
 from evals.scifact import DatasetError, Split
-from infra.processes import ServiceError
 from tools.embedder import EmbedderError
 from tools.store import StoreError
 
@@ -39,7 +38,7 @@ def run_answers_command(
         if limit is not None:
             dataset.cases = dataset.cases[:limit]
         summary, records = asyncio.run(run_answers_eval(dataset, settings, concurrency, top_k))
-    except (EvalError, DatasetError, ServiceError, EmbedderError, StoreError) as exc:
+    except (EvalError, DatasetError, SettingsError, EmbedderError, StoreError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
     write_run(out, dataset, summary, records)

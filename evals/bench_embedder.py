@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from agent.settings import REPO_ROOT, Settings
 from infra import processes, triton
+from infra.config import StackConfig
 from tools.embedder import TextKind, TritonEmbedder, length_buckets
 from tools.model_specs import get_spec
 from tools.pooling import pool_and_normalize
@@ -432,7 +433,7 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
     if triton_needed:
         if int8:
             settings.triton_extra_models = (INT8_MODEL,)
-        triton.start(settings)
+        triton.start(StackConfig.of(settings))
         try:
             async with TritonEmbedder(
                 settings.triton_grpc_url, spec, timeout_s=120.0, buckets=params.buckets
@@ -463,7 +464,7 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
                         int8_embedder, "triton_dynamic_int8", texts, params, [REPORT_CONCURRENCY]
                     )
         finally:
-            triton.stop(settings)
+            triton.stop(StackConfig.of(settings))
 
     if "naive" in params.setups:
         port = params.port_base + 3 if params.port_base else free_port()

@@ -133,8 +133,7 @@ async def calibrate(
             is in the hybrid top k).
     """
     qrels, claims = load_qrels(split), load_claims()
-    async with RagApp.from_settings(settings) as app:
-        app.retriever.mode = mode
+    async with RagApp.from_settings(settings.model_copy(update={"retrieval_mode": mode})) as app:
         stored = await stored_doc_ids(app)
         ids = sorted(qrels, key=int)
         covered_ids = [q for q in ids if qrels[q] & stored]

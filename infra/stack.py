@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from agent.settings import Settings
 from infra import postgres, processes, triton, vllm
+from infra.config import StackConfig
 
 SERVICES: dict[str, ModuleType] = {"postgres": postgres, "triton": triton, "vllm": vllm}
 
@@ -29,8 +29,8 @@ class ServiceStatus:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def up(settings: Settings, services: tuple[str, ...] | None = None) -> dict[str, int]:
-    """Start the given services (default `settings.services`) idempotently; return name -> PID.
+def up(config: StackConfig, services: tuple[str, ...] | None = None) -> dict[str, int]:
+    """Start the given services (default `config.services`) idempotently; return name -> PID.
 
     Postgres is skipped when `DATABASE_URL` is set.
 
@@ -38,35 +38,35 @@ def up(settings: Settings, services: tuple[str, ...] | None = None) -> dict[str,
         processes.ServiceError: a service could not start (port taken, missing model, start-up timeout).
     """
     pids: dict[str, int] = {}
-    for name in services or settings.services:
-        if name == "postgres" and settings.database_url:
+    for name in services or config.services:
+        if name == "postgres" and config.database_url:
             continue
-        pids[name] = SERVICES[name].start(settings)
+        pids[name] = SERVICES[name].start(config)
     return pids
 
 
-def down(settings: Settings) -> list[str]:
+def down(config: StackConfig) -> list[str]:
     """Stop every local service that has a PID file, LLM first; return the names that were running."""
-    return [name for name in ("vllm", "triton", "postgres") if SERVICES[name].stop(settings)]
+    return [name for name in ("vllm", "triton", "postgres") if SERVICES[name].stop(config)]
 
 
-def status(settings: Settings) -> list[ServiceStatus]:
+def status(config: StackConfig) -> list[ServiceStatus]:
     """Status of the three local services (Postgres reported as external when `DATABASE_URL` is set)."""
-    run_dir = settings.run_dir.resolve()
+    run_dir = config.run_dir.resolve()
     result = []
     pg_pid = processes.read_pid(run_dir, "postgres")
-    if settings.database_url:
+    if config.database_url:
         result.append(ServiceStatus("postgres", None, True, "external (DATABASE_URL)"))
     else:
-        uri = postgres.running_uri(settings)
+        uri = postgres.running_uri(config)
         result.append(ServiceStatus("postgres", pg_pid, uri is not None, uri or "not running"))
     checks: dict[str, tuple[Callable[[], bool], str]] = {
         "triton": (
-            lambda: triton.is_ready(settings),
-            f"grpc {settings.triton_grpc_url}, model {settings.embedder_model}, "
-            f"metrics http://127.0.0.1:{settings.triton_metrics_port}/metrics",
+            lambda: triton.is_ready(config),
+            f"grpc {config.triton_grpc_url}, model {config.embedder_model}, "
+            f"metrics http://127.0.0.1:{config.triton_metrics_port}/metrics",
         ),
-        "vllm": (lambda: vllm.is_ready(settings), f"{settings.llm_base_url} model {settings.llm_model}"),
+        "vllm": (lambda: vllm.is_ready(config), f"{config.llm_base_url} model {config.llm_model}"),
     }
     for name, (check, detail) in checks.items():
         try:
@@ -75,21 +75,21 @@ def status(settings: Settings) -> list[ServiceStatus]:
             ok = False
         metrics: dict[str, Any] = {}
         if name == "triton" and ok:
-            metrics, detail = _triton_metrics(settings, detail)
+            metrics, detail = _triton_metrics(config, detail)
         result.append(ServiceStatus(name, processes.read_pid(run_dir, name), ok, detail, metrics))
     return result
 
 
-def _triton_metrics(settings: Settings, detail: str) -> tuple[dict[str, Any], str]:
+def _triton_metrics(config: StackConfig, detail: str) -> tuple[dict[str, Any], str]:
     """Triton's Prometheus metrics summarised per model, and the detail line extended with the embedder's figures."""
     try:
-        per_model = triton.metrics_summary(settings)
+        per_model = triton.metrics_summary(config)
     except Exception as exc:  # noqa: BLE001 - metrics are informational; health is decided by the ready check
-        return {"url": triton.metrics_url(settings), "error": str(exc)}, f"{detail} (metrics unavailable: {exc})"
-    figures = per_model.get(settings.embedder_model)
+        return {"url": triton.metrics_url(config), "error": str(exc)}, f"{detail} (metrics unavailable: {exc})"
+    figures = per_model.get(config.embedder_model)
     if figures:
         detail += (
             f"; {figures['requests']:.0f} requests, {figures['failures']:.0f} failed, mean batch "
             f"{figures['mean_batch']}, mean {figures['mean_request_ms']} ms (queue {figures['mean_queue_ms']} ms)"
         )
-    return {"url": triton.metrics_url(settings), "models": per_model}, detail
+    return {"url": triton.metrics_url(config), "models": per_model}, detail

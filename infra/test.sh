@@ -13,4 +13,5 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports
 .venv/bin/python -m pytest -q "$@"

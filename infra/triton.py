@@ -16,19 +16,20 @@ from pathlib import Path
 
 import httpx
 
-from agent.settings import REPO_ROOT, Settings
 from infra import processes
+from infra.config import StackConfig
 from tools.packages import package_dir
 
 NAME = "triton"
-ONNXRUNTIME_BACKEND = REPO_ROOT / "infra" / "backends" / "onnxruntime" / "model.py"
+ONNXRUNTIME_BACKEND = Path(__file__).resolve().parent / "backends" / "onnxruntime" / "model.py"
+"""Our CPU onnxruntime backend for Triton's Python backend (package data of `infra`)."""
 
 
 def _pytriton_root() -> Path:
     return package_dir("pytriton") / "tritonserver"
 
 
-def backend_dir(settings: Settings) -> Path:
+def backend_dir(config: StackConfig) -> Path:
     """Lay out (idempotently) and return the Triton backend directory under the data dir.
 
     Raises:
@@ -39,7 +40,7 @@ def backend_dir(settings: Settings) -> Path:
     stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.is_file():
         raise processes.ServiceError(f"nvidia-pytriton ships no Python backend stub for Python {version} ({stub})")
-    target = settings.data_dir.resolve() / "triton" / "backends"
+    target = config.data_dir.resolve() / "triton" / "backends"
     python_dir = target / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
     for src in (
@@ -56,9 +57,9 @@ def backend_dir(settings: Settings) -> Path:
     return target
 
 
-def server_env(python_env: Path | None = None) -> dict[str, str]:
+def server_env(python_env: Path) -> dict[str, str]:
     """Environment for `tritonserver`: bundled libs and this interpreter's LIBDIR first, the backend's Python
-    environment (default `.venv-triton`, made by infra/setup.sh) first on PATH.
+    environment `python_env` (`TRITON_PYTHON_ENV`, default `.venv-triton`, made by infra/setup.sh) first on PATH.
 
     Without LIBDIR first the stub loads the system libpython against this interpreter's stdlib and model init
     fails; the stub finds packages (onnxruntime, numpy) through `python3` on PATH. That environment is separate
@@ -68,7 +69,6 @@ def server_env(python_env: Path | None = None) -> dict[str, str]:
     Raises:
         processes.ServiceError: the backend environment does not exist.
     """
-    python_env = python_env or REPO_ROOT / ".venv-triton"
     if not (python_env / "bin" / "python3").exists():
         raise processes.ServiceError(
             f"Triton's Python backend environment {python_env} is missing: run `bash infra/setup.sh`"
@@ -81,47 +81,42 @@ def server_env(python_env: Path | None = None) -> dict[str, str]:
     return env
 
 
-def grpc_port(settings: Settings) -> int:
-    """The gRPC port of `settings.triton_grpc_url` (host:port)."""
-    return int(settings.triton_grpc_url.rsplit(":", 1)[1])
+def served_models(config: StackConfig) -> list[str]:
+    """Models the local Triton loads: the embedder, then `config.triton_extra_models` (duplicates dropped)."""
+    return list(dict.fromkeys((config.embedder_model, *config.triton_extra_models)))
 
 
-def served_models(settings: Settings) -> list[str]:
-    """Models the local Triton loads: the embedder, then `settings.triton_extra_models` (duplicates dropped)."""
-    return list(dict.fromkeys((settings.embedder_model, *settings.triton_extra_models)))
-
-
-def argv(settings: Settings) -> list[str]:
+def argv(config: StackConfig) -> list[str]:
     """Command line of the local `tritonserver`; only `served_models` are loaded (explicit model control)."""
     return [
         str(_pytriton_root() / "bin" / "tritonserver"),
-        f"--model-repository={settings.model_repository.resolve()}",
-        f"--backend-directory={backend_dir(settings)}",
+        f"--model-repository={config.model_repository.resolve()}",
+        f"--backend-directory={backend_dir(config)}",
         "--model-control-mode=explicit",
-        *(f"--load-model={name}" for name in served_models(settings)),
-        f"--grpc-port={grpc_port(settings)}",
-        f"--http-port={settings.triton_http_port}",
-        f"--metrics-port={settings.triton_metrics_port}",
+        *(f"--load-model={name}" for name in served_models(config)),
+        f"--grpc-port={config.triton_grpc_port}",
+        f"--http-port={config.triton_http_port}",
+        f"--metrics-port={config.triton_metrics_port}",
         "--allow-gpu-metrics=false",
         "--log-verbose=0",
     ]
 
 
-def is_ready(settings: Settings) -> bool:
+def is_ready(config: StackConfig) -> bool:
     """True when the server and every served model answer ready on Triton's HTTP endpoint (KServe v2)."""
-    base = f"http://127.0.0.1:{settings.triton_http_port}/v2"
+    base = f"http://127.0.0.1:{config.triton_http_port}/v2"
     with httpx.Client(timeout=2.0) as client:
         if client.get(f"{base}/health/ready").status_code != 200:
             return False
-        return all(client.get(f"{base}/models/{name}/ready").status_code == 200 for name in served_models(settings))
+        return all(client.get(f"{base}/models/{name}/ready").status_code == 200 for name in served_models(config))
 
 
-def metrics_url(settings: Settings) -> str:
+def metrics_url(config: StackConfig) -> str:
     """Triton's Prometheus metrics endpoint of the local server."""
-    return f"http://127.0.0.1:{settings.triton_metrics_port}/metrics"
+    return f"http://127.0.0.1:{config.triton_metrics_port}/metrics"
 
 
-def metrics_summary(settings: Settings, timeout_s: float = 2.0) -> dict[str, dict[str, float]]:
+def metrics_summary(config: StackConfig, timeout_s: float = 2.0) -> dict[str, dict[str, float]]:
     """Per-model figures from Triton's Prometheus `/metrics` (Triton docs, "Metrics": `nv_inference_*` counters).
 
     Returns:
@@ -137,7 +132,7 @@ def metrics_summary(settings: Settings, timeout_s: float = 2.0) -> dict[str, dic
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    response = httpx.get(metrics_url(settings), timeout=timeout_s)
+    response = httpx.get(metrics_url(config), timeout=timeout_s)
     response.raise_for_status()
     wanted = {
         "nv_inference_request_success": "requests",
@@ -172,32 +167,32 @@ def metrics_summary(settings: Settings, timeout_s: float = 2.0) -> dict[str, dic
     return summary
 
 
-def start(settings: Settings) -> int:
+def start(config: StackConfig) -> int:
     """Start Triton in the background unless running; wait until the model is ready; return its PID.
 
     Raises:
         processes.ServiceError: a port is taken, the ONNX file is missing, or the server does not become ready.
     """
-    run_dir = settings.run_dir.resolve()
+    run_dir = config.run_dir.resolve()
     pid = processes.read_pid(run_dir, NAME)
     if pid is None:
-        for name in served_models(settings):
-            onnx_file = settings.model_repository / name / "1" / "model.onnx"
+        for name in served_models(config):
+            onnx_file = config.model_repository / name / "1" / "model.onnx"
             if not onnx_file.is_file():
                 raise processes.ServiceError(f"{onnx_file} is missing: run `python -m infra.export_onnx {name}` first")
         processes.require_free_ports(
             NAME,
             {
-                "TRITON_GRPC_URL": grpc_port(settings),
-                "TRITON_HTTP_PORT": settings.triton_http_port,
-                "TRITON_METRICS_PORT": settings.triton_metrics_port,
+                "TRITON_GRPC_URL": config.triton_grpc_port,
+                "TRITON_HTTP_PORT": config.triton_http_port,
+                "TRITON_METRICS_PORT": config.triton_metrics_port,
             },
         )
-        pid = processes.spawn(run_dir, NAME, argv(settings), env=server_env(settings.triton_python_env))
-    processes.wait_until_ready(NAME, lambda: is_ready(settings), settings.triton_start_timeout_s, pid, run_dir)
+        pid = processes.spawn(run_dir, NAME, argv(config), env=server_env(config.triton_python_env))
+    processes.wait_until_ready(NAME, lambda: is_ready(config), config.triton_start_timeout_s, pid, run_dir)
     return pid
 
 
-def stop(settings: Settings) -> bool:
+def stop(config: StackConfig) -> bool:
     """Stop the local Triton by PID (SIGTERM drains in-flight requests); True if it was running."""
-    return processes.stop_service(settings.run_dir.resolve(), NAME, timeout_s=30.0)
+    return processes.stop_service(config.run_dir.resolve(), NAME, timeout_s=30.0)

@@ -13,34 +13,34 @@ from pathlib import Path
 
 import httpx
 
-from agent.settings import Settings
 from infra import processes
+from infra.config import StackConfig
 from infra.convert_gguf import SERVED_NAME, convert
 
 NAME = "vllm"
 
 
-def model_dir(settings: Settings) -> Path:
+def model_dir(config: StackConfig) -> Path:
     """Folder of the converted Hugging Face model in the data dir."""
-    return settings.data_dir.resolve() / "llm" / SERVED_NAME
+    return config.data_dir.resolve() / "llm" / SERVED_NAME
 
 
-def argv(settings: Settings) -> list[str]:
+def argv(config: StackConfig) -> list[str]:
     """Command line of the local vLLM OpenAI-compatible server."""
     return [
         sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
-        str(model_dir(settings)),
+        str(model_dir(config)),
         "--served-model-name",
-        settings.llm_model,
+        config.llm_model,
         "--host",
         "127.0.0.1",
         "--port",
-        str(settings.vllm_port),
+        str(config.vllm_port),
         "--max-model-len",
-        str(settings.vllm_max_model_len),
+        str(config.vllm_max_model_len),
         "--dtype",
         "bfloat16",
         "--enable-auto-tool-choice",
@@ -50,14 +50,14 @@ def argv(settings: Settings) -> list[str]:
     ]
 
 
-def server_env(settings: Settings) -> dict[str, str]:
+def server_env(config: StackConfig) -> dict[str, str]:
     """Environment of the vLLM server: offline, CPU KV cache size in GiB."""
     env = dict(os.environ)
     env.update(
         {
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_CPU_KVCACHE_SPACE": str(settings.vllm_kvcache_space_gib),
+            "VLLM_CPU_KVCACHE_SPACE": str(config.vllm_kvcache_space_gib),
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
         }
@@ -65,28 +65,28 @@ def server_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def is_ready(settings: Settings) -> bool:
+def is_ready(config: StackConfig) -> bool:
     """True when `GET /v1/models` lists the configured model."""
-    response = httpx.get(f"http://127.0.0.1:{settings.vllm_port}/v1/models", timeout=2.0)
-    return response.status_code == 200 and any(m.get("id") == settings.llm_model for m in response.json()["data"])
+    response = httpx.get(f"http://127.0.0.1:{config.vllm_port}/v1/models", timeout=2.0)
+    return response.status_code == 200 and any(m.get("id") == config.llm_model for m in response.json()["data"])
 
 
-def start(settings: Settings) -> int:
+def start(config: StackConfig) -> int:
     """Convert the model if needed, start vLLM in the background unless running, wait for `/v1/models`.
 
     Raises:
         processes.ServiceError: the port is taken or the server does not become ready in time.
     """
-    run_dir = settings.run_dir.resolve()
+    run_dir = config.run_dir.resolve()
     pid = processes.read_pid(run_dir, NAME)
     if pid is None:
-        convert(model_dir(settings))
-        processes.require_free_ports(NAME, {"VLLM_PORT": settings.vllm_port})
-        pid = processes.spawn(run_dir, NAME, argv(settings), env=server_env(settings))
-    processes.wait_until_ready(NAME, lambda: is_ready(settings), settings.vllm_start_timeout_s, pid, run_dir)
+        convert(model_dir(config))
+        processes.require_free_ports(NAME, {"VLLM_PORT": config.vllm_port})
+        pid = processes.spawn(run_dir, NAME, argv(config), env=server_env(config))
+    processes.wait_until_ready(NAME, lambda: is_ready(config), config.vllm_start_timeout_s, pid, run_dir)
     return pid
 
 
-def stop(settings: Settings) -> bool:
+def stop(config: StackConfig) -> bool:
     """Stop the local vLLM (and its engine processes) by PID; True if it was running."""
-    return processes.stop_service(settings.run_dir.resolve(), NAME, timeout_s=30.0)
+    return processes.stop_service(config.run_dir.resolve(), NAME, timeout_s=30.0)

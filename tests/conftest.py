@@ -15,6 +15,7 @@ import pytest
 
 from agent.settings import REPO_ROOT, Settings
 from infra import postgres, triton, vllm
+from infra.config import StackConfig
 from infra.convert_gguf import SERVED_NAME, convert
 from tools.embedder import TritonEmbedder
 from tools.model_specs import get_spec
@@ -59,29 +60,29 @@ def settings(data_dir: Path) -> Settings:
 @pytest.fixture(scope="session")
 def postgres_url(settings: Settings) -> Iterator[str]:
     try:
-        postgres.start(settings)
-        yield postgres.database_url(settings)
+        postgres.start(StackConfig.of(settings))
+        yield settings.resolved_database_url()
     finally:
-        postgres.stop(settings)
+        postgres.stop(StackConfig.of(settings))
 
 
 @pytest.fixture(scope="session")
 def triton_server(settings: Settings) -> Iterator[Settings]:
     try:
-        triton.start(settings)
+        triton.start(StackConfig.of(settings))
         yield settings
     finally:
-        triton.stop(settings)
+        triton.stop(StackConfig.of(settings))
 
 
 @pytest.fixture(scope="session")
 def llm_settings(settings: Settings) -> Iterator[Settings]:
     settings.llm_base_url = f"http://127.0.0.1:{settings.vllm_port}/v1"
     try:
-        vllm.start(settings)
+        vllm.start(StackConfig.of(settings))
         yield settings
     finally:
-        vllm.stop(settings)
+        vllm.stop(StackConfig.of(settings))
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import pytest
 from agent.app import RagApp
 from agent.settings import Settings
 from infra import processes, triton
+from infra.config import StackConfig
 from tests.conftest import free_port, run_cli
 from tools.store import VectorStore
 
@@ -77,5 +78,5 @@ def test_taken_port_is_reported_by_setting_name(settings: Settings) -> None:
             }
         )
         with pytest.raises(processes.ServiceError, match=rf"TRITON_HTTP_PORT={port}"):
-            triton.start(other)
+            triton.start(StackConfig.of(other))
     assert processes.read_pid(other.run_dir, "triton") is None

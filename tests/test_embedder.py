@@ -17,6 +17,7 @@ import pytest
 
 from agent.settings import Settings
 from infra import stack
+from infra.config import StackConfig
 from tests.conftest import free_port
 from tools.embedder import GRPC_MAX_MESSAGE_BYTES, EmbedderError, TritonEmbedder, channel_options
 from tools.model_specs import get_spec
@@ -307,7 +308,7 @@ async def test_concurrent_single_text_requests_are_batched_on_the_server(embedde
 async def test_status_reports_triton_metrics(embedder: TritonEmbedder, settings: Settings) -> None:
     await embedder.embed(["metrics probe"])
     inferences, executions = await model_statistics(embedder)
-    (triton_row,) = [s for s in stack.status(settings) if s.name == "triton"]
+    (triton_row,) = [s for s in stack.status(StackConfig.of(settings)) if s.name == "triton"]
     assert triton_row.healthy
     figures = triton_row.metrics["models"][settings.embedder_model]
     assert figures["inferences"] == inferences and figures["executions"] == executions
