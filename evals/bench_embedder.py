@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import platform
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -182,16 +181,9 @@ async def run_load(
 # --- Triton ------------------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def bench_settings(params: BenchParams) -> Settings:
     """Settings of the benchmark's own Triton (own data dir and ports; never the running stack's)."""
-    ports = [params.port_base + i for i in range(3)] if params.port_base else [free_port() for _ in range(3)]
+    ports = [params.port_base + i for i in range(3)] if params.port_base else [processes.free_port() for _ in range(3)]
     return Settings(
         _env_file=None,  # type: ignore[call-arg]
         data_dir=params.data_dir,
@@ -467,7 +459,7 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
             triton.stop(StackConfig.of(settings))
 
     if "naive" in params.setups:
-        port = params.port_base + 3 if params.port_base else free_port()
+        port = params.port_base + 3 if params.port_base else processes.free_port()
         try:
             start_naive(params, port)
             points += await naive_points(texts, params, port)

@@ -161,3 +161,11 @@ def stop_service(run_dir: Path, name: str, timeout_s: float = 30.0, sig: int = s
         return False
     stop_pid(pid, timeout_s=timeout_s, sig=sig)
     return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now on `host` (the OS picks it by binding port 0). Another process may take it
+    before the caller binds it; callers start their server right away."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

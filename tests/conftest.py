@@ -1,11 +1,16 @@
 """Session fixtures: a real embedded Postgres, a real Triton with the real ONNX model, and (for `llm` tests) the real
-vLLM server, each on free ports in a temporary data dir, always stopped by PID at the end, failures included."""
+vLLM server, each on free ports in a temporary data dir, always stopped by PID at the end, failures included.
+
+Test tiers: a test is a `stack` test when it needs a real Postgres, Triton or vLLM. Every server fixture below starts
+its server only when a test asks for it, and any test that asks for one (directly or through another fixture) is
+marked `stack` at collection (`STACK_FIXTURES`), as is every `llm` test; so `pytest -m "not stack"` starts nothing.
+The fake OpenAI server (`tests/fake_openai.py`, uvicorn in a thread of the test process) is not a stack server.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +22,7 @@ from agent.settings import REPO_ROOT, Settings
 from infra import postgres, triton, vllm
 from infra.config import StackConfig
 from infra.convert_gguf import SERVED_NAME, convert
+from infra.processes import free_port
 from tools.embedder import TritonEmbedder
 from tools.model_specs import get_spec
 from tools.store import VectorStore
@@ -28,18 +34,20 @@ GOLD_CLAIMS = {"3": "14717500", "5": "13734012", "36": "5152028", "49": "5953485
 DISTRACTORS = 200
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+STACK_FIXTURES = frozenset({"postgres_url", "triton_server", "llm_settings"})
+"""Fixtures that start a real server; a test depending on any of them is a `stack` test."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `stack` every test that needs a real server (a `STACK_FIXTURES` fixture, or the `llm` marker)."""
+    for item in items:
+        if STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("llm"):
+            item.add_marker(pytest.mark.stack)
 
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = Path(tmp_path_factory.mktemp("rag-data"))
-    # The converted LLM is shared with the project's default data dir (conversion takes ~20 s).
-    (path / "llm").symlink_to(convert(REPO_ROOT / ".rag" / "llm" / SERVED_NAME).parent, target_is_directory=True)
-    return path
+    return Path(tmp_path_factory.mktemp("rag-data"))
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +86,10 @@ def triton_server(settings: Settings) -> Iterator[Settings]:
 @pytest.fixture(scope="session")
 def llm_settings(settings: Settings) -> Iterator[Settings]:
     settings.llm_base_url = f"http://127.0.0.1:{settings.vllm_port}/v1"
+    # The converted LLM is shared with the project's default data dir (conversion takes ~20 s).
+    llm_dir = settings.data_dir / "llm"
+    if not llm_dir.exists():
+        llm_dir.symlink_to(convert(REPO_ROOT / ".rag" / "llm" / SERVED_NAME).parent, target_is_directory=True)
     try:
         vllm.start(StackConfig.of(settings))
         yield settings

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +21,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from infra.processes import free_port
 
 TRITON_DEFAULT_MAX_TOKENS = 16
 """Output tokens Triton's OpenAI frontend generates when a request has no `max_tokens`."""
@@ -140,13 +141,6 @@ def build_app(state: FakeState) -> FastAPI:
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     return app
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ThreadedServer:

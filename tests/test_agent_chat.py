@@ -17,7 +17,7 @@ from agent.settings import Settings
 from tests.conftest import cli_env
 from tools.store import VectorStore
 
-pytestmark = pytest.mark.llm
+pytestmark = [pytest.mark.stack, pytest.mark.llm]
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 OFF_TOPIC = "Who won the 2018 FIFA World Cup?"

@@ -17,10 +17,13 @@ from agent.llm import build_model, check_tool_calling, model_settings
 from agent.rag_agent import Policy, RagDeps, answer, build_agent
 from agent.results import AskResult
 from agent.settings import Settings
-from tests.fake_openai import TRITON_DEFAULT_MAX_TOKENS, VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply, free_port
+from infra.processes import free_port
+from tests.fake_openai import TRITON_DEFAULT_MAX_TOKENS, VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply
 from tools.embedder import TritonEmbedder
 from tools.retrieval import Retriever
 from tools.store import VectorStore
+
+pytestmark = pytest.mark.stack
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 LONG_ANSWER = " ".join(f"word{i}" for i in range(40)) + " [1]."

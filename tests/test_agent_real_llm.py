@@ -25,7 +25,7 @@ from agent.settings import Settings
 from tests.conftest import GOLD_CLAIMS, SCIFACT
 from tools.store import VectorStore
 
-pytestmark = pytest.mark.llm
+pytestmark = [pytest.mark.stack, pytest.mark.llm]
 
 OFF_TOPIC = ["Who won the 2018 FIFA World Cup?", "How do I reset the password of my home router?"]
 INJECTION = (

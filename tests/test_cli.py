@@ -11,7 +11,8 @@ from agent.app import RagApp
 from agent.settings import Settings
 from infra import processes, triton
 from infra.config import StackConfig
-from tests.conftest import free_port, run_cli
+from infra.processes import free_port
+from tests.conftest import run_cli
 from tools.store import VectorStore
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."

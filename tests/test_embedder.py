@@ -18,7 +18,7 @@ import pytest
 from agent.settings import Settings
 from infra import stack
 from infra.config import StackConfig
-from tests.conftest import free_port
+from infra.processes import free_port
 from tools.embedder import GRPC_MAX_MESSAGE_BYTES, EmbedderError, TritonEmbedder, channel_options
 from tools.model_specs import get_spec
 from tools.pooling import pool_and_normalize

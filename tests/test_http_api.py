@@ -16,9 +16,12 @@ import pytest
 from agent.app import RagApp
 from agent.http_api import create_app
 from agent.settings import Settings
-from tests.conftest import cli_env, free_port
+from infra.processes import free_port
+from tests.conftest import cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer
 from tools.store import VectorStore
+
+pytestmark = pytest.mark.stack
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 OFF_TOPIC = "Who won the 2018 FIFA World Cup?"

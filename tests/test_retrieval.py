@@ -1,5 +1,5 @@
 """Retrieval against the real Postgres + pgvector (and Triton for the Retriever): filtered HNSW search against an
-exact scan, full-text query forms, weighted RRF, numbered passages, and the embedder check at start-up."""
+exact scan, full-text query forms, numbered passages, and the embedder check at start-up."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 from evals.retrieval_eval import ensure_database
 from evals.scifact import load_corpus
 from tools.embedder import TritonEmbedder
-from tools.retrieval import Retriever, reciprocal_rank_fusion
-from tools.store import ChunkHit, ChunkRecord, DocumentRecord, StoreError, VectorStore
+from tools.retrieval import Retriever
+from tools.store import ChunkRecord, DocumentRecord, StoreError, VectorStore
+
+pytestmark = pytest.mark.stack
 
 DIM = 384
 GROUPS = 50
@@ -134,21 +136,3 @@ async def test_hybrid_passages_are_numbered_for_citation(scifact_store: VectorSt
     assert top.score == pytest.approx(1.5 / 61)
     assert top.dense_score is not None and 0.4 < top.dense_score <= 1.0
     assert set(result.timings_ms) == {"embed", "search"}
-
-
-def hit(chunk_id: str) -> ChunkHit:
-    return ChunkHit(chunk_id, chunk_id.split("#")[0], "", "", "", 0.0)
-
-
-def test_weighted_rrf_matches_hand_computation() -> None:
-    fused = reciprocal_rank_fusion([[hit("a#0"), hit("b#0")], [hit("b#0"), hit("c#0")]], k=10, weights=[2.0, 1.0])
-    scores = {h.chunk_id: s for h, s in fused}
-    assert scores == pytest.approx({"a#0": 2 / 11, "b#0": 2 / 12 + 1 / 11, "c#0": 1 / 12})
-    assert [h.chunk_id for h, _ in fused] == ["b#0", "a#0", "c#0"]
-
-
-def test_rrf_rejects_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="k=0"):
-        reciprocal_rank_fusion([[hit("a#0")]], k=0)
-    with pytest.raises(ValueError, match="1 RRF weights for 2 ranked lists"):
-        reciprocal_rank_fusion([[hit("a#0")], [hit("b#0")]], weights=[1.0])

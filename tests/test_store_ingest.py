@@ -13,6 +13,8 @@ from tools.embedder import TritonEmbedder
 from tools.retrieval import Retriever
 from tools.store import StoreError, VectorStore
 
+pytestmark = pytest.mark.stack
+
 
 def claim_text(query_id: str) -> str:
     import json

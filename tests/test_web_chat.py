@@ -28,7 +28,7 @@ CHROMIUM_ARGS = [
 # answer is cited (the 135M model leaves some other claims uncited: see evals/policy_rates.py).
 CLAIM = "ALDH1 expression is associated with better breast cancer outcomes."
 
-pytestmark = pytest.mark.llm
+pytestmark = [pytest.mark.stack, pytest.mark.llm]
 
 
 @pytest.fixture(scope="module")
