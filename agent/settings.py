@@ -12,9 +12,6 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-"""The source checkout (holds `model_repository/`, `infra/`, `evals/`)."""
-
 
 class SettingsError(ValueError):
     """The settings cannot describe a working service (a contradiction, or something they point at is missing)."""
@@ -36,7 +33,9 @@ class Settings(BaseSettings):
         description="Project data directory: Postgres data, Triton backend dir, converted LLM, PID files, logs.",
     )
     model_repository: Path = Field(
-        default=REPO_ROOT / "model_repository", description="Triton model repository (`<model>/config.pbtxt`)."
+        default=Path("model_repository"),
+        description="Triton model repository (`<model>/config.pbtxt`, `<model>/1/model.onnx`) the local Triton "
+        "serves; relative paths are from the working directory (the source checkout).",
     )
 
     # --- Triton (embeddings) -------------------------------------------------------------------------------
@@ -54,8 +53,9 @@ class Settings(BaseSettings):
         default=2, ge=1, description="Most concurrent gRPC requests one embedder sends (bulk ingest queues here)."
     )
     triton_python_env: Path = Field(
-        default=REPO_ROOT / ".venv-triton",
-        description="Python environment of the local Triton's Python backend (numpy<2 + onnxruntime).",
+        default=Path(".venv-triton"),
+        description="Python environment of the local Triton's Python backend (numpy<2 + onnxruntime), made by "
+        "`infra/setup.sh`; relative paths are from the working directory.",
     )
     triton_timeout_s: float = Field(default=60.0, description="Per-request gRPC deadline to Triton, seconds.")
     triton_start_timeout_s: float = Field(default=120.0, description="How long `rag up` waits for Triton, seconds.")
@@ -144,7 +144,7 @@ class Settings(BaseSettings):
     )
     refusal_min_score: float = Field(
         default=0.42,
-        description="Refuse (\"the documents do not cover it\") when no retrieved chunk has a dense cosine similarity "
+        description='Refuse ("the documents do not cover it") when no retrieved chunk has a dense cosine similarity '
         "at least this high. 0.42: the 5th percentile of the best top-5 cosine of SciFact train claims whose gold "
         "abstract is stored (all-MiniLM-L6-v2); re-measure per embedder with `python -m evals.refusal`.",
     )

@@ -43,7 +43,8 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from agent.settings import REPO_ROOT, Settings
+from agent.settings import Settings
+from evals.scifact import claim_texts, load_corpus
 from infra import processes, triton
 from infra.config import StackConfig
 from tools.embedder import TextKind, TritonEmbedder, length_buckets
@@ -54,7 +55,8 @@ log = logging.getLogger(__name__)
 
 MODEL = "all-minilm-l6-v2"
 INT8_MODEL = "all-minilm-l6-v2-int8"
-SCIFACT = REPO_ROOT / "evals" / "datasets" / "scifact"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+"""The directory holding the `evals` package (the source checkout, or site-packages when installed)."""
 CEILING_BATCH_SIZES = (1, 8, 16, 32, 64)
 NAIVE_NAME = "naive-embedder"
 TRITON_SETUPS = ("triton_dynamic", "triton_no_batching")
@@ -117,16 +119,10 @@ class Point:
 
 def load_texts() -> dict[str, list[str]]:
     """SciFact texts: `short` = the test claims (queries.jsonl ids in qrels/test.tsv), `abstract` = title + text."""
-    test_ids = {line.split("\t")[0] for line in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]}
-    claims = []
-    for line in (SCIFACT / "queries.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["_id"] in test_ids:
-            claims.append(str(row["text"]))
+    claims = list(claim_texts("test").values())
     abstracts = []
-    for line in (SCIFACT / "corpus.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        text = f"{row['title']} {row['text']}".strip()
+    for doc in load_corpus().values():
+        text = f"{doc.title} {doc.text}".strip()
         if text:
             abstracts.append(text)
         if len(abstracts) >= 2000:
@@ -266,7 +262,7 @@ def start_naive(params: BenchParams, port: int) -> None:
     run_dir = params.data_dir.resolve() / "run"
     processes.require_free_ports(NAIVE_NAME, {"--port-base + 3": port})
     argv = [sys.executable, "-m", "uvicorn", "evals.naive_server:app", "--host", "127.0.0.1", "--port", str(port)]
-    env = dict(os.environ, NAIVE_MODEL=MODEL, NAIVE_THREADS=str(params.threads), PYTHONPATH=str(REPO_ROOT))
+    env = dict(os.environ, NAIVE_MODEL=MODEL, NAIVE_THREADS=str(params.threads), PYTHONPATH=str(PACKAGE_ROOT))
     env["HF_HUB_OFFLINE"] = "1"
     pid = processes.spawn(run_dir, NAIVE_NAME, argv, env=env)
 

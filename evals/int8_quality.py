@@ -21,13 +21,12 @@ import numpy as np
 import numpy.typing as npt
 import typer
 
-from agent.settings import REPO_ROOT
+from agent.settings import Settings
 from evals.metrics import evaluate
+from evals.scifact import claim_texts, load_corpus, load_qrels
 from tools.embedder import TextKind, TritonEmbedder
 from tools.model_specs import get_spec
 from tools.pooling import pool_and_normalize
-
-SCIFACT = REPO_ROOT / "evals" / "datasets" / "scifact"
 
 
 def embed_in_process(
@@ -67,27 +66,20 @@ def main(
 ) -> None:
     """Print nDCG@10 / recall@10 / MRR@10 of fp32 and int8 on the same SciFact test subset, and the difference."""
     logging.getLogger("tools.embedder").setLevel(logging.ERROR)  # abstracts are cut at 256 tokens on purpose
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, doc_id, grade = line.split("\t")
-        qrels.setdefault(qid, {})[doc_id] = int(grade)
+    repository = Settings().model_repository
+    qrels = load_qrels("test")
     gold = {d for docs in qrels.values() for d in docs}
     docs: dict[str, str] = {}
-    for line in (SCIFACT / "corpus.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["_id"] in gold or sum(1 for d in docs if d not in gold) < distractors:
-            docs[row["_id"]] = f"{row['title']} {row['text']}".strip()
-    queries = {
-        row["_id"]: row["text"]
-        for row in map(json.loads, (SCIFACT / "queries.jsonl").read_text().splitlines())
-        if row["_id"] in qrels
-    }
+    for doc in load_corpus().values():
+        if doc.doc_id in gold or sum(1 for d in docs if d not in gold) < distractors:
+            docs[doc.doc_id] = f"{doc.title} {doc.text}".strip()
+    queries = claim_texts("test")
     doc_ids, query_ids = list(docs), list(queries)
     report: dict[str, Any] = {"n_queries": len(queries), "n_docs": len(docs), "threads": threads}
     for name in ("all-minilm-l6-v2", "all-minilm-l6-v2-int8"):
         spec = get_spec(name)
         client = TritonEmbedder("unused:0", spec)
-        model_file = REPO_ROOT / "model_repository" / name / "1" / "model.onnx"
+        model_file = repository / name / "1" / "model.onnx"
         doc_vecs, doc_rate = embed_in_process(model_file, client, [docs[d] for d in doc_ids], "document", threads)
         q_vecs, _ = embed_in_process(model_file, client, [queries[q] for q in query_ids], "query", threads)
         scores = q_vecs @ doc_vecs.T

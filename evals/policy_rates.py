@@ -2,7 +2,7 @@
 the corpus does not cover, with the configured LLM.
 
 Covered: test claims (first `--claims` of `qrels/test.tsv`) with a gold abstract stored. Not covered: the
-`evals.refusal.OFF_TOPIC` questions and test claims with no gold abstract stored (up to `--claims`).
+`evals.off_topic.OFF_TOPIC` questions and test claims with no gold abstract stored (up to `--claims`).
 Per policy and set it counts: cited answers (not refused, at least one citation), answers citing a gold abstract,
 refusals, typed errors (by kind).
 
@@ -25,7 +25,9 @@ from agent.app import RagApp
 from agent.errors import AgentError
 from agent.rag_agent import Policy
 from agent.settings import Settings
-from evals.refusal import OFF_TOPIC, load_claims, load_qrels, stored_doc_ids
+from evals.off_topic import OFF_TOPIC
+from evals.refusal import stored_doc_ids
+from evals.scifact import claim_texts, gold_doc_ids
 
 
 async def run_set(
@@ -68,7 +70,7 @@ async def run_set(
 
 async def measure(settings: Settings, n_claims: int, concurrency: int, policies: list[Policy]) -> dict[str, Any]:
     """Counts per policy for the covered claims, the uncovered claims and the off-topic questions."""
-    qrels, claims = load_qrels("test"), load_claims()
+    qrels, claims = gold_doc_ids("test"), claim_texts("test")
     async with RagApp.from_settings(settings) as app:
         stored = await stored_doc_ids(app)
         ids = sorted(qrels, key=int)

@@ -16,53 +16,19 @@ Needs the stack (Triton, Postgres) and an ingested corpus; the LLM is not called
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 from dataclasses import asdict, dataclass
-from typing import Annotated
+from typing import Annotated, cast, get_args
 
 import numpy as np
 import typer
 
 from agent.app import RagApp
-from agent.settings import REPO_ROOT, Settings
+from agent.settings import Settings
+from evals.off_topic import OFF_TOPIC
+from evals.scifact import Split, claim_texts, gold_doc_ids
 from tools.retrieval import RetrievalMode
-
-SCIFACT = REPO_ROOT / "evals" / "datasets" / "scifact"
-
-OFF_TOPIC = [
-    "What is the capital of Australia?",
-    "Who won the 2018 FIFA World Cup?",
-    "How do I reset the password of my home router?",
-    "What is the best way to learn to play the guitar?",
-    "When was the Eiffel Tower built?",
-    "How many moons does Jupiter have?",
-    "What is a good recipe for sourdough bread?",
-    "Which programming language is best for web development?",
-    "How do I change a flat tyre on a bicycle?",
-    "Who wrote the novel Pride and Prejudice?",
-    "What is the exchange rate between the euro and the dollar?",
-    "How tall is Mount Everest?",
-    "What are the rules of chess castling?",
-    "How do I file my income tax return?",
-    "What time zone is Tokyo in?",
-    "Who painted the Mona Lisa?",
-    "How do I grow tomatoes on a balcony?",
-    "What is the plot of the film Inception?",
-    "How fast can a cheetah run?",
-    "What is the population of Canada?",
-    "How do I install Python on Windows?",
-    "Which team has won the most NBA championships?",
-    "What is the difference between a violin and a viola?",
-    "How do airplanes stay in the air?",
-    "What is the speed of light in a vacuum?",
-    "Where is the Great Barrier Reef?",
-    "How do I make a paper airplane?",
-    "What language is spoken in Brazil?",
-    "Who invented the telephone?",
-    "What is the tallest building in the world?",
-]
-"""General questions a biomedical abstract collection (SciFact) does not cover."""
+from tools.stats import percentiles
 
 
 @dataclass
@@ -84,21 +50,6 @@ class Calibration:
     off_topic_quantiles: dict[str, float]
 
 
-def load_qrels(split: str) -> dict[str, set[str]]:
-    """Claim id → gold document ids of `qrels/<split>.tsv`."""
-    out: dict[str, set[str]] = {}
-    with (SCIFACT / "qrels" / f"{split}.tsv").open() as handle:
-        for row in csv.DictReader(handle, delimiter="\t"):
-            out.setdefault(row["query-id"], set()).add(row["corpus-id"])
-    return out
-
-
-def load_claims() -> dict[str, str]:
-    """Claim id → claim text (queries.jsonl)."""
-    with (SCIFACT / "queries.jsonl").open() as handle:
-        return {q["_id"]: q["text"] for q in map(json.loads, handle)}
-
-
 async def best_scores(app: RagApp, questions: list[str], top_k: int, concurrency: int = 4) -> list[float]:
     """Best dense cosine similarity among the `top_k` retrieved passages of each question (-1 when none has one)."""
     gate = asyncio.Semaphore(concurrency)
@@ -118,13 +69,13 @@ async def stored_doc_ids(app: RagApp) -> set[str]:
 
 
 def quantiles(values: list[float]) -> dict[str, float]:
-    """5th, 25th, 50th, 75th, 95th percentiles (numpy, linear interpolation)."""
-    qs = np.quantile(np.asarray(values), [0.05, 0.25, 0.5, 0.75, 0.95])
-    return {f"p{int(p * 100)}": round(float(v), 4) for p, v in zip((0.05, 0.25, 0.5, 0.75, 0.95), qs, strict=True)}
+    """5th, 25th, 50th, 75th, 95th percentiles (`tools.stats.percentiles`: numpy, linear), rounded to 4 places."""
+    summary = percentiles(values, (5, 25, 50, 75, 95))
+    return {key: round(float(value), 4) for key, value in summary.items() if key != "n"}
 
 
 async def calibrate(
-    settings: Settings, split: str, top_k: int, answer_rate: float, mode: RetrievalMode = "hybrid"
+    settings: Settings, split: Split, top_k: int, answer_rate: float, mode: RetrievalMode = "hybrid"
 ) -> Calibration:
     """Score every claim of `split` and the off-topic questions; pick the threshold (see module docstring).
 
@@ -132,7 +83,7 @@ async def calibrate(
         mode: retrieval mode (the agent uses `hybrid`; `dense` gives the same best score when the best dense hit
             is in the hybrid top k).
     """
-    qrels, claims = load_qrels(split), load_claims()
+    qrels, claims = gold_doc_ids(split), claim_texts(split)
     async with RagApp.from_settings(settings.model_copy(update={"retrieval_mode": mode})) as app:
         stored = await stored_doc_ids(app)
         ids = sorted(qrels, key=int)
@@ -140,7 +91,7 @@ async def calibrate(
         other_ids = [q for q in ids if not qrels[q] & stored]
         covered = await best_scores(app, [claims[q] for q in covered_ids], top_k)
         other = await best_scores(app, [claims[q] for q in other_ids], top_k)
-        off_topic = await best_scores(app, OFF_TOPIC, top_k)
+        off_topic = await best_scores(app, list(OFF_TOPIC), top_k)
     if not covered or not other:
         raise ValueError(f"split {split!r}: {len(covered)} covered and {len(other)} not-covered claims; need both")
     threshold = float(np.quantile(np.asarray(covered), 1.0 - answer_rate))
@@ -175,11 +126,12 @@ def main(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print the suggested threshold and the refusal rates it implies."""
-    if not (SCIFACT / "qrels" / f"{split}.tsv").is_file():
-        raise typer.BadParameter(f"no qrels file for split {split!r} in {SCIFACT / 'qrels'}", param_hint="--split")
+    if split not in get_args(Split):
+        raise typer.BadParameter(f"split {split!r}; expected one of {get_args(Split)}", param_hint="--split")
     if mode not in ("hybrid", "dense"):
         raise typer.BadParameter(f"mode {mode!r}; expected hybrid or dense", param_hint="--mode")
-    result = asyncio.run(calibrate(Settings(), split, top_k, answer_rate, "dense" if mode == "dense" else "hybrid"))
+    retrieval_mode: RetrievalMode = "dense" if mode == "dense" else "hybrid"
+    result = asyncio.run(calibrate(Settings(), cast(Split, split), top_k, answer_rate, retrieval_mode))
     if as_json:
         print(json.dumps(asdict(result)))
     else:

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agent.settings import REPO_ROOT
 from tools.jsonl import JsonlError, read_records
 
-SCIFACT_DIR = REPO_ROOT / "evals" / "datasets" / "scifact"
-"""The SciFact copy shipped with the project (see its SOURCE.txt)."""
+SCIFACT_DIR = Path(__file__).resolve().parent / "datasets" / "scifact"
+"""The SciFact copy shipped with the project (see its SOURCE.txt), package data of `evals`."""
 
 Split = Literal["train", "test"]
 EvidenceLabel = Literal["SUPPORT", "CONTRADICT"]
@@ -140,3 +139,21 @@ def load_queries(split: Split, root: Path = SCIFACT_DIR) -> list[Query]:
     if missing:
         raise DatasetError(f"{path}: {len(missing)} {split} qrels queries are missing, e.g. {sorted(missing)[:3]}")
     return queries
+
+
+def gold_doc_ids(split: Split, root: Path = SCIFACT_DIR) -> dict[str, set[str]]:
+    """Claim id -> ids of its relevant (gold) abstracts in `split`'s qrels.
+
+    Raises:
+        DatasetError: as `load_qrels`.
+    """
+    return {query_id: set(docs) for query_id, docs in load_qrels(split, root).items()}
+
+
+def claim_texts(split: Split, root: Path = SCIFACT_DIR) -> dict[str, str]:
+    """Claim id -> claim text of every query of `split`, in file order.
+
+    Raises:
+        DatasetError: as `load_queries`.
+    """
+    return {q.query_id: q.text for q in load_queries(split, root)}

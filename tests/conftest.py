@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.settings import REPO_ROOT, Settings
+from agent.settings import Settings
+from evals.scifact import SCIFACT_DIR
 from infra import postgres, triton, vllm
 from infra.config import StackConfig
 from infra.convert_gguf import SERVED_NAME, convert
@@ -27,7 +28,8 @@ from tools.embedder import TritonEmbedder
 from tools.model_specs import get_spec
 from tools.store import VectorStore
 
-SCIFACT = REPO_ROOT / "evals" / "datasets" / "scifact"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The source checkout the tests run from."""
 # Test claims whose gold abstract dense retrieval ranks in the top 10 within the test corpus (checked once by
 # hand with all-MiniLM-L6-v2; the test asserts it on every run).
 GOLD_CLAIMS = {"3": "14717500", "5": "13734012", "36": "5152028", "49": "5953485", "51": "45638119"}
@@ -108,7 +110,7 @@ def test_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SciFact subset: the gold abstracts of GOLD_CLAIMS plus the first DISTRACTORS abstracts."""
     wanted = set(GOLD_CLAIMS.values())
     lines = []
-    with (SCIFACT / "corpus.jsonl").open() as handle:
+    with (SCIFACT_DIR / "corpus.jsonl").open() as handle:
         for i, line in enumerate(handle):
             if i < DISTRACTORS or json.loads(line)["_id"] in wanted:
                 lines.append(line)

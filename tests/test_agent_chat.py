@@ -14,13 +14,14 @@ import pytest
 
 from agent.prompts import REFUSAL
 from agent.settings import Settings
+from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from tests.conftest import cli_env
 from tools.store import VectorStore
 
 pytestmark = [pytest.mark.stack, pytest.mark.llm]
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
-OFF_TOPIC = "Who won the 2018 FIFA World Cup?"
+OFF_TOPIC = OFF_TOPIC_QUESTIONS[0]  # "Who won the 2018 FIFA World Cup?"
 
 
 def rag(settings: Settings, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:

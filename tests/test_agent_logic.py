@@ -16,13 +16,14 @@ from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall
 from agent.prompts import REFUSAL
 from agent.rag_agent import Policy, RagDeps, answer, build_agent
 from agent.results import AskResult
+from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from tools.embedder import TritonEmbedder
 from tools.retrieval import Retriever
 from tools.store import VectorStore
 
 # SciFact test claim 36's gold abstract (tests/conftest.py GOLD_CLAIMS) is in the test corpus.
 COVERED = "Vitamin B12 deficiency and homocysteine levels"
-OFF_TOPIC = "Who won the 2018 FIFA World Cup final in Moscow?"
+OFF_TOPIC = OFF_TOPIC_QUESTIONS[0]  # "Who won the 2018 FIFA World Cup?"
 REFUSAL_MIN_SCORE = 0.42  # the default of Settings.refusal_min_score (evals/refusal.py)
 
 pytestmark = pytest.mark.stack

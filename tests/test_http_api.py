@@ -16,6 +16,7 @@ import pytest
 from agent.app import RagApp
 from agent.http_api import create_app
 from agent.settings import Settings
+from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from infra.processes import free_port
 from tests.conftest import cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer
@@ -24,7 +25,7 @@ from tools.store import VectorStore
 pytestmark = pytest.mark.stack
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
-OFF_TOPIC = "Who won the 2018 FIFA World Cup?"
+OFF_TOPIC = OFF_TOPIC_QUESTIONS[0]  # "Who won the 2018 FIFA World Cup?"
 
 
 class RagServe:

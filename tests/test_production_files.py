@@ -25,7 +25,8 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from agent.settings import REPO_ROOT, Settings
+from agent.settings import Settings
+from tests.conftest import REPO_ROOT
 from tools.model_specs import MODEL_SPECS, get_spec
 
 PROD_DIR = REPO_ROOT / "infra" / "production"

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from agent.settings import Settings
-from tests.conftest import GOLD_CLAIMS, SCIFACT, run_cli
+from evals.scifact import SCIFACT_DIR as SCIFACT
+from tests.conftest import GOLD_CLAIMS, run_cli
 from tools.embedder import TritonEmbedder
 from tools.retrieval import Retriever
 from tools.store import StoreError, VectorStore
