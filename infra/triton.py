@@ -171,11 +171,17 @@ def start(config: StackConfig) -> int:
     """Start Triton in the background unless running; wait until the model is ready; return its PID.
 
     Raises:
-        processes.ServiceError: a port is taken, the ONNX file is missing, or the server does not become ready.
+        processes.ServiceError: the model repository or an ONNX file is missing, a port is taken, or the server does
+            not become ready.
     """
     run_dir = config.run_dir.resolve()
     pid = processes.read_pid(run_dir, NAME)
     if pid is None:
+        if not config.model_repository.is_dir():
+            raise processes.ServiceError(
+                f"MODEL_REPOSITORY={config.model_repository} is not a directory: run from the source checkout or "
+                "set MODEL_REPOSITORY to a Triton model repository"
+            )
         for name in served_models(config):
             onnx_file = config.model_repository / name / "1" / "model.onnx"
             if not onnx_file.is_file():
