@@ -14,13 +14,19 @@ skipped, so re-ingesting the same content adds nothing, and a changed document r
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 import asyncpg
 import numpy as np
 import numpy.typing as npt
+from asyncpg.pool import PoolConnectionProxy
 from pgvector.asyncpg import register_vector
+
+Conn = asyncpg.Connection | PoolConnectionProxy
+"""A connection, pooled or not."""
 
 FullTextMatch = Literal["all", "any"]
 """Full-text query form: every term (`all`) or any term (`any`)."""
@@ -73,6 +79,19 @@ class IngestCounts:
     added: int = 0
     skipped: int = 0
     chunks: int = 0
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """One stored document: ids, title, source, number of chunks, content hash (sha256 hex) and when it was
+    ingested (UTC, `timestamptz`; a replaced document gets the time of its replacement)."""
+
+    doc_id: str
+    title: str
+    source: str
+    chunks: int
+    content_hash: str
+    ingested_at: datetime
 
 
 _HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source"
@@ -139,6 +158,10 @@ class VectorStore:
                         [("embedder_model", self.model_name), ("dim", str(self.dim))],
                     )
                     await setup.execute(_schema_sql(self.dim))
+                await setup.execute(
+                    "ALTER TABLE documents ADD COLUMN IF NOT EXISTS ingested_at timestamptz NOT NULL DEFAULT now()"
+                )
+                await setup.execute("CREATE INDEX IF NOT EXISTS documents_source ON documents (source)")
         finally:
             await setup.close()
         self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_pool_size, init=_init_conn)
@@ -174,6 +197,7 @@ class VectorStore:
                         f"got shape {chunk.embedding.shape}"
                     )
         async with self.pool.acquire() as conn, conn.transaction():
+            await _lock_writes(conn)
             stored = {
                 r["doc_id"]: r["content_hash"]
                 for r in await conn.fetch(
@@ -209,6 +233,64 @@ class VectorStore:
                 columns=["document_id", "chunk_id", "chunk_index", "text", "token_count", "embedding"],
             )
         return IngestCounts(added=len(new_docs), skipped=len(docs) - len(new_docs), chunks=len(records))
+
+    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
+        """Stored documents ordered by `doc_id`, `limit` of them (all when None) after skipping `offset`.
+
+        Raises:
+            StoreError: negative `limit` or `offset`, or the query failed.
+        """
+        if (limit is not None and limit < 0) or offset < 0:
+            raise StoreError(f"limit={limit}, offset={offset}; expected limit >= 0 (or None) and offset >= 0")
+        try:
+            rows = await self.pool.fetch(
+                """
+                SELECT d.doc_id, d.title, d.source, d.content_hash, d.ingested_at,
+                    (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) AS chunks
+                FROM documents d ORDER BY d.doc_id LIMIT $1 OFFSET $2
+                """,
+                limit,
+                offset,
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"listing documents failed: {exc}") from exc
+        return [
+            StoredDocument(r["doc_id"], r["title"], r["source"], int(r["chunks"]), r["content_hash"], r["ingested_at"])
+            for r in rows
+        ]
+
+    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+        """Delete the documents named in `doc_ids` and (when given) every document whose `source` equals `source`,
+        with their chunks and full-text postings, in one transaction.
+
+        Returns:
+            The doc ids actually deleted, sorted (names that were not stored are left out).
+
+        Raises:
+            StoreError: `doc_ids` is a single string (expected a sequence of ids), or the transaction failed
+                (then nothing was deleted).
+        """
+        if isinstance(doc_ids, str):
+            raise StoreError(f"doc_ids={doc_ids!r}; expected a sequence of document ids, not one string")
+        ids = list(doc_ids)
+        if not ids and source is None:
+            return []
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await _lock_writes(conn)
+                rows = await conn.fetch(
+                    """
+                    SELECT id, doc_id FROM documents
+                    WHERE doc_id = ANY($1::text[]) OR ($2::text IS NOT NULL AND source = $2::text)
+                    ORDER BY doc_id FOR UPDATE
+                    """,
+                    ids,
+                    source,
+                )
+                await _delete_rows(conn, [r["id"] for r in rows])
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"deleting documents failed, nothing was deleted: {exc}") from exc
+        return [r["doc_id"] for r in rows]
 
     async def count(self) -> tuple[int, int]:
         """(documents, chunks) stored."""
@@ -339,6 +421,19 @@ class VectorStore:
         return rows[0]["title"], "\n".join(r["text"] for r in rows)
 
 
+async def _lock_writes(conn: Conn) -> None:
+    """Serialise writers (ingest, replace, delete) for the rest of the transaction: they read the stored versions
+    after the lock, so a concurrent writer's committed rows are seen, and corpus statistics stay exact."""
+    await conn.execute("SELECT pg_advisory_xact_lock(4243)")
+
+
+async def _delete_rows(conn: Conn, ids: list[int]) -> None:
+    """Delete documents by primary key `ids` with their chunks (ON DELETE CASCADE), inside the caller's
+    transaction."""
+    if ids:
+        await conn.execute("DELETE FROM documents WHERE id = ANY($1::bigint[])", ids)
+
+
 async def _init_conn(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
@@ -363,7 +458,8 @@ def _schema_sql(dim: int) -> str:
         source text NOT NULL DEFAULT '',
         metadata jsonb NOT NULL DEFAULT '{{}}',
         content_hash text NOT NULL,
-        created_at timestamptz NOT NULL DEFAULT now()
+        created_at timestamptz NOT NULL DEFAULT now(),
+        ingested_at timestamptz NOT NULL DEFAULT now()
     );
     CREATE TABLE IF NOT EXISTS chunks (
         id bigserial PRIMARY KEY,

@@ -1,0 +1,78 @@
+"""Listing and deleting stored documents against the real Postgres + pgvector."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from evals.retrieval_eval import ensure_database
+from tools.store import ChunkRecord, DocumentRecord, StoreError, VectorStore
+
+pytestmark = pytest.mark.stack
+
+DIM = 384
+
+
+def vector(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def doc(doc_id: str, source: str, texts: list[str], seed: int) -> DocumentRecord:
+    chunks = [ChunkRecord(i, t, len(t.split()), vector(seed * 10 + i)) for i, t in enumerate(texts)]
+    return DocumentRecord(doc_id, f"title {doc_id}", source, f"hash-{doc_id}-{len(texts)}", chunks)
+
+
+@pytest.fixture
+async def doc_store(postgres_url: str) -> AsyncIterator[VectorStore]:
+    url = await ensure_database(postgres_url, "test_store_documents")
+    async with VectorStore(url, "all-minilm-l6-v2", DIM) as store:
+        await store.delete_documents([d.doc_id for d in await store.list_documents()])
+        yield store
+
+
+async def test_list_documents_pages_by_doc_id(doc_store: VectorStore) -> None:
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    await doc_store.add_documents(
+        [
+            doc("b", "notes.md", ["zebra stripes", "okapi"], 1),
+            doc("a", "notes.md", ["giraffe neck"], 2),
+            doc("c", "other.txt", ["aardvark burrow"], 3),
+        ]
+    )
+    listed = await doc_store.list_documents()
+    assert [(d.doc_id, d.source, d.chunks, d.title) for d in listed] == [
+        ("a", "notes.md", 1, "title a"),
+        ("b", "notes.md", 2, "title b"),
+        ("c", "other.txt", 1, "title c"),
+    ]
+    assert listed[1].content_hash == "hash-b-2"
+    assert all(d.ingested_at.utcoffset() == timedelta(0) and d.ingested_at >= before for d in listed)
+    assert [d.doc_id for d in await doc_store.list_documents(limit=1, offset=1)] == ["b"]
+    assert await doc_store.list_documents(limit=5, offset=3) == []
+    with pytest.raises(StoreError, match="offset=-1"):
+        await doc_store.list_documents(offset=-1)
+
+
+async def test_delete_by_ids_and_source_removes_chunks_from_search(doc_store: VectorStore) -> None:
+    await doc_store.add_documents(
+        [
+            doc("a", "notes.md", ["giraffe neck"], 2),
+            doc("b", "notes.md", ["zebra stripes", "okapi"], 1),
+            doc("c", "other.txt", ["aardvark burrow"], 3),
+            doc("d", "keep.txt", ["zebra crossing"], 4),
+        ]
+    )
+    assert await doc_store.delete_documents(["c", "missing"], source="notes.md") == ["a", "b", "c"]
+    assert [d.doc_id for d in await doc_store.list_documents()] == ["d"]
+    assert await doc_store.count() == (1, 1)
+    for seed in (20, 21, 30):  # the deleted chunks' own vectors
+        assert {h.doc_id for h in await doc_store.dense_search(vector(seed), 10)} == {"d"}
+    assert [h.doc_id for h in await doc_store.full_text_search("zebra okapi aardvark", 10, rank="bm25")] == ["d"]
+    assert await doc_store.delete_documents(["a"]) == []
+    assert await doc_store.delete_documents() == []
+    with pytest.raises(StoreError, match="not one string"):
+        await doc_store.delete_documents("d")
