@@ -134,13 +134,10 @@ async def test_overlong_text_is_truncated_logged_and_counted(
     assert float(vectors[0] @ cut[0]) >= 0.9999
 
 
-async def model_statistics(embedder: TritonEmbedder, model: str | None = None) -> tuple[int, int]:
-    """(inference_count, execution_count) of a model on the server (Triton statistics extension)."""
-    client = embedder._client
-    assert client is not None
-    stats = await client.get_inference_statistics(model or embedder.model_name)
-    (entry,) = stats.model_stats
-    return int(entry.inference_count), int(entry.execution_count)
+async def model_statistics(embedder: TritonEmbedder) -> tuple[int, int]:
+    """(inference_count, execution_count) of the embedder's model on the server (Triton statistics extension)."""
+    stats = await embedder.inference_statistics()
+    return int(stats["inference_count"]), int(stats["execution_count"])
 
 
 @pytest.mark.parametrize("bad", [None, 42, b"bytes"])

@@ -369,6 +369,46 @@ class TritonEmbedder:
         states32: npt.NDArray[np.float32] = states.astype(np.float32, copy=False)
         return states32
 
+    async def inference_statistics(self) -> dict[str, float]:
+        """This embedder's model statistics on the server (Triton statistics extension), cumulative since load.
+
+        Returns:
+            `{"inference_count", "execution_count", "mean_batch", "success_count", "queue_ms", "compute_ms"}`:
+            items inferred and model executions (their ratio is the mean batch the dynamic batcher formed; 0.0
+            before the first execution), successful requests, and the mean queue and compute-infer time per
+            successful request in ms (`*.ns / success.count`).
+
+        Raises:
+            EmbedderError: not connected, or Triton does not answer within `connect_timeout_s`.
+        """
+        client = self._require_client()
+        try:
+            response = await client.get_inference_statistics(self.model_name, client_timeout=self.connect_timeout_s)
+        except InferenceServerException as exc:
+            raise EmbedderError(
+                f"Triton at {self.url}: statistics of {self.model_name!r} unavailable: {_describe(exc)}"
+            ) from exc
+        inferences = executions = successes = queue_ns = compute_ns = 0
+        for entry in response.model_stats:  # one entry per loaded version
+            inferences += int(entry.inference_count)
+            executions += int(entry.execution_count)
+            successes += int(entry.inference_stats.success.count)
+            queue_ns += int(entry.inference_stats.queue.ns)
+            compute_ns += int(entry.inference_stats.compute_infer.ns)
+        return {
+            "inference_count": float(inferences),
+            "execution_count": float(executions),
+            "mean_batch": inferences / executions if executions else 0.0,
+            "success_count": float(successes),
+            "queue_ms": queue_ns / successes / 1e6 if successes else 0.0,
+            "compute_ms": compute_ns / successes / 1e6 if successes else 0.0,
+        }
+
+    def _require_client(self) -> grpcclient.InferenceServerClient:
+        if self._client is None:
+            raise EmbedderError("TritonEmbedder is not connected; use `async with` or call connect()")
+        return self._client
+
     def latency_percentiles_ms(self, percentiles: Sequence[float] = (50, 95, 99)) -> dict[str, float]:
         """Percentiles of the recorded per-call latencies, ms (numpy `percentile`, linear interpolation).
 
