@@ -1,7 +1,8 @@
 """Events one answer emits while it runs, for chat interfaces and the HTTP stream (SSE).
 
 A consumer appends `TextDelta.text` to the answer it shows, clears it on `AnswerRestart` (the model began a new
-response: after a tool call, or when the agent replaces an unusable draft by a refusal), and shows tool activity
+response: after a tool call, when text shown turns out to be reasoning, or when the agent replaces an unusable
+draft by a refusal), and shows tool activity
 from `ToolCall` / `ToolResult`. The final, validated answer is the `AskResult` the call returns; streamed text
 already has reasoning tags and citation markers naming no retrieved passage removed.
 """
@@ -21,7 +22,9 @@ class TextDelta(BaseModel):
 
 
 class AnswerRestart(BaseModel):
-    """Discard the answer text shown so far; `reason` says why (`new_response` or `refusal`)."""
+    """Discard the answer text shown so far; `reason` says why: `new_response` (the model began another response),
+    `revised` (text shown turned out to be reasoning: a `</think>` arrived whose `<think>` the chat template opened
+    in the prompt) or `refusal` (the answer is replaced by the refusal)."""
 
     type: Literal["restart"] = "restart"
     reason: str

@@ -8,18 +8,24 @@
 Both policies retrieve through the same code (`search_passages`). Passages are numbered once per run: a chunk
 found again by a later search keeps its number. Only those chunks can be cited (`agent.citations`); the streamed
 text already has other markers removed. When no retrieved chunk reaches `refusal_min_score` (dense cosine
-similarity), the answer is the fixed refusal `agent.prompts.REFUSAL` without citations.
+similarity), the answer is the fixed refusal `agent.prompts.REFUSAL` without citations. The decision uses the
+dense cosine in every retrieval mode: a passage that full-text search found without a dense score gets its cosine
+from its stored embedding (`VectorStore.cosine_similarities`), computed when the decision depends on it.
+
+The whole answer, retrieval included, runs inside `ANSWER_TIMEOUT_S` (`asyncio.timeout`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelConnectionError,
@@ -27,7 +33,6 @@ from pydantic_ai.exceptions import (
     ModelRequestRejectedError,
     ModelRequestTimeout,
     ModelRetry,
-    RunTimedOut,
     UnexpectedModelBehavior,
     UsageLimitExceeded,
 )
@@ -35,17 +40,19 @@ from pydantic_ai.messages import (
     FunctionToolCallEvent,
     FunctionToolResultEvent,
     ModelMessage,
+    ModelResponse,
     PartDeltaEvent,
     PartStartEvent,
     TextPart,
     TextPartDelta,
+    ToolCallPart,
 )
 from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRunResultEvent
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import UsageLimits
 
-from agent.citations import extract_citations, stream_text, strip_reasoning
+from agent.citations import extract_citations, stream_text
 from agent.errors import AgentError, AnswerLimitError, LLMResponseError, LLMUnavailableError
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
 from agent.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, format_passages, user_prompt
@@ -110,13 +117,33 @@ class RagDeps:
             self.on_event(event)
 
     def is_relevant(self, passages: Sequence[Passage]) -> bool:
-        """True when some passage's dense cosine similarity reaches `refusal_min_score`."""
+        """True when some passage's dense cosine similarity reaches `refusal_min_score` (`-1.0` or below: always,
+        whatever the passages' scores)."""
+        if self.refusal_min_score <= -1.0:
+            return True
         scores = [p.dense_score for p in passages if p.dense_score is not None]
         return bool(scores) and max(scores) >= self.refusal_min_score
 
 
+async def _with_dense_scores(deps: RagDeps, query: str, passages: list[Passage]) -> list[Passage]:
+    """`passages` with the dense cosine similarity filled in from the stored embeddings where retrieval gave none
+    (full-text mode, or a hybrid hit only full-text search found), when the refusal decision depends on it: no
+    passage already reaches `refusal_min_score`. Costs one query embedding and one indexed lookup."""
+    missing = [p.chunk_id for p in passages if p.dense_score is None]
+    if not missing or deps.is_relevant(passages):
+        return passages
+    start = time.perf_counter()
+    vector = (await deps.retriever.embedder.embed([query], kind="query"))[0]
+    deps.state.timings_ms["embed"] += (time.perf_counter() - start) * 1000
+    start = time.perf_counter()
+    scores = await deps.retriever.store.cosine_similarities(vector, missing)
+    deps.state.timings_ms["search"] += (time.perf_counter() - start) * 1000
+    return [p if p.dense_score is not None else replace(p, dense_score=scores.get(p.chunk_id)) for p in passages]
+
+
 async def search_passages(deps: RagDeps, query: str, top_k: int) -> list[Passage]:
-    """The retrieval both policies use: hybrid search for `query`, passages numbered run-wide, timings summed.
+    """The retrieval both policies use: search for `query` (the retriever's mode), passages numbered run-wide,
+    each with its dense cosine similarity where the refusal decision needs it, timings summed.
 
     Raises:
         ValueError: blank query or top_k < 1 (from the retriever).
@@ -127,7 +154,7 @@ async def search_passages(deps: RagDeps, query: str, top_k: int) -> list[Passage
     for key in ("embed", "search"):
         deps.state.timings_ms[key] += result.timings_ms.get(key, 0.0)
     deps.state.queries.append(query)
-    passages = deps.state.register(result.passages)
+    passages = deps.state.register(await _with_dense_scores(deps, query, result.passages))
     numbers = ", ".join(f"[{p.number}]" for p in passages) or "none"
     best = max((p.dense_score for p in passages if p.dense_score is not None), default=None)
     best_text = f"best similarity {best:.2f}" if best is not None else "no dense match"
@@ -177,11 +204,35 @@ async def get_document(ctx: RunContext[RagDeps], doc_id: str) -> str:
     return format_passages([Passage(0, f"{doc_id}#all", doc_id, title, body, "", 0.0)], max_chars=MAX_DOCUMENT_CHARS)
 
 
+class UniqueToolCallIds(AbstractCapability[Any]):
+    """Gives every tool call of a model response its own id.
+
+    Tool results are matched to calls by `tool_call_id`; some servers send parallel calls that share one id (or
+    repeat an id from the same response), which pydantic-ai rejects as an ambiguous batch. Like pydantic-ai's own
+    guard for empty ids, each repeated id is replaced by a fresh `call_<uuid4 hex>` before the calls run.
+    """
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: Any, response: ModelResponse
+    ) -> ModelResponse:
+        """`response` with repeated tool-call ids replaced (parts otherwise unchanged, in order)."""
+        seen: set[str] = set()
+        parts = []
+        for part in response.parts:
+            if isinstance(part, ToolCallPart):
+                if not part.tool_call_id or part.tool_call_id in seen:
+                    part = replace(part, tool_call_id=f"call_{uuid.uuid4().hex}")
+                seen.add(part.tool_call_id)
+            parts.append(part)
+        return replace(response, parts=parts)
+
+
 def build_agent(model: Model, settings: ModelSettings, policy: Policy = "always") -> Agent[RagDeps, str]:
     """The pydantic-ai agent: plain-text output; tools (`search_documents`, `get_document`) only for `agentic`.
 
     Output is plain text, never `response_format` or an output tool, so servers that drop `response_format` or
-    mishandle `tool_choice="required"` (Triton's OpenAI frontend) behave like vLLM.
+    mishandle `tool_choice="required"` (Triton's OpenAI frontend) behave like vLLM. Repeated tool-call ids are
+    re-issued (`UniqueToolCallIds`).
     """
     if policy == "always":
         return Agent(model, deps_type=RagDeps, output_type=str, instructions=SYSTEM_PROMPT, model_settings=settings)
@@ -193,6 +244,7 @@ def build_agent(model: Model, settings: ModelSettings, policy: Policy = "always"
         model_settings=settings,
         tools=[search_documents, get_document],
         retries={"tools": 1, "output": 1},
+        capabilities=[UniqueToolCallIds()],
     )
 
     @agent.output_validator
@@ -221,8 +273,9 @@ def _limit_error(exc: UsageLimitExceeded, limits: UsageLimits) -> AnswerLimitErr
 
 
 def _llm_error(exc: Exception, timeout_s: float | None) -> AgentError:
-    """Map pydantic-ai's model errors to the agent's typed errors (messages say what to check)."""
-    if isinstance(exc, ModelRequestTimeout | asyncio.TimeoutError) or "timed out" in str(exc).lower():
+    """Map pydantic-ai's model errors to the agent's typed errors; the message keeps the exception's own words
+    (and its cause), so the model's actual misbehaviour is reported."""
+    if isinstance(exc, ModelRequestTimeout) or "timed out" in str(exc).lower():
         return LLMUnavailableError(f"the LLM server did not answer within {timeout_s} s (LLM_TIMEOUT_S): {exc}")
     if isinstance(exc, ModelConnectionError):
         return LLMUnavailableError(f"cannot reach the LLM server ({exc}); is it running (`rag up` / LLM_BASE_URL)?")
@@ -232,9 +285,8 @@ def _llm_error(exc: Exception, timeout_s: float | None) -> AgentError:
         return LLMResponseError(f"the LLM server rejected the request: {exc}")
     if isinstance(exc, ModelAPIError):
         return LLMUnavailableError(f"the LLM server failed after retries: {exc}")
-    return LLMResponseError(
-        f"the LLM server sent no usable answer, e.g. an empty `choices` list, also when asked again ({exc})"
-    )
+    cause = f" (cause: {exc.__cause__})" if exc.__cause__ is not None else ""
+    return LLMResponseError(f"the model's response could not be used: {exc}{cause}")
 
 
 async def answer(
@@ -258,9 +310,10 @@ async def answer(
         deps: retriever and settings; a fresh `RunState` is used for this run.
         top_k: passages retrieved up front (`always`); default `deps.top_k`.
         on_text: called with each new piece of visible answer text (reasoning removed, invalid citation markers
-            removed); restarts are only sent to `deps.on_event`.
+            removed); restarts are only sent to `deps.on_event`. The text sent after the last restart equals
+            `AskResult.answer`.
         usage_limits: request, tool-call and token limits of the run (pydantic-ai `UsageLimits`).
-        timeout_s: wall-clock limit of the agent run, seconds.
+        timeout_s: wall-clock limit of the whole answer, retrieval included, seconds (`asyncio.timeout`).
         llm_timeout_s: the per-request LLM timeout, only quoted in error messages.
         message_history: earlier turns (chat); passages of earlier turns are not cited again.
         retrieval_query: the `always` policy's search query when it differs from the question; default question.
@@ -272,7 +325,7 @@ async def answer(
         ValueError: blank question or top_k < 1.
         AnswerLimitError: a usage limit or the timeout was hit.
         LLMUnavailableError / LLMResponseError: the LLM server failed (after the SDK's bounded retries) or answered
-            with something unusable (e.g. no text: empty `choices`).
+            with something unusable (e.g. no text: empty `choices`); the message quotes the cause.
         tools.embedder.EmbedderError / tools.store.StoreError: retrieval failed.
     """
     if not question or not question.strip():
@@ -280,31 +333,86 @@ async def answer(
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k={top_k}; expected >= 1")
     deps = replace(deps)  # fresh RunState for this run
+    clock = asyncio.timeout(timeout_s)
+    try:
+        async with clock:
+            return await _answer(
+                agent,
+                deps,
+                question,
+                top_k,
+                on_text,
+                policy=policy,
+                limits=usage_limits or UsageLimits(),
+                llm_timeout_s=llm_timeout_s,
+                message_history=message_history,
+                retrieval_query=retrieval_query,
+            )
+    except TimeoutError:
+        if not clock.expired():
+            raise
+        raise AnswerLimitError(
+            "timeout", f"the answer took longer than {timeout_s} s (ANSWER_TIMEOUT_S), retrieval included"
+        ) from None
+
+
+async def _answer(
+    agent: Agent[RagDeps, str],
+    deps: RagDeps,
+    question: str,
+    top_k: int | None,
+    on_text: Callable[[str], None] | None,
+    *,
+    policy: Policy,
+    limits: UsageLimits,
+    llm_timeout_s: float | None,
+    message_history: Sequence[ModelMessage] | None,
+    retrieval_query: str | None,
+) -> AskResult:
+    """`answer` without its timeout."""
     start = time.perf_counter()
     timings: dict[str, float] = {}
 
-    def finish(text: str, citations: list[Citation] | None = None, refused: bool = False) -> AskResult:
+    def finish(
+        text: str, citations: list[Citation] | None = None, refused: bool = False, dropped: list[str] | None = None
+    ) -> AskResult:
         timings.update(deps.state.timings_ms)
         timings["total"] = (time.perf_counter() - start) * 1000
         return AskResult(
             answer=text,
             citations=citations or [],
+            dropped_citations=dropped or [],
             timings_ms={k: round(v, 1) for k, v in timings.items()},
             refused=refused,
             policy=policy,
             searches=list(deps.state.queries),
         )
 
-    def emit_text(delta: str) -> None:
-        if on_text is not None:
-            on_text(delta)
-        deps.emit(TextDelta(text=delta))
+    streamed = ""  # what the consumer has been shown of the current response
 
+    def show(text: str) -> None:
+        """Bring the consumer's text to `text`: append the difference, or restart when it is no extension."""
+        nonlocal streamed
+        if text == streamed:
+            return
+        if not text.startswith(streamed):  # e.g. reasoning whose `<think>` the chat template opened in the prompt
+            deps.emit(AnswerRestart(reason="revised"))
+            streamed = ""
+        if "llm_ttft" not in timings and text:
+            timings["llm_ttft"] = (time.perf_counter() - llm_start) * 1000
+        delta, streamed = text[len(streamed) :], text
+        if delta:
+            if on_text is not None:
+                on_text(delta)
+            deps.emit(TextDelta(text=delta))
+
+    llm_start = time.perf_counter()
     if policy == "always":
         passages = await search_passages(deps, retrieval_query or question, top_k or deps.top_k)
         if not deps.is_relevant(passages):
             timings["llm"] = 0.0
-            emit_text(REFUSAL)
+            show(REFUSAL)
+            timings.pop("llm_ttft", None)
             return finish(REFUSAL, refused=True)
         prompt = user_prompt(question, passages)
     else:
@@ -312,11 +420,9 @@ async def answer(
 
     llm_start = time.perf_counter()
     output = ""  # text of the current model response
-    streamed = ""  # what the consumer has been shown of it
-    limits = usage_limits or UsageLimits()
     try:
         async with agent.run_stream_events(
-            prompt, deps=deps, usage_limits=limits, timeout=timeout_s, message_history=message_history
+            prompt, deps=deps, usage_limits=limits, message_history=message_history
         ) as events:
             async for event in events:
                 if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
@@ -335,28 +441,24 @@ async def answer(
                     output = ""
                 elif isinstance(event, AgentRunResultEvent):
                     output = event.result.output
-                shown = stream_text(output, {p.number for p in deps.state.by_chunk.values()})
-                if len(shown) > len(streamed) and shown.startswith(streamed):
-                    if "llm_ttft" not in timings:
-                        timings["llm_ttft"] = (time.perf_counter() - llm_start) * 1000
-                    delta = shown[len(streamed) :]
-                    streamed = shown
-                    emit_text(delta)
+                else:
+                    continue
+                show(stream_text(output, deps.state.passages))
     except UsageLimitExceeded as exc:
         raise _limit_error(exc, limits) from None
-    except RunTimedOut:
-        raise AnswerLimitError("timeout", f"the answer took longer than {timeout_s} s (ANSWER_TIMEOUT_S)") from None
     except (ModelAPIError, UnexpectedModelBehavior) as exc:
         raise _llm_error(exc, llm_timeout_s) from exc
     timings["llm"] = (time.perf_counter() - llm_start) * 1000
-    text, citations = extract_citations(strip_reasoning(output), deps.state.passages)
+    text, citations, dropped = extract_citations(output, deps.state.passages)
     if not deps.is_relevant(deps.state.passages):
         if streamed:
             deps.emit(AnswerRestart(reason="refusal"))
-        emit_text(REFUSAL)
+            streamed = ""
+        show(REFUSAL)
         return finish(REFUSAL, refused=True)
     if not text:
         raise LLMResponseError(
             "the LLM server returned no answer text (an empty `choices` list, or only reasoning); check the server log"
         )
-    return finish(text, citations)
+    show(text)  # the held-back tail of the stream: the streamed text now equals the answer
+    return finish(text, citations, dropped=dropped)

@@ -25,6 +25,11 @@ class AskResult(BaseModel):
 
     answer: str
     citations: list[Citation]
+    dropped_citations: list[str] = Field(
+        default_factory=list,
+        description="Citation markers the model wrote that name no passage or document retrieved for this answer, "
+        "as written (e.g. `[7]`, `[doc 99999]`, `(doc 4242)`); they are removed from `answer`.",
+    )
     timings_ms: dict[str, float]
     refused: bool = Field(
         default=False,
@@ -35,5 +40,6 @@ class AskResult(BaseModel):
     searches: list[str] = Field(default_factory=list, description="Retrieval queries run for this answer, in order.")
 
     def to_json_dict(self) -> dict[str, object]:
-        """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title), timings_ms."""
+        """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title),
+        dropped_citations, timings_ms, refused, policy, searches."""
         return self.model_dump()

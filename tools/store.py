@@ -353,6 +353,30 @@ class VectorStore:
             )
         return [_hit(r) for r in rows]
 
+    async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
+        """Cosine similarity of `query` to the stored embeddings of `chunk_ids` (a lookup by the unique chunk id
+        index, no vector index scan), e.g. for chunks full-text search found.
+
+        Args:
+            query: `(dim,)` float32, L2-normalised.
+
+        Returns:
+            {chunk_id: cosine similarity in [-1, 1]} for the ids that are stored (unknown ids are left out).
+
+        Raises:
+            StoreError: wrong query shape.
+        """
+        if query.shape != (self.dim,):
+            raise StoreError(f"query embedding: expected shape ({self.dim},), got {query.shape}")
+        if not chunk_ids:
+            return {}
+        rows = await self.pool.fetch(
+            "SELECT chunk_id, 1 - (embedding <=> $1) AS score FROM chunks WHERE chunk_id = ANY($2::text[])",
+            query,
+            chunk_ids,
+        )
+        return {r["chunk_id"]: float(r["score"]) for r in rows}
+
     async def full_text_search(
         self,
         query: str,
