@@ -7,9 +7,9 @@ environment variable names (case-insensitive), e.g. `TRITON_GRPC_URL`, `DATABASE
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -159,6 +159,15 @@ class Settings(BaseSettings):
     services: tuple[Literal["postgres", "triton", "vllm"], ...] = Field(
         default=("postgres", "triton", "vllm"), description="Local services `rag up` starts."
     )
+
+    @model_validator(mode="after")
+    def _chunk_overlap_below_size(self) -> Self:
+        if self.chunk_overlap_tokens >= self.chunk_tokens:
+            raise ValueError(
+                f"CHUNK_OVERLAP_TOKENS={self.chunk_overlap_tokens} must be smaller than CHUNK_TOKENS="
+                f"{self.chunk_tokens} (each chunk must advance by at least one token)"
+            )
+        return self
 
     @property
     def run_dir(self) -> Path:

@@ -9,7 +9,8 @@ from agent.citations import extract_citations, render_answer, stream_text, strip
 from tools.retrieval import Passage
 
 
-def passage(n: int, doc: str, text: str = "Vitamin B12 deficiency raises plasma homocysteine in older adults.") -> Passage:
+def passage(n: int, doc: str) -> Passage:
+    text = "Vitamin B12 deficiency raises plasma homocysteine in older adults."
     return Passage(n, f"{doc}#0", doc, f"Title {n}", text, "test", 1.0 / n, 0.9)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.chunking import chunk_text
+from tools.chunking import chunk_text, fit_window
 from tools.embedder import TritonEmbedder
 from tools.jsonl import JsonlError, read_records
 from tools.store import ChunkRecord, DocumentRecord, IngestCounts, VectorStore
@@ -107,13 +107,14 @@ async def ingest_documents(
 
     Args:
         documents: the batch.
-        chunk_tokens, overlap_tokens: chunk window in embedder tokens (clamped to the model limit minus 2).
+        chunk_tokens, overlap_tokens: chunk window in embedder tokens; a window above the model limit minus 2 is
+            clamped to it and the overlap shrinks in proportion (`tools.chunking.fit_window`).
     """
     documents = list({d.doc_id: d for d in documents}.values())  # a repeated doc_id: the last one wins
     stored = await store.stored_versions([d.doc_id for d in documents])
     todo = [d for d in documents if stored.get(d.doc_id) != d.content_hash]
-    window = min(chunk_tokens, embedder.spec.max_tokens - 2)
-    pieces = [chunk_text(d.content, embedder.tokenizer, window, min(overlap_tokens, window - 1)) for d in todo]
+    window, overlap = fit_window(chunk_tokens, overlap_tokens, embedder.spec.max_tokens)
+    pieces = [chunk_text(d.content, embedder.tokenizer, window, overlap) for d in todo]
     texts = [c.text for chunks in pieces for c in chunks]
     vectors = await embedder.embed(texts, kind="document") if texts else None
     records: list[DocumentRecord] = []
