@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.settings import Settings, SettingsError
-from evals.answers_eval import EvalError, load_cases, run_answers_eval, scifact_dataset, write_run
+from evals.answers_eval import EvalError, failed_line, load_cases, run_answers_eval, scifact_dataset, write_run
 from evals.answers_report import compare, load_summary
 from evals.scifact import DatasetError, Split
 from tools.embedder import EmbedderError
@@ -19,6 +19,9 @@ from tools.store import StoreError
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
+
+EXIT_CASES_FAILED = 2
+"""Exit code of `rag eval answers` when the run finished but at least one case failed (1: it could not run)."""
 
 
 def run_answers_command(
@@ -31,21 +34,30 @@ def run_answers_command(
     out: Path,
     as_json: bool,
 ) -> None:
-    """Evaluate, write `out/` (summary.json, results.json, cases.yaml, report.md, plots), print the summary."""
+    """Evaluate, write `out/` (summary.json, results.json, cases.yaml, report.md, plots), print the summary.
+
+    With `as_json`, stdout holds the summary JSON and nothing else (no progress bar; the failed-case line goes to
+    stderr). Exit codes: 0 every case scored; 1 the run could not start (no cases, stack unreachable);
+    `EXIT_CASES_FAILED` (2) the run finished and was written, but at least one case failed.
+    """
     settings = Settings()
     try:
         dataset = load_cases(cases) if cases else scifact_dataset(split, ids=ids)
         if limit is not None:
             dataset.cases = dataset.cases[:limit]
-        summary, records = asyncio.run(run_answers_eval(dataset, settings, concurrency, top_k))
+        summary, records = asyncio.run(run_answers_eval(dataset, settings, concurrency, top_k, progress=not as_json))
     except (EvalError, DatasetError, SettingsError, EmbedderError, StoreError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
     write_run(out, dataset, summary, records)
+    code = EXIT_CASES_FAILED if summary["errors"] else 0
     if as_json:
         print(json.dumps(summary))
-        return
-    table = Table("metric", "value", title=f"answers: {summary['n']} claims, {summary['errors']} errors")
+        if code:
+            err_console.print(f"[bold red]{failed_line(summary)}[/] (see {out / 'results.json'})", highlight=False)
+        raise typer.Exit(code=code)
+    title = f"answers: {summary['n']} claims, {failed_line(summary)}"
+    table = Table("metric", "value", title=title)
     for key in ("verdict_accuracy", "majority_baseline", "citation_precision", "citation_recall", "refusal_rate"):
         table.add_row(key, "n/a" if summary[key] is None else f"{summary[key]:.4f}")
     console.print(table)
@@ -54,6 +66,12 @@ def run_answers_command(
         lat.add_row(stage, *(str(p.get(k, "-")) for k in ("p50", "p95", "p99", "n")))
     console.print(lat)
     console.print(f"report: {out / 'report.md'}")
+    if code:
+        err_console.print(
+            f"[bold red]{failed_line(summary)}[/]; they score 0 in every score (errors in {out / 'results.json'})",
+            highlight=False,
+        )
+    raise typer.Exit(code=code)
 
 
 def run_compare_command(run_a: Path, run_b: Path, as_json: bool) -> None:

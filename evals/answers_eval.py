@@ -72,18 +72,38 @@ class AnswerOutput(BaseModel):
 AnswerDataset = Dataset[ClaimInputs, AnswerOutput, ClaimMetadata]
 
 
+_NOT = r"(?:\bnot|n't|\bnever|\bneither|\bnor|\bcannot|\bfails?\s+to|\blacks?|\blacking|\bwithout)"
+_GAP = r"(?:\s+[\w-]+){0,3}?\s+"  # up to three words between a negation and its verb: "do not clearly support"
+_VERDICT_CUES: tuple[tuple[Verdict, str], ...] = (
+    # Absence of evidence: negated verdict verbs, "unsupported", "no evidence", "not enough information", ...
+    ("NOT_ENOUGH_INFO", rf"{_NOT}{_GAP}(?:support|confirm|contradict|refute|disprove|address|mention|cover|enough)\w*"),
+    ("NOT_ENOUGH_INFO", r"\bno(?:\s+[\w-]+){0,2}?\s+(?:evidence|support|information|mention|data)\b"),
+    (
+        "NOT_ENOUGH_INFO",
+        r"\bunsupported\b|\bnot enough info|\binsufficient\b|\bunclear\b|\binconclusive\b|\bundetermined\b"
+        r"|\bunable to (?:determine|tell|say)\b|\bnot possible to (?:determine|tell|say)\b|\bcannot be determined\b",
+    ),
+    ("CONTRADICT", r"\bcontradict\w*|\brefut\w*|\bdisprov\w*|\bcontrary to\b|\binconsistent with\b|\bfalse\b"),
+    ("SUPPORT", r"\bsupport\w*|\bconfirm\w*|\bcorroborat\w*|\bconsistent with\b"),
+)
+_VERDICT = re.compile("|".join(f"(?P<c{i}>{cue})" for i, (_, cue) in enumerate(_VERDICT_CUES)), re.IGNORECASE)
+
+
 def parse_verdict(answer: str) -> Verdict:
-    """The first verdict word in `answer` ('support(s/ed)', 'contradict(s/ed)', 'not enough info'); default
-    NOT_ENOUGH_INFO when none appears."""
-    match = re.search(r"not enough info|insufficient|do(?:es)? not cover|contradict|refute|support", answer, re.I)
-    if match is None:
+    """The verdict an answer states first: the leftmost verdict phrase decides, negated forms before bare ones.
+
+    SUPPORT: "SUPPORT", "supports", "confirms", "is consistent with", hedged forms ("may support"). CONTRADICT:
+    "contradicts", "refutes", "disproves", "contrary to", "inconsistent with", "false". NOT_ENOUGH_INFO: "NOT
+    ENOUGH INFO", a negated verdict verb ("do not support", "does not clearly support", "neither supports nor
+    contradicts", "fails to confirm", "not contradicted"), "unsupported", "no evidence (to support it)",
+    "insufficient", "unclear", "inconclusive", "do not cover", and any answer without a verdict phrase.
+    An absence of support is NOT_ENOUGH_INFO, not CONTRADICT: only an explicit contradiction is. Tested on a table
+    of phrasings (tests/test_answers_eval.py).
+    """
+    match = _VERDICT.search(answer)
+    if match is None or match.lastgroup is None:
         return "NOT_ENOUGH_INFO"
-    word = match.group(0).lower()
-    if word.startswith(("contradict", "refute")):
-        return "CONTRADICT"
-    if word.startswith("support"):
-        return "SUPPORT"
-    return "NOT_ENOUGH_INFO"
+    return _VERDICT_CUES[int(match.lastgroup[1:])][0]
 
 
 def scifact_dataset(split: Split = "test", root: Path = SCIFACT_DIR, ids: list[str] | None = None) -> AnswerDataset:
@@ -179,15 +199,27 @@ def percentiles(values: list[float]) -> dict[str, float | int]:
     return {"p50": round(float(p50), 1), "p95": round(float(p95), 1), "p99": round(float(p99), 1), "n": len(values)}
 
 
-def _mean(values: list[float]) -> float | None:
-    return round(float(np.mean(values)), 4) if values else None
+def applicable_scores(metadata: ClaimMetadata) -> tuple[str, ...]:
+    """The scores a case with these gold labels gets: `verdict_correct` always; `citation_precision` and
+    `citation_recall` for claims with gold evidence; `refused` for claims without (NOT_ENOUGH_INFO)."""
+    if metadata.gold_verdict == "NOT_ENOUGH_INFO":
+        return ("verdict_correct", "refused")
+    if metadata.gold_doc_ids:
+        return ("verdict_correct", "citation_precision", "citation_recall")
+    return ("verdict_correct",)
 
 
 def summarize(
     report: EvaluationReport[ClaimInputs, AnswerOutput, ClaimMetadata], wall_s: float, settings: Settings
 ) -> dict[str, Any]:
     """The run summary (`--json` shape): n, verdict_accuracy, majority_baseline, citation precision/recall,
-    refusal_rate, errors, latency_ms per stage {p50, p95, p99, n}, throughput, and what ran."""
+    refusal_rate, errors, latency_ms per stage {p50, p95, p99, n}, throughput, and what ran.
+
+    A failed case (its task raised, e.g. the LLM answered HTTP 500) scores 0 on every score its gold labels make
+    applicable (`applicable_scores`), so every score's denominator counts the failed cases: a failure never raises
+    a score. `citation_precision` averages over claims with gold evidence that cited something, plus the failed
+    claims with gold evidence. `errors` is the number of failed cases.
+    """
     cases = report.cases
     golds = [c.metadata.gold_verdict for c in cases if c.metadata is not None]
     golds += [f.metadata.gold_verdict for f in report.failures if f.metadata is not None]
@@ -195,9 +227,13 @@ def summarize(
 
     def values(name: str) -> list[float]:
         found = [c.assertions.get(name) or c.scores.get(name) for c in cases]
-        return [float(r.value) for r in found if r is not None]
+        scored = [float(r.value) for r in found if r is not None]
+        failed = [0.0 for f in report.failures if f.metadata is not None and name in applicable_scores(f.metadata)]
+        return scored + failed
 
-    verdicts = values("verdict_correct")
+    def mean(name: str) -> float | None:
+        found = values(name)
+        return round(float(np.mean(found)), 4) if found else None
 
     def stage_ms(case: Any, stage: str) -> float | None:
         value = case.output.timings_ms.get(stage)
@@ -209,11 +245,11 @@ def summarize(
     n = len(cases) + len(report.failures)
     return {
         "n": n,
-        "verdict_accuracy": round(sum(verdicts) / n, 4) if n else None,
+        "verdict_accuracy": mean("verdict_correct"),
         "majority_baseline": round(majority, 4) if majority is not None else None,
-        "citation_precision": _mean(values("citation_precision")),
-        "citation_recall": _mean(values("citation_recall")),
-        "refusal_rate": _mean(values("refused")),
+        "citation_precision": mean("citation_precision"),
+        "citation_recall": mean("citation_recall"),
+        "refusal_rate": mean("refused"),
         "errors": len(report.failures),
         "latency_ms": latency,
         "throughput_rps": round(n / wall_s, 3) if wall_s > 0 else None,
@@ -222,6 +258,11 @@ def summarize(
         "embedder_model": settings.embedder_model,
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
     }
+
+
+def failed_line(summary: dict[str, Any]) -> str:
+    """`k of n cases failed` for the headline of a run."""
+    return f"{summary['errors']} of {summary['n']} cases failed"
 
 
 def case_records(report: EvaluationReport[ClaimInputs, AnswerOutput, ClaimMetadata]) -> list[dict[str, Any]]:
@@ -255,9 +296,16 @@ def case_records(report: EvaluationReport[ClaimInputs, AnswerOutput, ClaimMetada
 
 
 async def run_answers_eval(
-    dataset: AnswerDataset, settings: Settings, concurrency: int = 1, top_k: int | None = None
+    dataset: AnswerDataset,
+    settings: Settings,
+    concurrency: int = 1,
+    top_k: int | None = None,
+    progress: bool = True,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Evaluate `dataset` against the running stack; a failing case is recorded and the run goes on.
+
+    Args:
+        progress: show pydantic-evals' progress bar (rich, on stdout); off for `--json`.
 
     Returns:
         (summary, per-case records).
@@ -269,7 +317,7 @@ async def run_answers_eval(
         raise EvalError("the dataset has no cases; nothing to evaluate")
     async with RagApp.from_settings(settings) as app:
         start = time.perf_counter()
-        report = await dataset.evaluate(make_task(app, top_k), max_concurrency=concurrency, progress=True)
+        report = await dataset.evaluate(make_task(app, top_k), max_concurrency=concurrency, progress=progress)
         wall_s = time.perf_counter() - start
     return summarize(report, wall_s, settings), case_records(report)
 

@@ -86,7 +86,9 @@ def write_report(out_dir: Path, summary: dict[str, Any], records: list[dict[str,
     plot_scores(summary, out_dir / "scores.png")
     failed = [r for r in records if r["error"]]
     text = [
-        f"# Answer eval: {summary['n']} SciFact claims",
+        f"# Answer eval: {summary['n']} SciFact claims, {summary['errors']} of {summary['n']} cases failed",
+        "",
+        "A failed case scores 0 in every score that applies to it (failed cases count in every denominator).",
         "",
         f"Date {summary['date']}; LLM `{summary['llm_model']}`; embedder `{summary['embedder_model']}`.",
         "",

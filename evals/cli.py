@@ -53,7 +53,8 @@ def answers(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary JSON only.")] = False,
 ) -> None:
     """Answer quality (verdict accuracy vs the majority baseline, citation precision/recall, refusal rate) and
-    latency per stage on SciFact claims, through the running stack."""
+    latency per stage on SciFact claims, through the running stack. Exit code 2 when any case failed (it scores 0
+    in every score), 1 when the run could not start."""
     from evals.answers_cli import run_answers_command
     from evals.scifact import Split
 
