@@ -5,20 +5,23 @@ test_citations_prompts.py."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import asyncpg
 import pytest
 from pydantic_ai.messages import ModelMessage, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
+from agent.errors import AnswerLimitError, LLMResponseError
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall
 from agent.prompts import REFUSAL
 from agent.rag_agent import Policy, RagDeps, answer, build_agent
 from agent.results import AskResult
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from tools.embedder import TritonEmbedder
-from tools.retrieval import Retriever
+from tools.retrieval import RetrievalMode, Retriever
 from tools.store import VectorStore
 
 # SciFact test claim 36's gold abstract (tests/conftest.py GOLD_CLAIMS) is in the test corpus.
@@ -28,7 +31,8 @@ REFUSAL_MIN_SCORE = 0.42  # the default of Settings.refusal_min_score (evals/ref
 
 pytestmark = pytest.mark.stack
 
-Step = str | tuple[str, dict[str, Any]]
+Call = tuple[str, dict[str, Any]]
+Step = str | Call | list[Call]  # text, a tool call, or parallel tool calls
 
 
 def scripted(steps: list[Step], seen: list[list[ModelMessage]]) -> FunctionModel:
@@ -39,6 +43,11 @@ def scripted(steps: list[Step], seen: list[list[ModelMessage]]) -> FunctionModel
         step = steps.pop(0)
         if isinstance(step, tuple):
             yield {0: DeltaToolCall(name=step[0], json_args=json.dumps(step[1]), tool_call_id=f"call{len(seen)}")}
+        elif isinstance(step, list):  # parallel calls sharing one id, as some servers send them
+            yield {
+                i: DeltaToolCall(name=name, json_args=json.dumps(args), tool_call_id="same")
+                for i, (name, args) in enumerate(step)
+            }
         else:
             for i in range(0, len(step), 7):
                 yield step[i : i + 7]
@@ -55,12 +64,15 @@ async def run(
     events: list[AgentEvent] | None = None,
     seen: list[list[ModelMessage]] | None = None,
     on_text: Callable[[str], None] | None = None,
+    mode: RetrievalMode = "hybrid",
+    refusal_min_score: float = REFUSAL_MIN_SCORE,
+    timeout_s: float | None = None,
 ) -> AskResult:
     seen = [] if seen is None else seen
     agent = build_agent(scripted(steps, seen), {"max_tokens": 64}, policy)
     on_event = None if events is None else events.append
-    deps = RagDeps(Retriever(embedder, store), 3, REFUSAL_MIN_SCORE, on_event)
-    return await answer(agent, deps, question, policy=policy, on_text=on_text)
+    deps = RagDeps(Retriever(embedder, store, mode=mode), 3, refusal_min_score, on_event)
+    return await answer(agent, deps, question, policy=policy, on_text=on_text, timeout_s=timeout_s)
 
 
 async def test_always_policy_cites_only_retrieved_chunks(store: VectorStore, embedder: TritonEmbedder) -> None:
@@ -73,7 +85,8 @@ async def test_always_policy_cites_only_retrieved_chunks(store: VectorStore, emb
     assert "[1]" in prompt and "[3]" in prompt and "[4]" not in prompt
     assert [c.passage for c in result.citations] == [1, 2]
     assert "[42]" not in result.answer and "think" not in result.answer
-    assert "".join(streamed) == "It does [1], per [2] and ."  # the invalid marker was never shown
+    assert "".join(streamed) == result.answer == "It does [1], per [2] and."  # the invalid marker was never shown
+    assert result.dropped_citations == ["[42]"]
     assert set(result.timings_ms) == {"embed", "search", "llm", "llm_ttft", "total"}
     assert 0 < result.timings_ms["llm_ttft"] <= result.timings_ms["llm"] <= result.timings_ms["total"]
     assert result.searches == [COVERED] and not result.refused and result.policy == "always"
@@ -132,3 +145,99 @@ async def test_agentic_answer_from_general_knowledge_is_refused(store: VectorSto
 async def test_blank_question_is_a_value_error(policy: Policy, store: VectorStore, embedder: TritonEmbedder) -> None:
     with pytest.raises(ValueError, match="question is empty"):
         await run(["x"], store, embedder, question="  ", policy=policy)
+
+
+@pytest.mark.parametrize("mode", ["dense", "full_text", "hybrid"])
+async def test_refusal_works_in_every_retrieval_mode(
+    mode: RetrievalMode, store: VectorStore, embedder: TritonEmbedder
+) -> None:
+    covered = await run(["It does [1]."], store, embedder, mode=mode)
+    assert not covered.refused and [c.passage for c in covered.citations] == [1]
+    seen: list[list[ModelMessage]] = []
+    off_topic = await run(["Argentina won [1]."], store, embedder, question=OFF_TOPIC, seen=seen, mode=mode)
+    assert off_topic.refused and off_topic.answer == REFUSAL and seen == []
+    # -1 turns refusal off, whatever scores the mode's passages carry.
+    unguarded = await run(["Argentina won."], store, embedder, question=OFF_TOPIC, mode=mode, refusal_min_score=-1.0)
+    assert not unguarded.refused and unguarded.answer == "Argentina won."
+
+
+async def test_full_text_passages_get_their_stored_dense_cosine(store: VectorStore, embedder: TritonEmbedder) -> None:
+    found = await Retriever(embedder, store, mode="full_text").search(COVERED, 3)
+    assert found.passages and all(p.dense_score is None for p in found.passages)
+    query = (await embedder.embed([COVERED], kind="query"))[0]
+    cosines = await store.cosine_similarities(query, [p.chunk_id for p in found.passages])
+    exact = {h.chunk_id: h.score for h in await store.dense_search(query, 1000, exact=True)}
+    assert cosines == pytest.approx({cid: exact[cid] for cid in cosines}, abs=1e-5)
+    assert max(cosines.values()) >= REFUSAL_MIN_SCORE
+
+
+STREAMED_OUTPUTS = [
+    ("It does [1], per [2] and [42].", ["[42]"]),
+    ("The claim holds [doc 99999], see (doc 4242) .", ["[doc 99999]", "(doc 4242)"]),
+    ("Yes [9], [8], [1].", ["[9]", "[8]"]),
+    ("<think>plan [3]</think>Answer [1] [5].", ["[5]"]),
+    ("Plain answer without markers", []),
+]
+
+
+@pytest.mark.parametrize(("output", "dropped"), STREAMED_OUTPUTS)
+async def test_streamed_text_equals_the_final_answer(
+    output: str, dropped: list[str], store: VectorStore, embedder: TritonEmbedder
+) -> None:
+    streamed: list[str] = []
+    events: list[AgentEvent] = []
+    result = await run([output], store, embedder, on_text=streamed.append, events=events)
+    assert "".join(streamed) == result.answer
+    assert not any(isinstance(e, AnswerRestart) for e in events)
+    assert result.dropped_citations == dropped
+    assert not any(marker in result.answer for marker in dropped)
+    assert ",," not in result.answer and " ." not in result.answer and " ," not in result.answer
+
+
+async def test_reasoning_opened_in_the_prompt_is_stripped_from_stream_and_answer(
+    store: VectorStore, embedder: TritonEmbedder
+) -> None:
+    events: list[AgentEvent] = []
+    output = "The user asks about B12; passage 1 covers it.</think>\n\nB12 deficiency raises homocysteine [1]."
+    result = await run([output], store, embedder, events=events)
+    assert result.answer == "B12 deficiency raises homocysteine [1]."
+    last_restart = max(i for i, e in enumerate(events) if isinstance(e, AnswerRestart))
+    assert "".join(e.text for e in events[last_restart:] if isinstance(e, TextDelta)) == result.answer
+
+
+async def test_parallel_tool_calls_sharing_an_id_are_re_identified(
+    store: VectorStore, embedder: TritonEmbedder
+) -> None:
+    seen: list[list[ModelMessage]] = []
+    steps: list[Step] = [
+        [("search_documents", {"query": "vitamin B12 homocysteine"}), ("search_documents", {"query": "homocysteine"})],
+        "B12 deficiency raises homocysteine [1].",
+    ]
+    result = await run(steps, store, embedder, policy="agentic", seen=seen)
+    assert sorted(result.searches) == ["homocysteine", "vitamin B12 homocysteine"]
+    returns = [p for p in seen[1][-1].parts if isinstance(p, ToolReturnPart)]
+    assert len(returns) == 2 and len({p.tool_call_id for p in returns}) == 2
+
+
+async def test_model_misbehaviour_is_reported_by_its_cause(store: VectorStore, embedder: TritonEmbedder) -> None:
+    steps: list[Step] = [("no_such_tool", {}), ("no_such_tool", {}), ("no_such_tool", {})]
+    with pytest.raises(LLMResponseError) as exc:
+        await run(steps, store, embedder, policy="agentic")
+    assert "no_such_tool" in str(exc.value) and "choices" not in str(exc.value)
+
+
+async def test_answer_timeout_covers_retrieval(store: VectorStore, embedder: TritonEmbedder, ingested: str) -> None:
+    # A retrieval that hangs (the chunks table locked by another session) ends at ANSWER_TIMEOUT_S.
+    locker = await asyncpg.connect(ingested)
+    try:
+        transaction = locker.transaction()
+        await transaction.start()
+        await locker.execute("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
+        start = time.perf_counter()
+        with pytest.raises(AnswerLimitError, match=r"longer than 1.0 s .*retrieval included") as exc:
+            await run(["never asked"], store, embedder, timeout_s=1.0)
+        assert exc.value.limit == "timeout" and time.perf_counter() - start < 5
+        await transaction.rollback()
+    finally:
+        await locker.close()
+    assert not (await run(["It does [1]."], store, embedder, timeout_s=60.0)).refused  # the pool still works

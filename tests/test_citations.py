@@ -46,6 +46,14 @@ def test_final_answer_keeps_only_retrieved_citations_and_clean_punctuation(
     assert {c.chunk_id for c in citations} <= {p.chunk_id for p in PASSAGES}
 
 
+def test_uncited_quote_is_attributed_to_the_passage_it_copies() -> None:
+    other = Passage(2, "202#0", "202", "Title 2", "Unrelated text.", "test", 0.5, 0.9)
+    _, citations, dropped = extract_citations(
+        "Studies show Vitamin B12 deficiency raises plasma homocysteine.", [passage(1, "101"), other]
+    )
+    assert [c.passage for c in citations] == [1] and dropped == []
+
+
 def consume(pieces: list[str]) -> tuple[str, int]:
     """What a streaming consumer ends up showing (text since the last restart) and how many restarts it saw,
     given the model output in `pieces`, with the final flush `agent.rag_agent.answer` sends."""
