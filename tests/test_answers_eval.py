@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from agent.settings import Settings
-from evals.answers_eval import load_cases, scifact_dataset
-from tests.conftest import GOLD_CLAIMS, run_cli
+from evals.answers_eval import load_cases, run_answers_eval, scifact_dataset
+from tests.conftest import GOLD_CLAIMS, cli_env, run_cli
+from tests.fake_openai import FakeOpenAIServer, Reply
 from tools.store import VectorStore
 
 
@@ -23,7 +26,7 @@ async def test_ci_size_answer_run_writes_a_sane_report(
     args = ["eval", "answers", "--out", str(out), "--json", "--top-k", "3", "--concurrency", "2"]
     result = run_cli(llm_settings, *args, *(arg for i in ids for arg in ("--id", i)))
     assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    summary = json.loads(result.stdout)
     assert summary["n"] == 3 and summary["errors"] == 0
     golds = [c.metadata.gold_verdict for c in scifact_dataset("test", ids=ids).cases if c.metadata]
     assert summary["majority_baseline"] == pytest.approx(round(Counter(golds).most_common(1)[0][1] / 3, 4))
@@ -52,3 +55,49 @@ async def test_empty_dataset_is_a_clear_error(ingested: str, settings: Settings,
     result = run_cli(settings, "eval", "answers", "--cases", str(empty), "--out", str(tmp_path / "o"))
     assert result.returncode == 1
     assert "no cases" in result.stderr and "Traceback" not in result.stderr
+
+
+CITE_ALL = "SUPPORT. The passages show it " + ", ".join(f"[{n}]" for n in range(1, 11)) + "."
+
+
+def fake_llm_settings(settings: Settings, fake: FakeOpenAIServer) -> Settings:
+    """The test stack with the fake LLM, no retries, and refusal off (every case reaches the LLM, in order)."""
+    update = {"llm_base_url": fake.base_url, "llm_model": "fake", "llm_max_retries": 0, "refusal_min_score": -1.0}
+    return settings.model_copy(update=update)
+
+
+async def test_a_failed_case_scores_zero_in_every_denominator(ingested: str, settings: Settings) -> None:
+    dataset = scifact_dataset("test", ids=["3", "5", "36"])  # two claims with evidence, one without
+    with FakeOpenAIServer() as fake:
+        # Concurrency 1, in order: claim 3 gets HTTP 500; claim 5 an answer citing all 10 passages (its gold abstract
+        # is among them: recall 1); claim 36 (no gold evidence) a SUPPORT answer, neither refused nor correct.
+        requests = fake.reset(Reply(status=500), Reply(text=CITE_ALL), Reply(text="SUPPORT [1]."))
+        summary, records = await run_answers_eval(dataset, fake_llm_settings(settings, fake), 1, 10, progress=False)
+    assert len(requests) == 3
+    by_name = {r["name"]: r for r in records}
+    assert by_name["3"]["error"] and "500" in by_name["3"]["error"] and by_name["5"]["error"] is None
+    assert by_name["5"]["scores"]["citation_recall"] == 1.0 and by_name["5"]["scores"]["verdict_correct"] is True
+    assert summary["n"] == 3 and summary["errors"] == 1
+    # The failed claim 3 scores 0: recall 0.5, not claim 5's 1.0 alone.
+    assert summary["citation_recall"] == 0.5
+    assert summary["citation_precision"] == pytest.approx(round(by_name["5"]["scores"]["citation_precision"] / 2, 4))
+    assert summary["verdict_accuracy"] == pytest.approx(round(1 / 3, 4))
+    assert summary["refusal_rate"] == 0.0
+
+
+def test_cli_json_is_the_only_stdout_and_failed_cases_exit_non_zero(
+    ingested: str, settings: Settings, tmp_path: Path
+) -> None:
+    with FakeOpenAIServer() as fake:
+        fake.reset(Reply(text="SUPPORT [1]."), Reply(status=500))
+        env = cli_env(fake_llm_settings(settings, fake))
+        env |= {"LLM_MODEL": "fake", "LLM_MAX_RETRIES": "0", "REFUSAL_MIN_SCORE": "-1"}
+        args = ["eval", "answers", "--id", "3", "--id", "5", "--top-k", "3", "--json", "--out", str(tmp_path / "r")]
+        result = subprocess.run(
+            [sys.executable, "-m", "agent", *args], env=env, capture_output=True, text=True, timeout=600
+        )
+    assert result.returncode == 2, result.stdout + result.stderr
+    summary = json.loads(result.stdout)  # the whole of stdout: no progress bar, no other line
+    assert summary["n"] == 2 and summary["errors"] == 1
+    assert "1 of 2 cases failed" in result.stderr
+    assert "1 of 2 cases failed" in (tmp_path / "r" / "report.md").read_text()

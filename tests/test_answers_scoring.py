@@ -18,13 +18,48 @@ from evals.answers_eval import (
     scifact_dataset,
 )
 
+VERDICT_PHRASINGS: list[tuple[str, str]] = [
+    ("SUPPORT. The passages [1] show it.", "SUPPORT"),
+    ("Support. The documents show [1]", "SUPPORT"),
+    ("Supported: [1] shows a rise.", "SUPPORT"),
+    ("The passages support the claim [1].", "SUPPORT"),
+    ("Yes, passage [1] confirms this.", "SUPPORT"),
+    ("The data are consistent with the claim [2].", "SUPPORT"),
+    ("The passages may support the claim [1].", "SUPPORT"),  # hedge: still the stated lean
+    ("Passage [1] partially supports the claim.", "SUPPORT"),
+    ("CONTRADICT. Passage [2] reports the opposite.", "CONTRADICT"),
+    ("The study contradicts this [2], it does not support it.", "CONTRADICT"),
+    ("No, the passages contradict it [1].", "CONTRADICT"),
+    ("The passages refute the claim [1].", "CONTRADICT"),
+    ("Study [3] disproves this.", "CONTRADICT"),
+    ("The claim is false according to [1].", "CONTRADICT"),
+    ("The findings are inconsistent with the claim [2].", "CONTRADICT"),
+    ("Contrary to the claim, B12 lowers it [1].", "CONTRADICT"),
+    ("NOT ENOUGH INFO: nothing relevant", "NOT_ENOUGH_INFO"),
+    ("The documents do not support this claim.", "NOT_ENOUGH_INFO"),
+    ("The passages don't support the claim [1].", "NOT_ENOUGH_INFO"),
+    ("The passages do not clearly support the claim.", "NOT_ENOUGH_INFO"),
+    ("The claim is unsupported by the passages.", "NOT_ENOUGH_INFO"),
+    ("There is no evidence to support it.", "NOT_ENOUGH_INFO"),
+    ("There is no support for the claim in the documents.", "NOT_ENOUGH_INFO"),
+    ("The documents have no direct evidence on this.", "NOT_ENOUGH_INFO"),
+    ("The evidence neither supports nor contradicts the claim.", "NOT_ENOUGH_INFO"),
+    ("The claim is not contradicted by the passages.", "NOT_ENOUGH_INFO"),
+    ("The passages fail to confirm it.", "NOT_ENOUGH_INFO"),
+    ("There is not enough information to decide.", "NOT_ENOUGH_INFO"),
+    ("I don't have enough information to answer.", "NOT_ENOUGH_INFO"),
+    ("It is unclear whether the passages support the claim.", "NOT_ENOUGH_INFO"),
+    ("Evidence is insufficient.", "NOT_ENOUGH_INFO"),
+    ("The results are inconclusive.", "NOT_ENOUGH_INFO"),
+    ("The documents do not cover it.", "NOT_ENOUGH_INFO"),
+    ("The passages do not mention this.", "NOT_ENOUGH_INFO"),
+    ("Cats are mammals.", "NOT_ENOUGH_INFO"),
+]
 
-def test_parse_verdict_reads_the_first_verdict_word() -> None:
-    assert parse_verdict("SUPPORT. The passages [1] show it.") == "SUPPORT"
-    assert parse_verdict("The study contradicts this [2], it does not support it.") == "CONTRADICT"
-    assert parse_verdict("NOT ENOUGH INFO: nothing relevant") == "NOT_ENOUGH_INFO"
-    assert parse_verdict("The documents do not cover it.") == "NOT_ENOUGH_INFO"
-    assert parse_verdict("Cats are mammals.") == "NOT_ENOUGH_INFO"
+
+@pytest.mark.parametrize(("answer", "verdict"), VERDICT_PHRASINGS)
+def test_parse_verdict_reads_the_stated_verdict_negations_included(answer: str, verdict: str) -> None:
+    assert parse_verdict(answer) == verdict
 
 
 def test_percentiles_follow_numpy_linear_and_never_exceed_the_max() -> None:
