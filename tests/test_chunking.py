@@ -11,7 +11,8 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
-from agent.settings import REPO_ROOT, Settings
+from agent.settings import Settings
+from evals.scifact import SCIFACT_DIR
 from tools.chunking import SENTENCE_END, chunk_text, fit_window, max_chunks
 from tools.tokenizer import load_tokenizer
 
@@ -20,7 +21,7 @@ MODEL_MAX_TOKENS = 256  # all-minilm-l6-v2
 
 
 def scifact_abstracts(count: int) -> list[str]:
-    with (REPO_ROOT / "evals" / "datasets" / "scifact" / "corpus.jsonl").open() as handle:
+    with (SCIFACT_DIR / "corpus.jsonl").open() as handle:
         return [json.loads(line)["text"] for line in itertools.islice(handle, count)]
 
 
