@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import get_args
 
 import httpx
 from pydantic_ai import Agent
@@ -25,14 +26,46 @@ from pydantic_ai.usage import UsageLimits
 from agent.errors import LLMUnavailableError
 from agent.events import AgentEvent
 from agent.llm import build_model, check_tool_calling, model_settings
-from agent.rag_agent import Policy, RagDeps, answer, build_agent
+from agent.rag_agent import RagDeps, answer, build_agent
 from agent.results import AskResult
-from agent.settings import Settings
+from agent.settings import Policy, Settings
 from tools.embedder import TritonEmbedder
 from tools.ingest import check_paths, ingest_documents, read_documents
 from tools.model_specs import get_spec
 from tools.retrieval import RetrievalResult, Retriever
 from tools.store import IngestCounts, VectorStore
+
+
+def build_embedder(
+    settings: Settings,
+    *,
+    model: str | None = None,
+    timeout_s: float | None = None,
+    buckets: Sequence[int] | None = None,
+) -> TritonEmbedder:
+    """The Triton embedding client the settings describe: `TRITON_GRPC_URL`, `EMBEDDER_MODEL` (or `model`),
+    `TRITON_TIMEOUT_S` (or `timeout_s`, seconds), `TRITON_RETRIES`, `TRITON_CONNECT_TIMEOUT_S`,
+    `TRITON_MAX_IN_FLIGHT` and `EMBEDDER_TOKENIZER` (for the settings' own model). Not connected yet: use it as an
+    async context manager.
+
+    Args:
+        buckets: the client's padded length buckets in tokens (default `tools.embedder.length_buckets`).
+
+    Raises:
+        KeyError: the model is not in `tools.model_specs`.
+        ValueError: a timeout, retry or in-flight setting out of range (from `TritonEmbedder`).
+    """
+    name = model or settings.embedder_model
+    return TritonEmbedder(
+        settings.triton_grpc_url,
+        get_spec(name),
+        timeout_s=settings.triton_timeout_s if timeout_s is None else timeout_s,
+        retries=settings.triton_retries,
+        tokenizer_path=settings.embedder_tokenizer if name == settings.embedder_model else None,
+        connect_timeout_s=settings.triton_connect_timeout_s,
+        max_in_flight=settings.triton_max_in_flight,
+        buckets=buckets,
+    )
 
 
 def build_retriever(embedder: TritonEmbedder, store: VectorStore, settings: Settings) -> Retriever:
@@ -63,16 +96,8 @@ class RagApp:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.spec = get_spec(settings.embedder_model)
-        self.embedder = TritonEmbedder(
-            settings.triton_grpc_url,
-            self.spec,
-            timeout_s=settings.triton_timeout_s,
-            retries=settings.triton_retries,
-            tokenizer_path=settings.embedder_tokenizer,
-            connect_timeout_s=settings.triton_connect_timeout_s,
-            max_in_flight=settings.triton_max_in_flight,
-        )
+        self.embedder = build_embedder(settings)
+        self.spec = self.embedder.spec
         self.store = VectorStore(
             settings.resolved_database_url(), self.spec.name, self.spec.dim, settings.db_pool_max_size
         )
@@ -97,7 +122,7 @@ class RagApp:
             await self._stack.enter_async_context(self.embedder)
             await self._stack.enter_async_context(self.store)
             model, settings = build_model(self.settings), model_settings(self.settings)
-            self.agents = {policy: build_agent(model, settings, policy) for policy in ("always", "agentic")}
+            self.agents = {policy: build_agent(model, settings, policy) for policy in get_args(Policy)}
             if self.settings.agent_policy == "agentic":
                 await self._check_tools()
         except BaseException:

@@ -19,14 +19,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from agent.app import RagApp
+from agent.citations import CITATION_MARKER
 from agent.errors import AgentError
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
-from agent.rag_agent import Policy
 from agent.results import AskResult
+from agent.settings import Policy
 from tools.embedder import EmbedderError
 from tools.store import StoreError
 
-_MARKERS = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+_MARKERS = re.compile(rf"\s*(?:{CITATION_MARKER.pattern})", CITATION_MARKER.flags)
 
 
 class ChatHistory:

@@ -29,6 +29,8 @@ _MARKER = re.compile(
     rf"|[\[(]\s*doc(?:ument)?\s*(?:id\s*)?[:#]?\s*(?P<doc>{_DOC_ID})\s*[\])]",
     re.IGNORECASE,
 )
+CITATION_MARKER = _MARKER
+"""A citation marker as models write it: `[n]`, `[n, m]`, `[passage n]`, `[doc <id>]` or `(doc <id>)`."""
 
 
 def _prefixes(word: str) -> str:

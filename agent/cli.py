@@ -7,18 +7,19 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, cast, get_args
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from agent.app import RagApp
-from agent.chat import run_chat
+from agent.chat import print_sources, run_chat
 from agent.errors import AgentError
 from agent.results import AskResult
-from agent.settings import Settings
+from agent.settings import Policy, Settings, describe_validation_error
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
@@ -44,6 +45,10 @@ def _fail(message: str) -> typer.Exit:
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")] = False) -> None:
     """Global options."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        Settings()  # contradictions and bad values are reported once, as one line, before any command runs
+    except ValidationError as exc:
+        raise _fail(describe_validation_error(exc)) from None
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -132,16 +137,7 @@ def ingest(paths: Annotated[list[Path], typer.Argument(help=".jsonl (BEIR corpus
 def _print_answer(result: AskResult, streamed: bool = False) -> None:
     if not streamed:
         console.print(result.answer, highlight=False)
-    if result.citations:
-        console.print("\n[bold]Sources[/]")
-        for c in result.citations:
-            console.print(
-                f"  [{c.passage}] doc {c.doc_id} ({c.chunk_id}, score {c.score:.4f}) {c.title}", highlight=False
-            )
-    else:
-        console.print("\n[dim]no sources cited[/]")
-    timings = ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items())
-    console.print(f"[dim]{timings}[/]")
+    print_sources(console, result)
 
 
 @app.command()
@@ -171,14 +167,10 @@ def ask(
         _print_answer(result)
 
 
-def _policy(value: str | None) -> Literal["always", "agentic"] | None:
-    if value == "always":
-        return "always"
-    if value == "agentic":
-        return "agentic"
-    if value is None:
-        return None
-    raise _fail(f"--policy {value!r}; expected 'always' or 'agentic'")
+def _policy(value: str | None) -> Policy | None:
+    if value is None or value in get_args(Policy):
+        return cast(Policy | None, value)
+    raise _fail(f"--policy {value!r}; expected one of {', '.join(map(repr, get_args(Policy)))}")
 
 
 @app.command()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from agent.app import RagApp
 from agent.errors import AgentError, AnswerLimitError, LLMConfigError, LLMResponseError, LLMUnavailableError
 from agent.results import AskResult
-from agent.settings import Settings
+from agent.settings import Policy, Settings
 from tools.embedder import EmbedderError
 from tools.store import StoreError
 
@@ -39,7 +39,7 @@ class AskRequest(BaseModel):
 
     question: Annotated[str, Field(min_length=1, max_length=4000, description="The question, non-blank.")]
     top_k: Annotated[int | None, Field(ge=1, le=100, description="Passages retrieved up front (`always`).")] = None
-    policy: Literal["always", "agentic"] | None = Field(default=None, description="Default: AGENT_POLICY.")
+    policy: Policy | None = Field(default=None, description="Default: AGENT_POLICY.")
 
 
 HTTP_STATUS: dict[type[AgentError], int] = {

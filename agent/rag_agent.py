@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.capabilities import AbstractCapability
@@ -57,9 +57,9 @@ from agent.errors import AgentError, AnswerLimitError, LLMResponseError, LLMUnav
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
 from agent.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, format_passages, user_prompt
 from agent.results import AskResult, Citation
+from agent.settings import Policy as Policy  # its home is agent.settings; re-exported for callers of answer()
 from tools.retrieval import Passage, Retriever
 
-Policy = Literal["always", "agentic"]
 MAX_TOOL_TOP_K = 10
 """Most passages one `search_documents` call returns (keeps tool results within a small model's context)."""
 MAX_DOCUMENT_CHARS = 4000

@@ -7,14 +7,72 @@ environment variable names (case-insensitive), e.g. `TRITON_GRPC_URL`, `DATABASE
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, HttpUrl, TypeAdapter, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Policy = Literal["always", "agentic"]
+"""Retrieval policy of an answer: `always` retrieves with the question first, `agentic` lets the model search."""
 
 
 class SettingsError(ValueError):
     """The settings cannot describe a working service (a contradiction, or something they point at is missing)."""
+
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+"""Host names that mean this machine (where `rag up` runs the local services)."""
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """`(host, port)` of a `host:port` address (IPv6 hosts in brackets, e.g. `[::1]:8001`).
+
+    Raises:
+        ValueError: no host, no port, or a port outside 1..65535.
+    """
+    try:
+        parts = urlsplit(f"//{value}")
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not host:port ({exc})") from None
+    if not host or port is None or not 0 < port < 65536 or parts.path or parts.query:
+        raise ValueError(f"{value!r} is not host:port with a port in 1..65535")
+    return host, port
+
+
+def _host_port(value: str) -> str:
+    split_host_port(value)
+    return value
+
+
+def _http_url(value: str) -> str:
+    TypeAdapter(HttpUrl).validate_python(value)  # RFC 3986 http(s) URL with a host
+    return value
+
+
+def _postgres_url(value: str | None) -> str | None:
+    if value is not None and urlsplit(value).scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"{value!r} is not a postgresql:// URL")
+    return value
+
+
+HostPort = Annotated[str, AfterValidator(_host_port)]
+"""A `host:port` address, e.g. `localhost:8001`; kept as the string gRPC clients take."""
+HttpUrlStr = Annotated[str, AfterValidator(_http_url)]
+"""An http(s) URL, validated by pydantic's `HttpUrl`, kept as the string given."""
+Port = Annotated[int, Field(ge=1, le=65535)]
+"""A TCP port."""
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming each invalid setting by its environment variable and what was expected."""
+    parts = []
+    for error in exc.errors():
+        name = ".".join(str(loc) for loc in error["loc"]).upper()
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{name}: {message}" if name else message)
+    return "invalid settings: " + "; ".join(parts)
 
 
 class Settings(BaseSettings):
@@ -39,9 +97,9 @@ class Settings(BaseSettings):
     )
 
     # --- Triton (embeddings) -------------------------------------------------------------------------------
-    triton_grpc_url: str = Field(default="localhost:8001", description="Triton KServe gRPC endpoint host:port.")
-    triton_http_port: int = Field(default=8000, description="Port of the local Triton's HTTP endpoint.")
-    triton_metrics_port: int = Field(default=8002, description="Port of the local Triton's Prometheus metrics.")
+    triton_grpc_url: HostPort = Field(default="localhost:8001", description="Triton KServe gRPC endpoint host:port.")
+    triton_http_port: Port = Field(default=8000, description="Port of the local Triton's HTTP endpoint.")
+    triton_metrics_port: Port = Field(default=8002, description="Port of the local Triton's Prometheus metrics.")
     embedder_model: str = Field(
         default="all-minilm-l6-v2", description="Embedding model: a Triton model name in `tools.model_specs`."
     )
@@ -71,14 +129,17 @@ class Settings(BaseSettings):
     )
 
     # --- Postgres + pgvector -------------------------------------------------------------------------------
-    database_url: str | None = Field(
+    database_url: Annotated[str | None, AfterValidator(_postgres_url)] = Field(
         default=None,
         description="postgresql:// URL of a Postgres with pgvector; unset means the embedded server in data_dir.",
     )
     db_pool_max_size: int = Field(default=8, description="Maximum asyncpg pool connections.")
 
     # --- LLM (OpenAI-compatible) ---------------------------------------------------------------------------
-    llm_base_url: str = Field(default="http://localhost:9000/v1", description="OpenAI-compatible API base URL.")
+    llm_base_url: HttpUrlStr = Field(
+        default="http://localhost:9000/v1",
+        description="OpenAI-compatible API base URL; unset, it follows `VLLM_PORT` (`http://localhost:<VLLM_PORT>/v1`).",
+    )
     llm_model: str = Field(default="SmolLM2-135M-Instruct", description="Model name the LLM server serves.")
     llm_profile: Literal["vllm", "triton"] = Field(
         default="vllm",
@@ -99,7 +160,7 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(
         default=2, ge=0, description="Retries of one failed LLM request (5xx, timeout, connection), by the OpenAI SDK."
     )
-    vllm_port: int = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
+    vllm_port: Port = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
     vllm_kvcache_space_gib: int = Field(default=2, description="VLLM_CPU_KVCACHE_SPACE for the local vLLM, GiB.")
     vllm_max_model_len: int = Field(default=4096, description="Context length the local vLLM serves, tokens.")
     vllm_start_timeout_s: float = Field(default=420.0, description="How long `rag up` waits for vLLM, seconds.")
@@ -137,7 +198,7 @@ class Settings(BaseSettings):
     ingest_batch_docs: int = Field(default=64, description="Documents per embed + insert transaction.")
 
     # --- agent -----------------------------------------------------------------------------------------------
-    agent_policy: Literal["always", "agentic"] = Field(
+    agent_policy: Policy = Field(
         default="always",
         description="Retrieval policy: `always` retrieves with the question before the model writes (weak models); "
         "`agentic` lets the model call `search_documents` itself (Llama-3.1-8B-class models).",
@@ -174,10 +235,42 @@ class Settings(BaseSettings):
         """Directory of PID files and service logs."""
         return self.data_dir / "run"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _llm_url_follows_vllm_port(cls, data: Any) -> Any:
+        """Unset `LLM_BASE_URL` points at the local vLLM's port (`VLLM_PORT`), so one setting moves both."""
+        if isinstance(data, dict) and data.get("llm_base_url") is None and data.get("vllm_port") is not None:
+            return {**data, "llm_base_url": f"http://localhost:{data['vllm_port']}/v1"}
+        return data
+
+    @model_validator(mode="after")
+    def _no_contradictions(self) -> Settings:
+        """Reject settings that contradict each other (each message names the variables involved)."""
+        llm = urlsplit(self.llm_base_url)
+        if "vllm" in self.services and llm.hostname in LOCAL_HOSTS:
+            llm_port = llm.port or (443 if llm.scheme == "https" else 80)
+            if llm_port != self.vllm_port:
+                raise ValueError(
+                    f"LLM_BASE_URL={self.llm_base_url} points at this machine's port {llm_port} but the local vLLM "
+                    f"listens on VLLM_PORT={self.vllm_port}: make them agree, or drop vllm from SERVICES"
+                )
+        if "triton" in self.services:
+            ports = {
+                "TRITON_GRPC_URL": self.triton_grpc_port,
+                "TRITON_HTTP_PORT": self.triton_http_port,
+                "TRITON_METRICS_PORT": self.triton_metrics_port,
+            }
+            if "vllm" in self.services:
+                ports["VLLM_PORT"] = self.vllm_port
+            clashes = [f"{a}={p}" for a, p in ports.items() if list(ports.values()).count(p) > 1]
+            if clashes:
+                raise ValueError(f"local services share a port: {', '.join(clashes)}")
+        return self
+
     @property
     def triton_grpc_port(self) -> int:
-        """The port of `triton_grpc_url`."""
-        return int(self.triton_grpc_url.rsplit(":", 1)[1])
+        """The port of `triton_grpc_url` (host:port)."""
+        return split_host_port(self.triton_grpc_url)[1]
 
     @property
     def database_url_file(self) -> Path:

@@ -31,6 +31,7 @@ from pydantic_evals.reporting import EvaluationReport
 from agent.app import RagApp
 from agent.settings import Settings
 from evals.scifact import SCIFACT_DIR, Split, load_queries
+from tools.stats import percentiles as latency_percentiles
 
 Verdict = Literal["SUPPORT", "CONTRADICT", "NOT_ENOUGH_INFO"]
 STAGES = ("embed", "search", "llm_ttft", "llm", "total")
@@ -192,11 +193,9 @@ def make_task(app: RagApp, top_k: int | None) -> Any:
 
 
 def percentiles(values: list[float]) -> dict[str, float | int]:
-    """p50/p95/p99 (numpy, method="linear") and n of `values` (ms); empty input gives n=0 and no percentiles."""
-    if not values:
-        return {"n": 0}
-    p50, p95, p99 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95, 99], method="linear")
-    return {"p50": round(float(p50), 1), "p95": round(float(p95), 1), "p99": round(float(p99), 1), "n": len(values)}
+    """p50/p95/p99 and n of `values` (ms) by `tools.stats.percentiles`, rounded to 0.1 ms; empty input gives n=0
+    and no percentiles."""
+    return {k: v if k == "n" else round(v, 1) for k, v in latency_percentiles(values).items()}
 
 
 def applicable_scores(metadata: ClaimMetadata) -> tuple[str, ...]:

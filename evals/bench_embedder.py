@@ -43,6 +43,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
+from agent.app import build_embedder
 from agent.settings import Settings
 from evals.scifact import claim_texts, load_corpus
 from infra import processes, triton
@@ -404,12 +405,11 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
     """Run every requested setup and return the report (see `rag bench embedder --json`)."""
     logging.getLogger("tools.embedder").setLevel(logging.ERROR)  # abstracts are truncated on purpose
     texts = load_texts()
-    spec = get_spec(MODEL)
     settings = bench_settings(params)
     machine = machine_info(params.threads)
     points: list[Point] = []
     extras: dict[str, Any] = {}
-    tokenizer_client = TritonEmbedder(settings.triton_grpc_url, spec, buckets=params.buckets)
+    tokenizer_client = build_embedder(settings, buckets=params.buckets)
     token_counts = {
         length: float(np.mean([len(t) for t in tokenizer_client.tokenize(texts[length][:500], kind_of(length))]))
         for length in params.lengths
@@ -423,9 +423,7 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
             settings.triton_extra_models = (INT8_MODEL,)
         triton.start(StackConfig.of(settings))
         try:
-            async with TritonEmbedder(
-                settings.triton_grpc_url, spec, timeout_s=120.0, buckets=params.buckets
-            ) as embedder:
+            async with build_embedder(settings, timeout_s=120.0, buckets=params.buckets) as embedder:
                 client = embedder._client
                 base = await configure(client, MODEL, params.threads, params.queue_delay_us)
                 if "triton_dynamic" in params.setups:
@@ -443,9 +441,8 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
                     points += await triton_points(embedder, "triton_no_batching", texts, params, params.concurrencies)
                 await configure(client, MODEL, params.threads, params.queue_delay_us, base)
             if int8:
-                int8_spec = get_spec(INT8_MODEL)
-                async with TritonEmbedder(
-                    settings.triton_grpc_url, int8_spec, timeout_s=120.0, buckets=params.buckets
+                async with build_embedder(
+                    settings, model=INT8_MODEL, timeout_s=120.0, buckets=params.buckets
                 ) as int8_embedder:
                     await configure(int8_embedder._client, INT8_MODEL, params.threads, params.queue_delay_us)
                     points += await triton_points(

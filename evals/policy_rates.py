@@ -23,8 +23,7 @@ import typer
 
 from agent.app import RagApp
 from agent.errors import AgentError
-from agent.rag_agent import Policy
-from agent.settings import Settings
+from agent.settings import Policy, Settings
 from evals.off_topic import OFF_TOPIC
 from evals.refusal import stored_doc_ids
 from evals.scifact import claim_texts, gold_doc_ids

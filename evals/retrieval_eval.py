@@ -34,13 +34,14 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from agent.app import build_retriever
+from agent.app import build_embedder, build_retriever
 from agent.settings import Settings
 from evals.metrics import evaluate
 from evals.scifact import CorpusDoc, Qrels, Query
 from tools.embedder import TritonEmbedder
 from tools.ingest import SourceDocument, ingest_documents
 from tools.retrieval import CandidateLists, RetrievalMode, Retriever
+from tools.stats import percentiles
 from tools.store import ChunkHit, ChunkRecord, DocumentRecord, VectorStore
 
 Variant = Literal["passage", "chunked"]
@@ -191,11 +192,6 @@ def doc_ranking(ranked: Sequence[ChunkHit], depth: int = DEPTH) -> list[str]:
     return list(seen)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100, linear interpolation, numpy's default) of `values`."""
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
-
-
 async def hnsw_recall(
     store: VectorStore, vectors: npt.NDArray[np.float32], ef_search: int, k: int = 10
 ) -> tuple[float, dict[str, float]]:
@@ -214,10 +210,10 @@ async def hnsw_recall(
         truth = {h.chunk_id for h in exact}
         overlaps.append(len(truth & {h.chunk_id for h in approx}) / max(1, len(truth)))
     latency = {
-        "hnsw_p50": percentile(hnsw_ms, 50),
-        "hnsw_p95": percentile(hnsw_ms, 95),
-        "exact_p50": percentile(exact_ms, 50),
-        "exact_p95": percentile(exact_ms, 95),
+        f"{name}_{key}": float(value)
+        for name, values in (("hnsw", hnsw_ms), ("exact", exact_ms))
+        for key, value in percentiles(values, (50, 95)).items()
+        if key != "n"
     }
     return statistics.fmean(overlaps), latency
 
@@ -331,7 +327,7 @@ async def evaluate_variant(
         )
         vectors = await embedder.embed([q.text for q in queries], kind="query")
         recall, latency = await hnsw_recall(store, vectors, settings.hnsw_ef_search)
-    latency["embed_p50"] = percentile([cl.timings_ms["embed"] for cl in lists.values()], 50)
+    latency["embed_p50"] = float(percentiles([cl.timings_ms["embed"] for cl in lists.values()], (50,))["p50"])
     return VariantReport(variant, name, n_docs, n_chunks, metrics, recall, latency, lists)
 
 
@@ -385,13 +381,8 @@ async def run_retrieval_eval(
     if missing:
         raise ValueError(f"{len(missing)} queries have no qrels, e.g. {missing[:3]}")
     qrels = {q.query_id: qrels[q.query_id] for q in queries}
-    from tools.model_specs import get_spec
-
-    spec = get_spec(settings.embedder_model)
     reports: dict[str, VariantReport] = {}
-    async with TritonEmbedder(
-        settings.triton_grpc_url, spec, timeout_s=settings.triton_timeout_s, tokenizer_path=settings.embedder_tokenizer
-    ) as embedder:
+    async with build_embedder(settings) as embedder:
         for variant in variants:
             reports[variant] = await evaluate_variant(
                 variant, docs, queries, qrels, embedder, settings, server_url, db_prefix, progress=progress

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.app import build_embedder
 from agent.settings import Settings
 from evals.scifact import SCIFACT_DIR
 from infra import postgres, triton, vllm
@@ -54,14 +55,15 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def settings(data_dir: Path) -> Settings:
+    vllm_port = free_port()
     return Settings(
         _env_file=None,  # type: ignore[call-arg]
         data_dir=data_dir,
         triton_grpc_url=f"localhost:{free_port()}",
         triton_http_port=free_port(),
         triton_metrics_port=free_port(),
-        vllm_port=free_port(),
-        llm_base_url="",  # set by the vllm fixture
+        vllm_port=vllm_port,
+        llm_base_url=f"http://127.0.0.1:{vllm_port}/v1",  # served once a test asks for `llm_settings`
         database_url=None,
         llm_max_tokens=96,
     )
@@ -87,7 +89,6 @@ def triton_server(settings: Settings) -> Iterator[Settings]:
 
 @pytest.fixture(scope="session")
 def llm_settings(settings: Settings) -> Iterator[Settings]:
-    settings.llm_base_url = f"http://127.0.0.1:{settings.vllm_port}/v1"
     # The converted LLM is shared with the project's default data dir (conversion takes ~20 s).
     llm_dir = settings.data_dir / "llm"
     if not llm_dir.exists():
@@ -101,7 +102,7 @@ def llm_settings(settings: Settings) -> Iterator[Settings]:
 
 @pytest.fixture(scope="session")
 async def embedder(triton_server: Settings) -> AsyncIterator[TritonEmbedder]:
-    async with TritonEmbedder(triton_server.triton_grpc_url, get_spec(triton_server.embedder_model)) as emb:
+    async with build_embedder(triton_server) as emb:
         yield emb
 
 

@@ -14,9 +14,9 @@ from pydantic_ai.usage import UsageLimits
 from agent.app import RagApp
 from agent.errors import AnswerLimitError, LLMConfigError, LLMResponseError, LLMUnavailableError
 from agent.llm import build_model, check_tool_calling, model_settings
-from agent.rag_agent import Policy, RagDeps, answer, build_agent
+from agent.rag_agent import RagDeps, answer, build_agent
 from agent.results import AskResult
-from agent.settings import Settings
+from agent.settings import Policy, Settings
 from infra.processes import free_port
 from tests.fake_openai import TRITON_DEFAULT_MAX_TOKENS, VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply
 from tools.embedder import TritonEmbedder

@@ -17,8 +17,9 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from agent.errors import AnswerLimitError, LLMResponseError
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall
 from agent.prompts import REFUSAL
-from agent.rag_agent import Policy, RagDeps, answer, build_agent
+from agent.rag_agent import RagDeps, answer, build_agent
 from agent.results import AskResult
+from agent.settings import Policy
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from tools.embedder import TritonEmbedder
 from tools.retrieval import RetrievalMode, Retriever
