@@ -1,0 +1,248 @@
+"""The README's measured tables, generated from the stored results in `evals/results/`.
+
+Each table lives in README.md between `<!-- results:NAME -->` and `<!-- /results:NAME -->` and is rendered by the
+function registered for NAME with `@table(NAME, "results file")`; adding a table is one such function plus the two
+marker lines in the README. Every registered table must appear in the README once, and every marker must name a
+registered table.
+
+    python -m evals.readme_tables           # rewrite the blocks in README.md
+    python -m evals.readme_tables --check   # exit 1, naming the stale blocks, when README.md disagrees
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+"""The stored results the README quotes (reports of the runs, with their dates and conditions)."""
+README = Path(__file__).resolve().parent.parent / "README.md"
+"""The README of the source checkout."""
+
+_BLOCK = re.compile(r"<!-- results:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
+
+
+class ReadmeTablesError(ValueError):
+    """A marker names no registered table, a table has no marker (or two), or a results file is missing."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A README table: its results file (relative to `RESULTS_DIR`) and the function rendering it from the JSON."""
+
+    name: str
+    source: str
+    render: Callable[[Any], str]
+
+
+TABLES: dict[str, Table] = {}
+
+
+def table(name: str, source: str) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
+    """Register `render(results_json) -> markdown` as README table `name`, fed from `RESULTS_DIR / source`."""
+
+    def register(render: Callable[[Any], str]) -> Callable[[Any], str]:
+        TABLES[name] = Table(name, source, render)
+        return render
+
+    return register
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub-flavoured Markdown table, one line per row, ending with a newline."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}"
+
+
+# --- rag bench embedder ----------------------------------------------------------------------------------------
+
+_BENCH_ROWS = {
+    "triton_dynamic": "triton_dynamic",
+    "triton_no_batching": "triton_no_batching",
+    "naive": "naive (FastAPI + Transformers)",
+    "ceiling": "ceiling (in-process ORT, batch {batch})",
+    "triton_dynamic_int8": "triton_dynamic, int8",
+    "ceiling_int8": "ceiling, int8",
+}
+
+
+@table("bench-embedder", "bench-embedder.json")
+def bench_embedder(results: dict[str, Any]) -> str:
+    """Headline point of each setup (short queries, concurrency 32): req/s, p50/p95/p99 ms, n, server mean batch.
+
+    The in-process ceiling has no serving latency: its batch is the best of the batch sizes tried."""
+    rows = []
+    for key, label in _BENCH_ROWS.items():
+        point = results["setups"].get(key)
+        if point is None:
+            continue
+        if key.startswith("ceiling"):
+            best = int(point["mean_batch"])
+            rows.append([label.format(batch=best), point["rps"], "–", "–", "–", "–", best])
+        else:
+            batch = str(int(point["mean_batch"])) if key == "naive" else f"{point['mean_batch']:.2f}"
+            rows.append(
+                [
+                    label,
+                    point["rps"],
+                    _ms(point["p50_ms"]),
+                    _ms(point["p95_ms"]),
+                    _ms(point["p99_ms"]),
+                    point["n"],
+                    batch,
+                ]
+            )
+    header = ["setup", "req/s", "p50 ms", "p95 ms", "p99 ms", "n", "server mean batch"]
+    return markdown_table(header, rows)
+
+
+_TARGET_LABELS = {
+    "dynamic_over_ceiling": "Triton dynamic / in-process ceiling",
+    "dynamic_over_naive": "Triton dynamic / naive",
+    "dynamic_over_no_batching": "Triton dynamic / no batching",
+    "dynamic_p99_ms": "Triton dynamic p99 at concurrency 32, ms",
+    "int8_over_fp32_triton": "int8 / fp32 on Triton (short; abstracts)",
+    "int8_over_fp32_in_process": "int8 / fp32 in process (short; abstracts)",
+}
+
+
+def _target_met(value: float, target: str | None) -> str:
+    if not target:
+        return "–"
+    op, _, bound = target.partition(" ")
+    checks = {
+        ">=": value >= float(bound),
+        ">": value > float(bound),
+        "<": value < float(bound),
+        "<=": value <= float(bound),
+    }
+    return "yes" if checks[op] else "**no**"
+
+
+@table("bench-embedder-targets", "bench-embedder.json")
+def bench_embedder_targets(results: dict[str, Any]) -> str:
+    """The benchmark's ratios and latency against its targets (`targets` of the report)."""
+    rows = []
+    for key, label in _TARGET_LABELS.items():
+        figure = results["targets"].get(key)
+        if figure is None:
+            continue
+        value = f"{figure['value']:g}"
+        if "value_abstract" in figure:
+            value += f"; {figure['value_abstract']:g}"
+        target = figure.get("target")
+        rows.append(
+            [label, value, (target or "–").replace(">=", "≥").replace("<=", "≤"), _target_met(figure["value"], target)]
+        )
+    return markdown_table(["figure", "value", "target", "met"], rows)
+
+
+# --- rag eval answers ----------------------------------------------------------------------------------------------
+
+
+@table("answers-scifact-test", "answers-scifact-test/summary.json")
+def answers_scores(summary: dict[str, Any]) -> str:
+    """Scores of the answer eval run: verdict accuracy against the majority baseline, citations, refusals."""
+    majority = round(summary["majority_baseline"] * summary["n"])
+    rows = [
+        [
+            "verdict accuracy",
+            f"**{summary['verdict_accuracy']:.3f}** (majority-class baseline {summary['majority_baseline']:.3f}: "
+            f"{majority} of {summary['n']})",
+        ],
+        [
+            "citation precision / recall (gold evidence abstracts)",
+            f"{summary['citation_precision']:.3f} / {summary['citation_recall']:.3f}",
+        ],
+        ["refusal rate on claims without evidence (NOT ENOUGH INFO)", f"{summary['refusal_rate']:.3f}"],
+        ["errors", summary["errors"]],
+        ["throughput (answers/s)", f"{summary['throughput_rps']:.2f}"],
+    ]
+    return markdown_table(["metric", "value"], rows)
+
+
+@table("answers-scifact-test-latency", "answers-scifact-test/summary.json")
+def answers_latency(summary: dict[str, Any]) -> str:
+    """Per-stage latency of the answer eval run: p50/p95/p99 ms and n."""
+    rows = [
+        [stage, _ms(p["p50"]), _ms(p["p95"]), _ms(p["p99"]), p["n"]]
+        for stage, p in summary["latency_ms"].items()
+        if p.get("n")
+    ]
+    return markdown_table(["stage", "p50 ms", "p95 ms", "p99 ms", "n"], rows)
+
+
+# --- rewriting the README --------------------------------------------------------------------------------------------
+
+
+def render_table(name: str, results_dir: Path = RESULTS_DIR) -> str:
+    """The Markdown of table `name` from its results file.
+
+    Raises:
+        ReadmeTablesError: no such table, or its results file is missing.
+    """
+    if name not in TABLES:
+        raise ReadmeTablesError(f"README marker results:{name} names no table; known: {', '.join(sorted(TABLES))}")
+    path = results_dir / TABLES[name].source
+    if not path.is_file():
+        raise ReadmeTablesError(f"table {name}: results file {path} is missing")
+    return TABLES[name].render(json.loads(path.read_text()))
+
+
+def render_readme(text: str, results_dir: Path = RESULTS_DIR) -> str:
+    """`text` with every results block replaced by its freshly rendered table.
+
+    Raises:
+        ReadmeTablesError: a marker names no registered table, or a registered table has no block or two.
+    """
+    names = [m["name"] for m in _BLOCK.finditer(text)]
+    missing = sorted(set(TABLES) - set(names))
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if missing or twice:
+        raise ReadmeTablesError(f"README blocks missing: {missing or 'none'}; repeated: {twice or 'none'}")
+    return _BLOCK.sub(
+        lambda m: f"<!-- results:{m['name']} -->\n{render_table(m['name'], results_dir)}<!-- /results:{m['name']} -->",
+        text,
+    )
+
+
+def stale_tables(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
+    """Names of the README blocks whose text differs from what their results render to."""
+    return [m["name"] for m in _BLOCK.finditer(text) if m["body"] != render_table(m["name"], results_dir)]
+
+
+def main(
+    check: Annotated[bool, typer.Option("--check", help="Only report stale tables (exit 1); change nothing.")] = False,
+    readme: Annotated[Path, typer.Option(help="The README to rewrite.")] = README,
+) -> None:
+    """Rewrite (or check) the measured tables of the README from evals/results/."""
+    text = readme.read_text()
+    try:
+        updated = render_readme(text)
+        stale = stale_tables(text)
+    except ReadmeTablesError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if check:
+        if stale:
+            typer.echo(f"{readme}: stale tables {', '.join(stale)}: run `python -m evals.readme_tables`", err=True)
+            raise typer.Exit(1)
+        return
+    if updated != text:
+        readme.write_text(updated)
+    typer.echo(f"{readme}: {len(stale)} table(s) rewritten ({', '.join(stale) or 'none stale'})")
+
+
+if __name__ == "__main__":
+    typer.run(main)
