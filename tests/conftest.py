@@ -41,6 +41,7 @@ STACK_FIXTURES = frozenset({"postgres_url", "triton_server", "llm_settings"})
 """Fixtures that start a real server; a test depending on any of them is a `stack` test."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark `stack` every test that needs a real server (a `STACK_FIXTURES` fixture, or the `llm` marker)."""
     for item in items:
