@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from typer.testing import CliRunner
 
 from agent.app import build_embedder
+from agent.cli import app
 from agent.settings import Settings, SettingsError, describe_validation_error, split_host_port
 from infra.config import StackConfig
-from tests.conftest import REPO_ROOT
 
 
 def make(**values: Any) -> Settings:
@@ -106,11 +105,10 @@ def test_embedder_factory_applies_every_client_setting() -> None:
     assert other.buckets[:2] == [32, 64]  # the client adds the model limit as the last bucket
 
 
-def test_cli_reports_bad_settings_in_one_line() -> None:
-    env = dict(os.environ, LLM_BASE_URL="http://localhost:1234/v1", VLLM_PORT="9000", PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, "-m", "agent", "status"], env=env, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
-    )
-    assert result.returncode == 1
+def test_cli_reports_bad_settings_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_BASE_URL", "http://localhost:1234/v1")
+    monkeypatch.setenv("VLLM_PORT", "9000")
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 1
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "LLM_BASE_URL=http://localhost:1234/v1" in result.stderr and "VLLM_PORT=9000" in result.stderr
