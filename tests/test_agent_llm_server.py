@@ -19,11 +19,10 @@ from agent.results import AskResult
 from agent.settings import Policy, Settings
 from infra.processes import free_port
 from tests.fake_openai import TRITON_DEFAULT_MAX_TOKENS, VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply
+from tests.fake_retriever import FixedRetriever
 from tools.embedder import TritonEmbedder
 from tools.retrieval import Retriever
 from tools.store import VectorStore
-
-pytestmark = pytest.mark.stack
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 LONG_ANSWER = " ".join(f"word{i}" for i in range(40)) + " [1]."
@@ -49,24 +48,23 @@ def fake_settings(settings: Settings, fake: FakeOpenAIServer, **update: Any) -> 
 
 async def run(
     s: Settings,
-    store: VectorStore,
-    embedder: TritonEmbedder,
+    retriever: Retriever | None = None,
     policy: Policy = "always",
     limits: UsageLimits | None = None,
     timeout_s: float | None = None,
 ) -> AskResult:
     agent = build_agent(build_model(s), model_settings(s), policy)
-    deps = RagDeps(Retriever(embedder, store), 3, refusal_min_score=-1.0)
+    deps = RagDeps(retriever or FixedRetriever(), 3, refusal_min_score=-1.0)
     return await answer(
         agent, deps, CLAIM, policy=policy, usage_limits=limits, timeout_s=timeout_s, llm_timeout_s=s.llm_timeout_s
     )
 
 
 async def test_max_tokens_is_always_sent_so_triton_does_not_cut_at_16(
-    fake: FakeOpenAIServer, settings: Settings, store: VectorStore, embedder: TritonEmbedder
+    fake: FakeOpenAIServer, settings: Settings
 ) -> None:
     requests = fake.reset(Reply(text=LONG_ANSWER))
-    result = await run(fake_settings(settings, fake), store, embedder)
+    result = await run(fake_settings(settings, fake))
     assert requests[0]["max_tokens"] == 64
     assert "max_completion_tokens" not in requests[0]  # Triton's frontend reads `max_tokens`
     assert len(result.answer.split()) > TRITON_DEFAULT_MAX_TOKENS
@@ -97,7 +95,7 @@ async def test_agentic_tool_call_is_answered_with_validated_citations(
         Reply(tool_call=("search_documents", {"query": "vitamin B12 homocysteine", "top_k": 3})),
         Reply(text="Deficiency raises homocysteine [1], see also [9]."),
     )
-    result = await run(fake_settings(settings, fake), store, embedder, policy="agentic")
+    result = await run(fake_settings(settings, fake), Retriever(embedder, store), policy="agentic")
     assert result.searches == ["vitamin B12 homocysteine"]
     assert [c.passage for c in result.citations] == [1]
     assert "[9]" not in result.answer
@@ -124,62 +122,54 @@ async def test_server_without_tool_calling_is_detected_at_start_up(
     assert requests[0]["tools"][0]["function"]["name"] == "ping" and requests[0]["max_tokens"] == 1
 
 
-async def test_empty_choices_is_a_typed_error(
-    fake: FakeOpenAIServer, settings: Settings, store: VectorStore, embedder: TritonEmbedder
-) -> None:
+async def test_empty_choices_is_a_typed_error(fake: FakeOpenAIServer, settings: Settings) -> None:
     requests = fake.reset(Reply(empty_choices=True), Reply(text="Second try [1]."))
-    result = await run(fake_settings(settings, fake), store, embedder)  # pydantic-ai asks again once
+    result = await run(fake_settings(settings, fake))  # pydantic-ai asks again once
     assert result.answer == "Second try [1]." and len(requests) == 2
     requests = fake.reset(*[Reply(empty_choices=True)] * 5)
     with pytest.raises(LLMResponseError, match=r"could not be used: Exceeded maximum output retries"):
-        await run(fake_settings(settings, fake), store, embedder)
+        await run(fake_settings(settings, fake))
     assert len(requests) == 2
     fake.reset(Reply(text="<think>only reasoning</think>"))
     with pytest.raises(LLMResponseError, match="no answer text"):
-        await run(fake_settings(settings, fake), store, embedder)
+        await run(fake_settings(settings, fake))
 
 
-async def test_5xx_is_retried_a_bounded_number_of_times(
-    fake: FakeOpenAIServer, settings: Settings, store: VectorStore, embedder: TritonEmbedder
-) -> None:
+async def test_5xx_is_retried_a_bounded_number_of_times(fake: FakeOpenAIServer, settings: Settings) -> None:
     requests = fake.reset(Reply(status=503), Reply(status=502), Reply(text="Recovered [1]."))
-    result = await run(fake_settings(settings, fake, llm_max_retries=2), store, embedder)
+    result = await run(fake_settings(settings, fake, llm_max_retries=2))
     assert result.answer == "Recovered [1]." and len(requests) == 3
     requests = fake.reset(*[Reply(status=500)] * 5)
     with pytest.raises(LLMUnavailableError, match="failed after retries"):
-        await run(fake_settings(settings, fake, llm_max_retries=1), store, embedder)
+        await run(fake_settings(settings, fake, llm_max_retries=1))
     assert len(requests) == 2
 
 
-async def test_timeout_and_connection_refused_are_typed_errors(
-    fake: FakeOpenAIServer, settings: Settings, store: VectorStore, embedder: TritonEmbedder
-) -> None:
+async def test_timeout_and_connection_refused_are_typed_errors(fake: FakeOpenAIServer, settings: Settings) -> None:
     fake.reset(Reply(text="late", delay_s=3.0))
     with pytest.raises(LLMUnavailableError, match=r"did not answer within 0.5 s"):
-        await run(fake_settings(settings, fake, llm_timeout_s=0.5), store, embedder)
+        await run(fake_settings(settings, fake, llm_timeout_s=0.5))
     nothing = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(LLMUnavailableError, match="cannot reach the LLM server"):
-        await run(fake_settings(settings, fake, llm_base_url=nothing), store, embedder)
+        await run(fake_settings(settings, fake, llm_base_url=nothing))
 
 
-async def test_limits_give_typed_errors(
-    fake: FakeOpenAIServer, settings: Settings, store: VectorStore, embedder: TritonEmbedder
-) -> None:
+async def test_limits_give_typed_errors(fake: FakeOpenAIServer, settings: Settings) -> None:
     s = fake_settings(settings, fake)
     search = Reply(tool_call=("search_documents", {"query": "homocysteine"}))
     fake.reset(*[search] * 5)
     with pytest.raises(AnswerLimitError, match="more than 2 LLM requests") as exc:
-        await run(s, store, embedder, "agentic", UsageLimits(request_limit=2))
+        await run(s, policy="agentic", limits=UsageLimits(request_limit=2))
     assert exc.value.limit == "requests"
     fake.reset(*[search] * 5)
     with pytest.raises(AnswerLimitError) as exc:
-        await run(s, store, embedder, "agentic", UsageLimits(request_limit=10, tool_calls_limit=1))
+        await run(s, policy="agentic", limits=UsageLimits(request_limit=10, tool_calls_limit=1))
     assert exc.value.limit == "tool_calls"
     fake.reset(Reply(text=LONG_ANSWER))
     with pytest.raises(AnswerLimitError) as exc:
-        await run(s, store, embedder, "always", UsageLimits(total_tokens_limit=20))
+        await run(s, limits=UsageLimits(total_tokens_limit=20))
     assert exc.value.limit == "tokens"
     fake.reset(Reply(text="slow", delay_s=2.0))
     with pytest.raises(AnswerLimitError, match=r"longer than 0.5 s") as exc:
-        await run(s, store, embedder, "always", timeout_s=0.5)
+        await run(s, timeout_s=0.5)
     assert exc.value.limit == "timeout"

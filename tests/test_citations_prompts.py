@@ -5,11 +5,7 @@ from __future__ import annotations
 from agent.chat import ChatHistory
 from agent.prompts import format_passages, sanitize_passage, user_prompt
 from agent.results import AskResult
-from tools.retrieval import Passage
-
-
-def passage(n: int, text: str = "Vitamin B12 deficiency raises plasma homocysteine in older adults.") -> Passage:
-    return Passage(n, f"doc{n}#0", f"doc{n}", f"Title {n}", text, "test", 1.0 / n, 0.9)
+from tests.fake_retriever import passage
 
 
 def test_prompt_frames_passages_as_data_and_defuses_control_tokens() -> None:
