@@ -42,7 +42,10 @@ def test_unset_llm_url_follows_the_vllm_port(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"chunk_tokens": 100, "chunk_overlap_tokens": 100}, "CHUNK_OVERLAP_TOKENS=100 must be below CHUNK_TOKENS=100"),
+        (
+            {"chunk_tokens": 100, "chunk_overlap_tokens": 100},
+            "CHUNK_OVERLAP_TOKENS=100 must be smaller than CHUNK_TOKENS=100",
+        ),
         ({"llm_base_url": "http://127.0.0.1:8000/v1"}, "port 8000 but the local vLLM listens on VLLM_PORT=9000"),
         ({"triton_http_port": 8001}, "share a port: TRITON_GRPC_URL=8001, TRITON_HTTP_PORT=8001"),
         ({"vllm_port": 8002, "llm_base_url": "http://localhost:8002/v1"}, "TRITON_METRICS_PORT=8002, VLLM_PORT=8002"),
