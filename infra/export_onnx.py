@@ -105,7 +105,7 @@ def export_onnx(weights_dir: Path, out_file: Path, pooling: Pooling) -> Path:
             opset_version=OPSET,
             dynamo=False,
         )
-    _stamp(tmp)
+    _finish(tmp, dim=int(model.config.hidden_size))
     tmp.replace(out_file)
     log.info("exported %s (%s pooling) -> %s (%.1f MB)", weights_dir, pooling, out_file, out_file.stat().st_size / 1e6)
     return out_file
@@ -129,17 +129,23 @@ def quantize_int8(float_file: Path, out_file: Path) -> Path:
     out_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_file.with_suffix(".onnx.tmp")
     quantize_dynamic(float_file, tmp, per_channel=True, weight_type=QuantType.QInt8)
-    _stamp(tmp)
+    _finish(tmp)
     tmp.replace(out_file)
     log.info("quantised %s -> %s (%.1f MB)", float_file, out_file, out_file.stat().st_size / 1e6)
     return out_file
 
 
-def _stamp(model_file: Path) -> None:
-    """Record `EXPORT_VERSION` in the file's ONNX metadata (`metadata_props`)."""
+def _finish(model_file: Path, dim: int | None = None) -> None:
+    """Record `EXPORT_VERSION` in the file's ONNX metadata (`metadata_props`) and, given `dim`, declare the output's
+    width: the tracer leaves it symbolic after the normalisation, while `config.pbtxt` declares `[dim]`."""
     import onnx
 
     model = onnx.load(str(model_file))
+    if dim is not None:
+        (output,) = model.graph.output
+        width = output.type.tensor_type.shape.dim[1]
+        width.Clear()
+        width.dim_value = dim
     props = {p.key: p.value for p in model.metadata_props}
     props[EXPORT_VERSION_KEY] = EXPORT_VERSION
     onnx.helper.set_model_props(model, props)
