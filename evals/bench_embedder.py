@@ -496,7 +496,7 @@ def build_report(
 
     dynamic = headline(points, "triton_dynamic")
     targets = {
-        "dynamic_over_ceiling": {"value": ratio("triton_dynamic", "ceiling"), "target": ">= 0.85"},
+        "dynamic_over_ceiling": {"value": ratio("triton_dynamic", "ceiling"), "target": ">= 0.9"},
         "dynamic_over_naive": {"value": ratio("triton_dynamic", "naive"), "target": ">= 3"},
         "dynamic_over_no_batching": {"value": ratio("triton_dynamic", "triton_no_batching"), "target": None},
         "dynamic_p99_ms": {"value": round(dynamic.p99_ms, 1) if dynamic else None, "target": "< 100"},
