@@ -2,7 +2,8 @@
 
 Used wherever the served graph runs outside Triton: the benchmark's in-process ceiling, the int8 quality check and
 the tests' references. (Triton's own CPU backend, `infra/backends/onnxruntime/model.py`, runs in the Python stub's
-separate environment and keeps its own copy of the same settings.)
+separate environment and keeps its own copy of the same settings.) Needs onnxruntime, in the `local` extra; the
+service itself never imports this module.
 """
 
 from __future__ import annotations
