@@ -371,6 +371,10 @@ class TritonEmbedder:
     async def embed(self, texts: Sequence[str], kind: TextKind = "document") -> npt.NDArray[np.float32]:
         """Embed `texts` in order.
 
+        The call's requests (one per `max_batch_size` texts) go out concurrently, up to this client's
+        `max_in_flight`; for bulk loads use a client with a small `max_in_flight` (`INGEST_MAX_IN_FLIGHT`), so its
+        requests wait here rather than in Triton's bounded queue, where they could outwait its timeout.
+
         Args:
             texts: non-blank strings of any length and script (longer than the model limit is truncated).
             kind: `query` adds the model's query instruction prefix; `document` adds nothing.
