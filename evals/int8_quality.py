@@ -1,9 +1,10 @@
 """Retrieval quality of the int8 embedder next to fp32: SciFact test nDCG@10 with exact dense search, in process.
 
-Both graphs (`model_repository/all-minilm-l6-v2{,-int8}/1/model.onnx`) run under ONNX Runtime in this process with
-the client's own tokenization, truncation (256 tokens: one passage per abstract) and mean pooling, so the only
-difference is the quantisation. The corpus is the test split's gold abstracts plus the first `--distractors`
-other abstracts (the full 5,183 take ~10 min per model on 2 shared cores); metrics by `evals.metrics` (ir-measures).
+Both pooled graphs (`model_repository/all-minilm-l6-v2{,-int8}/1/model.onnx`) run under ONNX Runtime in this process
+with the client's own tokenization, truncation (256 tokens: one passage per abstract) and length buckets, so the only
+difference is the quantisation. Documents are embedded in the ingestion form (`CorpusDoc.content`). The corpus is
+the test split's gold abstracts plus the first `--distractors` other abstracts (the full 5,183 take ~10 min per
+model on 2 shared cores); metrics by `evals.metrics` (ir-measures).
 `rag eval retrieval` with `EMBEDDER_MODEL=all-minilm-l6-v2-int8` is the full-stack version.
 
 Usage: `python -m evals.int8_quality [--distractors 700] [--threads 2] [--output FILE]`.
@@ -24,38 +25,28 @@ import typer
 from agent.settings import Settings
 from evals.metrics import evaluate
 from evals.scifact import claim_texts, load_corpus, load_qrels
-from tools.embedder import TextKind, TritonEmbedder
+from tools.embedder import TextKind, TritonEmbedder, pad_to_bucket
 from tools.model_specs import get_spec
-from tools.pooling import pool_and_normalize
+from tools.onnx_session import open_session, run_pooled
 
 
 def embed_in_process(
     model_file: Path, client: TritonEmbedder, texts: list[str], kind: TextKind, threads: int, batch: int = 16
 ) -> tuple[npt.NDArray[np.float32], float]:
-    """Embed `texts` with ONNX Runtime (length-sorted batches padded to the client's buckets).
+    """Embed `texts` with the pooled graph under ONNX Runtime (length-sorted batches padded to the client's buckets).
 
     Returns:
         `(len(texts), dim)` float32 unit rows in input order, and the throughput in sequences/s.
     """
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(str(model_file), sess_options=options, providers=["CPUExecutionProvider"])
+    session = open_session(model_file, threads)
     ids = client.tokenize(texts, kind)
     order = np.argsort([len(t) for t in ids], kind="stable")
     out = np.empty((len(texts), client.spec.dim), dtype=np.float32)
     start = time.perf_counter()
     for i in range(0, len(order), batch):
         rows = order[i : i + batch]
-        width = next(b for b in client.buckets if b >= max(len(ids[r]) for r in rows))
-        input_ids = np.zeros((len(rows), width), dtype=np.int64)
-        mask = np.zeros_like(input_ids)
-        for j, r in enumerate(rows):
-            input_ids[j, : len(ids[r])] = ids[r]
-            mask[j, : len(ids[r])] = 1
-        (states,) = session.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": mask})
-        out[rows] = pool_and_normalize(states, mask, client.spec.pooling)
+        input_ids, mask = pad_to_bucket([ids[r] for r in rows], client.buckets)
+        out[rows] = run_pooled(session, input_ids, mask)
     return out, len(texts) / (time.perf_counter() - start)
 
 
@@ -70,9 +61,11 @@ def main(
     qrels = load_qrels("test")
     gold = {d for docs in qrels.values() for d in docs}
     docs: dict[str, str] = {}
-    for doc in load_corpus().values():
-        if doc.doc_id in gold or sum(1 for d in docs if d not in gold) < distractors:
-            docs[doc.doc_id] = f"{doc.title} {doc.text}".strip()
+    others = 0
+    for doc_id, doc in load_corpus().items():
+        if doc_id in gold or others < distractors:
+            docs[doc_id] = doc.content
+            others += doc_id not in gold
     queries = claim_texts("test")
     doc_ids, query_ids = list(docs), list(queries)
     report: dict[str, Any] = {"n_queries": len(queries), "n_docs": len(docs), "threads": threads}

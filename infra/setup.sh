@@ -45,12 +45,13 @@ mkdir -p .rag
 log=.rag/setup.log  # the export and conversion tools are chatty: their output goes here
 run_logged() { "$@" >>"$log" 2>&1 || { echo "failed: $*; last lines of $log:"; tail -n 20 "$log"; exit 1; }; }
 
-onnx=model_repository/all-minilm-l6-v2/1/model.onnx
-if [ ! -f "$onnx" ]; then
-  echo "== exporting all-MiniLM-L6-v2 to ONNX"
+# Exported when missing or stale: a graph of another export version or output (e.g. token states from before pooling
+# moved into the graph; `python -m infra.export_onnx MODEL --check` reads only the graph's outputs and metadata).
+if ! .venv/bin/python -m infra.export_onnx all-minilm-l6-v2 --check >>"$log" 2>&1; then
+  echo "== exporting all-MiniLM-L6-v2 to ONNX (pooled sentence_embedding output)"
   run_logged .venv/bin/python -m infra.export_onnx all-minilm-l6-v2
 fi
-if [ ! -f model_repository/all-minilm-l6-v2-int8/1/model.onnx ]; then
+if ! .venv/bin/python -m infra.export_onnx all-minilm-l6-v2-int8 --check >>"$log" 2>&1; then
   echo "== quantising it to int8 (ONNX Runtime dynamic quantisation)"
   run_logged .venv/bin/python -m infra.export_onnx all-minilm-l6-v2-int8
 fi

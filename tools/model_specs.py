@@ -1,7 +1,8 @@
 """One description per embedding model: the single source of pooling, dimension, length limit and prefixes.
 
 The Triton model name (a directory of `model_repository/`) is the key. Everything that depends on the model
-(the ONNX export, the client's tokenizer and pooling, the pgvector column width) reads it from here.
+(the ONNX export and the pooling inside its graph, the client's tokenizer and prefixes, the pgvector column width)
+reads it from here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from typing import Literal
 from tools.packages import package_dir
 
 Pooling = Literal["mean", "cls"]
+
+EMBEDDING_OUTPUT = "sentence_embedding"
+"""Name of the served graph's output: the pooled, L2-normalised sentence embedding, FP32 `(batch, dim)`
+(`infra/export_onnx.py` writes it, `config.pbtxt` declares it, `tools.embedder` requests it)."""
 
 
 @dataclass(frozen=True)

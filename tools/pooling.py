@@ -1,8 +1,10 @@
-"""Pooling and L2 normalisation: the one place token states become sentence embeddings.
+"""Pooling and L2 normalisation in numpy: the reference for the pooling inside the served ONNX graph.
 
-Mean pooling follows sentence-transformers' `Pooling(pooling_mode_mean_tokens=True)` (mask-weighted mean over
-tokens); CLS pooling takes the first token, as bge models do (FlagEmbedding). Both are then L2-normalised so that
-cosine similarity equals the dot product.
+The served graphs pool on the server (`infra/export_onnx.py`), so the client never pools. This module is what that
+graph is checked against (tests compare the Hugging Face model's token states pooled here with Triton's output) and
+what the naive benchmark server uses. Mean pooling follows sentence-transformers'
+`Pooling(pooling_mode_mean_tokens=True)` (mask-weighted mean over tokens); CLS pooling takes the first token, as bge
+models do (FlagEmbedding). Both are then L2-normalised so that cosine similarity equals the dot product.
 """
 
 from __future__ import annotations

@@ -7,8 +7,13 @@ CPU-only Triton (the `tritonserver` bundled in nvidia-pytriton), while a GPU ima
 
 Batching: with `dynamic_batching`, Triton hands `execute` a list of requests. Requests whose inputs share a
 shape after the batch axis are concatenated into one ONNX Runtime run and the output is split back, so dynamic
-batching is real here too. Supported config `parameters` (same keys as the real backend):
-`intra_op_thread_count`, `inter_op_thread_count`.
+batching is real here too. Outputs: exactly those the config names (e.g. the pooled `sentence_embedding`,
+`(batch, dim)`, or token states `(batch, seq, dim)` of another model), each split back along the batch axis; a
+config output missing from the graph fails the model load. Supported config `parameters` (same keys as the real
+backend): `intra_op_thread_count`, `inter_op_thread_count`.
+
+This file runs inside Triton's Python stub with its own environment (`.venv-triton`: numpy<2 + onnxruntime), not
+the project's, so it cannot import `tools/` and keeps its own ONNX Runtime session set-up.
 """
 
 from __future__ import annotations
@@ -53,12 +58,16 @@ class TritonPythonModel:
         self.input_dtypes = {i["name"]: _TRITON_TO_NUMPY[i["data_type"]] for i in config["input"]}
         self.output_names = [o["name"] for o in config["output"]]
         self.output_dtypes = {o["name"]: _TRITON_TO_NUMPY[o["data_type"]] for o in config["output"]}
-        graph_inputs = {i.name for i in self.session.get_inputs()}
-        missing = [n for n in self.input_names if n not in graph_inputs]
-        if missing:
-            raise pb_utils.TritonModelException(
-                f"{self.model_name}: config inputs {missing} are not in the ONNX graph inputs {sorted(graph_inputs)}"
-            )
+        for kind, declared, graph in (
+            ("inputs", self.input_names, {i.name for i in self.session.get_inputs()}),
+            ("outputs", self.output_names, {o.name for o in self.session.get_outputs()}),
+        ):
+            missing = [n for n in declared if n not in graph]
+            if missing:
+                raise pb_utils.TritonModelException(
+                    f"{self.model_name}: config {kind} {missing} are not in the ONNX graph {kind} {sorted(graph)} "
+                    f"of {path} (a stale export? `python -m infra.export_onnx {self.model_name}`)"
+                )
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Run all requests, merging those of equal per-item shape into one ONNX Runtime call."""
