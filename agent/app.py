@@ -64,6 +64,7 @@ class RagApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.spec = get_spec(settings.embedder_model)
+        settings.refusal_threshold()  # an uncalibrated embedder without REFUSAL_MIN_SCORE stops here, not mid-answer
         self.embedder = TritonEmbedder(
             settings.triton_grpc_url,
             self.spec,
@@ -144,7 +145,7 @@ class RagApp:
         chosen: Policy = policy or self.settings.agent_policy
         if chosen == "agentic":
             await self._check_tools()
-        deps = RagDeps(self.retriever, self.settings.top_k, self.settings.refusal_min_score, on_event)
+        deps = RagDeps(self.retriever, self.settings.top_k, self.settings.refusal_threshold(), on_event)
         return await answer(
             self.agents[chosen],
             deps,
