@@ -45,7 +45,7 @@ async def test_unknown_model_is_not_read_as_missing_tool_calling(fake: FakeOpenA
 async def test_vllm_unknown_model_404_names_the_model(fake: FakeOpenAIServer) -> None:
     body = {"error": {"message": "The model `llama-3.1-8b-instruct` does not exist.", "code": 404}}
     fake.reset(Reply(status=404, body=body))
-    with pytest.raises(LLMConfigError, match="does not serve the model 'llama-3.1-8b-instruct'"):
+    with pytest.raises(LLMConfigError, match=r"does not serve the model 'llama-3\.1-8b-instruct'"):
         await check_tool_calling(llm_settings(fake, "vllm"))
 
 
@@ -67,5 +67,5 @@ async def test_missing_tool_calling_names_the_flags_and_model(
 
 async def test_other_400_is_a_response_error_naming_the_model(fake: FakeOpenAIServer) -> None:
     fake.reset(Reply(status=400, body={"detail": "logit bias is not currently supported"}))
-    with pytest.raises(LLMResponseError, match="HTTP 400 for model 'llama-3.1-8b-instruct'"):
+    with pytest.raises(LLMResponseError, match=r"HTTP 400 for model 'llama-3\.1-8b-instruct'"):
         await check_tool_calling(llm_settings(fake))

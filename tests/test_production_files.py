@@ -364,7 +364,7 @@ def sources() -> dict[str, dict[str, str]]:
 
 def backend_of(config: model_config_pb2.ModelConfig) -> str:
     """The Triton backend that runs a model: `backend`, or the one its `platform` maps to (images.yaml)."""
-    return config.backend or images()["platforms"][config.platform]
+    return str(config.backend or images()["platforms"][config.platform])
 
 
 def compose_models(name: str, compose_data: dict[str, Any] | None = None) -> dict[str, Path]:
@@ -509,8 +509,8 @@ def test_trtllm_ensemble_is_wired_and_serves_the_frontend() -> None:
     assert configs["tensorrt_llm"].backend == "tensorrtllm"
     assert configs["tensorrt_llm"].model_transaction_policy.decoupled, "streaming needs a decoupled model"
     inputs = {i.name: i for i in ensemble.input}
-    assert FRONTEND_SENDS <= set(inputs)
-    assert FRONTEND_READS <= {o.name for o in ensemble.output}
+    assert set(inputs) >= FRONTEND_SENDS
+    assert {o.name for o in ensemble.output} >= FRONTEND_READS
     # Every step reads tensors that exist (ensemble inputs or earlier outputs) into inputs the step declares, with
     # the same data type; the ensemble outputs are all produced.
     available = {name: i.data_type for name, i in inputs.items()}
