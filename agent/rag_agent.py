@@ -58,6 +58,7 @@ from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolRes
 from agent.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, format_passages, user_prompt
 from agent.results import AskResult, Citation
 from tools.retrieval import Passage, Retriever
+from tools.timing import record
 
 Policy = Literal["always", "agentic"]
 MAX_TOOL_TOP_K = 10
@@ -448,7 +449,7 @@ async def _answer(
         raise _limit_error(exc, limits) from None
     except (ModelAPIError, UnexpectedModelBehavior) as exc:
         raise _llm_error(exc, llm_timeout_s) from exc
-    timings["llm"] = (time.perf_counter() - llm_start) * 1000
+    record("llm", (time.perf_counter() - llm_start) * 1000, timings, llm_ttft_ms=timings.get("llm_ttft"))
     text, citations, dropped = extract_citations(output, deps.state.passages)
     if not deps.is_relevant(deps.state.passages):
         if streamed:

@@ -139,6 +139,11 @@ class Settings(BaseSettings):
     ingest_batch_docs: int = Field(default=64, description="Documents per embed + insert transaction.")
 
     # --- agent -----------------------------------------------------------------------------------------------
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OpenTelemetry collector base URL for traces over OTLP/HTTP (e.g. `http://otel-collector:4318`); "
+        "unset: no tracing set-up at all (agent/telemetry.py).",
+    )
     agent_policy: Literal["always", "agentic"] = Field(
         default="always",
         description="Retrieval policy: `always` retrieves with the question before the model writes (weak models); "

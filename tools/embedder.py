@@ -41,6 +41,7 @@ from tritonclient.utils import InferenceServerException
 
 from tools.model_specs import EmbeddingModelSpec
 from tools.pooling import pool_and_normalize
+from tools.timing import timed
 from tools.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -353,9 +354,13 @@ class TritonEmbedder:
                     client = self._client
                     if client is None:
                         raise EmbedderError("TritonEmbedder was closed during the request")
-                    start = time.perf_counter()
-                    result = await client.infer(self.model_name, inputs, outputs=outputs, client_timeout=self.timeout_s)
-                    self.latencies_ms.append((time.perf_counter() - start) * 1000)
+                    with timed("triton_infer", model=self.model_name, batch=int(input_ids.shape[0])) as span:
+                        start = time.perf_counter()
+                        result = await client.infer(
+                            self.model_name, inputs, outputs=outputs, client_timeout=self.timeout_s
+                        )
+                        self.latencies_ms.append((time.perf_counter() - start) * 1000)
+                        span.set_attribute("tokens", int(input_ids.shape[1]))
         except InferenceServerException as exc:
             self.stats.failures += 1
             raise EmbedderError(
