@@ -850,5 +850,22 @@ def test_readme_documents_production() -> None:
     ):
         assert needle in text, needle
     assert "could not be checked" in text.lower()
-    for stale in ("open item", "The app is a CLI", "~20 GB", "deploy/rag-app:", "vllm:num_requests_waiting`,"):
+    for stale in ("open item", "The app is a CLI", "~20 GB", "deploy/rag-app:", "Useful series"):
         assert stale not in text, stale
+
+
+def test_grafana_dashboard_queries_parse_into_known_series() -> None:
+    dashboard = json.loads((PROD_DIR / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 10 and len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    joined = "\n".join(exprs)
+    for needed in (
+        "rag_requests_total",
+        "rag_stage_duration_seconds_bucket",
+        "vllm:time_to_first_token_seconds_bucket",
+        "nv_inference_queue_duration_us",
+        "nv_inference_pending_request_count",
+    ):
+        assert needed in joined, needed
+    for expr in exprs:
+        assert expr.count("(") == expr.count(")"), expr
