@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from typer.testing import CliRunner
 
-from agent.settings import REPO_ROOT
+from tests.conftest import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "infra" / "production" / "gpu_check.sh"
 
