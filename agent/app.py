@@ -29,6 +29,7 @@ from agent.llm import build_model, check_tool_calling, model_settings
 from agent.rag_agent import RagDeps, answer, build_agent
 from agent.results import AskResult
 from agent.settings import Policy, Settings
+from agent.telemetry import answer_span
 from tools.embedder import TritonEmbedder
 from tools.ingest import check_paths, ingest_documents, read_documents
 from tools.model_specs import get_spec
@@ -96,6 +97,7 @@ class RagApp:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        settings.refusal_threshold()  # an uncalibrated embedder without REFUSAL_MIN_SCORE stops here, not mid-answer
         self.embedder = build_embedder(settings)
         self.spec = self.embedder.spec
         self.store = VectorStore(
@@ -169,20 +171,24 @@ class RagApp:
         chosen: Policy = policy or self.settings.agent_policy
         if chosen == "agentic":
             await self._check_tools()
-        deps = RagDeps(self.retriever, self.settings.top_k, self.settings.refusal_min_score, on_event)
-        return await answer(
-            self.agents[chosen],
-            deps,
-            question,
-            top_k,
-            on_text,
-            policy=chosen,
-            usage_limits=self.usage_limits,
-            timeout_s=self.settings.answer_timeout_s,
-            llm_timeout_s=self.settings.llm_timeout_s,
-            message_history=history,
-            retrieval_query=retrieval_query,
-        )
+        deps = RagDeps(self.retriever, self.settings.top_k, self.settings.refusal_threshold(), on_event)
+        with answer_span(chosen) as results:
+            results.append(
+                await answer(
+                    self.agents[chosen],
+                    deps,
+                    question,
+                    top_k,
+                    on_text,
+                    policy=chosen,
+                    usage_limits=self.usage_limits,
+                    timeout_s=self.settings.answer_timeout_s,
+                    llm_timeout_s=self.settings.llm_timeout_s,
+                    message_history=history,
+                    retrieval_query=retrieval_query,
+                )
+            )
+        return results[0]
 
     async def ask_stream(
         self, question: str, top_k: int | None = None, *, policy: Policy | None = None

@@ -28,6 +28,7 @@ from agent.app import RagApp
 from agent.errors import AgentError, AnswerLimitError, LLMConfigError, LLMResponseError, LLMUnavailableError
 from agent.results import AskResult
 from agent.settings import Policy, Settings
+from agent.telemetry import configure_tracing, metrics_app
 from tools.embedder import EmbedderError
 from tools.store import StoreError
 
@@ -80,6 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="triton-rag", summary="Answers questions over your documents with cited sources.", lifespan=lifespan
     )
+    configure_tracing((settings or Settings()).otel_exporter_otlp_endpoint)
+    app.mount("/metrics", metrics_app())
 
     def rag_of(request: Request) -> RagApp:
         rag: RagApp = request.app.state.rag

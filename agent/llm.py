@@ -12,6 +12,8 @@ Server differences live in one place, the profile chosen by `LLM_PROFILE` (`PROF
 
 from __future__ import annotations
 
+import re
+
 import httpx
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.profiles.openai import OpenAIModelProfile
@@ -75,11 +77,15 @@ _PROBE_TOOL = {
 async def check_tool_calling(settings: Settings, client: httpx.AsyncClient | None = None) -> None:
     """Probe the LLM server with a one-token request carrying `tools` (tool_choice `auto`).
 
+    The error body tells the 400s apart: an unknown model name (Triton's frontend answers 400 for it, vLLM 404) is
+    not a missing tool-calling flag.
+
     Raises:
-        LLMConfigError: the server rejects `tools` (HTTP 400, e.g. vLLM started without
-            `--enable-auto-tool-choice`); the message names the flags the profile's server needs.
+        LLMConfigError: the server does not serve `LLM_MODEL` (the message names the model and where to list the
+            served ones), or it rejects `tools` (HTTP 400 about tool choice, e.g. vLLM started without
+            `--enable-auto-tool-choice`; the message names the flags the profile's server needs).
         LLMUnavailableError: the server cannot be reached or answers 5xx.
-        LLMResponseError: any other non-200 answer (e.g. 404 for an unknown model name).
+        LLMResponseError: any other non-200 answer; the message names the model.
     """
     body = {
         "model": settings.llm_model,
@@ -98,15 +104,42 @@ async def check_tool_calling(settings: Settings, client: httpx.AsyncClient | Non
             response = await client.post(url, json=body, headers=headers)
     except httpx.HTTPError as exc:
         raise LLMUnavailableError(f"cannot reach the LLM server at {url} ({exc!r}); is it running?") from None
-    if response.status_code == 400:
+    if response.status_code in (400, 404) and _names_unknown_model(response.text):
+        raise LLMConfigError(
+            f"the LLM server at {settings.llm_base_url} does not serve the model {settings.llm_model!r} "
+            f"(HTTP {response.status_code}: {response.text[:300]}); set LLM_MODEL to a name listed by "
+            f"{settings.llm_base_url.rstrip('/')}/models"
+        )
+    if response.status_code == 400 and _rejects_tools(response.text):
         flags = TOOL_FLAGS[settings.llm_profile]
         raise LLMConfigError(
-            f"the LLM server at {settings.llm_base_url} rejects tool calls (HTTP 400: {response.text[:300]}); "
-            f"AGENT_POLICY=agentic needs tool calling: start the server with {flags}, or use AGENT_POLICY=always"
+            f"the LLM server at {settings.llm_base_url} rejects tool calls for model {settings.llm_model!r} "
+            f"(HTTP 400: {response.text[:300]}); AGENT_POLICY=agentic needs tool calling: start the server with "
+            f"{flags}, or use AGENT_POLICY=always"
         )
     if response.status_code >= 500:
         raise LLMUnavailableError(
             f"the LLM server at {url} answered HTTP {response.status_code}: {response.text[:300]}"
         )
     if response.status_code != 200:
-        raise LLMResponseError(f"the LLM server at {url} answered HTTP {response.status_code}: {response.text[:300]}")
+        raise LLMResponseError(
+            f"the LLM server at {url} answered HTTP {response.status_code} for model {settings.llm_model!r}: "
+            f"{response.text[:300]}"
+        )
+
+
+_UNKNOWN_MODEL = re.compile(r"unknown model|model .{0,200}does not exist|model_not_found", re.IGNORECASE)
+_TOOLS_REJECTED = re.compile(r"tool[ _-]?(choice|call)|tool-call-parser|\btools\b", re.IGNORECASE)
+
+
+def _names_unknown_model(body: str) -> bool:
+    """Whether an error body says the model name is unknown: Triton's OpenAI frontend answers 400
+    `{"detail": "Unknown model: <name>"}` (openai_frontend/engine/triton_engine.py, r26.07), vLLM 404
+    `{"error": {"message": "The model `<name>` does not exist.", "code": 404, ...}}`."""
+    return bool(_UNKNOWN_MODEL.search(body))
+
+
+def _rejects_tools(body: str) -> bool:
+    """Whether a 400 body is about tool calling: vLLM's `"auto" tool choice requires --enable-auto-tool-choice
+    and --tool-call-parser to be set`, Triton's `"auto" tool choice requires --tool-call-parser to be set`."""
+    return bool(_TOOLS_REJECTED.search(body))

@@ -59,6 +59,7 @@ from agent.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, format_
 from agent.results import AskResult, Citation
 from agent.settings import Policy as Policy  # its home is agent.settings; re-exported for callers of answer()
 from tools.retrieval import Passage, Retriever
+from tools.timing import record
 
 MAX_TOOL_TOP_K = 10
 """Most passages one `search_documents` call returns (keeps tool results within a small model's context)."""
@@ -448,7 +449,7 @@ async def _answer(
         raise _limit_error(exc, limits) from None
     except (ModelAPIError, UnexpectedModelBehavior) as exc:
         raise _llm_error(exc, llm_timeout_s) from exc
-    timings["llm"] = (time.perf_counter() - llm_start) * 1000
+    record("llm", (time.perf_counter() - llm_start) * 1000, timings, llm_ttft_ms=timings.get("llm_ttft"))
     text, citations, dropped = extract_citations(output, deps.state.passages)
     if not deps.is_relevant(deps.state.passages):
         if streamed:

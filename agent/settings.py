@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, HttpUrl, TypeAdapter, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tools.model_specs import get_spec
+
 Policy = Literal["always", "agentic"]
 """Retrieval policy of an answer: `always` retrieves with the question first, `agentic` lets the model search."""
 
@@ -215,16 +217,21 @@ class Settings(BaseSettings):
     )
 
     # --- agent -----------------------------------------------------------------------------------------------
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OpenTelemetry collector base URL for traces over OTLP/HTTP (e.g. `http://otel-collector:4318`); "
+        "unset: no tracing set-up at all (agent/telemetry.py).",
+    )
     agent_policy: Policy = Field(
         default="always",
         description="Retrieval policy: `always` retrieves with the question before the model writes (weak models); "
         "`agentic` lets the model call `search_documents` itself (Llama-3.1-8B-class models).",
     )
-    refusal_min_score: float = Field(
-        default=0.42,
+    refusal_min_score: float | None = Field(
+        default=None,
         description='Refuse ("the documents do not cover it") when no retrieved chunk has a dense cosine similarity '
-        "at least this high. Calibrated per embedder with `python -m evals.refusal` (the score that still answers 95 % "
-        "of covered SciFact train claims; figures in the README).",
+        "at least this high. Unset: the embedder's calibrated value (`tools/model_specs.py`, 0.42 for "
+        "all-minilm-l6-v2); -1 turns refusals off. Measure per embedder with `python -m evals.refusal --top-k 5`.",
     )
     agent_request_limit: int = Field(default=4, ge=1, description="LLM requests per answer (pydantic-ai UsageLimits).")
     agent_tool_calls_limit: int = Field(default=3, ge=0, description="Tool calls per answer (UsageLimits).")
@@ -246,6 +253,23 @@ class Settings(BaseSettings):
                 f"{self.chunk_tokens} (each chunk must advance by at least one token)"
             )
         return self
+
+    def refusal_threshold(self) -> float:
+        """The refusal threshold in force (dense cosine, -1..1): `REFUSAL_MIN_SCORE` when set, else the embedder's
+        calibrated `EmbeddingModelSpec.refusal_min_score`.
+
+        Raises:
+            SettingsError: neither is set (the embedder was never calibrated); the message names the command.
+        """
+        if self.refusal_min_score is not None:
+            return self.refusal_min_score
+        calibrated = get_spec(self.embedder_model).refusal_min_score
+        if calibrated is None:
+            raise SettingsError(
+                f"embedder {self.embedder_model!r} has no calibrated refusal threshold: set REFUSAL_MIN_SCORE "
+                f"(measure it with `python -m evals.refusal --top-k 5` on an ingested store; -1 turns refusals off)"
+            )
+        return calibrated
 
     @property
     def run_dir(self) -> Path:

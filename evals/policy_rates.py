@@ -76,7 +76,7 @@ async def measure(settings: Settings, n_claims: int, concurrency: int, policies:
         covered = [(claims[q], qrels[q]) for q in ids if qrels[q] & stored][:n_claims]
         uncovered = [(claims[q], qrels[q]) for q in ids if not qrels[q] & stored][:n_claims]
         off_topic = [(q, set[str]()) for q in OFF_TOPIC]
-        out: dict[str, Any] = {"llm_model": settings.llm_model, "refusal_min_score": settings.refusal_min_score}
+        out: dict[str, Any] = {"llm_model": settings.llm_model, "refusal_min_score": settings.refusal_threshold()}
         for policy in policies:
             start = time.perf_counter()
             out[policy] = {

@@ -39,6 +39,15 @@ VLLM_NO_TOOLS_ERROR = {
 (vllm/renderers/online_renderer.py)."""
 
 
+TRITON_UNKNOWN_MODEL_ERROR = {"detail": "Unknown model: llama-3.1-8b-instruct"}
+"""Triton's OpenAI frontend (r26.07) for a model name it does not serve: HTTP 400, FastAPI's `detail` body
+(openai_frontend/engine/triton_engine.py raises ClientError, frontend/fastapi/routers/chat.py answers 400)."""
+
+TRITON_NO_TOOLS_ERROR = {"detail": '"auto" tool choice requires --tool-call-parser to be set'}
+"""Triton's OpenAI frontend (r26.07) for `tools` with tool_choice `auto` on a server started without
+`--tool-call-parser`: HTTP 400."""
+
+
 @dataclass
 class Reply:
     """One scripted reply: `text`, or a `tool_call` (name, arguments dict), or `empty_choices`, or an HTTP

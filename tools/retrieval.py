@@ -6,12 +6,12 @@ Fusion outperforms Condorcet and individual Rank Learning Methods", SIGIR 2009; 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Literal
 
 from tools.embedder import TritonEmbedder
 from tools.store import ChunkHit, FullTextMatch, FullTextRank, VectorStore
+from tools.timing import timed
 
 RetrievalMode = Literal["dense", "full_text", "hybrid"]
 
@@ -154,18 +154,15 @@ class Retriever:
         dense: list[ChunkHit] = []
         full_text: list[ChunkHit] = []
         if mode in ("dense", "hybrid"):
-            start = time.perf_counter()
-            vector = (await self.embedder.embed([query], kind="query"))[0]
-            timings["embed"] = (time.perf_counter() - start) * 1000
-            start = time.perf_counter()
-            dense = await self.store.dense_search(vector, size, ef_search=self.ef_search)
-            timings["search"] += (time.perf_counter() - start) * 1000
+            with timed("embed", timings):
+                vector = (await self.embedder.embed([query], kind="query"))[0]
+            with timed("dense_search", timings, key="search", size=size):
+                dense = await self.store.dense_search(vector, size, ef_search=self.ef_search)
         if mode in ("full_text", "hybrid"):
-            start = time.perf_counter()
-            full_text = await self.store.full_text_search(
-                query, size, match=self.full_text_match, rank=self.full_text_rank, k1=self.bm25_k1, b=self.bm25_b
-            )
-            timings["search"] += (time.perf_counter() - start) * 1000
+            with timed("full_text_search", timings, key="search", size=size):
+                full_text = await self.store.full_text_search(
+                    query, size, match=self.full_text_match, rank=self.full_text_rank, k1=self.bm25_k1, b=self.bm25_b
+                )
         return CandidateLists(dense, full_text, timings)
 
     def rank(self, lists: CandidateLists, mode: RetrievalMode | None = None) -> list[tuple[ChunkHit, float]]:
