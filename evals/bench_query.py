@@ -42,7 +42,7 @@ from evals.bench_embedder import run_load
 from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
 from evals.retrieval_eval import ensure_database
-from evals.scifact import load_queries
+from evals.scifact import claim_texts
 from tools.retrieval import RetrievalMode, Retriever
 from tools.stats import percentiles
 from tools.store import ChunkRecord, DocumentRecord, VectorStore
@@ -82,7 +82,7 @@ class QueryBenchParams:
 
 def load_claims() -> list[str]:
     """The SciFact test claims, in file order."""
-    return [q.text for q in load_queries("test") if q.text.strip()]
+    return [text for text in claim_texts("test").values() if text.strip()]
 
 
 def retrievers(app: RagApp, store: VectorStore, modes: Sequence[RetrievalMode]) -> dict[str, Retriever]:

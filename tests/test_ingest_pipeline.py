@@ -20,8 +20,11 @@ import numpy.typing as npt
 import pytest
 
 from agent.settings import Settings
+from evals.scifact import SCIFACT_DIR
 from infra import postgres, processes, triton
-from tests.conftest import SCIFACT, cli_env, free_port
+from infra.config import StackConfig
+from infra.processes import free_port
+from tests.conftest import cli_env
 from tools.embedder import EmbedderError, TextKind, TritonEmbedder
 from tools.ingest import BadChunk, ingest, plan_inputs
 from tools.model_specs import get_spec
@@ -162,13 +165,13 @@ def own_triton(settings: Settings, tmp_path: Path) -> Iterator[Settings]:
         }
     )
     yield own
-    triton.stop(own)
+    triton.stop(StackConfig.of(own))
 
 
 @pytest.fixture(scope="module")
 def fault_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 96 SciFact abstracts (12 batches of 8 documents in the fault tests)."""
-    with (SCIFACT / "corpus.jsonl").open() as handle:
+    with (SCIFACT_DIR / "corpus.jsonl").open() as handle:
         lines = [next(handle) for _ in range(96)]
     corpus = Path(tmp_path_factory.mktemp("fault")) / "corpus.jsonl"
     corpus.write_text("".join(lines))
@@ -199,7 +202,7 @@ async def test_ingest_interrupted_by_triton_kill_and_ctrl_c_resumes_with_no_loss
     own_triton: Settings, fresh_db: str, fault_corpus: Path, clean_fingerprint: set[tuple[str, str, str]]
 ) -> None:
     corpus, expected = fault_corpus, clean_fingerprint
-    triton.start(own_triton)
+    triton.start(StackConfig.of(own_triton))
     env = ingest_env(own_triton, fresh_db)
     # 1. Triton killed (SIGKILL, by PID) halfway: the run fails with one line, what was stored stays.
     proc = start_ingest(env, corpus)
@@ -214,8 +217,8 @@ async def test_ingest_interrupted_by_triton_kill_and_ctrl_c_resumes_with_no_loss
     assert 0 < partial < len(expected)
 
     # 2. Triton back; the re-run is interrupted by Ctrl-C (SIGINT) once it has stored more.
-    triton.stop(own_triton)  # clears the stale PID file
-    triton.start(own_triton)
+    triton.stop(StackConfig.of(own_triton))  # clears the stale PID file
+    triton.start(StackConfig.of(own_triton))
     proc = start_ingest(env, corpus)
     await wait_for_chunks(fresh_db, partial, proc)
     proc.send_signal(signal.SIGINT)
@@ -258,14 +261,16 @@ async def test_ingest_across_a_postgres_restart_finishes_with_no_loss_or_duplica
     clean_fingerprint: set[tuple[str, str, str]],
 ) -> None:
     own = settings.model_copy(update={"data_dir": tmp_path / "own-postgres"})
+    config = StackConfig.of(own)
     try:
-        postgres.start(own)
-        url = postgres.database_url(own)
-        env = ingest_env(triton_server, url)
-        proc = start_ingest(env, fault_corpus)
+        postgres.start(config)
+        url = own.resolved_database_url()
+        proc = start_ingest(ingest_env(triton_server, url), fault_corpus)
         await wait_for_chunks(url, 0, proc)
-        postgres.stop(own)
-        postgres.start(own)
+        postgres.stop(config)
+        postgres.start(config)
+        url = own.resolved_database_url()  # the embedded server may listen on a new socket directory
+        env = ingest_env(triton_server, url)
         _, stderr = proc.communicate(timeout=300)
         # the run either failed with one line or carried on through the pool's new connections
         assert "Traceback" not in stderr, stderr
@@ -275,4 +280,4 @@ async def test_ingest_across_a_postgres_restart_finishes_with_no_loss_or_duplica
         assert await fingerprint(url) == clean_fingerprint
         assert await chunk_count(url) == len(clean_fingerprint)
     finally:
-        postgres.stop(own)
+        postgres.stop(config)
