@@ -326,21 +326,26 @@ async def _embed_isolating(embedder: TritonEmbedder, texts: list[str]) -> npt.ND
 
     One call for all texts; when it fails for a reason other than the server (e.g. a non-finite output), each
     text is embedded alone so that only the failing ones are lost. Server failures (Triton unreachable,
-    overloaded, timed out) are raised.
+    overloaded, timed out), and a batch of which no text embeds alone, raise `EmbedderError`.
     """
     try:
         return await embedder.embed(texts, kind="document")
     except EmbedderError as exc:
         if isinstance(exc.__cause__, InferenceServerException):
             raise
+        batch_error = exc
         log.warning("embedding a batch of %d chunks failed (%s); embedding its chunks one by one", len(texts), exc)
     out = np.full((len(texts), embedder.spec.dim), np.nan, dtype=np.float32)
+    failures = 0
     for i, text in enumerate(texts):
         try:
             out[i] = (await embedder.embed([text], kind="document"))[0]
         except EmbedderError as exc:
             if isinstance(exc.__cause__, InferenceServerException):
                 raise
+            failures += 1
+    if failures == len(texts) > 1:  # not one chunk embeds: the client or server is broken, not the chunks
+        raise batch_error
     return out
 
 
