@@ -31,10 +31,10 @@ from agent.results import AskResult
 from agent.settings import Policy, Settings
 from agent.telemetry import answer_span
 from tools.embedder import TritonEmbedder
-from tools.ingest import check_paths, ingest_documents, read_documents
+from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
 from tools.retrieval import RetrievalResult, Retriever
-from tools.store import IngestCounts, VectorStore
+from tools.store import VectorStore
 
 
 def build_embedder(
@@ -43,6 +43,7 @@ def build_embedder(
     model: str | None = None,
     timeout_s: float | None = None,
     buckets: Sequence[int] | None = None,
+    max_in_flight: int | None = None,
 ) -> TritonEmbedder:
     """The Triton embedding client the settings describe: `TRITON_GRPC_URL`, `EMBEDDER_MODEL` (or `model`),
     `TRITON_TIMEOUT_S` (or `timeout_s`, seconds), `TRITON_RETRIES`, `TRITON_CONNECT_TIMEOUT_S`,
@@ -51,6 +52,8 @@ def build_embedder(
 
     Args:
         buckets: the client's padded length buckets in tokens (default `tools.embedder.length_buckets`).
+        max_in_flight: most concurrent requests this client sends (default `TRITON_MAX_IN_FLIGHT`; ingestion
+            passes `INGEST_MAX_IN_FLIGHT`).
 
     Raises:
         KeyError: the model is not in `tools.model_specs`.
@@ -64,7 +67,7 @@ def build_embedder(
         retries=settings.triton_retries,
         tokenizer_path=settings.embedder_tokenizer if name == settings.embedder_model else None,
         connect_timeout_s=settings.triton_connect_timeout_s,
-        max_in_flight=settings.triton_max_in_flight,
+        max_in_flight=max_in_flight or settings.triton_max_in_flight,
         buckets=buckets,
     )
 
@@ -259,31 +262,36 @@ class RagApp:
         """Retrieve numbered passages for `query` without the LLM."""
         return await self.retriever.search(query, top_k or self.settings.top_k)
 
-    async def ingest(self, paths: list[Path], on_progress: Callable[[int, int], None] | None = None) -> IngestCounts:
-        """Ingest files (.jsonl BEIR corpus, .txt, .md); all paths are checked before anything is stored.
+    async def ingest(
+        self,
+        paths: list[Path],
+        on_progress: ProgressFn | None = None,
+        *,
+        root: Path | None = None,
+        prefix: str = "",
+    ) -> IngestReport:
+        """Ingest files (.jsonl BEIR corpus, .txt, .md) through `tools.ingest.ingest`: every input is scanned
+        first (a malformed one stores nothing), then documents stream through chunking, embedding and storing
+        in batches of `INGEST_BATCH_DOCS`, with an embedder of its own limited to `INGEST_MAX_IN_FLIGHT`
+        requests in flight.
 
         Args:
-            on_progress: called as `(documents handled so far, total documents)` after each batch.
+            on_progress: called as `(documents handled, documents in all inputs, chunks written)` per batch.
+            root, prefix: how .txt/.md files are named (see `tools.ingest.plan_inputs`).
 
         Raises:
-            tools.ingest.IngestError: a path is missing, unreadable, unsupported or malformed; every file is
-                parsed before anything is stored, so a bad file stores nothing.
+            tools.ingest.IngestError: a path is missing, unreadable, unsupported, malformed, or two inputs get
+                the same document id.
+            EmbedderError / StoreError: Triton or Postgres failed; stored batches stay, re-running resumes.
         """
-        check_paths(paths)
-        documents = [doc for path in paths for doc in read_documents(path)]  # parse everything before storing
-        total = IngestCounts()
-        size = self.settings.ingest_batch_docs
-        for i in range(0, len(documents), size):
-            counts = await ingest_documents(
-                documents[i : i + size],
-                self.embedder,
+        inputs = plan_inputs(paths, root, prefix)
+        async with build_embedder(self.settings, max_in_flight=self.settings.ingest_max_in_flight) as embedder:
+            return await ingest(
+                inputs,
+                embedder,
                 self.store,
-                self.settings.chunk_tokens,
-                self.settings.chunk_overlap_tokens,
+                chunk_tokens=self.settings.chunk_tokens,
+                overlap_tokens=self.settings.chunk_overlap_tokens,
+                batch_docs=self.settings.ingest_batch_docs,
+                on_progress=on_progress,
             )
-            total = IngestCounts(
-                total.added + counts.added, total.skipped + counts.skipped, total.chunks + counts.chunks
-            )
-            if on_progress is not None:
-                on_progress(min(i + size, len(documents)), len(documents))
-        return total

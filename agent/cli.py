@@ -12,19 +12,19 @@ from typing import Annotated, cast, get_args
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from agent.app import RagApp
 from agent.chat import print_sources, run_chat
 from agent.errors import AgentError
+from agent.ingest_cli import ingest_progress, one_line_pool_warnings, report_lines
 from agent.results import AskResult
 from agent.settings import Policy, Settings, describe_validation_error
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
 from tools.embedder import EmbedderError
-from tools.ingest import IngestError, check_paths
+from tools.ingest import IngestError, IngestReport, plan_inputs
 from tools.store import StoreError
 
 app = typer.Typer(help="triton-rag: answers questions over your documents with cited sources.", no_args_is_help=True)
@@ -100,38 +100,40 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
 
 
 @app.command()
-def ingest(paths: Annotated[list[Path], typer.Argument(help=".jsonl (BEIR corpus), .txt or .md files")]) -> None:
-    """Chunk, embed and store documents; re-ingesting the same content adds nothing."""
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help=".jsonl (BEIR corpus), .txt or .md files")],
+    root: Annotated[
+        Path | None,
+        typer.Option(help="Ids of .txt/.md files are their paths relative to this (default: cwd or common parent)."),
+    ] = None,
+    prefix: Annotated[str, typer.Option(help="Prepended to every document id.")] = "",
+    ceiling: Annotated[
+        bool, typer.Option(help="Measure the in-process ONNX Runtime ceiling on a sample of the run's chunks.")
+    ] = True,
+) -> None:
+    """Chunk, embed and store documents; re-ingesting the same content adds nothing, an interrupted run resumes."""
+    settings = Settings()
+    one_line_pool_warnings()
 
-    async def run() -> None:
-        with Progress(
-            TextColumn("ingest"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TaskProgressColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeRemainingColumn(),
-            console=console,
-        ) as progress:
-            task = progress.add_task("ingest", total=None, rate="")
-
-            def update(done: int, total: int) -> None:
-                elapsed = progress.tasks[0].elapsed or 1e-9
-                progress.update(task, completed=done, total=total, rate=f"{done / elapsed:.1f} docs/s")
-
-            async with RagApp.from_settings() as rag:
-                counts = await rag.ingest(paths, on_progress=update)
+    async def run() -> IngestReport:
+        with ingest_progress(err_console, console.is_terminal) as progress:
+            async with RagApp.from_settings(settings) as rag:
+                report = await rag.ingest(paths, on_progress=progress, root=root, prefix=prefix)
                 docs, chunks = await rag.store.count()
-        console.print(
-            f"added {counts.added} documents ({counts.chunks} chunks), skipped {counts.skipped} already stored; "
-            f"store holds {docs} documents, {chunks} chunks"
-        )
+        for line in report_lines(report, settings, ceiling):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(f"store holds {docs} documents, {chunks} chunks", highlight=False)
+        return report
 
     try:
-        check_paths(paths)
+        plan_inputs(paths, root, prefix)
         asyncio.run(run())
+    except EmbedderError as exc:
+        raise _fail(f"{exc}; the batches stored so far are kept: run the same ingest again to resume") from None
     except USER_ERRORS as exc:
         raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted; the batches stored so far are kept: run the same ingest again to resume") from None
 
 
 def _print_answer(result: AskResult, streamed: bool = False) -> None:

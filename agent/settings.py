@@ -211,9 +211,11 @@ class Settings(BaseSettings):
     bm25_b: float = Field(default=0.4, ge=0, le=1, description="BM25 b (length normalisation; Anserini: 0.4).")
     ingest_batch_docs: int = Field(default=64, ge=1, description="Documents per embed + insert transaction.")
     ingest_max_in_flight: int = Field(
-        default=8,
+        default=4,
         ge=1,
-        description="Most concurrent gRPC requests the ingestion embedder sends (its own limit, apart from queries').",
+        description="Most concurrent gRPC requests (each up to the model's max_batch_size chunks) the ingestion "
+        "embedder sends: its own limit, apart from queries'. At least 2 keeps the next request queued at Triton; "
+        "more only adds queueing time, which counts against TRITON_TIMEOUT_S.",
     )
 
     # --- agent -----------------------------------------------------------------------------------------------

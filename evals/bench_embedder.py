@@ -31,12 +31,10 @@ import asyncio
 import json
 import logging
 import os
-import platform
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,8 @@ import numpy.typing as npt
 
 from agent.app import build_embedder
 from agent.settings import Settings
+from evals.machine import machine_info
+from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
 from evals.scifact import claim_texts, load_corpus
 from infra import processes, triton
 from infra.config import StackConfig
@@ -357,39 +357,17 @@ def ceiling_points(
 # --- the run -----------------------------------------------------------------------------------------------------
 
 
-def machine_info(threads: int) -> dict[str, Any]:
-    """The machine and software the figures come from (CPU model, cores, load average, versions)."""
-    import onnxruntime
-    import torch
-
-    cpu = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "onnxruntime": onnxruntime.__version__,
-        "torch": torch.__version__.split("+")[0],
-        "triton": "2.51 (tritonserver of nvidia-pytriton 0.7, CPU Python-based onnxruntime backend)",
-        "model_threads": threads,
-    }
-
-
 async def run_benchmark(params: BenchParams) -> dict[str, Any]:
     """Run every requested setup and return the report (see `rag bench embedder --json`)."""
     logging.getLogger("tools.embedder").setLevel(logging.ERROR)  # abstracts are truncated on purpose
     texts = load_texts()
     settings = bench_settings(params)
-    machine = machine_info(params.threads)
+    machine = machine_info(
+        {
+            "triton": "2.51 (tritonserver of nvidia-pytriton 0.7, CPU Python-based onnxruntime backend)",
+            "model_threads": params.threads,
+        }
+    )
     points: list[Point] = []
     extras: dict[str, Any] = {}
     tokenizer_client = build_embedder(settings, buckets=params.buckets)
@@ -529,15 +507,9 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
 
     The in-process ceiling has no concurrency: it is drawn as a dashed horizontal line at its best throughput.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import ScalarFormatter
-
     sweep = report["sweep"]
     lengths = list(dict.fromkeys(p["length"] for p in sweep))
-    fig, axes = plt.subplots(len(lengths), 2, figsize=(11, 4 * len(lengths)), squeeze=False)
+    fig, axes = pyplot().subplots(len(lengths), 2, figsize=(11, 4 * len(lengths)), squeeze=False)
     for row, length in enumerate(lengths):
         ax_tp, ax_lat = axes[row]
         for setup in dict.fromkeys(p["setup"] for p in sweep):
@@ -559,27 +531,17 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
             ax_lat.plot(xs, [p["p95_ms"] for p in pts], marker="o", label=setup)
         mean_tokens = report["params"]["mean_tokens"].get(length)
         for ax, ylabel in ((ax_tp, "throughput (requests/s)"), (ax_lat, "p95 latency (ms)")):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(report["params"]["concurrencies"])
-            ax.xaxis.set_major_formatter(ScalarFormatter())
-            ax.set_xlabel("concurrency (requests in flight)")
-            ax.set_ylabel(ylabel)
+            concurrency_axis(ax, report["params"]["concurrencies"], ylabel, "concurrency (requests in flight)")
             ax.set_title(f"{length} texts (~{mean_tokens} tokens)")
-            ax.grid(True, alpha=0.3)
         ax_lat.set_yscale("log")
         ax_tp.legend(fontsize=8)
         ax_lat.legend(fontsize=8)
     m = report["machine"]
-    fig.suptitle(
+    title = (
         f"{report['params']['model']} on {m['cores']} cores ({m['cpu']}), {m['model_threads']} model threads, "
-        f"{m['date_utc'][:10]}",
-        fontsize=10,
+        f"{m['date_utc'][:10]}"
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def render(report: dict[str, Any], console: Any) -> None:
@@ -638,17 +600,7 @@ def render(report: dict[str, Any], console: Any) -> None:
 
 def run_bench_command(params: BenchParams, as_json: bool, plot: Path, output: Path | None) -> dict[str, Any]:
     """`rag bench embedder`: run, write the plot (and the JSON report to `output`), print table or JSON."""
-    from rich.console import Console
-
     report = asyncio.run(run_benchmark(params))
     report["plot"] = str(write_plot(report, plot))
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=2))
-    if as_json:
-        print(json.dumps(report))
-    else:
-        console = Console()
-        render(report, console)
-        console.print(f"plot: {report['plot']}" + (f"; JSON: {output}" if output else ""))
+    emit_report(report, as_json, output, render)
     return report

@@ -6,9 +6,12 @@ Each evaluation or benchmark module adds its command here with `@eval_app.comman
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
+
+if TYPE_CHECKING:
+    from tools.retrieval import RetrievalMode
 
 eval_app = typer.Typer(
     help="Evaluations on real data: retrieval quality, answer quality, comparisons.", no_args_is_help=True
@@ -133,3 +136,41 @@ def bench_embedder(
         if name not in defaults.setups:
             raise typer.BadParameter(f"--setup {name!r}: expected one of {', '.join(defaults.setups)}")
     run_bench_command(params, as_json, plot or data_dir / "bench-embedder.png", output)
+
+
+@bench_app.command("query")
+def bench_query(
+    requests: Annotated[int, typer.Option(min=1, help="Queries per (mode, concurrency) point, claims cycled.")] = 300,
+    concurrency: Annotated[
+        list[int] | None, typer.Option(min=1, help="Concurrency to sweep (repeatable; default 1 8 32 64).")
+    ] = None,
+    mode: Annotated[
+        list[str] | None, typer.Option(help="Retrieval modes: dense, full_text, hybrid (repeatable; default all).")
+    ] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100, help="Passages per query.")] = None,
+    scale: Annotated[
+        int | None, typer.Option(min=2, help="Also measure search p50 growth on an N-times replicated store.")
+    ] = None,
+    rebuild_scale: Annotated[bool, typer.Option(help="Rebuild the scaled database even if it is complete.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Plot file (default DATA_DIR/bench/bench-query.png).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only (progress on stderr).")] = False,
+) -> None:
+    """Query path through the app (embed on Triton + search in Postgres) per retrieval mode and concurrency:
+    queries/s, p50/p95/p99, embed/search split, Triton mean batch, embed-only ratio, and search growth with scale."""
+    from evals.bench_query import MODES, QueryBenchParams, run_query_bench_command
+
+    modes = tuple(mode or MODES)
+    for name in modes:
+        if name not in MODES:
+            raise typer.BadParameter(f"--mode {name!r}: expected one of {', '.join(MODES)}")
+    defaults = QueryBenchParams()
+    params = QueryBenchParams(
+        requests=requests,
+        concurrencies=tuple(concurrency or defaults.concurrencies),
+        modes=cast("tuple[RetrievalMode, ...]", modes),
+        top_k=top_k,
+        scale=scale,
+        rebuild_scale=rebuild_scale,
+    )
+    run_query_bench_command(params, as_json, plot, out)

@@ -1,0 +1,111 @@
+"""What `rag ingest` shows: progress while it runs, then throughput against the in-process ceiling.
+
+Progress: when stdout is a terminal, a Rich progress bar (on stderr); otherwise log lines (`logging`, stderr) every
+`LOG_EVERY_S` seconds with documents done, docs/s, chunks/s and the ETA.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+from agent.settings import Settings
+from tools.ingest import IngestReport, ProgressFn
+
+log = logging.getLogger("rag.ingest")
+POOL_LOGGER = "asyncpg.pool"
+"""asyncpg logs its pool's reconnection attempts (e.g. while Postgres restarts) at WARNING with a traceback."""
+LOG_EVERY_S = 10.0
+CEILING_TARGET = 0.8
+
+
+def _drop_traceback(record: logging.LogRecord) -> bool:
+    record.exc_info, record.exc_text = None, None
+    return True
+
+
+def one_line_pool_warnings() -> None:
+    """Keep asyncpg's pool warnings (`Failed to restore the pool connection floor; retrying`) to one line each:
+    the ingest's own error already says what failed and what to do."""
+    pool_log = logging.getLogger(POOL_LOGGER)
+    if _drop_traceback not in pool_log.filters:
+        pool_log.addFilter(_drop_traceback)
+
+
+@contextmanager
+def ingest_progress(console: Console, terminal: bool) -> Iterator[ProgressFn]:
+    """A progress callback for `RagApp.ingest`: a Rich bar drawn on `console` when `terminal` (stdout is a
+    terminal), else log lines every `LOG_EVERY_S` seconds."""
+    if terminal:
+        with Progress(
+            TextColumn("ingest"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=console,
+        ) as progress:
+            task = progress.add_task("ingest", total=None, rate="")
+
+            def update(done: int, total: int, chunks: int) -> None:
+                elapsed = progress.tasks[0].elapsed or 1e-9
+                rate = f"{done / elapsed:.1f} docs/s, {chunks / elapsed:.1f} chunks/s"
+                progress.update(task, completed=done, total=total, rate=rate)
+
+            yield update
+        return
+
+    log.setLevel(logging.INFO)
+    start = time.perf_counter()
+    last = start
+
+    def log_update(done: int, total: int, chunks: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last < LOG_EVERY_S and done < total:
+            return
+        last = now
+        elapsed = max(now - start, 1e-9)
+        rate = done / elapsed
+        eta = (total - done) / rate if rate > 0 else float("inf")
+        log.info("%d/%d documents, %.1f docs/s, %.1f chunks/s, ETA %.0f s", done, total, rate, chunks / elapsed, eta)
+
+    yield log_update
+
+
+def report_lines(report: IngestReport, settings: Settings, measure_ceiling: bool) -> list[str]:
+    """The summary of one run: counts, failed chunks, docs/s and chunks/s, and the ratio to the in-process ONNX
+    Runtime ceiling on a sample of the run's chunks (`evals.ingest_ceiling`), or how to measure it."""
+    lines = [
+        f"added {report.added} documents ({report.chunks} chunks), skipped {report.skipped} already stored"
+        + (f", {len({b.doc_id for b in report.failed})} not stored (failed chunks below)" if report.failed else "")
+    ]
+    lines += [f"  not stored: document {b.doc_id!r} chunk {b.chunk_index}: {b.reason}" for b in report.failed]
+    lines.append(
+        f"{report.docs_per_s:.1f} docs/s, {report.chunks_per_s:.1f} chunks/s in {report.wall_s:.1f} s "
+        f"(INGEST_BATCH_DOCS={settings.ingest_batch_docs}, INGEST_MAX_IN_FLIGHT={settings.ingest_max_in_flight})"
+    )
+    if not report.sample:
+        return lines
+    model_file = settings.model_repository / settings.embedder_model / "1" / "model.onnx"
+    how = f"`rag ingest --ceiling ...` or `rag bench embedder --setup ceiling` (model {model_file})"
+    if not measure_ceiling or not model_file.is_file():
+        lines.append(f"in-process ceiling not measured; measure it with {how}")
+        return lines
+    from agent.app import build_embedder
+    from evals.ingest_ceiling import CEILING_BATCH, ceiling_chunks_per_s
+
+    ceiling = ceiling_chunks_per_s(model_file, build_embedder(settings), report.sample)
+    ratio = report.chunks_per_s / ceiling if ceiling else 0.0
+    verdict = "met" if ratio >= CEILING_TARGET else "not met"
+    lines.append(
+        f"in-process ONNX Runtime ceiling on {len(report.sample)} of these chunks (batch {CEILING_BATCH}): "
+        f"{ceiling:.1f} chunks/s; ingestion reached {ratio:.2f}x of it (target >= {CEILING_TARGET}: {verdict})"
+    )
+    return lines

@@ -1,0 +1,395 @@
+"""`rag bench query`: the query path (embed on Triton + search in Postgres) through `RagApp`, as the user runs it.
+
+What is measured, with the SHIPPED settings (`Settings()`: the running local stack, or whatever the environment
+points at):
+
+- For each retrieval mode (`dense`, `full_text`, `hybrid`; one `Retriever` per mode from
+  `agent.app.build_retriever` over the app's own embedder and store) and each concurrency C: N SciFact test claims
+  (cycled) searched with at most C in flight. Per point: queries/s, end-to-end latency p50/p95/p99 with n, the
+  p50 of the result's `embed` and `search` stage timings, and Triton's mean batch for the point (the difference of
+  `TritonEmbedder.inference_statistics()` before and after: inferences / executions).
+- Embed-only throughput at each C with the same client (`app.embedder.embed([claim], kind="query")`), so the
+  query path can be read as a ratio of what the embedder alone sustains.
+- With `--scale N`: a second database on the same Postgres server holding the stored chunks N times (replica 0
+  is the stored corpus, replicas 1..N-1 the same texts under doc ids `{doc_id}~r{i}` with jittered, re-normalised
+  vectors), written through `VectorStore.add_documents` so whatever statistics the store maintains are built; each
+  leg's search p50 at concurrency 1 at 1x and Nx, and the growth Nx / 1x. An existing scaled database with the
+  expected chunk count is reused (`--rebuild-scale` forces a rebuild).
+
+Percentiles: `tools.stats.percentiles` (numpy, linear interpolation). Progress goes to stderr; `--json` prints
+one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import numpy as np
+
+from agent.app import RagApp, build_retriever
+from agent.settings import Settings
+from evals.bench_embedder import run_load
+from evals.machine import machine_info
+from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
+from evals.retrieval_eval import ensure_database
+from evals.scifact import claim_texts
+from tools.retrieval import RetrievalMode, Retriever
+from tools.stats import percentiles
+from tools.store import ChunkRecord, DocumentRecord, VectorStore
+
+log = logging.getLogger(__name__)
+
+MODES: tuple[RetrievalMode, ...] = ("dense", "full_text", "hybrid")
+JITTER_SIGMA = 0.01
+"""Standard deviation of the Gaussian noise added to each coordinate of a replica's unit vector (then
+re-normalised): replicas stay near their original (cosine ~0.98 for dim 384) without being exact duplicates."""
+SCALE_PAGE_DOCS = 200
+"""Documents read from the 1x store per page while building the scaled database."""
+
+
+@dataclass
+class QueryBenchParams:
+    """What one `rag bench query` run does.
+
+    Attributes:
+        requests: queries per (mode, concurrency) point and per embed-only point (SciFact test claims, cycled).
+        concurrencies: queries in flight, swept.
+        modes: retrieval modes to measure.
+        top_k: passages per query (None: `TOP_K`).
+        scale: build/reuse an N-times database and report each leg's search p50 growth (None: no scale run).
+        rebuild_scale: drop and rebuild the scaled database even when it holds the expected chunk count.
+        max_seconds_per_point: stop issuing queries of one point after this many seconds.
+    """
+
+    requests: int = 300
+    concurrencies: tuple[int, ...] = (1, 8, 32, 64)
+    modes: tuple[RetrievalMode, ...] = MODES
+    top_k: int | None = None
+    scale: int | None = None
+    rebuild_scale: bool = False
+    max_seconds_per_point: float = 120.0
+
+
+def load_claims() -> list[str]:
+    """The SciFact test claims, in file order."""
+    return [text for text in claim_texts("test").values() if text.strip()]
+
+
+def retrievers(app: RagApp, store: VectorStore, modes: Sequence[RetrievalMode]) -> dict[str, Retriever]:
+    """One Retriever per mode over the app's embedder and `store`, from the app's settings."""
+    return {
+        mode: build_retriever(app.embedder, store, app.settings.model_copy(update={"retrieval_mode": mode}))
+        for mode in modes
+    }
+
+
+async def measure_point(
+    app: RagApp, retriever: Retriever, claims: Sequence[str], params: QueryBenchParams, concurrency: int
+) -> dict[str, Any]:
+    """One (mode, concurrency) point: qps, latency percentiles (ms), stage p50s and Triton's mean batch."""
+    top_k = params.top_k or app.settings.top_k
+    timings: list[dict[str, float]] = []
+
+    async def call(claim: str) -> object:
+        result = await retriever.search(claim, top_k)
+        timings.append(result.timings_ms)
+        return result
+
+    await run_load(call, claims, min(8, concurrency), concurrency, 30.0)  # warm-up: connections, plans
+    timings.clear()
+    before = await app.embedder.inference_statistics()
+    latencies_s, wall_s = await run_load(call, claims, params.requests, concurrency, params.max_seconds_per_point)
+    after = await app.embedder.inference_statistics()
+    latency = percentiles(np.asarray(latencies_s) * 1000)
+    executions = after["execution_count"] - before["execution_count"]
+    return {
+        "mode": retriever.mode,
+        "concurrency": concurrency,
+        "qps": round(len(latencies_s) / wall_s, 2),
+        "p50_ms": round(float(latency["p50"]), 2),
+        "p95_ms": round(float(latency["p95"]), 2),
+        "p99_ms": round(float(latency["p99"]), 2),
+        "n": int(latency["n"]),
+        "embed_p50_ms": round(float(percentiles([t.get("embed", 0.0) for t in timings], (50,))["p50"]), 2),
+        "search_p50_ms": round(float(percentiles([t.get("search", 0.0) for t in timings], (50,))["p50"]), 2),
+        "mean_batch": round((after["inference_count"] - before["inference_count"]) / executions, 2)
+        if executions
+        else None,
+    }
+
+
+async def embed_only_point(
+    app: RagApp, claims: Sequence[str], params: QueryBenchParams, concurrency: int
+) -> dict[str, Any]:
+    """Queries/s of `app.embedder.embed([claim], kind="query")` alone at `concurrency`."""
+
+    async def call(claim: str) -> object:
+        return await app.embedder.embed([claim], kind="query")
+
+    await run_load(call, claims, min(8, concurrency), concurrency, 30.0)
+    latencies_s, wall_s = await run_load(call, claims, params.requests, concurrency, params.max_seconds_per_point)
+    return {"concurrency": concurrency, "qps": round(len(latencies_s) / wall_s, 2)}
+
+
+# --- the scaled database -----------------------------------------------------------------------------------------
+
+
+def scaled_database_name(url: str, factor: int) -> str:
+    """`<database of url>_x<factor>` (at most 63 characters, Postgres' identifier limit)."""
+    base = urlsplit(url).path.lstrip("/") or "postgres"
+    suffix = f"_x{factor}"
+    return base[: 63 - len(suffix)] + suffix
+
+
+async def _stored_pages(store: VectorStore) -> AsyncIterator[list[DocumentRecord]]:
+    """The stored documents with their chunks and embeddings, `SCALE_PAGE_DOCS` documents per page."""
+    last_id = 0
+    while True:
+        docs = await store.pool.fetch(
+            "SELECT id, doc_id, title, source, metadata::text AS metadata, content_hash FROM documents "
+            "WHERE id > $1 ORDER BY id LIMIT $2",
+            last_id,
+            SCALE_PAGE_DOCS,
+        )
+        if not docs:
+            return
+        last_id = int(docs[-1]["id"])
+        rows = await store.pool.fetch(
+            "SELECT document_id, chunk_index, text, token_count, embedding FROM chunks "
+            "WHERE document_id = ANY($1::bigint[]) ORDER BY document_id, chunk_index",
+            [d["id"] for d in docs],
+        )
+        chunks: dict[int, list[ChunkRecord]] = {}
+        for r in rows:
+            vector = np.asarray(r["embedding"].to_numpy(), dtype=np.float32)  # pgvector.Vector
+            chunks.setdefault(int(r["document_id"]), []).append(
+                ChunkRecord(int(r["chunk_index"]), str(r["text"]), int(r["token_count"]), vector)
+            )
+        yield [
+            DocumentRecord(
+                str(d["doc_id"]),
+                str(d["title"]),
+                str(d["source"]),
+                str(d["content_hash"]),
+                chunks.get(int(d["id"]), []),
+                json.loads(d["metadata"]),
+            )
+            for d in docs
+        ]
+
+
+def replicate(doc: DocumentRecord, replica: int, rng: np.random.Generator) -> DocumentRecord:
+    """Replica `replica` of `doc`: 0 is `doc` itself; others get doc id `{doc_id}~r{replica}` and each chunk's
+    `(dim,)` float32 vector plus N(0, JITTER_SIGMA^2) noise per coordinate, L2-normalised again."""
+    if replica == 0:
+        return doc
+    chunks = []
+    for c in doc.chunks:
+        vector = c.embedding + rng.normal(0.0, JITTER_SIGMA, c.embedding.shape).astype(np.float32)
+        chunks.append(ChunkRecord(c.chunk_index, c.text, c.token_count, vector / np.linalg.norm(vector)))
+    return DocumentRecord(f"{doc.doc_id}~r{replica}", doc.title, doc.source, doc.content_hash, chunks, doc.metadata)
+
+
+async def build_scaled_store(app: RagApp, factor: int, rebuild: bool) -> tuple[str, int, int]:
+    """Create (or reuse) the `factor`-times database; returns (its URL, chunks at 1x, chunks at Nx).
+
+    Reused as is when it already holds `factor` x the stored chunks; a smaller one (an interrupted build) is
+    completed (writes are idempotent by doc id and content hash); a larger one, or `rebuild`, is dropped first.
+
+    Raises:
+        ValueError: factor < 2 or nothing is stored at 1x.
+        asyncpg.PostgresError: the server refused CREATE/DROP DATABASE.
+    """
+    if factor < 2:
+        raise ValueError(f"--scale {factor}; expected >= 2")
+    _, chunks_1x = await app.store.count()
+    if chunks_1x == 0:
+        raise ValueError("the store holds no chunks: ingest a corpus first (e.g. `rag ingest` of SciFact)")
+    name = scaled_database_name(app.store.dsn, factor)
+    expected = chunks_1x * factor
+    url = await ensure_database(app.store.dsn, name)
+    async with VectorStore(url, app.store.model_name, app.store.dim) as scaled:
+        held = (await scaled.count())[1]
+    if held == expected and not rebuild:
+        log.info("reusing %s: %d chunks", name, held)
+        return url, chunks_1x, held
+    if rebuild or held > expected:
+        conn = await asyncpg.connect(app.store.dsn)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+        url = await ensure_database(app.store.dsn, name)
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    async with VectorStore(url, app.store.model_name, app.store.dim) as scaled:
+        async for page in _stored_pages(app.store):
+            for replica in range(factor):
+                await scaled.add_documents([replicate(d, replica, rng) for d in page])
+            log.info(
+                "scaled store %s: %d chunks (%.0f s)", name, (await scaled.count())[1], time.perf_counter() - start
+            )
+        held = (await scaled.count())[1]
+    if held != expected:
+        raise ValueError(f"scaled database {name} holds {held} chunks; expected {expected} ({factor} x {chunks_1x})")
+    return url, chunks_1x, held
+
+
+async def scale_legs(
+    app: RagApp, claims: Sequence[str], params: QueryBenchParams, points: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Search p50 at concurrency 1 on the 1x and Nx stores per leg, and the growth Nx / 1x."""
+    assert params.scale is not None
+    url, chunks_1x, chunks_nx = await build_scaled_store(app, params.scale, params.rebuild_scale)
+    one_x = {p["mode"]: p for p in points if p["concurrency"] == 1}
+    legs: dict[str, dict[str, float | None]] = {}
+    async with VectorStore(url, app.store.model_name, app.store.dim, app.settings.db_pool_max_size) as scaled:
+        scaled_retrievers = retrievers(app, scaled, MODES)
+        base_retrievers = retrievers(app, app.store, MODES)
+        for mode in MODES:
+            base = one_x.get(mode) or await measure_point(app, base_retrievers[mode], claims, params, 1)
+            grown = await measure_point(app, scaled_retrievers[mode], claims, params, 1)
+            legs[mode] = {
+                "p50_1x_ms": base["search_p50_ms"],
+                "p50_nx_ms": grown["search_p50_ms"],
+                "growth": round(grown["search_p50_ms"] / base["search_p50_ms"], 3) if base["search_p50_ms"] else None,
+            }
+            log.info("scale %s: %s", mode, legs[mode])
+    return {"factor": params.scale, "chunks_1x": chunks_1x, "chunks_nx": chunks_nx, "legs": legs, "database": url}
+
+
+# --- the run -----------------------------------------------------------------------------------------------------
+
+
+async def run_query_bench(settings: Settings, params: QueryBenchParams) -> dict[str, Any]:
+    """Run every point (and the scale legs when asked); returns the report of `rag bench query --json`."""
+    claims = load_claims()
+    machine = machine_info({"embedder_model": settings.embedder_model, "triton_grpc_url": settings.triton_grpc_url})
+    points: list[dict[str, Any]] = []
+    embed_only: list[dict[str, Any]] = []
+    async with RagApp.from_settings(settings) as app:
+        docs, chunks = await app.store.count()
+        by_mode = retrievers(app, app.store, params.modes)
+        for concurrency in params.concurrencies:
+            embed_only.append(await embed_only_point(app, claims, params, concurrency))
+            log.info("embed only: %s", embed_only[-1])
+            for mode in params.modes:
+                point = await measure_point(app, by_mode[mode], claims, params, concurrency)
+                point["embed_only_ratio"] = round(point["qps"] / embed_only[-1]["qps"], 3)
+                log.info("%s", point)
+                points.append(point)
+        scale = await scale_legs(app, claims, params, points) if params.scale else None
+    machine["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    settings_used = {
+        k: getattr(settings, k)
+        for k in ("triton_max_in_flight", "db_pool_max_size", "top_k", "retrieval_candidates", "hnsw_ef_search")
+    }
+    return {
+        "points": points,
+        "embed_only": embed_only,
+        "scale": scale,
+        "machine": machine,
+        "params": {
+            **asdict(params),
+            "top_k": params.top_k or settings.top_k,
+            "stored_documents": docs,
+            "stored_chunks": chunks,
+            "claims": len(claims),
+            "settings": settings_used,
+        },
+    }
+
+
+def write_plot(report: dict[str, Any], path: Path) -> Path:
+    """Queries/s and p99 latency against concurrency, one line per mode (embed-only throughput dashed)."""
+    fig, (ax_qps, ax_p99) = pyplot().subplots(1, 2, figsize=(11, 4))
+    points = report["points"]
+    for mode in dict.fromkeys(p["mode"] for p in points):
+        pts = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["concurrency"])
+        xs = [p["concurrency"] for p in pts]
+        ax_qps.plot(xs, [p["qps"] for p in pts], marker="o", label=mode)
+        ax_p99.plot(xs, [p["p99_ms"] for p in pts], marker="o", label=mode)
+    embed = sorted(report["embed_only"], key=lambda p: p["concurrency"])
+    ax_qps.plot([p["concurrency"] for p in embed], [p["qps"] for p in embed], "k--", label="embed only")
+    for ax, ylabel in ((ax_qps, "queries/s"), (ax_p99, "p99 latency (ms)")):
+        concurrency_axis(ax, report["params"]["concurrencies"], ylabel, "concurrency (queries in flight)")
+        ax.legend(fontsize=8)
+    m = report["machine"]
+    title = (
+        f"rag bench query: {report['params']['stored_chunks']} chunks, top {report['params']['top_k']}, "
+        f"{m['cores']} cores ({m['cpu']}), {m['date_utc'][:10]}"
+    )
+    return save_figure(fig, path, title)
+
+
+def render(report: dict[str, Any], console: Any) -> None:
+    """Print the points, the embed-only throughput and the scale legs as Rich tables."""
+    from rich.table import Table
+
+    m = report["machine"]
+    table = Table(
+        title=f"rag bench query: {report['params']['stored_chunks']} chunks, top {report['params']['top_k']}, "
+        f"{m['cores']} cores, load avg {m['load_average_1m_at_start']} -> {m['load_average_1m_at_end']}, "
+        f"{m['date_utc']}"
+    )
+    columns = ("mode", "C", "n", "q/s", "x embed-only", "p50 ms", "p95 ms", "p99 ms", "embed p50", "search p50")
+    for col in (*columns, "mean batch"):
+        table.add_column(col, justify="left" if col == "mode" else "right")
+    for p in report["points"]:
+        table.add_row(
+            p["mode"],
+            str(p["concurrency"]),
+            str(p["n"]),
+            f"{p['qps']:.1f}",
+            f"{p['embed_only_ratio']:.2f}",
+            f"{p['p50_ms']:.1f}",
+            f"{p['p95_ms']:.1f}",
+            f"{p['p99_ms']:.1f}",
+            f"{p['embed_p50_ms']:.1f}",
+            f"{p['search_p50_ms']:.1f}",
+            "-" if p["mean_batch"] is None else f"{p['mean_batch']:.2f}",
+        )
+    console.print(table)
+    embed = Table(title="embed only: app.embedder.embed, one claim per call")
+    embed.add_column("C", justify="right")
+    embed.add_column("q/s", justify="right")
+    for p in report["embed_only"]:
+        embed.add_row(str(p["concurrency"]), f"{p['qps']:.1f}")
+    console.print(embed)
+    scale = report["scale"]
+    if scale:
+        legs = Table(
+            title=f"search p50 at concurrency 1: {scale['chunks_1x']} chunks (1x) vs {scale['chunks_nx']} "
+            f"({scale['factor']}x)"
+        )
+        for col in ("leg", "1x ms", f"{scale['factor']}x ms", "growth"):
+            legs.add_column(col, justify="left" if col == "leg" else "right")
+        for mode, leg in scale["legs"].items():
+            legs.add_row(mode, f"{leg['p50_1x_ms']:.1f}", f"{leg['p50_nx_ms']:.1f}", str(leg["growth"]))
+        console.print(legs)
+
+
+def run_query_bench_command(
+    params: QueryBenchParams, as_json: bool, plot: Path | None, output: Path | None
+) -> dict[str, Any]:
+    """`rag bench query`: run with `Settings()`, write the plot (default `DATA_DIR/bench/bench-query.png`) and
+    the JSON report to `output`, print the tables or (`as_json`) only the JSON object on stdout."""
+    settings = Settings()
+    for mode in params.modes:
+        if mode not in MODES:
+            raise ValueError(f"--mode {mode!r}; expected one of {', '.join(MODES)}")
+    log.setLevel(logging.INFO)
+    report = asyncio.run(run_query_bench(settings, params))
+    report["plot"] = str(write_plot(report, plot or settings.data_dir / "bench" / "bench-query.png"))
+    emit_report(report, as_json, output, render)
+    return report

@@ -1,0 +1,283 @@
+"""The ingestion pipeline against the real Postgres and the real Triton: faults, isolation, identity, output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
+
+import asyncpg
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from agent.settings import Settings
+from evals.scifact import SCIFACT_DIR
+from infra import postgres, processes, triton
+from infra.config import StackConfig
+from infra.processes import free_port
+from tests.conftest import cli_env
+from tools.embedder import EmbedderError, TextKind, TritonEmbedder
+from tools.ingest import BadChunk, ingest, plan_inputs
+from tools.model_specs import get_spec
+from tools.store import VectorStore
+
+pytestmark = pytest.mark.stack
+
+MARK = "zzqpoison"
+
+
+@pytest.fixture
+async def fresh_db(postgres_url: str) -> AsyncIterator[str]:
+    """A new, empty database on the test Postgres, dropped afterwards."""
+    name = f"ingest_{uuid4().hex[:12]}"
+    conn = await asyncpg.connect(postgres_url)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    try:
+        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
+    finally:
+        conn = await asyncpg.connect(postgres_url)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+async def fingerprint(url: str) -> set[tuple[str, str, str]]:
+    """(chunk id, document content hash, md5 of the chunk text) of every stored chunk."""
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT c.chunk_id, d.content_hash, md5(c.text) AS h FROM chunks c JOIN documents d ON d.id = c.document_id"
+        )
+    finally:
+        await conn.close()
+    return {(r["chunk_id"], r["content_hash"], r["h"]) for r in rows}
+
+
+async def chunk_count(url: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM chunks"))
+    except asyncpg.UndefinedTableError:  # the run has not created the schema yet
+        return 0
+    finally:
+        await conn.close()
+
+
+class PoisonedEmbedder(TritonEmbedder):
+    """The real embedder, except that texts containing MARK come back non-finite: as NaN rows, or (like the real
+    client on a non-finite model output) as an EmbedderError for the whole call."""
+
+    raise_like_client = False
+
+    async def embed(self, texts: Sequence[str], kind: TextKind = "document") -> npt.NDArray[np.float32]:
+        vectors = await super().embed(texts, kind)
+        bad = [i for i, t in enumerate(texts) if MARK in t]
+        if bad and self.raise_like_client:
+            raise EmbedderError(f"model returned a non-finite embedding for {len(bad)} text(s)")
+        vectors[bad] = np.nan
+        return vectors
+
+
+@pytest.mark.parametrize("raise_like_client", [False, True])
+async def test_a_non_finite_chunk_fails_only_its_document(
+    triton_server: Settings, fresh_db: str, tmp_path: Path, raise_like_client: bool
+) -> None:
+    filler = " ".join(["cell"] * 40)
+    docs = [
+        {"_id": "good-1", "title": "One", "text": "Vitamin D and bone density in older adults."},
+        {"_id": "poisoned", "title": "T", "text": f"{filler} {MARK} {filler} {filler}"},
+        {"_id": "good-2", "title": "Two", "text": "Homocysteine and vitamin B12 deficiency."},
+    ]
+    corpus = tmp_path / "poison.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    spec = get_spec(triton_server.embedder_model)
+    embedder = PoisonedEmbedder(triton_server.triton_grpc_url, spec)
+    embedder.raise_like_client = raise_like_client
+    async with embedder, VectorStore(fresh_db, spec.name, spec.dim) as store:
+        report = await ingest(plan_inputs([corpus]), embedder, store, chunk_tokens=32, overlap_tokens=0, batch_docs=10)
+        stored = await store.stored_versions(["good-1", "poisoned", "good-2"])
+    assert [(b.doc_id, b.chunk_index) for b in report.failed] == [("poisoned", 1)]
+    assert isinstance(report.failed[0], BadChunk)
+    assert sorted(stored) == ["good-1", "good-2"]
+    assert (report.documents, report.added) == (3, 2)
+
+
+def ingest_env(own: Settings, database_url: str) -> dict[str, str]:
+    env = cli_env(own)
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "INGEST_BATCH_DOCS": "8",
+            "TRITON_RETRIES": "2",
+            "TRITON_CONNECT_TIMEOUT_S": "2",
+            "TRITON_TIMEOUT_S": "20",
+        }
+    )
+    return env
+
+
+def rag(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `rag ARGS` in a subprocess with `env`."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def start_ingest(env: dict[str, str], corpus: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent", "ingest", "--no-ceiling", str(corpus)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def wait_for_chunks(url: str, more_than: int, proc: subprocess.Popen[str], timeout_s: float = 300.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        count = await chunk_count(url)
+        if count > more_than:
+            return count
+        assert proc.poll() is None, "the ingest ended before the fault was injected"
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no chunks beyond {more_than} after {timeout_s} s")
+
+
+@pytest.fixture
+def own_triton(settings: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """Settings of a Triton this test owns (own data dir and ports); stopped by PID at the end."""
+    own = settings.model_copy(
+        update={
+            "data_dir": tmp_path / "own-triton",
+            "triton_grpc_url": f"127.0.0.1:{free_port()}",
+            "triton_http_port": free_port(),
+            "triton_metrics_port": free_port(),
+        }
+    )
+    yield own
+    triton.stop(StackConfig.of(own))
+
+
+@pytest.fixture(scope="module")
+def fault_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 96 SciFact abstracts (12 batches of 8 documents in the fault tests)."""
+    with (SCIFACT_DIR / "corpus.jsonl").open() as handle:
+        lines = [next(handle) for _ in range(96)]
+    corpus = Path(tmp_path_factory.mktemp("fault")) / "corpus.jsonl"
+    corpus.write_text("".join(lines))
+    return corpus
+
+
+@pytest.fixture(scope="module")
+async def clean_fingerprint(
+    postgres_url: str, triton_server: Settings, fault_corpus: Path
+) -> set[tuple[str, str, str]]:
+    """The chunks an uninterrupted `rag ingest` of `fault_corpus` stores."""
+    name = f"ingest_clean_{uuid4().hex[:8]}"
+    url = urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
+    conn = await asyncpg.connect(postgres_url)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    try:
+        clean = rag(ingest_env(triton_server, url), "ingest", "--no-ceiling", str(fault_corpus))
+        assert clean.returncode == 0, clean.stderr
+        return await fingerprint(url)
+    finally:
+        conn = await asyncpg.connect(postgres_url)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+async def test_ingest_interrupted_by_triton_kill_and_ctrl_c_resumes_with_no_loss_or_duplicates(
+    own_triton: Settings, fresh_db: str, fault_corpus: Path, clean_fingerprint: set[tuple[str, str, str]]
+) -> None:
+    corpus, expected = fault_corpus, clean_fingerprint
+    triton.start(StackConfig.of(own_triton))
+    env = ingest_env(own_triton, fresh_db)
+    # 1. Triton killed (SIGKILL, by PID) halfway: the run fails with one line, what was stored stays.
+    proc = start_ingest(env, corpus)
+    await wait_for_chunks(fresh_db, 0, proc)
+    pid = processes.read_pid(own_triton.run_dir, "triton")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    assert "error:" in stderr and "Traceback" not in stderr, stderr
+    partial = await chunk_count(fresh_db)
+    assert 0 < partial < len(expected)
+
+    # 2. Triton back; the re-run is interrupted by Ctrl-C (SIGINT) once it has stored more.
+    triton.stop(StackConfig.of(own_triton))  # clears the stale PID file
+    triton.start(StackConfig.of(own_triton))
+    proc = start_ingest(env, corpus)
+    await wait_for_chunks(fresh_db, partial, proc)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+
+    # 3. The last re-run completes: the same chunks as the clean run, none lost, none twice.
+    final = rag(env, "ingest", "--no-ceiling", str(corpus))
+    assert final.returncode == 0, final.stderr
+    assert await fingerprint(fresh_db) == expected
+    assert await chunk_count(fresh_db) == len(expected)
+
+
+async def test_cli_ingest_names_files_by_path_and_prints_throughput(
+    triton_server: Settings, fresh_db: str, tmp_path: Path
+) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "handbook.md").write_text(f"# Handbook {folder}\nRules of team {folder}.")
+    env = cli_env(triton_server) | {"DATABASE_URL": fresh_db}
+    result = rag(env, "ingest", "a/handbook.md", "b/handbook.md", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "added 2 documents" in result.stdout
+    assert "docs/s" in result.stdout and "chunks/s" in result.stdout
+    assert "in-process ONNX Runtime ceiling" in result.stdout
+    assert "/2 documents" in result.stderr  # progress is logged when stdout is not a terminal
+    spec = get_spec(triton_server.embedder_model)
+    async with VectorStore(fresh_db, spec.name, spec.dim) as store:
+        assert sorted(await store.stored_versions(["a/handbook.md", "b/handbook.md"])) == [
+            "a/handbook.md",
+            "b/handbook.md",
+        ]
+
+
+async def test_ingest_across_a_postgres_restart_finishes_with_no_loss_or_duplicates(
+    settings: Settings,
+    triton_server: Settings,
+    tmp_path: Path,
+    fault_corpus: Path,
+    clean_fingerprint: set[tuple[str, str, str]],
+) -> None:
+    own = settings.model_copy(update={"data_dir": tmp_path / "own-postgres"})
+    config = StackConfig.of(own)
+    try:
+        postgres.start(config)
+        url = own.resolved_database_url()
+        proc = start_ingest(ingest_env(triton_server, url), fault_corpus)
+        await wait_for_chunks(url, 0, proc)
+        postgres.stop(config)
+        postgres.start(config)
+        url = own.resolved_database_url()  # the embedded server may listen on a new socket directory
+        env = ingest_env(triton_server, url)
+        _, stderr = proc.communicate(timeout=300)
+        # the run either failed with one line or carried on through the pool's new connections
+        assert "Traceback" not in stderr, stderr
+        assert proc.returncode == 0 or "run the same ingest again" in stderr, stderr
+        final = rag(env, "ingest", "--no-ceiling", str(fault_corpus))
+        assert final.returncode == 0, final.stderr
+        assert await fingerprint(url) == clean_fingerprint
+        assert await chunk_count(url) == len(clean_fingerprint)
+    finally:
+        postgres.stop(config)
