@@ -63,6 +63,7 @@ CITE_ALL = "SUPPORT. The passages show it " + ", ".join(f"[{n}]" for n in range(
 def fake_llm_settings(settings: Settings, fake: FakeOpenAIServer) -> Settings:
     """The test stack with the fake LLM, no retries, and refusal off (every case reaches the LLM, in order)."""
     update = {"llm_base_url": fake.base_url, "llm_model": "fake", "llm_max_retries": 0, "refusal_min_score": -1.0}
+    update["vllm_port"] = fake.port  # the settings check that a local LLM_BASE_URL names VLLM_PORT
     return settings.model_copy(update=update)
 
 
