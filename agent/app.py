@@ -72,6 +72,23 @@ def build_embedder(
     )
 
 
+def build_store(url: str, model_name: str, dim: int, settings: Settings) -> VectorStore:
+    """The (unconnected) VectorStore at `url` for an embedder (`model_name`, `dim`) with the settings' pool and
+    search options (pool size, statement timeout and cache, `hnsw.ef_search`, BM25 parameters and pruning)."""
+    return VectorStore(
+        url,
+        model_name,
+        dim,
+        settings.db_pool_max_size,
+        ef_search=settings.hnsw_ef_search,
+        bm25_k1=settings.bm25_k1,
+        bm25_b=settings.bm25_b,
+        postings_per_term=settings.bm25_postings_per_term,
+        command_timeout_s=settings.db_command_timeout_s,
+        statement_cache_size=settings.db_statement_cache_size,
+    )
+
+
 def build_retriever(embedder: TritonEmbedder, store: VectorStore, settings: Settings) -> Retriever:
     """The Retriever the settings describe (mode, RRF k and weights, candidates, full-text ranking, BM25
     parameters, `hnsw.ef_search`), over `embedder` and `store`."""
@@ -103,9 +120,7 @@ class RagApp:
         settings.refusal_threshold()  # an uncalibrated embedder without REFUSAL_MIN_SCORE stops here, not mid-answer
         self.embedder = build_embedder(settings)
         self.spec = self.embedder.spec
-        self.store = VectorStore(
-            settings.resolved_database_url(), self.spec.name, self.spec.dim, settings.db_pool_max_size
-        )
+        self.store = build_store(settings.resolved_database_url(), self.spec.name, self.spec.dim, settings)
         self.retriever = build_retriever(self.embedder, self.store, settings)
         self.usage_limits = UsageLimits(
             request_limit=settings.agent_request_limit,

@@ -202,7 +202,8 @@ async def get_document(ctx: RunContext[RagDeps], doc_id: str) -> str:
     title, text = found
     ctx.deps.emit(ToolResult(tool="get_document", summary=f"doc {doc_id}: {len(text)} characters"))
     body = text if len(text) <= MAX_DOCUMENT_CHARS else text[:MAX_DOCUMENT_CHARS] + " ..."
-    return format_passages([Passage(0, f"{doc_id}#all", doc_id, title, body, "", 0.0)], max_chars=MAX_DOCUMENT_CHARS)
+    whole = Passage(chunk_id=f"{doc_id}#all", doc_id=doc_id, title=title, text=body, source="", score=0.0, number=0)
+    return format_passages([whole], max_chars=MAX_DOCUMENT_CHARS)
 
 
 class UniqueToolCallIds(AbstractCapability[Any]):

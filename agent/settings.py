@@ -144,6 +144,15 @@ class Settings(BaseSettings):
         description="postgresql:// URL of a Postgres with pgvector; unset means the embedded server in data_dir.",
     )
     db_pool_max_size: int = Field(default=8, description="Maximum asyncpg pool connections.")
+    db_command_timeout_s: float | None = Field(
+        default=60.0, gt=0, description="Default timeout of one SQL statement (asyncpg `command_timeout`), seconds."
+    )
+    db_statement_cache_size: int = Field(
+        default=100,
+        ge=0,
+        description="Prepared statements cached per connection (asyncpg `statement_cache_size`); 0 behind PgBouncer "
+        "in transaction mode.",
+    )
 
     # --- LLM (OpenAI-compatible) ---------------------------------------------------------------------------
     llm_base_url: HttpUrlStr = Field(
@@ -179,7 +188,9 @@ class Settings(BaseSettings):
     top_k: int = Field(default=5, ge=1, le=100, description="Passages retrieved per question.")
     chunk_tokens: int = Field(default=200, ge=8, description="Chunk size in embedder tokens (specials excluded).")
     chunk_overlap_tokens: int = Field(default=40, ge=0, description="Overlap between consecutive chunks, tokens.")
-    hnsw_ef_search: int = Field(default=100, description="pgvector `hnsw.ef_search` (at least top_k is used).")
+    hnsw_ef_search: int = Field(
+        default=100, ge=1, le=1000, description="pgvector `hnsw.ef_search` (at least top_k is used)."
+    )
     retrieval_mode: Literal["dense", "full_text", "hybrid"] = Field(
         default="hybrid", description="Retrieval: `dense` (HNSW cosine), `full_text` (Postgres) or `hybrid` (RRF)."
     )
@@ -204,11 +215,20 @@ class Settings(BaseSettings):
         description="Full-text query: `any` term (lexemes OR-ed; suits questions and claims) or `all` terms "
         "(`websearch_to_tsquery`).",
     )
-    full_text_rank: Literal["bm25", "ts_rank_cd"] = Field(
-        default="bm25", description="Full-text ranking: Okapi BM25 over the stored lexemes, or `ts_rank_cd`."
+    full_text_rank: Literal["bm25", "bm25_exhaustive", "ts_rank_cd"] = Field(
+        default="bm25",
+        description="Full-text ranking: Okapi BM25 by pruned impact-ordered postings (`bm25`), the same BM25 over "
+        "every posting of the query terms (`bm25_exhaustive`, cost grows with the corpus), or `ts_rank_cd`.",
     )
     bm25_k1: float = Field(default=0.9, ge=0, description="BM25 k1 (term-frequency saturation; Anserini: 0.9).")
     bm25_b: float = Field(default=0.4, ge=0, le=1, description="BM25 b (length normalisation; Anserini: 0.4).")
+    bm25_postings_per_term: int = Field(
+        default=100,
+        ge=1,
+        description="Pruned BM25: postings read per query term, best stored impact first (at least the rows asked "
+        "for); bounds a full-text search's cost whatever the corpus size. 100: SciFact train nDCG@10 equal to "
+        "unpruned BM25 (0.6963 vs 0.6959).",
+    )
     ingest_batch_docs: int = Field(default=64, ge=1, description="Documents per embed + insert transaction.")
     ingest_max_in_flight: int = Field(
         default=4,

@@ -34,13 +34,13 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from agent.app import build_embedder, build_retriever
+from agent.app import build_embedder, build_retriever, build_store
 from agent.settings import Settings
 from evals.metrics import evaluate
 from evals.scifact import CorpusDoc, Qrels, Query
 from tools.embedder import TritonEmbedder
 from tools.ingest import SourceDocument, ingest_documents
-from tools.retrieval import CandidateLists, RetrievalMode, Retriever
+from tools.retrieval import CandidateLists, RetrievalMode, Retriever, rank_candidates
 from tools.stats import percentiles
 from tools.store import ChunkHit, ChunkRecord, DocumentRecord, VectorStore
 
@@ -296,7 +296,7 @@ async def evaluate_variant(
     name = database_name(db_prefix, variant, settings)
     url = await ensure_database(server_url, name)
     spec = embedder.spec
-    async with VectorStore(url, spec.name, spec.dim, settings.db_pool_max_size) as store:
+    async with build_store(url, spec.name, spec.dim, settings) as store:
         if variant == "passage":
             await ingest_passages(docs, embedder, store, source, settings.ingest_batch_docs, progress)
         else:
@@ -405,15 +405,12 @@ def tune_fusion(
     results: list[tuple[float, float, dict[str, float]]] = []
     for k in k_grid:
         for weight in dense_weight_grid:
-            retriever = Retriever(
-                embedder=None,  # type: ignore[arg-type]  # ranking only: no embedder or store is used
-                store=None,  # type: ignore[arg-type]
-                rrf_k=k,
-                weights=(weight, 1.0),
-            )
             metrics = evaluate(
                 qrels,
-                {q: doc_ranking([h for h, _ in retriever.rank(cl, "hybrid")]) for q, cl in report.lists.items()},
+                {
+                    q: doc_ranking([h for h, _ in rank_candidates(cl, "hybrid", k, (weight, 1.0))])
+                    for q, cl in report.lists.items()
+                },
             )
             results.append((k, weight, metrics))
     return sorted(results, key=lambda r: -r[2]["ndcg@10"])

@@ -8,14 +8,14 @@ from typing import cast
 
 from tools.embedder import TritonEmbedder
 from tools.retrieval import Passage, RetrievalResult, Retriever
-from tools.store import VectorStore
+from tools.store import ChunkHit, VectorStore
 
 B12 = "Vitamin B12 deficiency raises plasma homocysteine in older adults."
 
 
 def passage(n: int, text: str = B12) -> Passage:
     """Passage number `n` of document `doc<n>` (chunk `doc<n>#0`), dense cosine 0.9."""
-    return Passage(n, f"doc{n}#0", f"doc{n}", f"Title {n}", text, "test", 1.0 / n, 0.9)
+    return Passage.of(n, ChunkHit(f"doc{n}#0", f"doc{n}", f"Title {n}", text, "test", 0.0), 1.0 / n, 0.9)
 
 
 class FixedRetriever(Retriever):

@@ -7,11 +7,12 @@ import pytest
 
 from agent.citations import extract_citations, render_answer, stream_text, strip_reasoning
 from tools.retrieval import Passage
+from tools.store import ChunkHit
 
 
 def passage(n: int, doc: str) -> Passage:
     text = "Vitamin B12 deficiency raises plasma homocysteine in older adults."
-    return Passage(n, f"{doc}#0", doc, f"Title {n}", text, "test", 1.0 / n, 0.9)
+    return Passage.of(n, ChunkHit(f"{doc}#0", doc, f"Title {n}", text, "test", 0.0), 1.0 / n, 0.9)
 
 
 PASSAGES = [passage(1, "101"), passage(2, "202"), passage(3, "101")]
@@ -47,7 +48,7 @@ def test_final_answer_keeps_only_retrieved_citations_and_clean_punctuation(
 
 
 def test_uncited_quote_is_attributed_to_the_passage_it_copies() -> None:
-    other = Passage(2, "202#0", "202", "Title 2", "Unrelated text.", "test", 0.5, 0.9)
+    other = Passage.of(2, ChunkHit("202#0", "202", "Title 2", "Unrelated text.", "test", 0.0), 0.5, 0.9)
     _, citations, dropped = extract_citations(
         "Studies show Vitamin B12 deficiency raises plasma homocysteine.", [passage(1, "101"), other]
     )

@@ -3,7 +3,9 @@ exact scan, full-text query forms, numbered passages, and the embedder check at 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import numpy as np
@@ -13,7 +15,15 @@ from evals.retrieval_eval import ensure_database
 from evals.scifact import load_corpus
 from tools.embedder import TritonEmbedder
 from tools.retrieval import Retriever
-from tools.store import ChunkRecord, DocumentRecord, StoreError, VectorStore
+from tools.store import (
+    BM25_SQL,
+    DENSE_FILTERED_SQL,
+    DENSE_SQL,
+    ChunkRecord,
+    DocumentRecord,
+    StoreError,
+    VectorStore,
+)
 
 pytestmark = pytest.mark.stack
 
@@ -136,3 +146,70 @@ async def test_hybrid_passages_are_numbered_for_citation(scifact_store: VectorSt
     assert top.score == pytest.approx(1.5 / 61)
     assert top.dense_score is not None and 0.4 < top.dense_score <= 1.0
     assert set(result.timings_ms) == {"embed", "search"}
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """(node type, index or relation name) of every node of an EXPLAIN (FORMAT JSON) plan tree, depth first."""
+    own = (plan["Node Type"], plan.get("Index Name") or plan.get("Relation Name") or "")
+    return [own] + [node for child in plan.get("Plans", []) for node in plan_nodes(child)]
+
+
+def vector_literal(vector: np.ndarray) -> str:
+    return "'[" + ",".join(f"{x:.6f}" for x in vector) + "]'::vector"
+
+
+@pytest.mark.parametrize("statement", ["dense", "dense_filtered", "bm25"])
+async def test_search_statements_keep_their_plan_after_five_executions(
+    random_store: VectorStore, statement: str
+) -> None:
+    """Postgres plans a prepared statement with its parameters for five executions, then may switch to a generic
+    plan; the store's connections force custom plans, so executions 6-10 use the 1st's plan (the index scans)."""
+    query = vector_literal(unit_vectors(1, seed=5)[0])
+    sql, args, index = {
+        "dense": (DENSE_SQL, f"{query}, 10", "chunks_embedding_hnsw"),
+        "dense_filtered": (DENSE_FILTERED_SQL, f"""{query}, 10, '{{"group": 7}}'""", "chunks_embedding_hnsw"),
+        "bm25": (BM25_SQL, "'text 17 of doc', 10, 0.9, 0.4, 100", "bm25_postings_impact"),
+    }[statement]
+    async with random_store.pool.acquire() as conn:
+        await conn.execute(f"PREPARE plan_check AS {sql}")
+        try:
+            plans = [
+                plan_nodes(
+                    json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE plan_check({args})"))[0]["Plan"]
+                )
+                for _ in range(10)
+            ]
+        finally:
+            await conn.execute("DEALLOCATE plan_check")
+    assert any(name == index for _, name in plans[0]), plans[0]
+    assert not any(kind == "Seq Scan" and name in ("chunks", "bm25_postings") for kind, name in plans[0])
+    assert all(plan == plans[0] for plan in plans[5:]), plans[5]
+
+
+async def test_a_search_is_one_round_trip_with_the_connection_defaults(random_store: VectorStore) -> None:
+    async with random_store.pool.acquire() as conn:
+        settings = {
+            name: await conn.fetchval(f"SELECT current_setting('{name}')")
+            for name in ("hnsw.ef_search", "hnsw.iterative_scan", "plan_cache_mode")
+        }
+    assert settings == {
+        "hnsw.ef_search": "100",
+        "hnsw.iterative_scan": "strict_order",
+        "plan_cache_mode": "force_custom_plan",
+    }
+    # a per-call ef_search still applies (in its own transaction): ef_search=1 loses recall on random vectors
+    misses = {1: 0, 400: 0}
+    for query in unit_vectors(20, seed=9):
+        exact = (await random_store.dense_search(query, 1, exact=True))[0].chunk_id
+        for ef in misses:
+            misses[ef] += (await random_store.dense_search(query, 1, ef_search=ef))[0].chunk_id != exact
+    assert misses[400] < misses[1], misses
+    async with random_store.pool.acquire() as conn:
+        assert await conn.fetchval("SHOW hnsw.ef_search") == "100"  # SET LOCAL did not leak into the pool
+
+
+async def test_dense_search_rejects_non_finite_query(random_store: VectorStore) -> None:
+    query = unit_vectors(1, 0)[0].copy()
+    query[3] = np.nan
+    with pytest.raises(StoreError, match="non-finite"):
+        await random_store.dense_search(query, 5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from evals.retrieval_eval import ensure_database
+from tests.test_bm25 import statistics
 from tools.store import ChunkRecord, DocumentRecord, StoreError, VectorStore
 
 pytestmark = pytest.mark.stack
@@ -76,3 +78,31 @@ async def test_delete_by_ids_and_source_removes_chunks_from_search(doc_store: Ve
     assert await doc_store.delete_documents() == []
     with pytest.raises(StoreError, match="not one string"):
         await doc_store.delete_documents("d")
+
+
+async def test_search_and_ingest_without_a_statement_cache(doc_store: VectorStore) -> None:
+    """statement_cache_size=0 (PgBouncer in transaction mode): every statement is prepared unnamed."""
+    async with VectorStore(doc_store.dsn, "all-minilm-l6-v2", DIM, statement_cache_size=0) as store:
+        counts = await store.add_documents([doc("a", "notes.md", ["giraffe neck"], 2), doc("b", "x", ["zebra"], 1)])
+        assert (counts.added, counts.chunks) == (2, 2)
+        for _ in range(3):
+            assert (await store.dense_search(vector(20), 1))[0].doc_id == "a"
+            assert (await store.dense_search(vector(10), 1, metadata_filter={}))[0].doc_id == "b"
+            assert [h.doc_id for h in await store.full_text_search("giraffe", 5, rank="bm25")] == ["a"]
+        assert await store.delete_documents(["a"]) == ["a"]
+
+
+async def test_concurrent_ingests_of_one_new_doc_id_are_serialised(doc_store: VectorStore) -> None:
+    """Two pools ingest the same new document at once: the second waits for the first and sees its row."""
+    async with VectorStore(doc_store.dsn, "all-minilm-l6-v2", DIM) as other:
+        same = doc("n", "new.md", ["brand new text"], 5)
+        changed = doc("n", "new.md", ["brand new text", "and more"], 5)
+        results = await asyncio.gather(doc_store.add_documents([same]), other.add_documents([same]))
+        assert sorted((r.added, r.skipped) for r in results) == [(0, 1), (1, 0)]
+        results = await asyncio.gather(doc_store.add_documents([changed]), other.add_documents([same]))
+        assert sum(r.added for r in results) >= 1  # the changed one replaces, in either order, without a clash
+    listed = await doc_store.list_documents()
+    assert [d.doc_id for d in listed] == ["n"]
+    assert await doc_store.count() == (1, listed[0].chunks)
+    stats = await statistics(doc_store)
+    assert stats["maintained"] == stats["recount"]

@@ -89,6 +89,12 @@ async def test_wrong_embedding_shape_is_refused(store: VectorStore) -> None:
 
     doc = DocumentRecord("bad", "t", "s", "h", [ChunkRecord(0, "x", 1, np.zeros(3, dtype=np.float32))])
     before = await store.count()
-    with pytest.raises(StoreError, match=r"bad#0.*\(384,\)"):
+    with pytest.raises(StoreError, match=r"document 'bad', chunk index 0: expected a \(384,\) embedding"):
+        await store.add_documents([doc])
+    nan = np.zeros(384, dtype=np.float32)
+    nan[7] = np.nan
+    good = ChunkRecord(0, "fine", 1, np.ones(384, dtype=np.float32) / np.sqrt(384))
+    doc = DocumentRecord("nan-doc", "t", "s", "h", [good, ChunkRecord(1, "y", 1, nan)])
+    with pytest.raises(StoreError, match=r"document 'nan-doc', chunk index 1: the embedding has non-finite values"):
         await store.add_documents([doc])
     assert await store.count() == before

@@ -6,32 +6,90 @@ Fusion outperforms Condorcet and individual Rank Learning Methods", SIGIR 2009; 
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Protocol
 
-from tools.embedder import TritonEmbedder
-from tools.store import ChunkHit, FullTextMatch, FullTextRank, VectorStore
+import numpy as np
+import numpy.typing as npt
+
+from tools.embedder import TextKind
+from tools.store import ChunkHit, FullTextMatch, FullTextRank
 from tools.timing import timed
 
 RetrievalMode = Literal["dense", "full_text", "hybrid"]
 
 
-@dataclass(frozen=True)
-class Passage:
-    """A retrieved chunk numbered for citation (`number` from 1, in rank order).
+class QueryEmbedder(Protocol):
+    """What the retriever needs of an embedder (`tools.embedder.TritonEmbedder`)."""
 
-    `score` is the ranking score of the mode used: cosine similarity (dense), `ts_rank_cd` (full text) or the RRF
-    score (hybrid); `dense_score` is the chunk's cosine similarity to the query when dense search saw it.
+    async def embed(self, texts: Sequence[str], kind: TextKind = "document") -> npt.NDArray[np.float32]:
+        """`(len(texts), dim)` float32 L2-normalised embeddings."""
+        ...
+
+
+class SearchStore(Protocol):
+    """What the retriever and the agent need of a store (`tools.store.VectorStore`)."""
+
+    async def dense_search(
+        self,
+        query: npt.NDArray[np.float32],
+        top_k: int,
+        ef_search: int | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+        exact: bool = False,
+    ) -> list[ChunkHit]:
+        """Nearest chunks by cosine similarity, best first."""
+        ...
+
+    async def full_text_search(
+        self,
+        query: str,
+        top_k: int,
+        match: FullTextMatch = "all",
+        rank: FullTextRank = "ts_rank_cd",
+        k1: float | None = None,
+        b: float | None = None,
+    ) -> list[ChunkHit]:
+        """Chunks by full-text score, best first."""
+        ...
+
+    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+        """(title, full text) of a stored document, None when not stored."""
+        ...
+
+    async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
+        """{chunk_id: cosine similarity of `query` to its stored embedding} for the stored ones."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Passage(ChunkHit):
+    """A retrieved chunk (the `ChunkHit` fields) numbered for citation (`number` from 1, in rank order).
+
+    `score` is the ranking score of the mode used: cosine similarity (dense), the full-text score (BM25 or
+    `ts_rank_cd`) or the RRF score (hybrid); `dense_score` is the chunk's cosine similarity to the query when dense
+    search saw it.
     """
 
     number: int
-    chunk_id: str
-    doc_id: str
-    title: str
-    text: str
-    source: str
-    score: float
     dense_score: float | None = None
+
+    @classmethod
+    def of(cls, number: int, hit: ChunkHit, score: float, dense_score: float | None = None) -> Passage:
+        """The passage numbered `number` for `hit`, ranked with `score`."""
+        return cls(
+            chunk_id=hit.chunk_id,
+            doc_id=hit.doc_id,
+            title=hit.title,
+            text=hit.text,
+            source=hit.source,
+            score=score,
+            number=number,
+            dense_score=dense_score,
+        )
 
 
 @dataclass
@@ -43,8 +101,16 @@ class RetrievalResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
+def text_key(hit: ChunkHit) -> str:
+    """The identity of a hit's content: sha1 hex of its chunk text (the same text under two doc ids is one key)."""
+    return hashlib.sha1(hit.text.encode("utf-8")).hexdigest()
+
+
 def reciprocal_rank_fusion(
-    ranked_lists: list[list[ChunkHit]], k: float = 60.0, weights: list[float] | None = None
+    ranked_lists: Sequence[Sequence[ChunkHit]],
+    k: float = 60.0,
+    weights: Sequence[float] | None = None,
+    key: Callable[[ChunkHit], str] = lambda hit: hit.chunk_id,
 ) -> list[tuple[ChunkHit, float]]:
     """Fuse ranked lists by weighted reciprocal rank fusion.
 
@@ -53,38 +119,78 @@ def reciprocal_rank_fusion(
     with k = 60 there; the per-list weights are the usual weighted-RRF extension).
 
     Args:
-        ranked_lists: lists of hits, each best first; a chunk is identified by `chunk_id`.
+        ranked_lists: lists of hits, each best first.
         k: the RRF constant (> 0); larger k flattens the rank discount.
         weights: one weight per list (default 1.0 each).
+        key: what identifies one item across lists (default `chunk_id`; `text_key` merges equal texts). Within
+            one list only an item's first (best) rank counts.
 
     Returns:
-        (hit, fused score) best first; ties broken by first appearance (list order, then rank).
+        (hit, fused score) best first, the hit being the item's first appearance; ties broken by first
+        appearance (list order, then rank).
 
     Raises:
         ValueError: k <= 0, or weights of another length than ranked_lists.
     """
     if k <= 0:
         raise ValueError(f"RRF k={k}; expected > 0")
-    weights = weights or [1.0] * len(ranked_lists)
+    weights = list(weights) if weights is not None else [1.0] * len(ranked_lists)
     if len(weights) != len(ranked_lists):
         raise ValueError(f"{len(weights)} RRF weights for {len(ranked_lists)} ranked lists; expected one per list")
     scores: dict[str, float] = {}
     hits: dict[str, ChunkHit] = {}
     for hits_list, weight in zip(ranked_lists, weights, strict=True):
+        seen: set[str] = set()
         for rank, hit in enumerate(hits_list, 1):
-            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weight / (k + rank)
-            hits.setdefault(hit.chunk_id, hit)
-    order = sorted(scores, key=lambda cid: -scores[cid])
-    return [(hits[cid], scores[cid]) for cid in order]
+            item = key(hit)
+            if item in seen:
+                continue
+            seen.add(item)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+            hits.setdefault(item, hit)
+    order = sorted(scores, key=lambda item: -scores[item])
+    return [(hits[item], scores[item]) for item in order]
+
+
+def unique_texts(hits: Sequence[ChunkHit]) -> list[ChunkHit]:
+    """`hits` without the later ones whose chunk text equals an earlier one's (same content under two doc ids)."""
+    seen: set[str] = set()
+    out: list[ChunkHit] = []
+    for hit in hits:
+        item = text_key(hit)
+        if item not in seen:
+            seen.add(item)
+            out.append(hit)
+    return out
 
 
 @dataclass
 class CandidateLists:
-    """The two ranked lists one query produces before fusion, with stage timings in ms (`embed`, `search`)."""
+    """The two ranked lists one query produces before fusion, with stage timings in ms: `embed` (the query
+    embedding) and `search` (the longer of the two store searches, which run concurrently)."""
 
     dense: list[ChunkHit]
     full_text: list[ChunkHit]
     timings_ms: dict[str, float]
+
+
+def rank_candidates(
+    lists: CandidateLists,
+    mode: RetrievalMode,
+    rrf_k: float = 5.0,
+    weights: tuple[float, float] = (0.75, 1.0),
+) -> list[tuple[ChunkHit, float]]:
+    """(hit, score) best first for `mode`, no chunk text twice: the dense or full-text list as is, or their
+    weighted RRF (`weights` = (dense, full-text)) for `hybrid`. Pure: no embedder or store involved.
+
+    Raises:
+        ValueError: unknown mode, rrf_k <= 0.
+    """
+    if mode == "hybrid":
+        return reciprocal_rank_fusion([lists.dense, lists.full_text], k=rrf_k, weights=weights, key=text_key)
+    if mode not in ("dense", "full_text"):
+        raise ValueError(f"retrieval mode {mode!r}; expected 'dense', 'full_text' or 'hybrid'")
+    return [(h, h.score) for h in unique_texts(lists.dense if mode == "dense" else lists.full_text)]
 
 
 class Retriever:
@@ -99,15 +205,18 @@ class Retriever:
         candidates: how many hits each list contributes to the fusion (at least top_k).
         weights: RRF weights of the (dense, full-text) lists.
         full_text_match: `all` (websearch syntax, every term) or `any` (any term), for `ts_rank_cd`.
-        full_text_rank: `bm25` (Okapi BM25 over the stored lexemes) or `ts_rank_cd`; see
+        full_text_rank: `bm25` (pruned Okapi BM25), `bm25_exhaustive` or `ts_rank_cd`; see
             `VectorStore.full_text_search`.
         bm25_k1, bm25_b: BM25 parameters (Anserini's 0.9 and 0.4 by default).
+
+    A search asks each list for `candidates` hits (at least `top_k`), so that hits dropped as duplicate texts
+    still leave `top_k` passages.
     """
 
     def __init__(
         self,
-        embedder: TritonEmbedder,
-        store: VectorStore,
+        embedder: QueryEmbedder,
+        store: SearchStore,
         mode: RetrievalMode = "hybrid",
         ef_search: int = 100,
         rrf_k: float = 5.0,
@@ -151,29 +260,41 @@ class Retriever:
             raise ValueError(f"size={size}; expected >= 1")
         mode = mode or self.mode
         timings: dict[str, float] = {"embed": 0.0, "search": 0.0}
+        legs: dict[str, float] = {}
         dense: list[ChunkHit] = []
         full_text: list[ChunkHit] = []
-        if mode in ("dense", "hybrid"):
+
+        async def dense_leg() -> None:
+            nonlocal dense
             with timed("embed", timings):
                 vector = (await self.embedder.embed([query], kind="query"))[0]
-            with timed("dense_search", timings, key="search", size=size):
+            with timed("dense_search", legs, size=size):
                 dense = await self.store.dense_search(vector, size, ef_search=self.ef_search)
-        if mode in ("full_text", "hybrid"):
-            with timed("full_text_search", timings, key="search", size=size):
+
+        async def full_text_leg() -> None:
+            nonlocal full_text
+            with timed("full_text_search", legs, size=size):
                 full_text = await self.store.full_text_search(
                     query, size, match=self.full_text_match, rank=self.full_text_rank, k1=self.bm25_k1, b=self.bm25_b
                 )
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                if mode in ("dense", "hybrid"):
+                    group.create_task(dense_leg())
+                if mode in ("full_text", "hybrid"):
+                    group.create_task(full_text_leg())
+        except BaseExceptionGroup as group_error:
+            raise group_error.exceptions[0] from None
+        timings["search"] = max(legs.values(), default=0.0)
         return CandidateLists(dense, full_text, timings)
 
     def rank(self, lists: CandidateLists, mode: RetrievalMode | None = None) -> list[tuple[ChunkHit, float]]:
-        """(hit, score) best first for `mode` (default: this retriever's): a list as is, or the RRF of both."""
-        mode = mode or self.mode
-        if mode == "hybrid":
-            return reciprocal_rank_fusion([lists.dense, lists.full_text], k=self.rrf_k, weights=list(self.weights))
-        return [(h, h.score) for h in (lists.dense if mode == "dense" else lists.full_text)]
+        """(hit, score) best first for `mode` (default: this retriever's); see `rank_candidates`."""
+        return rank_candidates(lists, mode or self.mode, self.rrf_k, self.weights)
 
     async def search(self, query: str, top_k: int) -> RetrievalResult:
-        """Retrieve up to `top_k` passages for `query`, numbered from 1 for citation.
+        """Retrieve up to `top_k` passages for `query`, numbered from 1 for citation, no chunk text twice.
 
         Raises:
             ValueError: blank query or top_k < 1.
@@ -181,11 +302,10 @@ class Retriever:
         """
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
-        size = top_k if self.mode == "dense" else max(top_k, self.candidates)
-        lists = await self.candidate_lists(query, size)
+        lists = await self.candidate_lists(query, max(top_k, self.candidates))
         dense_scores = {h.chunk_id: h.score for h in lists.dense}
         passages = [
-            Passage(n, h.chunk_id, h.doc_id, h.title, h.text, h.source, score, dense_scores.get(h.chunk_id))
+            Passage.of(n, h, score, dense_scores.get(h.chunk_id))
             for n, (h, score) in enumerate(self.rank(lists)[:top_k], 1)
         ]
         return RetrievalResult(query, passages, lists.timings_ms)

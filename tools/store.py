@@ -7,12 +7,22 @@ Schema (created idempotently by `VectorStore.connect`):
   tsv tsvector GENERATED from the chunk text)`, an HNSW index (`vector_cosine_ops`, pgvector 0.8) on `embedding`
   and a GIN index on `tsv`.
 
+Plus the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings).
+
 Writes happen one transaction per batch of documents; a document whose (doc_id, content hash) is already stored is
-skipped, so re-ingesting the same content adds nothing, and a changed document replaces its old chunks.
+skipped, so re-ingesting the same content adds nothing, and a changed document replaces its old chunks. Writers
+(ingest, replace, delete) are serialised by a transaction-level advisory lock, so the BM25 statistics stay exact
+and two ingests of the same new doc id never collide.
+
+Searches are one round trip each: the pool's connections carry the search settings as session defaults
+(`hnsw.ef_search`, `hnsw.iterative_scan`, and `plan_cache_mode = force_custom_plan`, so that a prepared search
+statement is planned with its actual parameters on every execution and never switches to a generic plan that
+ignores `LIMIT` and drops the HNSW index scan).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,13 +35,16 @@ import numpy.typing as npt
 from asyncpg.pool import PoolConnectionProxy
 from pgvector.asyncpg import register_vector
 
+from tools import bm25
+
 Conn = asyncpg.Connection | PoolConnectionProxy
 """A connection, pooled or not."""
 
 FullTextMatch = Literal["all", "any"]
 """Full-text query form: every term (`all`) or any term (`any`)."""
-FullTextRank = Literal["bm25", "ts_rank_cd"]
-"""Full-text ranking: Okapi BM25 over the stored lexemes, or Postgres' `ts_rank_cd`."""
+FullTextRank = Literal["bm25", "bm25_exhaustive", "ts_rank_cd"]
+"""Full-text ranking: Okapi BM25 by pruned impact-ordered postings (`bm25`), the same BM25 over every posting of
+the query terms (`bm25_exhaustive`, cost grows with the corpus), or Postgres' `ts_rank_cd`."""
 
 
 class StoreError(RuntimeError):
@@ -62,7 +75,7 @@ class DocumentRecord:
 
 @dataclass(frozen=True)
 class ChunkHit:
-    """A retrieved chunk. `score` is cosine similarity for dense search, `ts_rank_cd` for full-text."""
+    """A retrieved chunk. `score` is cosine similarity for dense search, BM25 or `ts_rank_cd` for full text."""
 
     chunk_id: str
     doc_id: str
@@ -94,6 +107,9 @@ class StoredDocument:
     ingested_at: datetime
 
 
+MAX_HNSW_DIM = 2000
+"""Most dimensions pgvector's HNSW index takes for the `vector` type (pgvector 0.8 README)."""
+
 _HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source"
 
 
@@ -105,14 +121,63 @@ class VectorStore:
         model_name: embedder model name recorded with the table.
         dim: embedding width, e.g. 384.
         max_pool_size: most pooled connections.
+        ef_search: the connections' default `hnsw.ef_search` (1..1000); a search asking for another value sets it
+            for its own transaction.
+        bm25_k1, bm25_b: BM25 parameters of the impacts written at ingest (Anserini's 0.9 and 0.4).
+        postings_per_term: M, postings read per query term by pruned BM25 (at least the rows asked for).
+        command_timeout_s: asyncpg's default timeout of one statement, seconds (None: no limit).
+        statement_cache_size: asyncpg's prepared-statement cache per connection; 0 for PgBouncer in transaction
+            mode (then each statement is prepared unnamed, still one round trip).
     """
 
-    def __init__(self, dsn: str, model_name: str, dim: int, max_pool_size: int = 8) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        model_name: str,
+        dim: int,
+        max_pool_size: int = 8,
+        *,
+        ef_search: int = 100,
+        bm25_k1: float = 0.9,
+        bm25_b: float = 0.4,
+        postings_per_term: int = 100,
+        command_timeout_s: float | None = 60.0,
+        statement_cache_size: int = 100,
+    ) -> None:
+        if not 1 <= dim <= MAX_HNSW_DIM:
+            raise StoreError(
+                f"embedding dimension {dim} of model {model_name!r}: pgvector's HNSW index on `vector` takes 1.."
+                f"{MAX_HNSW_DIM} dimensions; use a model of at most {MAX_HNSW_DIM} dimensions"
+            )
+        if not 1 <= ef_search <= 1000 or postings_per_term < 1 or statement_cache_size < 0:
+            raise StoreError(
+                f"ef_search={ef_search}, postings_per_term={postings_per_term}, "
+                f"statement_cache_size={statement_cache_size}; expected 1..1000, >= 1 and >= 0"
+            )
         self.dsn = dsn
         self.model_name = model_name
         self.dim = dim
         self.max_pool_size = max_pool_size
+        self.ef_search = int(ef_search)
+        self.bm25_k1 = float(bm25_k1)
+        self.bm25_b = float(bm25_b)
+        self.postings_per_term = int(postings_per_term)
+        self.command_timeout_s = command_timeout_s
+        self.statement_cache_size = statement_cache_size
         self._pool: asyncpg.Pool | None = None
+        self._vector_schema = "public"
+
+    @property
+    def server_settings(self) -> dict[str, str]:
+        """Session defaults of every pooled connection (sent at connection start-up, kept across the pool's
+        `RESET ALL`): the default `hnsw.ef_search`, pgvector 0.8's iterative index scan (`strict_order`: a
+        filtered search keeps scanning until enough rows pass the filter; an unfiltered one is unchanged), and
+        custom plans for every prepared statement."""
+        return {
+            "hnsw.ef_search": str(self.ef_search),
+            "hnsw.iterative_scan": "strict_order",
+            "plan_cache_mode": "force_custom_plan",
+        }
 
     async def __aenter__(self) -> VectorStore:
         await self.connect()
@@ -132,8 +197,9 @@ class VectorStore:
         """Create the extension and schema if missing, open the pool, check the stored embedder.
 
         Raises:
-            StoreError: the server is unreachable, or the table was built for another embedder model or
-                dimension (names both; nothing is written).
+            StoreError: the server is unreachable; the `vector` extension sits in a schema that is not on the
+                search path (names it); or the table was built for another embedder model or dimension, also an
+                existing `chunks` table without `rag_meta` (names both). Nothing is written then.
         """
         try:
             setup = await asyncpg.connect(self.dsn)
@@ -143,6 +209,7 @@ class VectorStore:
             async with setup.transaction():
                 await setup.execute("SELECT pg_advisory_xact_lock(4242)")  # serialise concurrent schema set-up
                 await setup.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                self._vector_schema = await _vector_schema(setup)
                 await setup.execute("CREATE TABLE IF NOT EXISTS rag_meta (key text PRIMARY KEY, value text NOT NULL)")
                 rows = await setup.fetch("SELECT key, value FROM rag_meta")
                 stored: dict[str, str] = {r["key"]: r["value"] for r in rows}
@@ -153,18 +220,34 @@ class VectorStore:
                         f"Use another database or re-create this one."
                     )
                 if not stored:
+                    await _check_existing_chunks(setup, self.model_name, self.dim)
                     await setup.executemany(
                         "INSERT INTO rag_meta (key, value) VALUES ($1, $2)",
                         [("embedder_model", self.model_name), ("dim", str(self.dim))],
                     )
                     await setup.execute(_schema_sql(self.dim))
-                await setup.execute(
-                    "ALTER TABLE documents ADD COLUMN IF NOT EXISTS ingested_at timestamptz NOT NULL DEFAULT now()"
-                )
-                await setup.execute("CREATE INDEX IF NOT EXISTS documents_source ON documents (source)")
+                await _migrate(setup, self.bm25_k1, self.bm25_b)
         finally:
             await setup.close()
-        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_pool_size, init=_init_conn)
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=1,
+                max_size=self.max_pool_size,
+                init=functools.partial(_init_conn, schema=self._vector_schema),
+                server_settings=self.server_settings,
+                command_timeout=self.command_timeout_s,
+                statement_cache_size=self.statement_cache_size,
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"cannot open a connection pool to Postgres at {self.dsn}: {exc}") from exc
+
+    async def rebuild_full_text(self) -> None:
+        """Recompute the BM25 statistics and every posting's impact from the stored chunks, in one transaction
+        (`tools.bm25.rebuild`): re-normalises impacts written when the corpus' average chunk length differed."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await _lock_writes(conn)
+            await bm25.rebuild(conn, self.bm25_k1, self.bm25_b)
 
     async def close(self) -> None:
         """Close the pool (idempotent)."""
@@ -185,17 +268,17 @@ class VectorStore:
 
         Raises:
             StoreError: duplicate doc ids in `docs`, or an embedding with the wrong shape or non-finite values
-                (names the chunk); nothing is written.
+                (names the doc id and chunk index); nothing is written.
         """
         if len({d.doc_id for d in docs}) != len(docs):
             raise StoreError("duplicate doc_id within one batch; expected unique document ids")
         for doc in docs:
             for chunk in doc.chunks:
-                if chunk.embedding.shape != (self.dim,) or not np.isfinite(chunk.embedding).all():
-                    raise StoreError(
-                        f"chunk {doc.doc_id}#{chunk.chunk_index}: expected a finite ({self.dim},) embedding, "
-                        f"got shape {chunk.embedding.shape}"
-                    )
+                where = f"document {doc.doc_id!r}, chunk index {chunk.chunk_index}"
+                if chunk.embedding.shape != (self.dim,):
+                    raise StoreError(f"{where}: expected a ({self.dim},) embedding, got shape {chunk.embedding.shape}")
+                if not np.isfinite(chunk.embedding).all():
+                    raise StoreError(f"{where}: the embedding has non-finite values (NaN or inf)")
         async with self.pool.acquire() as conn, conn.transaction():
             await _lock_writes(conn)
             stored = {
@@ -208,7 +291,8 @@ class VectorStore:
             new_docs = {d.doc_id: d for d in docs if stored.get(d.doc_id) != d.content_hash}
             if not new_docs:
                 return IngestCounts(skipped=len(docs))
-            await conn.execute("DELETE FROM documents WHERE doc_id = ANY($1::text[])", list(new_docs))
+            replaced = await conn.fetch("SELECT id FROM documents WHERE doc_id = ANY($1::text[])", list(new_docs))
+            await _delete_rows(conn, [r["id"] for r in replaced])
             rows = await conn.fetch(
                 """
                 INSERT INTO documents (doc_id, title, source, metadata, content_hash)
@@ -232,6 +316,7 @@ class VectorStore:
                 records=records,
                 columns=["document_id", "chunk_id", "chunk_index", "text", "token_count", "embedding"],
             )
+            await bm25.add_chunks(conn, list(ids.values()), self.bm25_k1, self.bm25_b)
         return IngestCounts(added=len(new_docs), skipped=len(docs) - len(new_docs), chunks=len(records))
 
     async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
@@ -304,21 +389,24 @@ class VectorStore:
         self,
         query: npt.NDArray[np.float32],
         top_k: int,
-        ef_search: int = 100,
+        ef_search: int | None = None,
         metadata_filter: dict[str, Any] | None = None,
         exact: bool = False,
     ) -> list[ChunkHit]:
-        """Nearest chunks by cosine distance through the HNSW index (or an exact scan).
+        """Nearest chunks by cosine distance through the HNSW index (or an exact scan), in one round trip unless
+        `ef_search` differs from the connections' default or `exact` is set (then in a transaction with
+        `SET LOCAL`).
 
         Args:
-            query: `(dim,)` float32, L2-normalised.
+            query: `(dim,)` float32, L2-normalised, finite.
             top_k: rows wanted (1..1000).
-            ef_search: HNSW candidate list size (pgvector `hnsw.ef_search`, at most 1000); raised to `top_k` if
-                smaller, since it caps the rows one index scan returns.
-            metadata_filter: only documents whose `metadata` contains this JSON object (`@>`). pgvector 0.8's
-                iterative index scan (`hnsw.iterative_scan = strict_order`) keeps scanning the graph until
-                `top_k` rows pass the filter (or `hnsw.max_scan_tuples`, 20,000 by default, are visited), so the
-                result has min(top_k, matching chunks) rows in exact distance order.
+            ef_search: HNSW candidate list size (pgvector `hnsw.ef_search`, at most 1000; default: the store's);
+                raised to `top_k` if smaller, since it caps the rows one index scan returns.
+            metadata_filter: only documents whose `metadata` contains this JSON object (`@>`), by its own
+                statement. pgvector 0.8's iterative index scan (`hnsw.iterative_scan = strict_order`, a session
+                default) keeps scanning the graph until `top_k` rows pass the filter (or `hnsw.max_scan_tuples`,
+                20,000 by default, are visited), so the result has min(top_k, matching chunks) rows in exact
+                distance order.
             exact: disable index scans (`enable_indexscan = off`): a sequential scan ranks every chunk, the
                 ground truth for HNSW recall.
 
@@ -326,31 +414,27 @@ class VectorStore:
             Up to `top_k` hits, best first; `score` = cosine similarity in [-1, 1].
 
         Raises:
-            StoreError: wrong query shape or top_k outside 1..1000.
+            StoreError: wrong query shape, non-finite values, or top_k outside 1..1000.
         """
         if query.shape != (self.dim,):
             raise StoreError(f"query embedding: expected shape ({self.dim},), got {query.shape}")
+        if not np.isfinite(query).all():
+            raise StoreError("query embedding has non-finite values (NaN or inf); expected a finite vector")
         if not 1 <= top_k <= 1000:
             raise StoreError(f"top_k={top_k}; expected 1..1000")
-        ef = min(max(int(ef_search), int(top_k)), 1000)
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-            if metadata_filter is not None:
-                await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-            if exact:
-                await conn.execute("SET LOCAL enable_indexscan = off")
-            rows = await conn.fetch(
-                f"""
-                SELECT {_HIT_COLUMNS}, 1 - (c.embedding <=> $1) AS score
-                FROM chunks c JOIN documents d ON d.id = c.document_id
-                WHERE $3::jsonb IS NULL OR d.metadata @> $3::jsonb
-                ORDER BY c.embedding <=> $1
-                LIMIT $2
-                """,
-                query,
-                top_k,
-                None if metadata_filter is None else json.dumps(metadata_filter),
-            )
+        ef = min(max(int(ef_search or self.ef_search), int(top_k)), 1000)
+        args: tuple[Any, ...] = (query, top_k)
+        sql = DENSE_SQL
+        if metadata_filter is not None:
+            sql, args = DENSE_FILTERED_SQL, (*args, json.dumps(metadata_filter))
+        if ef == self.ef_search and not exact:
+            rows = await self.pool.fetch(sql, *args)
+        else:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
+                if exact:
+                    await conn.execute("SET LOCAL enable_indexscan = off")
+                rows = await conn.fetch(sql, *args)
         return [_hit(r) for r in rows]
 
     async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
@@ -383,37 +467,42 @@ class VectorStore:
         top_k: int,
         match: FullTextMatch = "all",
         rank: FullTextRank = "ts_rank_cd",
-        k1: float = 0.9,
-        b: float = 0.4,
+        k1: float | None = None,
+        b: float | None = None,
     ) -> list[ChunkHit]:
-        """Chunks matching the query's `english` lexemes (stored `tsvector`, GIN index), ranked.
+        """Chunks matching the query's `english` lexemes (stored `tsvector`), ranked; one round trip.
 
         Args:
             query: free text.
-            top_k: rows wanted.
+            top_k: rows wanted (1..1000).
             match: for `ts_rank_cd`: `all` = `websearch_to_tsquery('english', query)` (every term must occur;
                 quotes and `-term` work as on a web search engine); `any` = the same lexemes as `plainto_tsquery`
                 joined by OR (`|`), which suits long natural-language queries such as claims. BM25 always
                 matches any lexeme.
-            rank: `ts_rank_cd` (Postgres cover density, no corpus statistics) or `bm25`: Okapi BM25 in Lucene's
-                form (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009):
-                sum over the query's distinct lexemes t of idf(t) * tf / (tf + k1 * (1 - b + b * dl / avgdl)),
-                idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)); tf = occurrences of t in the chunk's `tsvector`,
-                df = chunks containing t (counted through the GIN index), N = chunks, dl = the chunk's
-                `token_count` (embedder tokens: only the ratio dl / avgdl enters).
-            k1, b: BM25 parameters; defaults 0.9 and 0.4 are Anserini's (BEIR's BM25 baseline).
+            rank: `ts_rank_cd` (Postgres cover density over the GIN index, no corpus statistics), `bm25` (Okapi
+                BM25, pruned: the top max(M, top_k) postings of each query term by stored impact, candidates
+                scored exactly; see `tools.bm25`) or `bm25_exhaustive` (every posting of every query term).
+            k1, b: BM25 parameters of the score (default: the store's, which the stored impacts use).
 
         Returns:
             Up to `top_k` hits, best first (ties by insertion order); `score` = the rank function's value.
 
         Raises:
-            StoreError: unknown `match` or `rank`.
+            StoreError: unknown `match` or `rank`, or top_k outside 1..1000.
         """
+        if not 1 <= top_k <= 1000:
+            raise StoreError(f"top_k={top_k}; expected 1..1000")
+        params = (float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b))
         if rank == "bm25":
-            rows = await self.pool.fetch(_BM25_SQL, query, top_k, float(k1), float(b))
+            rows = await self.pool.fetch(BM25_SQL, query, top_k, *params, max(self.postings_per_term, top_k))
+            return [_hit(r) for r in rows]
+        if rank == "bm25_exhaustive":
+            rows = await self.pool.fetch(BM25_EXHAUSTIVE_SQL, query, top_k, *params)
             return [_hit(r) for r in rows]
         if rank != "ts_rank_cd" or match not in ("all", "any"):
-            raise StoreError(f"full-text rank={rank!r}, match={match!r}; expected bm25|ts_rank_cd and all|any")
+            raise StoreError(
+                f"full-text rank={rank!r}, match={match!r}; expected bm25|bm25_exhaustive|ts_rank_cd and all|any"
+            )
         tsquery = {
             "all": "websearch_to_tsquery('english', $1)",
             "any": "replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery",
@@ -452,14 +541,68 @@ async def _lock_writes(conn: Conn) -> None:
 
 
 async def _delete_rows(conn: Conn, ids: list[int]) -> None:
-    """Delete documents by primary key `ids` with their chunks (ON DELETE CASCADE), inside the caller's
-    transaction."""
+    """Delete documents by primary key `ids` with their chunks and postings (ON DELETE CASCADE), taking them out
+    of the BM25 statistics first; inside the caller's transaction, after `_lock_writes`."""
     if ids:
+        await bm25.remove_chunks(conn, ids)
         await conn.execute("DELETE FROM documents WHERE id = ANY($1::bigint[])", ids)
 
 
-async def _init_conn(conn: asyncpg.Connection) -> None:
-    await register_vector(conn)
+async def _migrate(conn: Conn, k1: float, b: float) -> None:
+    """Bring a store made by an earlier version up to this schema (inside `connect`'s locked transaction): the
+    `ingested_at` column, the `source` index, the BM25 tables (built from the stored chunks when new)."""
+    has_ingested_at = await conn.fetchval(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = 'documents'::regclass AND attname = 'ingested_at'"
+    )
+    if not has_ingested_at:
+        await conn.execute("ALTER TABLE documents ADD COLUMN ingested_at timestamptz NOT NULL DEFAULT now()")
+    if await conn.fetchval("SELECT to_regclass('documents_source')") is None:
+        await conn.execute("CREATE INDEX documents_source ON documents (source)")
+    if await conn.fetchval("SELECT to_regclass('bm25_corpus')") is None:
+        await conn.execute(bm25.SCHEMA_SQL)
+        await bm25.rebuild(conn, k1, b)
+
+
+async def _init_conn(conn: asyncpg.Connection, schema: str) -> None:
+    await register_vector(conn, schema=schema)
+
+
+async def _vector_schema(conn: Conn) -> str:
+    """The schema of pgvector's `vector` type. Raises StoreError, naming it, when it is not on the search path
+    (the schema's unqualified `vector(dim)`, `<=>` and `vector_cosine_ops` would not resolve)."""
+    row = await conn.fetchrow(
+        """
+        SELECT n.nspname AS schema, n.nspname = ANY (current_schemas(false)) AS visible
+        FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+        WHERE t.typname = 'vector' ORDER BY visible DESC LIMIT 1
+        """
+    )
+    if row is None:
+        raise StoreError("the `vector` extension is not installed and could not be created; install pgvector")
+    if not row["visible"]:
+        raise StoreError(
+            f"the `vector` extension is in schema {row['schema']!r}, which is not on the search path "
+            f"({await conn.fetchval('SHOW search_path')}); add it, e.g. "
+            f"`ALTER DATABASE ... SET search_path = public, {row['schema']}`, or the query parameter "
+            f"`search_path=public,{row['schema']}` in DATABASE_URL"
+        )
+    return str(row["schema"])
+
+
+async def _check_existing_chunks(conn: Conn, model_name: str, dim: int) -> None:
+    """A `chunks` table made without `rag_meta` (another tool, an old version) must hold `vector(dim)` embeddings;
+    raises StoreError naming the column's type otherwise, before anything is written."""
+    column = await conn.fetchval(
+        """
+        SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+        WHERE a.attrelid = to_regclass('chunks') AND a.attname = 'embedding' AND NOT a.attisdropped
+        """
+    )
+    if column is not None and column.rsplit(".", 1)[-1] != f"vector({dim})":
+        raise StoreError(
+            f"the existing `chunks` table stores embeddings as {column}; the configured embedder {model_name!r} "
+            f"needs vector({dim}). Use another database or re-create this one."
+        )
 
 
 def _hit(row: asyncpg.Record) -> ChunkHit:
@@ -501,35 +644,25 @@ def _schema_sql(dim: int) -> str:
     """
 
 
-# BM25 over the stored tsvectors ($1 query text, $2 top_k, $3 k1, $4 b); see `VectorStore.full_text_search`.
-# Each query lexeme becomes a one-term tsquery, quoted for tsquery input (chr(39) = ', chr(92) = \).
-_BM25_SQL = f"""
-WITH terms AS (
-    SELECT DISTINCT u.lexeme,
-        (chr(39) || replace(replace(u.lexeme, chr(92), chr(92) || chr(92)), chr(39), chr(39) || chr(39))
-            || chr(39))::tsquery AS tq
-    FROM unnest(to_tsvector('english', $1)) AS u
-), stats AS (
-    SELECT count(*)::float8 AS n, greatest(avg(token_count), 1)::float8 AS avgdl FROM chunks
-), idf AS (
-    SELECT t.lexeme, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
-    FROM terms t CROSS JOIN stats s
-    CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM chunks c WHERE c.tsv @@ t.tq) d
-), any_term AS (
-    SELECT string_agg(tq::text, ' | ')::tsquery AS q FROM terms
-), scored AS (
-    SELECT c.id, sum(
-        i.idf * cardinality(u.positions)
-        / (cardinality(u.positions) + $3 * (1 - $4 + $4 * c.token_count / s.avgdl))
-    ) AS score
-    FROM chunks c CROSS JOIN any_term a CROSS JOIN stats s
-    CROSS JOIN LATERAL unnest(c.tsv) AS u
-    JOIN idf i ON i.lexeme = u.lexeme
-    WHERE c.tsv @@ a.q
-    GROUP BY c.id
-)
-SELECT {_HIT_COLUMNS}, sc.score
-FROM scored sc JOIN chunks c ON c.id = sc.id JOIN documents d ON d.id = c.document_id
-ORDER BY sc.score DESC, c.id
+DENSE_SQL = f"""
+SELECT {_HIT_COLUMNS}, 1 - (c.embedding <=> $1) AS score
+FROM chunks c JOIN documents d ON d.id = c.document_id
+ORDER BY c.embedding <=> $1
 LIMIT $2
 """
+"""Dense search: $1 query vector, $2 top_k."""
+
+DENSE_FILTERED_SQL = f"""
+SELECT {_HIT_COLUMNS}, 1 - (c.embedding <=> $1) AS score
+FROM chunks c JOIN documents d ON d.id = c.document_id
+WHERE d.metadata @> $3::jsonb
+ORDER BY c.embedding <=> $1
+LIMIT $2
+"""
+"""Dense search with a metadata filter: $1 query vector, $2 top_k, $3 JSON object the metadata must contain."""
+
+BM25_SQL = bm25.pruned_sql(_HIT_COLUMNS)
+"""Pruned BM25: $1 query text, $2 top_k, $3 k1, $4 b, $5 postings read per term."""
+
+BM25_EXHAUSTIVE_SQL = bm25.exhaustive_sql(_HIT_COLUMNS)
+"""Exhaustive BM25: $1 query text, $2 top_k, $3 k1, $4 b."""

@@ -1,0 +1,177 @@
+"""BM25 with maintained corpus statistics and impact-ordered postings, against the real Postgres: the statistics
+equal a recount after add, replace and delete; pruned search equals exhaustive BM25 (and a hand computation) when
+nothing is pruned; and the postings a pruned query reads do not grow with the corpus (EXPLAIN ANALYZE row counts,
+no clock)."""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from evals.retrieval_eval import ensure_database
+from tools.store import BM25_EXHAUSTIVE_SQL, BM25_SQL, ChunkRecord, DocumentRecord, VectorStore
+
+pytestmark = pytest.mark.stack
+
+DIM = 8
+K1, B = 0.9, 0.4
+
+
+def record(doc_id: str, texts: list[str], version: str = "1") -> DocumentRecord:
+    rng = np.random.default_rng(zlib.crc32(doc_id.encode()))
+    vectors = rng.standard_normal((len(texts), DIM)).astype(np.float32)
+    chunks = [ChunkRecord(i, t, len(t.split()), vectors[i]) for i, t in enumerate(texts)]
+    return DocumentRecord(doc_id, doc_id, "test", f"{doc_id}-{version}", chunks)
+
+
+@pytest.fixture
+async def small_store(postgres_url: str) -> AsyncIterator[VectorStore]:
+    url = await ensure_database(postgres_url, "test_bm25_small")
+    async with VectorStore(url, "test-model", DIM) as store:
+        await store.delete_documents([d.doc_id for d in await store.list_documents()])
+        yield store
+
+
+async def statistics(store: VectorStore) -> dict[str, Any]:
+    """The maintained statistics and postings, and the same recounted from the chunks' tsvectors."""
+    async with store.pool.acquire() as conn:
+        corpus = await conn.fetchrow("SELECT chunks, sum_dl FROM bm25_corpus")
+        recount = await conn.fetchrow("SELECT count(*) AS chunks, coalesce(sum(token_count), 0) AS sum_dl FROM chunks")
+        lexicon = await conn.fetch("SELECT lexeme, df FROM bm25_lexicon ORDER BY lexeme")
+        df = await conn.fetch(
+            "SELECT u.lexeme, count(*) AS df FROM chunks c, unnest(c.tsv) u GROUP BY u.lexeme ORDER BY u.lexeme"
+        )
+        postings = await conn.fetch("SELECT chunk, lexeme, tf, dl FROM bm25_postings ORDER BY chunk, lexeme")
+        expected = await conn.fetch(
+            """
+            SELECT c.id AS chunk, u.lexeme, cardinality(u.positions) AS tf, c.token_count AS dl
+            FROM chunks c, unnest(c.tsv) u ORDER BY c.id, u.lexeme
+            """
+        )
+    assert corpus is not None and recount is not None
+    return {
+        "maintained": (tuple(corpus), [tuple(r) for r in lexicon], [tuple(r) for r in postings]),
+        "recount": (tuple(recount), [tuple(r) for r in df], [tuple(r) for r in expected]),
+    }
+
+
+async def test_statistics_equal_a_recount_after_add_replace_delete(small_store: VectorStore) -> None:
+    first = [
+        record("a", ["the zebra grazes on the savanna", "zebra stripes confuse flies"]),
+        record("b", ["okapi is a forest giraffe", "a giraffe eats acacia leaves leaves"]),
+        record("c", ["aardvark digs termite mounds"]),
+    ]
+    await small_store.add_documents(first)
+    stats = await statistics(small_store)
+    assert stats["maintained"] == stats["recount"]
+    assert stats["maintained"][0] == (5, sum(c.token_count for d in first for c in d.chunks))
+
+    await small_store.add_documents([record("b", ["a tall giraffe"], version="2")])  # replaced: 2 chunks -> 1
+    stats = await statistics(small_store)
+    assert stats["maintained"] == stats["recount"]
+    assert stats["maintained"][0] == (4, 6 + 4 + 3 + 4)
+
+    assert await small_store.delete_documents(["a"]) == ["a"]
+    stats = await statistics(small_store)
+    assert stats["maintained"] == stats["recount"]
+    assert [lexeme for lexeme, _ in stats["maintained"][1]] == ["aardvark", "dig", "giraff", "mound", "tall", "termit"]
+
+
+def bm25_by_hand(docs: list[list[str]], query: list[str]) -> list[float]:
+    """Lucene BM25 of each doc (a list of lexemes) for the query lexemes, dl = number of words."""
+    n = len(docs)
+    avgdl = sum(len(d) for d in docs) / n
+    df = Counter(t for d in docs for t in set(d))
+    scores = []
+    for d in docs:
+        tf = Counter(d)
+        scores.append(
+            sum(
+                math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * tf[t] / (tf[t] + K1 * (1 - B + B * len(d) / avgdl))
+                for t in set(query)
+                if tf[t]
+            )
+        )
+    return scores
+
+
+async def test_pruned_bm25_equals_exhaustive_and_hand_computation(small_store: VectorStore) -> None:
+    # words chosen to be their own english lexemes (no stemming change, no stop words)
+    texts = ["zebra zebra lion", "lion tiger", "zebra tiger tiger tiger", "okapi", "lion lion lion lion zebra"]
+    await small_store.add_documents([record(f"d{i}", [t]) for i, t in enumerate(texts)])
+    query = "zebra lion tiger"
+    pruned = await small_store.full_text_search(query, 10, rank="bm25")
+    exhaustive = await small_store.full_text_search(query, 10, rank="bm25_exhaustive")
+    assert [(h.chunk_id, h.score) for h in pruned] == [(h.chunk_id, h.score) for h in exhaustive]
+    expected = bm25_by_hand([t.split() for t in texts], query.split())
+    by_doc = {h.doc_id: h.score for h in pruned}
+    assert set(by_doc) == {"d0", "d1", "d2", "d4"}
+    for i, score in enumerate(expected):
+        if score > 0:
+            assert by_doc[f"d{i}"] == pytest.approx(score, rel=1e-9)
+
+
+VOCABULARY = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(400)]  # "waa", "wab", ... (no stop words)
+QUERY = " ".join(VOCABULARY[i] for i in (0, 1, 2, 5, 9, 30))
+POSTINGS_PER_TERM = 20
+
+
+def synthetic_texts(n: int) -> list[str]:
+    """`n` texts of 30 words drawn from VOCABULARY with Zipf-like frequencies (seeded)."""
+    rng = np.random.default_rng(5)
+    weights = 1 / np.arange(1, len(VOCABULARY) + 1)
+    words = rng.choice(len(VOCABULARY), size=(n, 30), p=weights / weights.sum())
+    return [" ".join(VOCABULARY[w] for w in row) for row in words]
+
+
+async def scaled_store(postgres_url: str, copies: int) -> VectorStore:
+    """1,000 synthetic one-chunk documents, each stored `copies` times (same text, own doc id)."""
+    url = await ensure_database(postgres_url, f"test_bm25_growth_x{copies}")
+    store = VectorStore(url, "test-model", DIM, postings_per_term=POSTINGS_PER_TERM)
+    await store.connect()
+    texts = synthetic_texts(1000)
+    if (await store.count())[1] != len(texts) * copies:
+        for copy in range(copies):
+            await store.add_documents([record(f"c{copy}-{i}", [t]) for i, t in enumerate(texts)])
+    return store
+
+
+def postings_rows_read(plan: dict[str, Any]) -> int:
+    """Rows the plan's scans of `bm25_postings` returned (actual rows x loops), summed over the tree."""
+    own = 0
+    if plan.get("Relation Name") == "bm25_postings":
+        own = int(plan["Actual Rows"] * plan["Actual Loops"])
+    return own + sum(postings_rows_read(child) for child in plan.get("Plans", []))
+
+
+async def rows_read(store: VectorStore, sql: str, *args: object) -> int:
+    async with store.pool.acquire() as conn:
+        result = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
+    return postings_rows_read(json.loads(result)[0]["Plan"])
+
+
+async def test_pruned_bm25_reads_a_bounded_number_of_postings_as_the_corpus_grows(postgres_url: str) -> None:
+    """1x (1,000 chunks) and 10x (10,000 chunks, the same texts ten times): the pruned query reads at most
+    terms x M candidates plus terms x candidates rescoring probes, the same at both sizes; the exhaustive query's
+    reads grow with the corpus (which shows the count measures what it should)."""
+    terms = len(QUERY.split())
+    bound = terms * POSTINGS_PER_TERM * (1 + terms)
+    small, large = await scaled_store(postgres_url, 1), await scaled_store(postgres_url, 10)
+    try:
+        pruned = [await rows_read(s, BM25_SQL, QUERY, 10, K1, B, POSTINGS_PER_TERM) for s in (small, large)]
+        exhaustive = [await rows_read(s, BM25_EXHAUSTIVE_SQL, QUERY, 10, K1, B) for s in (small, large)]
+        print(f"postings rows read, 1x -> 10x: pruned {pruned}, exhaustive {exhaustive}")
+        assert all(0 < rows <= bound for rows in pruned)
+        assert pruned[1] <= pruned[0] * 1.1
+        assert exhaustive[1] >= 9 * exhaustive[0]
+        assert len(await large.full_text_search(QUERY, 10, rank="bm25")) == 10
+    finally:
+        await small.close()
+        await large.close()

@@ -1,0 +1,115 @@
+"""Retriever logic with no servers: the dense and full-text legs run concurrently, the same text under two doc ids
+is one passage, ranking is a pure function, and a failing leg raises its own error."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from tools.retrieval import CandidateLists, RetrievalMode, Retriever, rank_candidates, reciprocal_rank_fusion, text_key
+from tools.store import ChunkHit, FullTextMatch, FullTextRank, StoreError
+
+
+def hit(chunk_id: str, text: str | None = None, score: float = 0.0) -> ChunkHit:
+    return ChunkHit(
+        chunk_id, chunk_id.split("#")[0], "", text if text is not None else f"text of {chunk_id}", "", score
+    )
+
+
+class FakeEmbedder:
+    """Embeds only once `release` is set (by the fake store's full-text search)."""
+
+    def __init__(self, release: asyncio.Event) -> None:
+        self.release = release
+
+    async def embed(self, texts: Sequence[str], kind: str = "document") -> npt.NDArray[np.float32]:
+        await self.release.wait()
+        return np.full((len(texts), 4), 0.5, dtype=np.float32)
+
+
+class FakeStore:
+    def __init__(self, release: asyncio.Event, dense: list[ChunkHit], full_text: list[ChunkHit]) -> None:
+        self.release, self.dense, self.full_text = release, dense, full_text
+        self.fail_full_text = False
+
+    async def dense_search(
+        self,
+        query: npt.NDArray[np.float32],
+        top_k: int,
+        ef_search: int | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+        exact: bool = False,
+    ) -> list[ChunkHit]:
+        return self.dense[:top_k]
+
+    async def full_text_search(
+        self,
+        query: str,
+        top_k: int,
+        match: FullTextMatch = "all",
+        rank: FullTextRank = "ts_rank_cd",
+        k1: float | None = None,
+        b: float | None = None,
+    ) -> list[ChunkHit]:
+        self.release.set()
+        if self.fail_full_text:
+            raise StoreError("full-text search failed")
+        return self.full_text[:top_k]
+
+    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+        return None
+
+    async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
+        return {}
+
+
+DENSE = [hit("a#0", "same words", 0.9), hit("b#0", "same words", 0.8), hit("c#0", score=0.7), hit("d#0", score=0.6)]
+FULL_TEXT = [hit("b#0", "same words", 3.0), hit("e#0", score=2.0), hit("a#0", "same words", 1.0), hit("f#0", score=0.5)]
+
+
+def retriever(mode: RetrievalMode = "hybrid") -> tuple[Retriever, FakeStore]:
+    release = asyncio.Event()
+    store = FakeStore(release, DENSE, FULL_TEXT)
+    return Retriever(FakeEmbedder(release), store, mode=mode, rrf_k=10, weights=(1.0, 1.0)), store
+
+
+async def test_dense_and_full_text_legs_run_concurrently() -> None:
+    """The embedding waits for the full-text search to start: run one after the other, this would never end."""
+    found, _ = retriever("hybrid")
+    result = await asyncio.wait_for(found.search("query", top_k=3), timeout=10)
+    assert set(result.timings_ms) == {"embed", "search"}
+    assert len(result.passages) == 3
+
+
+@pytest.mark.parametrize("mode", ["dense", "full_text", "hybrid"])
+async def test_same_text_under_two_doc_ids_is_one_passage(mode: RetrievalMode) -> None:
+    found, store = retriever(mode)
+    if mode == "dense":
+        store.release.set()  # no full-text leg releases the embedder
+    passages = (await asyncio.wait_for(found.search("query", top_k=3), timeout=10)).passages
+    texts = [p.text for p in passages]
+    assert len(texts) == len(set(texts)) == 3
+    assert texts.count("same words") == 1
+    assert [p.number for p in passages] == [1, 2, 3]
+
+
+def test_rrf_merges_equal_texts_and_counts_each_list_once() -> None:
+    lists = CandidateLists(DENSE, FULL_TEXT, {})
+    fused = {h.chunk_id: s for h, s in rank_candidates(lists, "hybrid", rrf_k=10, weights=(1.0, 2.0))}
+    # "same words": dense rank 1 (a#0; b#0 at rank 2 is the same text), full-text rank 1 (b#0)
+    assert fused == pytest.approx({"a#0": 1 / 11 + 2 / 11, "c#0": 1 / 13, "d#0": 1 / 14, "e#0": 2 / 12, "f#0": 2 / 14})
+    assert text_key(DENSE[0]) == text_key(DENSE[1]) != text_key(DENSE[2])
+    by_chunk = reciprocal_rank_fusion([DENSE, FULL_TEXT], k=10)
+    assert {h.chunk_id for h, _ in by_chunk} == {"a#0", "b#0", "c#0", "d#0", "e#0", "f#0"}
+
+
+async def test_a_failing_leg_raises_its_own_error() -> None:
+    found, store = retriever("hybrid")
+    store.fail_full_text = True
+    with pytest.raises(StoreError, match="full-text search failed"):
+        await asyncio.wait_for(found.search("query", top_k=3), timeout=10)
