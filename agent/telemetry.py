@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -74,7 +75,8 @@ def configure_tracing(endpoint: str | None, exporter: SpanExporter | None = None
     except ImportError:
         log.warning("opentelemetry-instrumentation-asyncpg is not installed: no spans for Postgres queries")
     else:
-        AsyncPGInstrumentor().instrument(tracer_provider=provider)
+        instrumentor: Any = AsyncPGInstrumentor  # the instrumentation packages are untyped
+        instrumentor().instrument(tracer_provider=provider)
     _provider = provider
     return provider
 

@@ -20,8 +20,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-OUTPUT_NAME = "sentence_embedding"
-"""Name of the pooled `(batch, dim)` float32 output, as in the embedder's server-side pooling export."""
+from infra.export_onnx import OPSET, OUTPUT_NAME  # the production export's opset and pooled output name
 
 BGE_LARGE = {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096}
 TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}
@@ -34,8 +33,10 @@ app = typer.Typer(add_completion=False)
 def pooled_wrapper(encoder: Any) -> Any:
     """`encoder` wrapped to return CLS-pooled, L2-normalised embeddings `(batch, hidden)` float32.
 
-    Uses `infra.export_onnx.pooled_encoder(encoder, pooling="cls")` (the embedder's server-side pooling export)
-    when that function exists, so both export the same graph; otherwise the equivalent module below.
+    Uses `infra.export_onnx.pooled_encoder(encoder, pooling="cls")` when that module-level function exists, so
+    both export the same graph. Today the production export's wrapper (`PooledEncoder`) is local to
+    `infra.export_onnx.export_onnx`, so the module below repeats its CLS branch: the first token's state, then
+    `torch.nn.functional.normalize(p=2, dim=1, eps=1e-12)`.
     """
     import torch
 
@@ -52,7 +53,7 @@ def pooled_wrapper(encoder: Any) -> Any:
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             hidden = self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            return torch.nn.functional.normalize(hidden[:, 0], p=2.0, dim=1)
+            return torch.nn.functional.normalize(hidden[:, 0], p=2.0, dim=1, eps=1e-12)
 
     return ClsPooled(encoder).eval()
 
@@ -89,7 +90,7 @@ def export_random_bge(out_file: Path, tiny: bool, seed: int = 0) -> Any:
                 "attention_mask": {0: "batch", 1: "sequence"},
                 OUTPUT_NAME: {0: "batch"},
             },
-            opset_version=17,
+            opset_version=OPSET,
             dynamo=False,
         )
     return wrapper

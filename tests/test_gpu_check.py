@@ -26,7 +26,8 @@ def test_tiny_export_parity_and_timings_on_cpu() -> None:
     pytest.importorskip("torch", reason="torch is in the `stack` extra")
     pytest.importorskip("transformers")
     pytest.importorskip("onnx")
-    from infra.gpu_check import OUTPUT_NAME, TINY, app
+    from infra.export_onnx import OUTPUT_NAME
+    from infra.gpu_check import TINY, app
 
     args = ["--tiny", "--device", "cpu", "--batch", "1", "--batch", "4", "--tokens", "16", "--tokens", "32"]
     result = CliRunner().invoke(app, [*args, "--repeats", "2"])

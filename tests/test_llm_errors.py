@@ -29,7 +29,12 @@ def fake() -> Iterator[FakeOpenAIServer]:
 
 def llm_settings(fake: FakeOpenAIServer, profile: str = "triton") -> Settings:
     return Settings.model_validate(
-        {"llm_base_url": fake.base_url, "llm_model": "llama-3.1-8b-instruct", "llm_profile": profile}
+        {
+            "llm_base_url": fake.base_url,
+            "llm_model": "llama-3.1-8b-instruct",
+            "llm_profile": profile,
+            "services": ("postgres", "triton"),  # the fake server, not a local vLLM, answers on that port
+        }
     )
 
 
