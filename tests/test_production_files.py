@@ -52,9 +52,8 @@ COMPOSE_ONLY_KEYS = {
     "BGE_TOKENIZER_DIR",
     "RAG_DOCS_DIR",
 }
-# App settings the profile sets before agent/settings.py has the field (Bearer auth and the asyncpg statement cache
-# land with their own changes).
-PENDING_SETTINGS: set[str] = {"API_KEY", "DB_STATEMENT_CACHE_SIZE"}
+# App settings the profile sets before agent/settings.py has the field (Bearer auth lands with its own change).
+PENDING_SETTINGS: set[str] = {"API_KEY"}
 # App settings that come from the Secret in Kubernetes, not the ConfigMap.
 SECRET_SETTINGS = {"DATABASE_URL", "API_KEY"}
 
