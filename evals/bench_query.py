@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import numpy as np
 
-from agent.app import RagApp, build_retriever
+from agent.app import RagApp, build_retriever, build_store
 from agent.settings import Settings
 from evals.bench_embedder import run_load
 from evals.machine import machine_info
@@ -253,7 +253,7 @@ async def scale_legs(
     url, chunks_1x, chunks_nx = await build_scaled_store(app, params.scale, params.rebuild_scale)
     one_x = {p["mode"]: p for p in points if p["concurrency"] == 1}
     legs: dict[str, dict[str, float | None]] = {}
-    async with VectorStore(url, app.store.model_name, app.store.dim, app.settings.db_pool_max_size) as scaled:
+    async with build_store(url, app.store.model_name, app.store.dim, app.settings) as scaled:
         scaled_retrievers = retrievers(app, scaled, MODES)
         base_retrievers = retrievers(app, app.store, MODES)
         for mode in MODES:
