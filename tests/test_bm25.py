@@ -83,6 +83,12 @@ async def test_statistics_equal_a_recount_after_add_replace_delete(small_store: 
     assert stats["maintained"] == stats["recount"]
     assert [lexeme for lexeme, _ in stats["maintained"][1]] == ["aardvark", "dig", "giraff", "mound", "tall", "termit"]
 
+    before = await small_store.full_text_search("giraffe aardvark", 5, rank="bm25")
+    await small_store.rebuild_full_text()  # impacts re-normalised with the current avgdl: same statistics, scores
+    stats = await statistics(small_store)
+    assert stats["maintained"] == stats["recount"]
+    assert await small_store.full_text_search("giraffe aardvark", 5, rank="bm25") == before
+
 
 def bm25_by_hand(docs: list[list[str]], query: list[str]) -> list[float]:
     """Lucene BM25 of each doc (a list of lexemes) for the query lexemes, dl = number of words."""

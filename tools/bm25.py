@@ -97,23 +97,32 @@ async def add_chunks(conn: Conn, document_ids: list[int], k1: float, b: float) -
 async def remove_chunks(conn: Conn, document_ids: list[int]) -> None:
     """Take the chunks of documents `document_ids` out of the statistics, before they are deleted (their postings
     go with them, ON DELETE CASCADE); inside the caller's transaction, after the writer lock."""
+    emptied = await conn.fetch(
+        """
+        UPDATE bm25_lexicon l SET df = l.df - x.n
+        FROM (
+            SELECT p.lexeme, count(*) AS n
+            FROM chunks c JOIN bm25_postings p ON p.chunk = c.id
+            WHERE c.document_id = ANY($1::bigint[])
+            GROUP BY p.lexeme ORDER BY p.lexeme
+        ) x
+        WHERE l.lexeme = x.lexeme
+        RETURNING l.lexeme, l.df
+        """,
+        document_ids,
+    )
+    await conn.execute(
+        "DELETE FROM bm25_lexicon WHERE lexeme = ANY($1::text[]) AND df <= 0",
+        [r["lexeme"] for r in emptied if r["df"] <= 0],
+    )
     await conn.execute(
         """
-        WITH gone AS (
-            SELECT c.id, c.token_count FROM chunks c WHERE c.document_id = ANY($1::bigint[])
-        ), lex AS (
-            UPDATE bm25_lexicon l SET df = l.df - x.n
-            FROM (
-                SELECT p.lexeme, count(*) AS n FROM gone g JOIN bm25_postings p ON p.chunk = g.id GROUP BY p.lexeme
-            ) x
-            WHERE l.lexeme = x.lexeme
-        )
+        WITH gone AS (SELECT c.token_count FROM chunks c WHERE c.document_id = ANY($1::bigint[]))
         UPDATE bm25_corpus SET chunks = chunks - (SELECT count(*) FROM gone),
             sum_dl = sum_dl - (SELECT coalesce(sum(token_count), 0) FROM gone)
         """,
         document_ids,
     )
-    await conn.execute("DELETE FROM bm25_lexicon WHERE df <= 0")
 
 
 async def rebuild(conn: Conn, k1: float, b: float) -> None:
