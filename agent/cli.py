@@ -30,7 +30,7 @@ from agent.chat import print_sources, run_chat
 from agent.failures import Failure, describe
 from agent.ingest_cli import ingest_progress, one_line_pool_warnings, report_lines
 from agent.results import AskResult
-from agent.settings import Policy, Settings, SettingsError, describe_validation_error
+from agent.settings import Policy, Settings, describe_validation_error
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
@@ -56,8 +56,13 @@ class RagTyper(typer.Typer):
                 message = f"unexpected {type(exc).__name__}: {exc} (run `rag --debug ...` for the traceback)"
             else:
                 message = failure.message
-            err_console.print(Text.assemble(("error: ", "bold red"), message), highlight=False)
+            _print_error(message)
             sys.exit(1)
+
+
+def _print_error(message: str) -> None:
+    """`error: <message>` on stderr; the message is plain text (never Rich markup)."""
+    err_console.print(Text.assemble(("error: ", "bold red"), message), highlight=False)
 
 
 app = RagTyper(help="triton-rag: answers questions over your documents with cited sources.", no_args_is_help=True)
@@ -86,7 +91,8 @@ def main(
     try:
         Settings()  # contradictions and bad values are reported once, as one line, before any command runs
     except ValidationError as exc:
-        raise SettingsError(describe_validation_error(exc)) from None
+        _print_error(describe_validation_error(exc))
+        raise typer.Exit(code=1) from None
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -251,7 +251,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    configure_tracing((settings or Settings()).otel_exporter_otlp_endpoint)
+    configure_tracing(settings.otel_exporter_otlp_endpoint)
     app.mount("/metrics", metrics_app())
     install_error_handlers(app)
     auth = bearer_auth(settings)

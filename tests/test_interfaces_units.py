@@ -38,7 +38,9 @@ BRACKET_ANSWER = "Use [/INST] the [bold]scratch[/] space [/tmp] [1]."
 
 def rag(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`rag ARGS` in a subprocess with no local stack behind it (DATA_DIR is empty)."""
-    clean = {k: v for k, v in os.environ.items() if k not in {"EMBEDDER_MODEL", "TOP_K", "DATABASE_URL"}}
+    clean = {
+        k: v for k, v in os.environ.items() if k not in {"EMBEDDER_MODEL", "TOP_K", "DATABASE_URL", "REFUSAL_MIN_SCORE"}
+    }
     return subprocess.run(
         [sys.executable, "-m", "agent", *args],
         env=clean | {"PYTHONPATH": str(REPO_ROOT), **env},
@@ -95,7 +97,7 @@ def test_settings_errors_name_the_environment_variable() -> None:
         Settings(_env_file=None, top_k=500)  # type: ignore[call-arg]
     failure = describe(info.value)
     assert failure is not None and failure.kind == "invalid_settings"
-    assert failure.message.startswith("invalid settings: TOP_K: ") and "500" in failure.message
+    assert failure.message.startswith("invalid settings: TOP_K: ") and "less than or equal to 100" in failure.message
 
 
 def test_ask_request_rejects_nul_and_blank_questions() -> None:
@@ -126,7 +128,7 @@ def test_cli_errors_are_one_line_without_servers(tmp_path: Path) -> None:
     data = str(tmp_path)
     assert_one_line_error(rag("up", "--only", "postgrs", DATA_DIR=data), "unknown service(s) postgrs")
     assert_one_line_error(rag("ask", "hi", DATA_DIR=data, TOP_K="500"), "invalid settings: TOP_K")
-    no_tokenizer = rag("ask", "hi", DATA_DIR=data, EMBEDDER_MODEL="bge-large-en-v1.5")
+    no_tokenizer = rag("ask", "hi", DATA_DIR=data, EMBEDDER_MODEL="bge-large-en-v1.5", REFUSAL_MIN_SCORE="0.5")
     assert_one_line_error(no_tokenizer, "EMBEDDER_TOKENIZER")
     assert_one_line_error(rag("ask", "  ", DATA_DIR=data), "QUESTION is empty")
     debug = rag("--debug", "ask", "  ", DATA_DIR=data)
