@@ -48,6 +48,7 @@ def own_stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory, llm_
             "triton_http_port": free_port(),
             "triton_metrics_port": free_port(),
             "llm_base_url": f"http://127.0.0.1:{llm_port}/v1",
+            "vllm_port": llm_port,  # the fake LLM stands where the local vLLM would
             "llm_model": "fake",
         }
     )

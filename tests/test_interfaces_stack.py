@@ -44,7 +44,8 @@ def fake_llm() -> Iterator[FakeOpenAIServer]:
 @pytest.fixture(scope="module")
 def fake_settings(settings: Settings, fake_llm: FakeOpenAIServer, ingested: str) -> Settings:
     """The test stack's Triton and Postgres (SciFact subset ingested) with the fake LLM."""
-    return settings.model_copy(update={"llm_base_url": fake_llm.base_url, "llm_model": "fake", "llm_max_retries": 0})
+    update = {"llm_base_url": fake_llm.base_url, "vllm_port": fake_llm.port, "llm_model": "fake", "llm_max_retries": 0}
+    return settings.model_copy(update=update)
 
 
 def rag(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
