@@ -31,10 +31,10 @@ from agent.results import AskResult
 from agent.settings import Policy, Settings
 from agent.telemetry import answer_span
 from tools.embedder import TritonEmbedder
-from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
+from tools.ingest import IngestReport, ProgressFn, SourceDocument, ingest, ingest_documents, plan_inputs
 from tools.model_specs import get_spec
 from tools.retrieval import RetrievalResult, Retriever
-from tools.store import VectorStore
+from tools.store import IngestCounts, StoredDocument, VectorStore
 
 
 def build_embedder(
@@ -310,3 +310,51 @@ class RagApp:
                 batch_docs=self.settings.ingest_batch_docs,
                 on_progress=on_progress,
             )
+
+    async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
+        """Chunk, embed and store `documents` (e.g. from the HTTP API), `INGEST_BATCH_DOCS` per transaction; a
+        document stored with the same content hash is skipped, one with another hash replaced.
+
+        Raises:
+            ValueError: a document's doc id is blank, or its doc id, title or text holds a NUL character (Postgres
+                text cannot store it); checked for all before anything is stored.
+            EmbedderError / StoreError: embedding or storing failed (batches already written stay).
+        """
+        for i, doc in enumerate(documents):
+            if not doc.doc_id.strip():
+                raise ValueError(f"documents[{i}].doc_id is blank; expected a non-blank id")
+            if "\x00" in doc.doc_id + doc.title + doc.text:
+                raise ValueError(f"documents[{i}] ({doc.doc_id!r}) holds a NUL character; expected text without NUL")
+        total = IngestCounts()
+        size = self.settings.ingest_batch_docs
+        for i in range(0, len(documents), size):
+            counts = await ingest_documents(
+                list(documents[i : i + size]),
+                self.embedder,
+                self.store,
+                self.settings.chunk_tokens,
+                self.settings.chunk_overlap_tokens,
+            )
+            total = IngestCounts(
+                total.added + counts.added, total.skipped + counts.skipped, total.chunks + counts.chunks
+            )
+        return total
+
+    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
+        """Stored documents (doc id, title, source, chunk count, content hash, ingested at), ordered by doc id."""
+        return await self.store.list_documents(limit=limit, offset=offset)
+
+    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+        """Delete documents by id and/or by source (the path they were ingested from), chunks included; search
+        and the agent never return them afterwards.
+
+        Returns:
+            The doc ids that were deleted (absent ids are not listed).
+
+        Raises:
+            ValueError: neither ids nor a source given.
+            StoreError: the delete failed; nothing was deleted.
+        """
+        if not doc_ids and source is None:
+            raise ValueError("nothing to delete: expected one or more doc ids or a source")
+        return await self.store.delete_documents(doc_ids, source=source)

@@ -3,8 +3,9 @@
 Each answer streams token by token; tool activity (`search_documents`, `get_document`) is shown as it happens;
 the validated sources follow each answer. Earlier turns (question and answer text, citation markers removed) are
 sent with each question, at most `CHAT_HISTORY_TURNS` of them. Ctrl-C cancels the answer being written, not the
-session; an empty line or Ctrl-D ends it. Errors of one answer (a hit limit, an unreachable LLM) are printed as
-one readable line and the session goes on.
+session; an empty line or Ctrl-D ends it. Errors of one answer (a hit limit, an unreachable LLM or
+Postgres) are printed as one readable line and the session goes on. Model and document text is printed as plain
+text (never parsed as Rich markup).
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from collections import deque
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from agent.app import RagApp
 from agent.citations import CITATION_MARKER
-from agent.errors import AgentError
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
+from agent.failures import describe
 from agent.results import AskResult
 from agent.settings import Policy
-from tools.embedder import EmbedderError
-from tools.store import StoreError
 
 _MARKERS = re.compile(rf"\s*(?:{CITATION_MARKER.pattern})", CITATION_MARKER.flags)
 
@@ -66,7 +65,8 @@ def print_sources(console: Console, result: AskResult) -> None:
         console.print("\n[dim]no sources: no retrieved passage is relevant enough[/]")
     else:
         console.print("\n[dim]no sources cited[/]")
-    console.print("[dim]" + ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items()) + "[/]", soft_wrap=True)
+    timings = ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items())
+    console.print(Text(timings, style="dim"), soft_wrap=True)
 
 
 def show_event(console: Console, event: AgentEvent) -> None:
@@ -75,9 +75,9 @@ def show_event(console: Console, event: AgentEvent) -> None:
         console.print(event.text, end="", highlight=False, markup=False, soft_wrap=True)
     elif isinstance(event, ToolCall):
         args = ", ".join(f"{k}={v!r}" for k, v in event.args.items())
-        console.print(f"[dim]→ {escape(event.tool)}({escape(args)})[/]", highlight=False, soft_wrap=True)
+        console.print(Text(f"→ {event.tool}({args})", style="dim"), highlight=False, soft_wrap=True)
     elif isinstance(event, ToolResult):
-        console.print(f"[dim]← {escape(event.summary)}[/]", highlight=False, soft_wrap=True)
+        console.print(Text(f"← {event.summary}", style="dim"), highlight=False, soft_wrap=True)
     elif isinstance(event, AnswerRestart):
         console.print("\n[dim](draft discarded)[/]")
 
@@ -118,5 +118,10 @@ async def run_chat(rag: RagApp, console: Console, top_k: int | None = None, poli
             return
         try:
             await turn(rag, console, history, question, top_k, policy)
-        except (AgentError, ValueError, EmbedderError, StoreError) as exc:
-            console.print(f"\n[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        except Exception as exc:
+            failure = describe(exc)
+            if failure is None:
+                raise
+            console.print(
+                Text.assemble("\n", ("error: ", "bold red"), failure.message), highlight=False, soft_wrap=True
+            )

@@ -1,4 +1,13 @@
-"""The `rag` command line: `up`, `down`, `status`, `ingest`, `ask`, `chat` (Typer + Rich)."""
+"""The `rag` command line: `up`, `down`, `status`, `ingest`, `docs`, `ask`, `chat`, `serve` (Typer + Rich).
+
+Output: results go to stdout; progress, spinners, warnings and errors go to stderr, so with `--json` stdout holds
+the JSON object and nothing else. Model and document text is printed as plain text, never as Rich markup.
+
+Errors: one handler (`RagTyper.__call__`) turns the product's error types (`agent.failures.describe`: agent,
+embedder, store, Postgres, settings validation, bad input, local stack) into one line `error: <message>` on stderr
+and exit code 1. Any other exception is a bug: it is reported as one line too, naming its type, and `rag --debug
+...` shows the full traceback of every error.
+"""
 
 from __future__ import annotations
 
@@ -6,94 +15,129 @@ import asyncio
 import json
 import logging
 import os
+import sys
 from pathlib import Path
-from typing import Annotated, cast, get_args
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from agent.app import RagApp
 from agent.chat import print_sources, run_chat
-from agent.errors import AgentError
+from agent.failures import Failure, describe
 from agent.ingest_cli import ingest_progress, one_line_pool_warnings, report_lines
 from agent.results import AskResult
 from agent.settings import Policy, Settings, describe_validation_error
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
+from infra.processes import ServiceError
 from tools.embedder import EmbedderError
-from tools.ingest import IngestError, IngestReport, plan_inputs
-from tools.store import StoreError
+from tools.ingest import IngestReport, plan_inputs
 
-app = typer.Typer(help="triton-rag: answers questions over your documents with cited sources.", no_args_is_help=True)
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+
+class RagTyper(typer.Typer):
+    """`typer.Typer` with the CLI's one error handler around every command (see the module docstring)."""
+
+    debug = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the CLI; a known failure prints `error: <message>` and exits 1 (a traceback with `--debug`)."""
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            if RagTyper.debug:
+                raise
+            failure = Failure("service_error", str(exc).strip()) if isinstance(exc, ServiceError) else describe(exc)
+            if failure is None:
+                message = f"unexpected {type(exc).__name__}: {exc} (run `rag --debug ...` for the traceback)"
+            else:
+                message = failure.message
+            _print_error(message)
+            sys.exit(1)
+
+
+def _print_error(message: str) -> None:
+    """`error: <message>` on stderr; the message is plain text (never Rich markup)."""
+    err_console.print(Text.assemble(("error: ", "bold red"), message), highlight=False)
+
+
+app = RagTyper(help="triton-rag: answers questions over your documents with cited sources.", no_args_is_help=True)
+docs_app = typer.Typer(help="List and delete stored documents.", no_args_is_help=True)
+console = Console(highlight=False)
+err_console = Console(stderr=True, soft_wrap=True, highlight=False)
 app.add_typer(eval_app, name="eval")
 app.add_typer(bench_app, name="bench")
+app.add_typer(docs_app, name="docs")
 
-USER_ERRORS = (ValueError, IngestError, StoreError, EmbedderError, processes.ServiceError, AgentError)
 
-
-def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code=1)
+def print_json(payload: object) -> None:
+    """The `--json` output: one JSON document on stdout, nothing else."""
+    sys.stdout.write(json.dumps(payload) + "\n")
+    sys.stdout.flush()
 
 
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")] = False) -> None:
+def main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level (on stderr).")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of any error.")] = False,
+) -> None:
     """Global options."""
+    RagTyper.debug = debug
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         Settings()  # contradictions and bad values are reported once, as one line, before any command runs
     except ValidationError as exc:
-        raise _fail(describe_validation_error(exc)) from None
+        _print_error(describe_validation_error(exc))
+        raise typer.Exit(code=1) from None
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
 
 
 @app.command()
 def up(
-    only: Annotated[list[str] | None, typer.Option("--only", help="Start only these services.")] = None,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help=f"Start only these services: {', '.join(stack.SERVICES)}.")
+    ] = None,
 ) -> None:
     """Start the local stack (Postgres, Triton, vLLM) in the background; idempotent."""
     settings = Settings()
-    try:
-        with console.status("starting the local stack (vLLM takes a minute or two)..."):
-            pids = stack.up(StackConfig.of(settings), tuple(only) if only else None)
-    except processes.ServiceError as exc:
-        raise _fail(str(exc)) from None
+    with err_console.status("starting the local stack (vLLM takes a minute or two)..."):
+        pids = stack.up(StackConfig.of(settings), tuple(only) if only else None)
     for name, pid in pids.items():
-        console.print(f"[green]ready[/] {name} (pid {pid})")
+        console.print(Text.assemble(("ready", "green"), f" {name} (pid {pid})"))
 
 
 @app.command()
 def down() -> None:
-    """Stop the local stack by PID."""
+    """Stop the local stack by PID (a PID file naming another process is removed, and nothing is signalled)."""
     stopped = stack.down(StackConfig.of(Settings()))
-    console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+    console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}", markup=False)
 
 
 @app.command()
-def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Report each local service: PID and health check."""
+def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False) -> None:
+    """Report each local service: PID and health check; exit code 1 unless all are healthy."""
     rows = stack.status(StackConfig.of(Settings()))
     if as_json:
-        print(
-            json.dumps(
-                {
-                    s.name: {"pid": s.pid, "healthy": s.healthy, "detail": s.detail}
-                    | ({"metrics": s.metrics} if s.metrics else {})
-                    for s in rows
-                }
-            )
+        print_json(
+            {
+                s.name: {"pid": s.pid, "healthy": s.healthy, "detail": s.detail}
+                | ({"metrics": s.metrics} if s.metrics else {})
+                for s in rows
+            }
         )
     else:
         table = Table("service", "pid", "healthy", "detail")
         for s in rows:
-            table.add_row(s.name, str(s.pid or "-"), "[green]yes[/]" if s.healthy else "[red]no[/]", s.detail)
+            healthy = Text("yes", "green") if s.healthy else Text("no", "red")
+            table.add_row(Text(s.name), Text(str(s.pid or "-")), healthy, Text(s.detail))
         console.print(table)
     if not all(s.healthy for s in rows):
         raise typer.Exit(code=1)
@@ -110,88 +154,155 @@ def ingest(
     ceiling: Annotated[
         bool, typer.Option(help="Measure the in-process ONNX Runtime ceiling on a sample of the run's chunks.")
     ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the counts as one JSON object only.")] = False,
 ) -> None:
-    """Chunk, embed and store documents; re-ingesting the same content adds nothing, an interrupted run resumes."""
+    """Chunk, embed and store documents; re-ingesting the same content adds nothing, an interrupted run resumes.
+    Progress goes to stderr."""
     settings = Settings()
     one_line_pool_warnings()
 
-    async def run() -> IngestReport:
-        with ingest_progress(err_console, console.is_terminal) as progress:
+    async def run() -> tuple[IngestReport, int, int]:
+        with ingest_progress(err_console, err_console.is_terminal) as progress:
             async with RagApp.from_settings(settings) as rag:
                 report = await rag.ingest(paths, on_progress=progress, root=root, prefix=prefix)
                 docs, chunks = await rag.store.count()
-        for line in report_lines(report, settings, ceiling):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-        console.print(f"store holds {docs} documents, {chunks} chunks", highlight=False)
-        return report
+        return report, docs, chunks
 
+    plan_inputs(paths, root, prefix)
     try:
-        plan_inputs(paths, root, prefix)
-        asyncio.run(run())
+        report, docs, chunks = asyncio.run(run())
     except EmbedderError as exc:
-        raise _fail(f"{exc}; the batches stored so far are kept: run the same ingest again to resume") from None
-    except USER_ERRORS as exc:
-        raise _fail(str(exc)) from None
+        raise EmbedderError(f"{exc}; the batches stored so far are kept: run the same ingest again to resume") from exc
     except KeyboardInterrupt:
-        raise _fail("interrupted; the batches stored so far are kept: run the same ingest again to resume") from None
+        raise ServiceError(
+            "interrupted; the batches stored so far are kept: run the same ingest again to resume"
+        ) from None
+    if as_json:
+        print_json(
+            {
+                "documents": report.documents,
+                "added": report.added,
+                "skipped": report.skipped,
+                "chunks": report.chunks,
+                "failed": [
+                    {"doc_id": b.doc_id, "chunk_index": b.chunk_index, "reason": b.reason} for b in report.failed
+                ],
+                "wall_s": round(report.wall_s, 3),
+                "stored_documents": docs,
+                "stored_chunks": chunks,
+            }
+        )
+        return
+    for line in report_lines(report, settings, ceiling):
+        console.print(line, markup=False, soft_wrap=True)
+    console.print(f"store holds {docs} documents, {chunks} chunks", markup=False)
 
 
-def _print_answer(result: AskResult, streamed: bool = False) -> None:
-    if not streamed:
-        console.print(result.answer, highlight=False)
-    print_sources(console, result)
+@docs_app.command("list")
+def docs_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list only.")] = False,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many documents.")] = None,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many (ordered by doc id).")] = 0,
+) -> None:
+    """Stored documents: doc id, title, source, chunks, content hash (sha256), ingested at (UTC)."""
+
+    async def run() -> list[dict[str, object]]:
+        async with RagApp.from_settings() as rag:
+            documents = await rag.list_documents(limit=limit, offset=offset)
+        return [
+            {
+                "doc_id": d.doc_id,
+                "title": d.title,
+                "source": d.source,
+                "chunks": d.chunks,
+                "content_hash": d.content_hash,
+                "ingested_at": d.ingested_at.isoformat(),
+            }
+            for d in documents
+        ]
+
+    rows = asyncio.run(run())
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("doc id", "title", "source", "chunks", "content hash", "ingested at")
+    for row in rows:
+        table.add_row(
+            *(Text(str(row[key])) for key in ("doc_id", "title", "source", "chunks")),
+            Text(str(row["content_hash"])[:12]),
+            Text(str(row["ingested_at"])),
+        )
+    console.print(table)
+    console.print(f"{len(rows)} documents", markup=False)
+
+
+@docs_app.command("delete")
+def docs_delete(
+    doc_ids: Annotated[list[str] | None, typer.Argument(help="Doc ids to delete.", show_default=False)] = None,
+    source: Annotated[
+        str | None, typer.Option("--source", help="Also delete every document ingested from this path.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the deleted ids as JSON only.")] = False,
+) -> None:
+    """Delete documents and their chunks; exit code 1 when an id named is not stored (the others are deleted)."""
+    ids = doc_ids or []
+
+    async def run() -> list[str]:
+        async with RagApp.from_settings() as rag:
+            return await rag.delete_documents(ids, source=source)
+
+    if not ids and source is None:
+        raise ValueError("nothing to delete: expected DOC_ID... or --source PATH")
+    deleted = asyncio.run(run())
+    missing = sorted(set(ids) - set(deleted))
+    if as_json:
+        print_json({"deleted": deleted, "not_found": missing})
+    else:
+        console.print(f"deleted {len(deleted)} documents: {', '.join(deleted) or '-'}", markup=False)
+    if missing:
+        err_console.print(f"error: not stored: {', '.join(missing)}", markup=False)
+        raise typer.Exit(code=1)
 
 
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object only.")] = False,
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100, help="Passages to retrieve.")] = None,
     policy: Annotated[
-        str | None, typer.Option("--policy", help="Retrieval policy: always or agentic (default AGENT_POLICY).")
+        Policy | None, typer.Option("--policy", help="Retrieval policy: always or agentic (default AGENT_POLICY).")
     ] = None,
 ) -> None:
     """Answer one question with citations."""
 
     async def run() -> AskResult:
         async with RagApp.from_settings() as rag:
-            return await rag.ask(question, top_k, policy=_policy(policy))
+            return await rag.ask(question, top_k, policy=policy)
 
     if not question.strip():
-        raise _fail("QUESTION is empty; expected a non-blank question")
-    try:
-        result = asyncio.run(run())
-    except USER_ERRORS as exc:
-        raise _fail(str(exc)) from None
+        raise ValueError("QUESTION is empty; expected a non-blank question")
+    result = asyncio.run(run())
     if as_json:
-        print(json.dumps(result.to_json_dict()))
+        print_json(result.to_json_dict())
     else:
-        _print_answer(result)
-
-
-def _policy(value: str | None) -> Policy | None:
-    if value is None or value in get_args(Policy):
-        return cast(Policy | None, value)
-    raise _fail(f"--policy {value!r}; expected one of {', '.join(map(repr, get_args(Policy)))}")
+        console.print(result.answer, markup=False)
+        print_sources(console, result)
 
 
 @app.command()
 def chat(
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100)] = None,
-    policy: Annotated[str | None, typer.Option("--policy", help="always or agentic (default AGENT_POLICY).")] = None,
+    policy: Annotated[Policy | None, typer.Option("--policy", help="always or agentic (default AGENT_POLICY).")] = None,
 ) -> None:
     """Interactive questions and answers, streamed, with tool activity and sources; Ctrl-C cancels the answer,
     an empty line or Ctrl-D quits."""
-    chosen = _policy(policy)
 
     async def session() -> None:
         async with RagApp.from_settings() as rag:
-            await run_chat(rag, console, top_k, chosen)
+            await run_chat(rag, console, top_k, policy)
 
     try:
         asyncio.run(session())
-    except USER_ERRORS as exc:
-        raise _fail(str(exc)) from None
     except KeyboardInterrupt:
         console.print()
 
@@ -201,13 +312,11 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8080,
 ) -> None:
-    """Serve the HTTP API (`POST /v1/ask`, `POST /v1/ask/stream`, `GET /health`) and the web chat page at `/`."""
+    """Serve the HTTP API (`/v1/ask`, `/v1/ask/stream`, `/v1/documents`, `/health`) and the web chat page at `/`;
+    `API_KEY` set: every route but `/health` and the page needs `Authorization: Bearer <key>`."""
     import uvicorn
 
     from agent.http_api import create_app
 
-    try:
-        processes.require_free_ports("rag serve", {"--port": port})
-    except processes.ServiceError as exc:
-        raise _fail(str(exc)) from None
+    processes.require_free_ports("rag serve", {"--port": port})
     uvicorn.run(create_app(Settings()), host=host, port=port, log_level="info")

@@ -1,7 +1,7 @@
 """Typed errors of the answering agent: what callers (CLI, chat, HTTP API, services) catch instead of tracebacks.
 
 Every class carries a message written for the person running the service; `AgentError.kind` is a stable
-machine-readable name (the HTTP API returns it as `error`; its status codes live in `agent.http_api`).
+machine-readable name (the HTTP API returns it as `error` and maps it to a status code itself).
 """
 
 from __future__ import annotations

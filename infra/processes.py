@@ -1,21 +1,28 @@
 """Background processes tracked by PID file: start detached, wait until healthy, stop by PID.
 
 Each service runs in its own process session (`start_new_session=True`), so its PID is also its process-group id
-and stopping it signals that group only (vLLM's engine workers included). Nothing is ever stopped by name.
+and stopping it signals that group only (vLLM's engine workers included). Nothing is ever stopped by name, and
+nothing is signalled unless the PID file's start time and command line match the live process (`PidRecord`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+log = logging.getLogger(__name__)
 
 
 class ServiceError(RuntimeError):
@@ -32,23 +39,78 @@ def log_file(run_dir: Path, name: str) -> Path:
     return run_dir / f"{name}.log"
 
 
+@dataclass(frozen=True)
+class PidRecord:
+    """What a PID file holds (JSON): the PID, the process start time (psutil `create_time`, seconds since the epoch)
+    and its command line. A PID alone is not enough: PID files outlive reboots and PIDs are reused, so a file is
+    trusted only while a process with that PID and start time runs (PID + start time identify one process; the
+    command line is recorded for the messages, not compared, because servers may rewrite their process title)."""
+
+    pid: int
+    create_time: float
+    cmdline: list[str]
+
+
+def _identity(pid: int) -> PidRecord | None:
+    """The live process `pid` as a `PidRecord`, or None when there is none (zombies count as gone)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        try:
+            cmdline = proc.cmdline()
+        except psutil.AccessDenied:
+            cmdline = []
+        return PidRecord(pid, proc.create_time(), cmdline)
+    except psutil.NoSuchProcess:
+        return None
+
+
 def read_pid(run_dir: Path, name: str) -> int | None:
-    """PID of service `name` if its PID file names a live process, else None (a stale file is removed)."""
+    """PID of service `name` when its PID file names that live process, else None.
+
+    A file naming no live process, another process under a reused PID (another start time), or in an older
+    plain-PID form is removed with a warning on the `infra.processes` logger; nothing is signalled.
+    """
     path = pid_file(run_dir, name)
     try:
-        pid = int(path.read_text().strip())
-    except (FileNotFoundError, ValueError):
+        raw = json.loads(path.read_text())
+        record = PidRecord(int(raw["pid"]), float(raw["create_time"]), [str(part) for part in raw["cmdline"]])
+    except FileNotFoundError:
         return None
-    if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-        return pid
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning("%s: unreadable PID file removed (%s); if %s still runs, stop it by its PID", path, exc, name)
+        path.unlink(missing_ok=True)
+        return None
+    live = _identity(record.pid)
+    if live is None:
+        log.warning("%s: stale PID file removed (%s, pid %d, is not running)", path, name, record.pid)
+    elif abs(live.create_time - record.create_time) > 0.05:
+        log.warning(
+            "%s: stale PID file removed: pid %d is now another process (started %s, %s), not %s; not signalled",
+            path,
+            record.pid,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live.create_time)),
+            " ".join(live.cmdline)[:120] or "command line unreadable",
+            name,
+        )
+    else:
+        return record.pid
     path.unlink(missing_ok=True)
     return None
 
 
 def write_pid(run_dir: Path, name: str, pid: int) -> None:
-    """Record `pid` as service `name`'s PID."""
+    """Record live process `pid` as service `name`'s (JSON: pid, start time, command line).
+
+    Raises:
+        ServiceError: `pid` is not running.
+    """
+    live = _identity(pid)
+    if live is None:
+        raise ServiceError(f"{name}: process {pid} exited before its PID file was written")
     run_dir.mkdir(parents=True, exist_ok=True)
-    pid_file(run_dir, name).write_text(f"{pid}\n")
+    pid_file(run_dir, name).write_text(json.dumps(asdict(live)) + "\n")
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -87,7 +149,8 @@ def spawn(run_dir: Path, name: str, argv: Sequence[str], env: Mapping[str, str] 
         start_new_session=True,
     )
     log.close()
-    write_pid(run_dir, name, proc.pid)
+    with contextlib.suppress(ServiceError):  # exited at once: `wait_until_ready` reports it with the log tail
+        write_pid(run_dir, name, proc.pid)
     return proc.pid
 
 

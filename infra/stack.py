@@ -35,10 +35,15 @@ def up(config: StackConfig, services: tuple[str, ...] | None = None) -> dict[str
     Postgres is skipped when `DATABASE_URL` is set.
 
     Raises:
-        processes.ServiceError: a service could not start (port taken, missing model, start-up timeout).
+        processes.ServiceError: an unknown service name (checked before anything starts), or a service could not
+            start (port taken, missing model, start-up timeout, the embedded Postgres still shutting down).
     """
+    names = services or config.services
+    unknown = [name for name in names if name not in SERVICES]
+    if unknown:
+        raise processes.ServiceError(f"unknown service(s) {', '.join(unknown)}; expected some of {', '.join(SERVICES)}")
     pids: dict[str, int] = {}
-    for name in services or config.services:
+    for name in names:
         if name == "postgres" and config.database_url:
             continue
         pids[name] = SERVICES[name].start(config)

@@ -5,16 +5,22 @@ Test tiers: a test is a `stack` test when it needs a real Postgres, Triton or vL
 its server only when a test asks for it, and any test that asks for one (directly or through another fixture) is
 marked `stack` at collection (`STACK_FIXTURES`), as is every `llm` test; so `pytest -m "not stack"` starts nothing.
 The fake OpenAI server (`tests/fake_openai.py`, uvicorn in a thread of the test process) is not a stack server.
+
+A run ended by SIGTERM (a CI timeout) or SIGHUP stops the servers too: those signals are turned into the
+KeyboardInterrupt pytest already handles for Ctrl-C (SIGINT), which ends the run and tears down every fixture.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -39,6 +45,20 @@ DISTRACTORS = 200
 
 STACK_FIXTURES = frozenset({"postgres_url", "triton_server", "llm_settings"})
 """Fixtures that start a real server; a test depending on any of them is a `stack` test."""
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """Turn SIGTERM / SIGHUP into KeyboardInterrupt once (a repeated signal must not break the teardown)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"pytest ended by {signal.Signals(signum).name}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Install the SIGTERM / SIGHUP handler that stops the stack (see the module docstring)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _interrupt)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

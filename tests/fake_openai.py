@@ -155,8 +155,8 @@ def build_app(state: FakeState) -> FastAPI:
 class ThreadedServer:
     """Runs an ASGI `app` with uvicorn in a daemon thread on a free port; `url` is `http://127.0.0.1:<port>`."""
 
-    def __init__(self, app: FastAPI) -> None:
-        self.port = free_port()
+    def __init__(self, app: FastAPI, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -176,11 +176,12 @@ class ThreadedServer:
 
 
 class FakeOpenAIServer(ThreadedServer):
-    """The fake OpenAI server in a thread; `base_url` is `http://127.0.0.1:<port>/v1`, `state` its script."""
+    """The fake OpenAI server in a thread; `base_url` is `http://127.0.0.1:<port>/v1`, `state` its script; `port`
+    pins the port (to restart a server where clients expect it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
         self.state = FakeState()
-        super().__init__(build_app(self.state))
+        super().__init__(build_app(self.state), port)
         self.base_url = f"{self.url}/v1"
 
     def __enter__(self) -> FakeOpenAIServer:

@@ -31,16 +31,17 @@ OFF_TOPIC = OFF_TOPIC_QUESTIONS[0]  # "Who won the 2018 FIFA World Cup?"
 class RagServe:
     """`rag serve --port <free>` in a subprocess with the test stack's environment; stopped by its PID."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.settings = settings
+        self.env = env or {}
         self.process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> RagServe:
         command = [sys.executable, "-m", "agent", "serve", "--port", str(self.port)]
         self.process = subprocess.Popen(
-            command, env=cli_env(self.settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command, env=cli_env(self.settings) | self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -1,0 +1,131 @@
+"""What the interfaces (CLI, chat, HTTP API) tell a person about a failure: one classification of the product's
+error types into a stable `kind` and a one-line message.
+
+The CLI prints `error: <message>`; the HTTP API maps `kind` to a status code (`agent.http_api.STATUS_OF_KIND`) and
+answers `{"error": kind, "detail": message}`. Exceptions not listed here are bugs: `describe` returns None for them
+and the interface decides (the CLI shows a traceback with `--debug`, the HTTP API answers 500 `internal_error`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import asyncpg
+from pydantic import ValidationError
+
+from agent.errors import AgentError, AnswerLimitError
+from agent.settings import SettingsError, describe_validation_error
+from tools import embedder
+from tools.store import StoreError
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A classified failure.
+
+    Attributes:
+        kind: stable machine-readable name (`bad_request`, `llm_unavailable`, `postgres_unavailable`, ...).
+        message: readable text for the person running the command (one line for the listed types, except service
+            start-up failures, which add the service log's tail).
+        retryable: a dependency is down or overloaded; the same request may succeed later.
+    """
+
+    kind: str
+    message: str
+    retryable: bool = False
+
+
+POSTGRES_DOWN = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+)
+"""Errors of a Postgres that is unreachable, restarting or shutting down (pooled connections are dropped and
+reopened on the next request); an `OSError` raised inside asyncpg (refused or missing socket) counts too."""
+
+
+KNOWN_ERRORS: tuple[type[Exception], ...] = (
+    AgentError,
+    embedder.EmbedderError,
+    StoreError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,
+    ValidationError,
+    SettingsError,
+    ValueError,
+    LookupError,
+    ExceptionGroup,
+)
+"""The exception types `describe` may classify (a subclass it does not know, e.g. `KeyError`, gives None)."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def describe(exc: BaseException) -> Failure | None:
+    """Classify `exc`; None when it is not one of the product's error types (a bug).
+
+    Known: `agent.errors.AgentError` (its `kind`; an answer timeout is `timeout`), `EmbedderError`
+    (`retrieval_unavailable`, or `embedder_overloaded` for a full Triton queue), `StoreError`, Postgres that is down
+    (`postgres_unavailable`) or failing (`postgres_error`, with a hint for a missing `vector` type), the settings'
+    pydantic `ValidationError`, `ValueError` (bad input), `LookupError` raised as such (a model without a
+    tokenizer), `OSError` (missing files, unreachable sockets), `TimeoutError`. The local stack's
+    `infra.processes.ServiceError` is the CLI's own (`agent.cli`), since only the CLI manages the stack.
+    """
+    if isinstance(exc, BaseExceptionGroup):  # from task groups: the first classified inner error
+        for inner in exc.exceptions:
+            if (failure := describe(inner)) is not None:
+                return failure
+        return None
+    overloaded = getattr(embedder, "EmbedderOverloadedError", None)
+    if isinstance(exc, AnswerLimitError) and exc.limit == "timeout":
+        return Failure("timeout", _one_line(str(exc)), retryable=True)
+    if isinstance(exc, AgentError):
+        return Failure(exc.kind, _one_line(str(exc)), retryable=exc.kind == "llm_unavailable")
+    if overloaded is not None and isinstance(exc, overloaded):
+        return Failure("embedder_overloaded", _one_line(str(exc)), retryable=True)
+    if isinstance(exc, embedder.EmbedderError):
+        return Failure("retrieval_unavailable", _one_line(str(exc)), retryable=True)
+    if isinstance(exc, StoreError):
+        return Failure("store_error", _one_line(str(exc)), retryable=True)
+    if isinstance(exc, POSTGRES_DOWN) or (isinstance(exc, OSError) and _raised_through(exc, "asyncpg")):
+        detail = _one_line(str(exc)) or type(exc).__name__
+        return Failure("postgres_unavailable", f"Postgres is unreachable or restarting: {detail}", retryable=True)
+    if isinstance(exc, asyncpg.UndefinedObjectError):
+        return Failure(
+            "postgres_error",
+            f"Postgres: {_one_line(str(exc))} (is the pgvector extension installed in a schema on the "
+            f"connection's search_path? `CREATE EXTENSION vector` in that database, or `ALTER EXTENSION vector SET "
+            f"SCHEMA public`)",
+        )
+    if isinstance(exc, asyncpg.PostgresError):
+        return Failure("postgres_error", f"Postgres: {_one_line(str(exc))}")
+    if isinstance(exc, ValidationError):
+        return Failure("invalid_settings", _one_line(describe_validation_error(exc)))
+    if isinstance(exc, SettingsError):
+        return Failure("invalid_settings", _one_line(str(exc)))
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return Failure("timeout", _one_line(str(exc)) or "timed out", retryable=True)
+    if isinstance(exc, ValueError):
+        return Failure("bad_request", _one_line(str(exc)))
+    if type(exc) is LookupError:
+        return Failure("config_error", _one_line(str(exc)))
+    if isinstance(exc, OSError):
+        return Failure("os_error", _one_line(f"{type(exc).__name__}: {exc}"))
+    return None
+
+
+def _raised_through(exc: BaseException, package: str) -> bool:
+    """True when a frame of `exc`'s traceback runs code of `package`: asyncpg connects to the embedded Postgres'
+    unix socket, and a missing socket (the server is restarting) is a bare `FileNotFoundError` without the path."""
+    tb = exc.__traceback__
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module == package or module.startswith(package + "."):
+            return True
+        tb = tb.tb_next
+    return False

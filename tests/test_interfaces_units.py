@@ -1,0 +1,185 @@
+"""The interfaces without servers: failure classification and HTTP status table, plain-text printing of model and
+document text, one-line CLI errors that fail before any server is needed, PID files against reused PIDs."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import psutil
+import pytest
+from pydantic import ValidationError
+from rich.console import Console
+
+from agent.chat import print_sources, show_event
+from agent.errors import AnswerLimitError, LLMConfigError, LLMUnavailableError
+from agent.events import ToolCall, ToolResult
+from agent.failures import describe
+from agent.http_api import STATUS_OF_KIND, AskRequest, error_response
+from agent.results import AskResult, Citation
+from agent.settings import Settings
+from infra import processes, stack
+from infra.config import StackConfig
+from tests.conftest import REPO_ROOT
+from tools.embedder import EmbedderError
+from tools.store import StoreError
+
+BRACKET_TITLE = "Scratch space under [/tmp] and [/var]"
+BRACKET_ANSWER = "Use [/INST] the [bold]scratch[/] space [/tmp] [1]."
+
+
+def rag(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`rag ARGS` in a subprocess with no local stack behind it (DATA_DIR is empty)."""
+    clean = {
+        k: v for k, v in os.environ.items() if k not in {"EMBEDDER_MODEL", "TOP_K", "DATABASE_URL", "REFUSAL_MIN_SCORE"}
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "agent", *args],
+        env=clean | {"PYTHONPATH": str(REPO_ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+
+
+def test_failures_map_to_kinds_and_http_statuses() -> None:
+    cases: list[tuple[BaseException, str, int]] = [
+        (AnswerLimitError("timeout", "answer took longer than 1 s"), "timeout", 504),
+        (AnswerLimitError("requests", "4 requests"), "limit_exceeded", 422),
+        (LLMUnavailableError("refused"), "llm_unavailable", 503),
+        (LLMConfigError("no tools"), "llm_misconfigured", 503),
+        (EmbedderError("Triton down"), "retrieval_unavailable", 503),
+        (StoreError("cannot connect"), "store_error", 503),
+        (asyncpg.ConnectionDoesNotExistError("closed"), "postgres_unavailable", 503),
+        (asyncpg.UndefinedObjectError('type "vector" does not exist'), "postgres_error", 500),
+        (ValueError("top_k must be >= 1"), "bad_request", 422),
+        (LookupError("no tokenizer"), "config_error", 500),
+        (ExceptionGroup("group", [RuntimeError("?"), EmbedderError("down")]), "retrieval_unavailable", 503),
+    ]
+    for exc, kind, status in cases:
+        failure = describe(exc)
+        assert failure is not None and failure.kind == kind, (exc, failure)
+        assert STATUS_OF_KIND[kind] == status
+        assert "\n" not in failure.message
+    assert describe(KeyError("bug")) is None and describe(TypeError("bug")) is None
+    response = error_response(describe(EmbedderError("Triton down")))  # type: ignore[arg-type]
+    assert response.status_code == 503 and response.headers["retry-after"].isdigit()
+    assert json.loads(bytes(response.body)) == {"error": "retrieval_unavailable", "detail": "Triton down"}
+    assert "retry-after" not in error_response(describe(ValueError("bad"))).headers  # type: ignore[arg-type]
+
+
+async def test_a_missing_postgres_socket_is_postgres_unavailable(tmp_path: Path) -> None:
+    """The embedded Postgres' socket disappears while it restarts: asyncpg raises a bare FileNotFoundError."""
+    with pytest.raises(OSError) as info:
+        await asyncpg.connect(host=str(tmp_path / "gone"), user="postgres", timeout=5)
+    failure = describe(info.value)
+    assert failure is not None and failure.kind == "postgres_unavailable" and failure.retryable
+    assert describe(FileNotFoundError(2, "No such file", "model.onnx")).kind == "os_error"  # type: ignore[union-attr]
+
+
+def test_settings_errors_name_the_environment_variable() -> None:
+    with pytest.raises(ValidationError) as info:
+        Settings(_env_file=None, top_k=500)  # type: ignore[call-arg]
+    failure = describe(info.value)
+    assert failure is not None and failure.kind == "invalid_settings"
+    assert failure.message.startswith("invalid settings: TOP_K: ") and "less than or equal to 100" in failure.message
+
+
+def test_ask_request_rejects_nul_and_blank_questions() -> None:
+    for question in ("what is \x00 this", "   "):
+        with pytest.raises(ValidationError):
+            AskRequest(question=question)
+    assert AskRequest(question="fine").question == "fine"
+
+
+def test_model_and_document_text_is_printed_as_plain_text() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    result = AskResult(
+        answer=BRACKET_ANSWER,
+        citations=[Citation(doc_id="d[/x]", chunk_id="d[/x]#0", score=0.5, passage=1, title=BRACKET_TITLE)],
+        timings_ms={"total": 1.0},
+    )
+    show_event(console, ToolCall(tool="search_documents", args={"query": "[/INST] [bold]q"}))
+    show_event(console, ToolResult(tool="search_documents", summary="1 passage [/tmp]"))
+    console.print(result.answer, markup=False)
+    print_sources(console, result)
+    text = out.getvalue()
+    for literal in (BRACKET_TITLE, BRACKET_ANSWER, "[/INST] [bold]q", "1 passage [/tmp]", "doc d[/x]"):
+        assert literal in text
+
+
+def test_cli_errors_are_one_line_without_servers(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    assert_one_line_error(rag("up", "--only", "postgrs", DATA_DIR=data), "unknown service(s) postgrs")
+    assert_one_line_error(rag("ask", "hi", DATA_DIR=data, TOP_K="500"), "invalid settings: TOP_K")
+    no_tokenizer = rag("ask", "hi", DATA_DIR=data, EMBEDDER_MODEL="bge-large-en-v1.5", REFUSAL_MIN_SCORE="0.5")
+    assert_one_line_error(no_tokenizer, "EMBEDDER_TOKENIZER")
+    assert_one_line_error(rag("ask", "  ", DATA_DIR=data), "QUESTION is empty")
+    debug = rag("--debug", "ask", "  ", DATA_DIR=data)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "120"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_pid_file_records_start_time_and_command_line(tmp_path: Path) -> None:
+    pid = processes.spawn(tmp_path, "svc", ["sleep", "120"])
+    record = json.loads(processes.pid_file(tmp_path, "svc").read_text())
+    assert record["pid"] == pid
+    assert record["cmdline"] in (["sleep", "120"], [])  # [] when /proc was read before the exec finished
+    assert record["create_time"] == pytest.approx(psutil.Process(pid).create_time())
+    assert processes.read_pid(tmp_path, "svc") == pid
+    assert processes.stop_service(tmp_path, "svc", timeout_s=10)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_reused_pid_is_never_signalled(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    run_dir = settings.run_dir.resolve()
+    run_dir.mkdir(parents=True)
+    started = psutil.Process(sleeper.pid).create_time()
+    stale = {"pid": sleeper.pid, "create_time": started - 3600.0, "cmdline": ["tritonserver", "--model-repository"]}
+    processes.pid_file(run_dir, "triton").write_text(json.dumps(stale))
+    processes.pid_file(run_dir, "vllm").write_text(f"{sleeper.pid}\n")  # the older plain form: unverifiable
+    with caplog.at_level(logging.WARNING, logger="infra.processes"):
+        stopped = stack.down(StackConfig.of(settings))
+    assert stopped == []
+    time.sleep(0.2)
+    assert sleeper.poll() is None, "the unrelated process was signalled"
+    assert not processes.pid_file(run_dir, "triton").exists() and not processes.pid_file(run_dir, "vllm").exists()
+    assert "stale PID file removed" in caplog.text and "unreadable PID file removed" in caplog.text
+
+
+def test_rag_down_reports_a_stale_pid_file(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    started = psutil.Process(sleeper.pid).create_time()
+    stale = {"pid": sleeper.pid, "create_time": started - 60.0, "cmdline": ["tritonserver"]}
+    processes.pid_file(run_dir, "triton").write_text(json.dumps(stale))
+    result = rag("down", DATA_DIR=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "stale PID file removed" in result.stderr and "nothing was running" in result.stdout
+    assert sleeper.poll() is None
