@@ -106,7 +106,7 @@ def test_embedder_factory_applies_every_client_setting() -> None:
     other = build_embedder(settings, model="all-minilm-l6-v2-int8", timeout_s=120.0, buckets=[32, 64])
     assert (other.model_name, other.timeout_s, other.retries) == ("all-minilm-l6-v2-int8", 120.0, 5)
     assert other.buckets[:2] == [32, 64]  # the client adds the model limit as the last bucket
-    assert build_embedder(settings, max_in_flight=settings.ingest_max_in_flight).max_in_flight == 8  # ingestion's
+    assert build_embedder(settings, max_in_flight=settings.ingest_max_in_flight).max_in_flight == 4  # ingestion's
 
 
 def test_cli_reports_bad_settings_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

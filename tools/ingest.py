@@ -41,7 +41,7 @@ import numpy.typing as npt
 from tritonclient.utils import InferenceServerException
 
 from tools.chunking import chunk_text, fit_window
-from tools.embedder import EmbedderError, TritonEmbedder
+from tools.embedder import EmbedderError, EmbedderOverloadedError, TritonEmbedder
 from tools.jsonl import JsonlError, read_records
 from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError, VectorStore
 
@@ -321,6 +321,11 @@ class _Prepared:
     failed: list[BadChunk]
 
 
+def _server_failure(exc: EmbedderError) -> bool:
+    """Triton failed or refused (unreachable, overloaded, timed out), rather than these texts."""
+    return isinstance(exc, EmbedderOverloadedError) or isinstance(exc.__cause__, InferenceServerException)
+
+
 async def _embed_isolating(embedder: TritonEmbedder, texts: list[str]) -> npt.NDArray[np.float32]:
     """`(len(texts), dim)` float32; a row whose text cannot be embedded is NaN.
 
@@ -331,7 +336,7 @@ async def _embed_isolating(embedder: TritonEmbedder, texts: list[str]) -> npt.ND
     try:
         return await embedder.embed(texts, kind="document")
     except EmbedderError as exc:
-        if isinstance(exc.__cause__, InferenceServerException):
+        if _server_failure(exc):
             raise
         batch_error = exc
         log.warning("embedding a batch of %d chunks failed (%s); embedding its chunks one by one", len(texts), exc)
@@ -341,7 +346,7 @@ async def _embed_isolating(embedder: TritonEmbedder, texts: list[str]) -> npt.ND
         try:
             out[i] = (await embedder.embed([text], kind="document"))[0]
         except EmbedderError as exc:
-            if isinstance(exc.__cause__, InferenceServerException):
+            if _server_failure(exc):
                 raise
             failures += 1
     if failures == len(texts) > 1:  # not one chunk embeds: the client or server is broken, not the chunks
