@@ -132,7 +132,7 @@ async def test_vector_extension_in_another_schema_is_one_line(fake_settings: Set
     finally:
         await conn.close()
     result = rag(fake_settings, "docs", "list", DATABASE_URL=other_url)
-    assert_one_line_error(result, 'type "vector" does not exist')
+    assert_one_line_error(result, "extension is in schema 'ext'")
     assert "search_path" in result.stderr
 
 
