@@ -81,12 +81,11 @@ def describe(exc: BaseException) -> Failure | None:
             if (failure := describe(inner)) is not None:
                 return failure
         return None
-    overloaded = getattr(embedder, "EmbedderOverloadedError", None)
     if isinstance(exc, AnswerLimitError) and exc.limit == "timeout":
         return Failure("timeout", _one_line(str(exc)), retryable=True)
     if isinstance(exc, AgentError):
         return Failure(exc.kind, _one_line(str(exc)), retryable=exc.kind == "llm_unavailable")
-    if overloaded is not None and isinstance(exc, overloaded):
+    if isinstance(exc, embedder.EmbedderOverloadedError):
         return Failure("embedder_overloaded", _one_line(str(exc)), retryable=True)
     if isinstance(exc, embedder.EmbedderError):
         return Failure("retrieval_unavailable", _one_line(str(exc)), retryable=True)

@@ -29,7 +29,7 @@ from agent.settings import Settings
 from infra import processes, stack
 from infra.config import StackConfig
 from tests.conftest import REPO_ROOT
-from tools.embedder import EmbedderError
+from tools.embedder import EmbedderError, EmbedderOverloadedError
 from tools.store import StoreError
 
 BRACKET_TITLE = "Scratch space under [/tmp] and [/var]"
@@ -64,6 +64,7 @@ def test_failures_map_to_kinds_and_http_statuses() -> None:
         (LLMUnavailableError("refused"), "llm_unavailable", 503),
         (LLMConfigError("no tools"), "llm_misconfigured", 503),
         (EmbedderError("Triton down"), "retrieval_unavailable", 503),
+        (EmbedderOverloadedError("queue full"), "embedder_overloaded", 503),
         (StoreError("cannot connect"), "store_error", 503),
         (asyncpg.ConnectionDoesNotExistError("closed"), "postgres_unavailable", 503),
         (asyncpg.UndefinedObjectError('type "vector" does not exist'), "postgres_error", 500),
@@ -80,6 +81,8 @@ def test_failures_map_to_kinds_and_http_statuses() -> None:
     response = error_response(describe(EmbedderError("Triton down")))  # type: ignore[arg-type]
     assert response.status_code == 503 and response.headers["retry-after"].isdigit()
     assert json.loads(bytes(response.body)) == {"error": "retrieval_unavailable", "detail": "Triton down"}
+    overloaded = error_response(describe(EmbedderOverloadedError("queue full")))  # type: ignore[arg-type]
+    assert overloaded.status_code == 503 and overloaded.headers["retry-after"].isdigit()
     assert "retry-after" not in error_response(describe(ValueError("bad"))).headers  # type: ignore[arg-type]
 
 
