@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -40,6 +40,64 @@ OUTPUT_NAME = EMBEDDING_OUTPUT
 EXPORT_VERSION = "2"
 """Version of the graph contract: 1 = `last_hidden_state` (batch, seq, dim); 2 = pooled `sentence_embedding`."""
 EXPORT_VERSION_KEY = "triton_rag.export_version"
+
+
+def pooled_encoder(encoder: Any, pooling: Pooling) -> Any:
+    """`encoder` (a Hugging Face `AutoModel`) wrapped as a `torch.nn.Module` in eval mode that maps `input_ids`,
+    `attention_mask` int64 `(batch, seq)` to the pooled, L2-normalised sentence embedding `(batch, hidden)` float32;
+    the same arithmetic as `tools.pooling.pool_and_normalize`.
+
+    Args:
+        pooling: `mean` (attention-mask-weighted mean of the token states) or `cls` (the first token's state).
+
+    Raises:
+        ValueError: unknown `pooling`.
+    """
+    import torch
+
+    if pooling not in ("mean", "cls"):
+        raise ValueError(f"unknown pooling {pooling!r}; expected 'mean' or 'cls'")
+
+    class PooledEncoder(torch.nn.Module):
+        """Encoder -> pooling -> L2 normalisation."""
+
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.encoder = inner
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            states: torch.Tensor = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            if pooling == "mean":
+                mask = attention_mask.unsqueeze(-1).to(states.dtype)
+                pooled = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            else:
+                pooled = states[:, 0]
+            return torch.nn.functional.normalize(pooled, p=2.0, dim=1, eps=1e-12)
+
+    return PooledEncoder(encoder).eval()
+
+
+def export_graph(wrapper: Any, out_file: Path) -> None:
+    """Write `wrapper` (from `pooled_encoder`) to `out_file` as ONNX with the graph contract above: TorchScript
+    exporter, opset `OPSET`, batch and sequence axes dynamic."""
+    import torch
+
+    dummy = torch.ones((2, 16), dtype=torch.int64)
+    with torch.no_grad():
+        torch.onnx.export(
+            wrapper,
+            (dummy, dummy),
+            str(out_file),
+            input_names=["input_ids", "attention_mask"],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "sequence"},
+                "attention_mask": {0: "batch", 1: "sequence"},
+                OUTPUT_NAME: {0: "batch"},
+            },
+            opset_version=OPSET,
+            dynamo=False,
+        )
 
 
 def export_onnx(weights_dir: Path, out_file: Path, pooling: Pooling) -> Path:
@@ -58,53 +116,15 @@ def export_onnx(weights_dir: Path, out_file: Path, pooling: Pooling) -> Path:
         FileNotFoundError: `weights_dir` has no `config.json`.
         ValueError: unknown `pooling`.
     """
-    import torch
     from transformers import AutoModel
 
     if not (weights_dir / "config.json").is_file():
         raise FileNotFoundError(f"weights_dir {weights_dir} has no config.json (expected a Hugging Face model dir)")
-    if pooling not in ("mean", "cls"):
-        raise ValueError(f"unknown pooling {pooling!r}; expected 'mean' or 'cls'")
-
     model = AutoModel.from_pretrained(str(weights_dir))
-    model.eval()
-
-    class PooledEncoder(torch.nn.Module):
-        """Encoder -> pooling -> L2 normalisation; the same arithmetic as `tools.pooling.pool_and_normalize`."""
-
-        def __init__(self, encoder: torch.nn.Module) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            states: torch.Tensor = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            if pooling == "mean":
-                mask = attention_mask.unsqueeze(-1).to(states.dtype)
-                pooled = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-            else:
-                pooled = states[:, 0]
-            return torch.nn.functional.normalize(pooled, p=2.0, dim=1, eps=1e-12)
-
-    wrapper = PooledEncoder(model).eval()
-    dummy_ids = torch.ones((2, 16), dtype=torch.int64)
-    dummy_mask = torch.ones((2, 16), dtype=torch.int64)
+    wrapper = pooled_encoder(model.eval(), pooling)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_file.with_suffix(".onnx.tmp")
-    with torch.no_grad():
-        torch.onnx.export(
-            wrapper,
-            (dummy_ids, dummy_mask),
-            str(tmp),
-            input_names=["input_ids", "attention_mask"],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={
-                "input_ids": {0: "batch", 1: "sequence"},
-                "attention_mask": {0: "batch", 1: "sequence"},
-                OUTPUT_NAME: {0: "batch"},
-            },
-            opset_version=OPSET,
-            dynamo=False,
-        )
+    export_graph(wrapper, tmp)
     _finish(tmp, dim=int(model.config.hidden_size))
     tmp.replace(out_file)
     log.info("exported %s (%s pooling) -> %s (%.1f MB)", weights_dir, pooling, out_file, out_file.stat().st_size / 1e6)

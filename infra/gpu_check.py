@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from infra.export_onnx import OPSET, OUTPUT_NAME  # the production export's opset and pooled output name
+from infra.export_onnx import OUTPUT_NAME, export_graph, pooled_encoder  # the production export's graph
 
 BGE_LARGE = {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096}
 TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}
@@ -28,34 +28,6 @@ VOCAB_SIZE = 30522
 MAX_POSITIONS = 512
 
 app = typer.Typer(add_completion=False)
-
-
-def pooled_wrapper(encoder: Any) -> Any:
-    """`encoder` wrapped to return CLS-pooled, L2-normalised embeddings `(batch, hidden)` float32.
-
-    Uses `infra.export_onnx.pooled_encoder(encoder, pooling="cls")` when that module-level function exists, so
-    both export the same graph. Today the production export's wrapper (`PooledEncoder`) is local to
-    `infra.export_onnx.export_onnx`, so the module below repeats its CLS branch: the first token's state, then
-    `torch.nn.functional.normalize(p=2, dim=1, eps=1e-12)`.
-    """
-    import torch
-
-    from infra import export_onnx
-
-    shared = getattr(export_onnx, "pooled_encoder", None)
-    if shared is not None:
-        return shared(encoder, pooling="cls")
-
-    class ClsPooled(torch.nn.Module):
-        def __init__(self, inner: torch.nn.Module) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            hidden = self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            return torch.nn.functional.normalize(hidden[:, 0], p=2.0, dim=1, eps=1e-12)
-
-    return ClsPooled(encoder).eval()
 
 
 def export_random_bge(out_file: Path, tiny: bool, seed: int = 0) -> Any:
@@ -76,23 +48,8 @@ def export_random_bge(out_file: Path, tiny: bool, seed: int = 0) -> Any:
         intermediate_size=shape["intermediate_size"],
     )
     model_class: Any = BertModel  # transformers' model classes are untyped
-    wrapper = pooled_wrapper(model_class(config, add_pooling_layer=False).eval())
-    dummy = torch.ones((2, 16), dtype=torch.int64)
-    with torch.no_grad():
-        torch.onnx.export(
-            wrapper,
-            (dummy, dummy),
-            str(out_file),
-            input_names=["input_ids", "attention_mask"],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={
-                "input_ids": {0: "batch", 1: "sequence"},
-                "attention_mask": {0: "batch", 1: "sequence"},
-                OUTPUT_NAME: {0: "batch"},
-            },
-            opset_version=OPSET,
-            dynamo=False,
-        )
+    wrapper = pooled_encoder(model_class(config, add_pooling_layer=False).eval(), "cls")
+    export_graph(wrapper, out_file)
     return wrapper
 
 
