@@ -79,7 +79,13 @@ def read_pid(run_dir: Path, name: str) -> int | None:
     except FileNotFoundError:
         return None
     except (ValueError, TypeError, KeyError) as exc:
-        log.warning("%s: unreadable PID file removed (%s); if %s still runs, stop it by its PID", path, exc, name)
+        text = path.read_text().strip()
+        why = (
+            f"the older plain-PID form ({text}), which cannot tell a reused PID from {name}"
+            if text.isdigit()
+            else f"unreadable: {exc}"
+        )
+        log.warning("%s: PID file removed, %s; if %s still runs, stop it by its PID", path, why, name)
         path.unlink(missing_ok=True)
         return None
     live = _identity(record.pid)

@@ -173,7 +173,7 @@ def test_a_reused_pid_is_never_signalled(
     time.sleep(0.2)
     assert sleeper.poll() is None, "the unrelated process was signalled"
     assert not processes.pid_file(run_dir, "triton").exists() and not processes.pid_file(run_dir, "vllm").exists()
-    assert "stale PID file removed" in caplog.text and "unreadable PID file removed" in caplog.text
+    assert "stale PID file removed" in caplog.text and "older plain-PID form" in caplog.text
 
 
 def test_rag_down_reports_a_stale_pid_file(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
