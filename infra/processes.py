@@ -135,7 +135,7 @@ def require_free_ports(service: str, ports: Mapping[str, int]) -> None:
     """
     taken = {name: port for name, port in ports.items() if port_in_use(port)}
     if taken:
-        detail = ", ".join(f"{name}={port}" for name, port in taken.items())
+        detail = ", ".join(f"port {port}, set by {name}" for name, port in taken.items())
         raise ServiceError(
             f"{service}: port already in use ({detail}); stop what listens there or set another port "
             f"(environment variable of the same name)"
