@@ -84,11 +84,15 @@ async def test_served_pooled_output_equals_token_state_reference(embedder: Trito
     assert np.abs(served - reference).max() <= 1e-5
 
 
-async def test_connect_reads_the_pooled_output_and_batch_limits(embedder: TritonEmbedder) -> None:
+async def test_connect_reads_the_pooled_output_and_batch_limits(
+    embedder: TritonEmbedder, triton_server: Settings
+) -> None:
     config = await embedder.model_config()
     assert [(o["name"], [int(d) for d in o["dims"]]) for o in config["output"]] == [(EMBEDDING_OUTPUT, [384])]
     assert embedder.max_batch_size == 64
-    assert embedder.max_in_flight == 2 * embedder.max_batch_size  # the default: one batch running, one forming
+    assert embedder.max_in_flight == triton_server.triton_max_in_flight  # the settings' limit
+    async with TritonEmbedder(triton_server.triton_grpc_url, embedder.spec) as unset:
+        assert unset.max_in_flight == 2 * unset.max_batch_size  # without one: one batch running, one forming
 
 
 async def test_text_alone_equals_same_text_inside_batch(embedder: TritonEmbedder) -> None:
