@@ -78,6 +78,6 @@ def test_taken_port_is_reported_by_setting_name(settings: Settings) -> None:
                 "triton_http_port": port,
             }
         )
-        with pytest.raises(processes.ServiceError, match=rf"TRITON_HTTP_PORT={port}"):
+        with pytest.raises(processes.ServiceError, match=rf"port {port}, set by TRITON_HTTP_PORT"):
             triton.start(StackConfig.of(other))
     assert processes.read_pid(other.run_dir, "triton") is None
