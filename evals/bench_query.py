@@ -43,13 +43,13 @@ from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
 from evals.retrieval_eval import ensure_database
 from evals.scifact import claim_texts
-from tools.retrieval import RetrievalMode, Retriever
+from tools.retrieval import RETRIEVAL_MODES, RetrievalMode, Retriever
 from tools.stats import percentiles
 from tools.store import ChunkRecord, DocumentRecord, VectorStore
 
 log = logging.getLogger(__name__)
 
-MODES: tuple[RetrievalMode, ...] = ("dense", "full_text", "hybrid")
+MODES: tuple[RetrievalMode, ...] = RETRIEVAL_MODES
 JITTER_SIGMA = 0.01
 """Standard deviation of the Gaussian noise added to each coordinate of a replica's unit vector (then
 re-normalised): replicas stay near their original (cosine ~0.98 for dim 384) without being exact duplicates."""

@@ -40,12 +40,12 @@ from evals.metrics import evaluate
 from evals.scifact import CorpusDoc, Qrels, Query
 from tools.embedder import TritonEmbedder
 from tools.ingest import SourceDocument, ingest_documents
-from tools.retrieval import CandidateLists, RetrievalMode, Retriever, rank_candidates
+from tools.retrieval import RETRIEVAL_MODES, CandidateLists, RetrievalMode, Retriever, rank_candidates
 from tools.stats import percentiles
 from tools.store import ChunkHit, ChunkRecord, DocumentRecord, VectorStore
 
 Variant = Literal["passage", "chunked"]
-MODES: tuple[RetrievalMode, ...] = ("dense", "full_text", "hybrid")
+MODES: tuple[RetrievalMode, ...] = RETRIEVAL_MODES
 REFERENCE_NDCG10 = {
     "all-MiniLM-L6-v2 dense (MTEB)": 0.6451,
     "BM25 (Anserini, BEIR)": 0.6789,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +20,8 @@ from tools.store import ChunkHit, FullTextMatch, FullTextRank
 from tools.timing import timed
 
 RetrievalMode = Literal["dense", "full_text", "hybrid"]
+RETRIEVAL_MODES: tuple[RetrievalMode, ...] = get_args(RetrievalMode)
+"""Every retrieval mode, in the order the evals and benchmarks report them."""
 
 
 class QueryEmbedder(Protocol):
@@ -80,16 +82,8 @@ class Passage(ChunkHit):
     @classmethod
     def of(cls, number: int, hit: ChunkHit, score: float, dense_score: float | None = None) -> Passage:
         """The passage numbered `number` for `hit`, ranked with `score`."""
-        return cls(
-            chunk_id=hit.chunk_id,
-            doc_id=hit.doc_id,
-            title=hit.title,
-            text=hit.text,
-            source=hit.source,
-            score=score,
-            number=number,
-            dense_score=dense_score,
-        )
+        shared = {f.name: getattr(hit, f.name) for f in fields(ChunkHit)}
+        return cls(**{**shared, "score": score}, number=number, dense_score=dense_score)
 
 
 @dataclass
