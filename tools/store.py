@@ -51,6 +51,18 @@ class StoreError(RuntimeError):
     """The store cannot be used as asked: unreachable, wrong embedder for the stored table, or bad input."""
 
 
+class StoreUnavailableError(StoreError):
+    """Postgres is unreachable, restarting or shutting down; the same call may succeed later (retryable)."""
+
+
+class StoreBusyError(StoreUnavailableError):
+    """No pooled connection became free within the bounded acquire time; retryable."""
+
+
+class StoreQueryError(StoreError):
+    """Postgres refused or failed a statement (a bug, a schema problem, or a missing extension); not retryable."""
+
+
 @dataclass(frozen=True)
 class ChunkRecord:
     """One chunk to store: its text, embedding `(dim,)` float32 and token count."""
