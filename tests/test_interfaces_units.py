@@ -194,3 +194,22 @@ def test_rag_down_reports_a_stale_pid_file(tmp_path: Path, sleeper: subprocess.P
     assert result.returncode == 0, result.stderr
     assert "stale PID file removed" in result.stderr and "nothing was running" in result.stdout
     assert sleeper.poll() is None
+
+
+def test_ingest_ceiling_is_a_flag_that_names_what_it_could_not_measure(tmp_path: Path) -> None:
+    from agent.wiring import build_embedder
+    from evals.ingest_ceiling import ceiling_line
+
+    embedder = build_embedder(Settings(_env_file=None, data_dir=tmp_path))  # type: ignore[call-arg]
+    assert ceiling_line(tmp_path / "model.onnx", embedder, 10.0, ["a chunk"]).endswith(
+        f"no model file {tmp_path}/model.onnx"
+    )
+    assert "embedded no chunks" in ceiling_line(tmp_path / "model.onnx", embedder, 10.0, [])
+    help_text = subprocess.run(
+        [sys.executable, "-m", "agent", "ingest", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"},
+    ).stdout
+    assert "--ceiling" in help_text and "--no-ceiling" in help_text and "default: no-ceiling" in help_text
