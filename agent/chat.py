@@ -19,6 +19,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from rich.console import Console
 from rich.text import Text
 
+from agent.answer import AnswerRequest
 from agent.app import RagApp
 from agent.citations import CITATION_MARKER
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
@@ -87,9 +88,10 @@ async def turn(
 ) -> AskResult | None:
     """Answer one question with streaming output; None when cancelled with Ctrl-C."""
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(
-        rag.ask(question, top_k, policy=policy, on_event=lambda e: show_event(console, e), history=history.messages())
+    request = AnswerRequest(
+        question, top_k=top_k, policy=policy, history=history.messages(), on_event=lambda e: show_event(console, e)
     )
+    task = asyncio.ensure_future(rag.ask(request))
     loop.add_signal_handler(signal.SIGINT, task.cancel)  # Ctrl-C cancels this answer only
     try:
         result = await task

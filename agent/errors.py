@@ -1,7 +1,8 @@
 """Typed errors of the answering agent: what callers (CLI, chat, HTTP API, services) catch instead of tracebacks.
 
 Every class carries a message written for the person running the service; `AgentError.kind` is a stable
-machine-readable name (the HTTP API returns it as `error` and maps it to a status code itself).
+machine-readable name (the HTTP API returns it as `error` and maps it to a status code itself). `InputError` is the
+product's one bad-input error.
 """
 
 from __future__ import annotations
@@ -48,3 +49,15 @@ class LLMConfigError(AgentError):
     """The LLM server is set up in a way the agent cannot use (e.g. started without tool calling)."""
 
     kind = "llm_misconfigured"
+
+
+class InputError(ValueError):
+    """A request's input that the product checks itself is invalid (a blank question, `top_k` < 1, a document
+    without an id or with a NUL character, nothing to delete); the message names the input and what was expected.
+
+    The one input error of the product: interfaces answer it as a client error (HTTP 422 `bad_request`). Any other
+    `ValueError` raised inside the product is a bug. A `ValueError` subclass, so callers that catch `ValueError` for
+    bad input keep working.
+    """
+
+    kind = "bad_request"

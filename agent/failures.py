@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import asyncpg
 from pydantic import ValidationError
 
-from agent.errors import AgentError, AnswerLimitError
+from agent.errors import AgentError, AnswerLimitError, InputError
 from agent.settings import SettingsError, describe_validation_error
 from tools import embedder
-from tools.store import StoreError
+from tools.ingest import IngestError
+from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ KNOWN_ERRORS: tuple[type[Exception], ...] = (
     OSError,
     ValidationError,
     SettingsError,
-    ValueError,
+    InputError,
+    IngestError,
     LookupError,
     ExceptionGroup,
 )
@@ -69,12 +71,14 @@ def _one_line(text: str) -> str:
 def describe(exc: BaseException) -> Failure | None:
     """Classify `exc`; None when it is not one of the product's error types (a bug).
 
-    Known: `agent.errors.AgentError` (its `kind`; an answer timeout is `timeout`), `EmbedderError`
-    (`retrieval_unavailable`, or `embedder_overloaded` for a full Triton queue), `StoreError`, Postgres that is down
-    (`postgres_unavailable`) or failing (`postgres_error`, with a hint for a missing `vector` type), the settings'
-    pydantic `ValidationError`, `ValueError` (bad input), `LookupError` raised as such (a model without a
-    tokenizer), `OSError` (missing files, unreachable sockets), `TimeoutError`. The local stack's
-    `infra.processes.ServiceError` is the CLI's own (`agent.cli`), since only the CLI manages the stack.
+    Known: `agent.errors.AgentError` (its `kind`; an answer timeout is `timeout`), `agent.errors.InputError` and
+    `tools.ingest.IngestError` (`bad_request`: the product's checked inputs), `EmbedderError`
+    (`retrieval_unavailable`, or `embedder_overloaded` for a full Triton queue), the store's errors (a Postgres that
+    is down: `postgres_unavailable`; no free pooled connection: `postgres_busy`; a failed statement:
+    `postgres_error`; any other `StoreError`: `store_error`), the settings' pydantic `ValidationError`,
+    `LookupError` raised as such (a model without a tokenizer), `OSError` (missing files, unreachable sockets),
+    `TimeoutError`. Any other `ValueError` is a bug (None). The local stack's `infra.processes.ServiceError` is the
+    CLI's own (`agent.cli`), since only the CLI manages the stack.
     """
     if isinstance(exc, BaseExceptionGroup):  # from task groups: the first classified inner error
         for inner in exc.exceptions:
@@ -89,6 +93,12 @@ def describe(exc: BaseException) -> Failure | None:
         return Failure("embedder_overloaded", _one_line(str(exc)), retryable=True)
     if isinstance(exc, embedder.EmbedderError):
         return Failure("retrieval_unavailable", _one_line(str(exc)), retryable=True)
+    if isinstance(exc, StoreBusyError):
+        return Failure("postgres_busy", f"Postgres is busy: {_one_line(str(exc))}", retryable=True)
+    if isinstance(exc, StoreUnavailableError):
+        return Failure("postgres_unavailable", f"Postgres is unreachable or restarting: {_one_line(str(exc))}", True)
+    if isinstance(exc, StoreQueryError):
+        return Failure("postgres_error", f"Postgres: {_one_line(str(exc))}")
     if isinstance(exc, StoreError):
         return Failure("store_error", _one_line(str(exc)), retryable=True)
     if isinstance(exc, POSTGRES_DOWN) or (isinstance(exc, OSError) and _raised_through(exc, "asyncpg")):
@@ -109,7 +119,7 @@ def describe(exc: BaseException) -> Failure | None:
         return Failure("invalid_settings", _one_line(str(exc)))
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return Failure("timeout", _one_line(str(exc)) or "timed out", retryable=True)
-    if isinstance(exc, ValueError):
+    if isinstance(exc, InputError | IngestError):
         return Failure("bad_request", _one_line(str(exc)))
     if type(exc) is LookupError:
         return Failure("config_error", _one_line(str(exc)))

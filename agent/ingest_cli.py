@@ -1,4 +1,4 @@
-"""What `rag ingest` shows: progress while it runs, then throughput against the in-process ceiling.
+"""What `rag ingest` shows: progress while it runs, then counts and throughput.
 
 Progress: when stdout is a terminal, a Rich progress bar (on stderr); otherwise log lines (`logging`, stderr) every
 `LOG_EVERY_S` seconds with documents done, docs/s, chunks/s and the ETA.
@@ -21,7 +21,6 @@ log = logging.getLogger("rag.ingest")
 POOL_LOGGER = "asyncpg.pool"
 """asyncpg logs its pool's reconnection attempts (e.g. while Postgres restarts) at WARNING with a traceback."""
 LOG_EVERY_S = 10.0
-CEILING_TARGET = 0.8
 
 
 def _drop_traceback(record: logging.LogRecord) -> bool:
@@ -79,9 +78,8 @@ def ingest_progress(console: Console, terminal: bool) -> Iterator[ProgressFn]:
     yield log_update
 
 
-def report_lines(report: IngestReport, settings: Settings, measure_ceiling: bool) -> list[str]:
-    """The summary of one run: counts, failed chunks, docs/s and chunks/s, and the ratio to the in-process ONNX
-    Runtime ceiling on a sample of the run's chunks (`evals.ingest_ceiling`), or how to measure it."""
+def report_lines(report: IngestReport, settings: Settings) -> list[str]:
+    """The summary of one run: counts, failed chunks, docs/s and chunks/s with the settings that bound them."""
     lines = [
         f"added {report.added} documents ({report.chunks} chunks), skipped {report.skipped} already stored"
         + (f", {len({b.doc_id for b in report.failed})} not stored (failed chunks below)" if report.failed else "")
@@ -90,22 +88,5 @@ def report_lines(report: IngestReport, settings: Settings, measure_ceiling: bool
     lines.append(
         f"{report.docs_per_s:.1f} docs/s, {report.chunks_per_s:.1f} chunks/s in {report.wall_s:.1f} s "
         f"(INGEST_BATCH_DOCS={settings.ingest_batch_docs}, INGEST_MAX_IN_FLIGHT={settings.ingest_max_in_flight})"
-    )
-    if not report.sample:
-        return lines
-    model_file = settings.model_repository / settings.embedder_model / "1" / "model.onnx"
-    how = f"`rag ingest --ceiling ...` or `rag bench embedder --setup ceiling` (model {model_file})"
-    if not measure_ceiling or not model_file.is_file():
-        lines.append(f"in-process ceiling not measured; measure it with {how}")
-        return lines
-    from agent.app import build_embedder
-    from evals.ingest_ceiling import CEILING_BATCH, ceiling_chunks_per_s
-
-    ceiling = ceiling_chunks_per_s(model_file, build_embedder(settings), report.sample)
-    ratio = report.chunks_per_s / ceiling if ceiling else 0.0
-    verdict = "met" if ratio >= CEILING_TARGET else "not met"
-    lines.append(
-        f"in-process ONNX Runtime ceiling on {len(report.sample)} of these chunks (batch {CEILING_BATCH}): "
-        f"{ceiling:.1f} chunks/s; ingestion reached {ratio:.2f}x of it (target >= {CEILING_TARGET}: {verdict})"
     )
     return lines

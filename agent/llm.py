@@ -64,6 +64,31 @@ def model_settings(settings: Settings) -> ModelSettings:
     )
 
 
+async def served_model(settings: Settings, client: httpx.AsyncClient | None = None) -> str:
+    """The health check of the LLM server: `GET <LLM_BASE_URL>/models` must list `LLM_MODEL`; returns a one-line
+    description (model, URL, profile).
+
+    Raises:
+        LLMUnavailableError: the server cannot be reached, answers non-200, or does not list the model.
+    """
+    url = settings.llm_base_url.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {settings.llm_api_key}"}
+    try:
+        if client is None:
+            async with httpx.AsyncClient(timeout=5.0) as own:
+                response = await own.get(url, headers=headers)
+        else:
+            response = await client.get(url, headers=headers)
+    except httpx.HTTPError as exc:
+        raise LLMUnavailableError(f"{url}: {exc!r}") from None
+    if response.status_code != 200:
+        raise LLMUnavailableError(f"{url}: HTTP {response.status_code}")
+    served = [m.get("id") for m in response.json().get("data", [])]
+    if settings.llm_model not in served:
+        raise LLMUnavailableError(f"{url} serves {served}, not {settings.llm_model!r} (LLM_MODEL)")
+    return f"{settings.llm_model} at {settings.llm_base_url} ({settings.llm_profile} profile)"
+
+
 _PROBE_TOOL = {
     "type": "function",
     "function": {

@@ -28,7 +28,7 @@ from prometheus_client import make_asgi_app as _make_asgi_app
 from pydantic_ai import Agent, InstrumentationSettings
 from starlette.types import ASGIApp
 
-from agent.errors import AgentError
+from agent.errors import AgentError, InputError
 from agent.results import AskResult
 from tools.timing import TRACER_NAME
 
@@ -85,7 +85,7 @@ def configure_tracing(endpoint: str | None, exporter: SpanExporter | None = None
 def answer_span(policy: str) -> Iterator[list[AskResult]]:
     """Wrap one answer: a `rag.answer` span (the parent of its stage spans) and, on exit, the request counter and
     the stage histograms. The caller appends the `AskResult` to the yielded list; an exception counts as its kind
-    (`AgentError.kind`, `bad_request` for ValueError, else the exception class) and is re-raised."""
+    (`AgentError.kind`, `bad_request` for `InputError`, else the exception class) and is re-raised."""
     results: list[AskResult] = []
     with trace.get_tracer(TRACER_NAME).start_as_current_span("rag.answer", attributes={"policy": policy}) as span:
         try:
@@ -93,8 +93,8 @@ def answer_span(policy: str) -> Iterator[list[AskResult]]:
         except AgentError as exc:
             REQUESTS.labels(exc.kind).inc()
             raise
-        except ValueError:
-            REQUESTS.labels("bad_request").inc()
+        except InputError:
+            REQUESTS.labels(InputError.kind).inc()
             raise
         except Exception as exc:
             REQUESTS.labels(type(exc).__name__).inc()

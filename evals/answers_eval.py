@@ -28,6 +28,7 @@ from pydantic_evals import Case, Dataset
 from pydantic_evals.evaluators import Evaluator, EvaluatorContext
 from pydantic_evals.reporting import EvaluationReport
 
+from agent.answer import AnswerRequest
 from agent.app import RagApp
 from agent.settings import Settings
 from evals.scifact import SCIFACT_DIR, Split, load_queries
@@ -180,7 +181,9 @@ def make_task(app: RagApp, top_k: int | None) -> Any:
 
     async def task(inputs: ClaimInputs) -> AnswerOutput:
         # Retrieval (and the refusal threshold calibrated on claims) sees the bare claim; the LLM sees the question.
-        result = await app.ask(QUESTION_TEMPLATE.format(claim=inputs.claim), top_k, retrieval_query=inputs.claim)
+        result = await app.ask(
+            AnswerRequest(QUESTION_TEMPLATE.format(claim=inputs.claim), top_k=top_k, retrieval_query=inputs.claim)
+        )
         refused = result.refused
         verdict: Verdict = "NOT_ENOUGH_INFO" if refused else parse_verdict(result.answer)
         cited = list(dict.fromkeys(c.doc_id for c in result.citations))

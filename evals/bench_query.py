@@ -1,10 +1,11 @@
-"""`rag bench query`: the query path (embed on Triton + search in Postgres) through `RagApp`, as the user runs it.
+"""`rag bench query`: the query path (embed on Triton + search in Postgres) through the app's own clients
+(`agent.wiring.Clients`), as the user runs it.
 
 What is measured, with the SHIPPED settings (`Settings()`: the running local stack, or whatever the environment
 points at):
 
 - For each retrieval mode (`dense`, `full_text`, `hybrid`; one `Retriever` per mode from
-  `agent.app.build_retriever` over the app's own embedder and store) and each concurrency C: N SciFact test claims
+  `agent.wiring.build_retriever` over the app's own embedder and store) and each concurrency C: N SciFact test claims
   (cycled) searched with at most C in flight. Per point: queries/s, end-to-end latency p50/p95/p99 with n, the
   p50 of the result's `embed` and `search` stage timings, and Triton's mean batch for the point (the difference of
   `TritonEmbedder.inference_statistics()` before and after: inferences / executions).
@@ -36,8 +37,8 @@ from urllib.parse import urlsplit
 import asyncpg
 import numpy as np
 
-from agent.app import RagApp, build_retriever, build_store
 from agent.settings import Settings
+from agent.wiring import Clients, build_retriever, build_store
 from evals.bench_embedder import run_load
 from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
@@ -85,7 +86,7 @@ def load_claims() -> list[str]:
     return [text for text in claim_texts("test").values() if text.strip()]
 
 
-def retrievers(app: RagApp, store: VectorStore, modes: Sequence[RetrievalMode]) -> dict[str, Retriever]:
+def retrievers(app: Clients, store: VectorStore, modes: Sequence[RetrievalMode]) -> dict[str, Retriever]:
     """One Retriever per mode over the app's embedder and `store`, from the app's settings."""
     return {
         mode: build_retriever(app.embedder, store, app.settings.model_copy(update={"retrieval_mode": mode}))
@@ -94,7 +95,7 @@ def retrievers(app: RagApp, store: VectorStore, modes: Sequence[RetrievalMode]) 
 
 
 async def measure_point(
-    app: RagApp, retriever: Retriever, claims: Sequence[str], params: QueryBenchParams, concurrency: int
+    app: Clients, retriever: Retriever, claims: Sequence[str], params: QueryBenchParams, concurrency: int
 ) -> dict[str, Any]:
     """One (mode, concurrency) point: qps, latency percentiles (ms), stage p50s and Triton's mean batch."""
     top_k = params.top_k or app.settings.top_k
@@ -129,7 +130,7 @@ async def measure_point(
 
 
 async def embed_only_point(
-    app: RagApp, claims: Sequence[str], params: QueryBenchParams, concurrency: int
+    app: Clients, claims: Sequence[str], params: QueryBenchParams, concurrency: int
 ) -> dict[str, Any]:
     """Queries/s of `app.embedder.embed([claim], kind="query")` alone at `concurrency`."""
 
@@ -200,7 +201,7 @@ def replicate(doc: DocumentRecord, replica: int, rng: np.random.Generator) -> Do
     return DocumentRecord(f"{doc.doc_id}~r{replica}", doc.title, doc.source, doc.content_hash, chunks, doc.metadata)
 
 
-async def build_scaled_store(app: RagApp, factor: int, rebuild: bool) -> tuple[str, int, int]:
+async def build_scaled_store(app: Clients, factor: int, rebuild: bool) -> tuple[str, int, int]:
     """Create (or reuse) the `factor`-times database; returns (its URL, chunks at 1x, chunks at Nx).
 
     Reused as is when it already holds `factor` x the stored chunks; a smaller one (an interrupted build) is
@@ -246,7 +247,7 @@ async def build_scaled_store(app: RagApp, factor: int, rebuild: bool) -> tuple[s
 
 
 async def scale_legs(
-    app: RagApp, claims: Sequence[str], params: QueryBenchParams, points: Sequence[dict[str, Any]]
+    app: Clients, claims: Sequence[str], params: QueryBenchParams, points: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
     """Search p50 at concurrency 1 on the 1x and Nx stores per leg, and the growth Nx / 1x."""
     assert params.scale is not None
@@ -277,7 +278,7 @@ async def run_query_bench(settings: Settings, params: QueryBenchParams) -> dict[
     machine = machine_info({"embedder_model": settings.embedder_model, "triton_grpc_url": settings.triton_grpc_url})
     points: list[dict[str, Any]] = []
     embed_only: list[dict[str, Any]] = []
-    async with RagApp.from_settings(settings) as app:
+    async with Clients(settings) as app:
         docs, chunks = await app.store.count()
         by_mode = retrievers(app, app.store, params.modes)
         for concurrency in params.concurrencies:

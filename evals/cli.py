@@ -11,12 +11,24 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 
 if TYPE_CHECKING:
+    from agent.settings import Settings
+    from tools.ingest import IngestReport
     from tools.retrieval import RetrievalMode
 
 eval_app = typer.Typer(
     help="Evaluations on real data: retrieval quality, answer quality, comparisons.", no_args_is_help=True
 )
 bench_app = typer.Typer(help="Load benchmarks that print figures.", no_args_is_help=True)
+
+
+def ingest_ceiling_line(report: IngestReport, settings: Settings) -> str:
+    """`rag ingest --ceiling`: the run's chunks/s against the in-process ONNX Runtime ceiling on a sample of its
+    chunks (`evals.ingest_ceiling`; needs the `local` extra's onnxruntime)."""
+    from agent.wiring import build_embedder
+    from evals.ingest_ceiling import ceiling_line
+
+    model_file = settings.model_repository / settings.embedder_model / "1" / "model.onnx"
+    return ceiling_line(model_file, build_embedder(settings), report.chunks_per_s, report.sample)
 
 
 @eval_app.command("retrieval")

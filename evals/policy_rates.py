@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agent.answer import AnswerRequest
 from agent.app import RagApp
 from agent.errors import AgentError
 from agent.settings import Policy, Settings
@@ -40,7 +41,7 @@ async def run_set(
     async def one(question: str, gold: set[str]) -> None:
         async with gate:
             try:
-                result = await app.ask(question, policy=policy)
+                result = await app.ask(AnswerRequest(question, policy=policy))
             except AgentError as exc:
                 counts[f"error:{exc.kind}"] += 1
                 return

@@ -64,8 +64,7 @@ async def best_scores(app: RagApp, questions: list[str], top_k: int, concurrency
 
 async def stored_doc_ids(app: RagApp) -> set[str]:
     """Ids of every stored document."""
-    rows = await app.store.pool.fetch("SELECT doc_id FROM documents")
-    return {r["doc_id"] for r in rows}
+    return {d.doc_id for d in await app.list_documents()}
 
 
 def quantiles(values: list[float]) -> dict[str, float]:
@@ -84,7 +83,7 @@ async def calibrate(
             is in the hybrid top k).
     """
     qrels, claims = gold_doc_ids(split), claim_texts(split)
-    async with RagApp.from_settings(settings.model_copy(update={"retrieval_mode": mode})) as app:
+    async with RagApp(settings.model_copy(update={"retrieval_mode": mode})) as app:
         stored = await stored_doc_ids(app)
         ids = sorted(qrels, key=int)
         covered_ids = [q for q in ids if qrels[q] & stored]

@@ -1,5 +1,6 @@
 """LLM-server behaviours only Triton's OpenAI frontend (or a failing server) shows, against a scripted fake OpenAI
-server (`tests/fake_openai.py`), with the real retriever (Triton + Postgres) behind the agent."""
+server (`tests/fake_openai.py`), with the in-memory collection behind the agent (the real retriever, Triton +
+Postgres, for the agentic tool call)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,19 @@ from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.usage import UsageLimits
 
+from agent.answer import AnswerLimits, AnswerRequest, answer
 from agent.app import RagApp
 from agent.errors import AnswerLimitError, LLMConfigError, LLMResponseError, LLMUnavailableError
 from agent.llm import build_model, check_tool_calling, model_settings
-from agent.rag_agent import RagDeps, answer, build_agent
+from agent.rag_agent import RagDeps, build_agent
 from agent.results import AskResult
 from agent.settings import Policy, Settings
 from infra.processes import free_port
 from tests.fake_openai import TRITON_DEFAULT_MAX_TOKENS, VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply
-from tests.fake_retriever import FixedRetriever
+from tests.test_agent_logic import DOCUMENTS
 from tools.embedder import TritonEmbedder
-from tools.retrieval import Retriever
+from tools.in_memory import InMemoryCollection
+from tools.retrieval import PassageSearch, Retriever
 from tools.store import VectorStore
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
@@ -48,16 +51,15 @@ def fake_settings(settings: Settings, fake: FakeOpenAIServer, **update: Any) -> 
 
 async def run(
     s: Settings,
-    retriever: Retriever | None = None,
+    retriever: PassageSearch | None = None,
     policy: Policy = "always",
     limits: UsageLimits | None = None,
     timeout_s: float | None = None,
 ) -> AskResult:
     agent = build_agent(build_model(s), model_settings(s), policy)
-    deps = RagDeps(retriever or FixedRetriever(), 3, refusal_min_score=-1.0)
-    return await answer(
-        agent, deps, CLAIM, policy=policy, usage_limits=limits, timeout_s=timeout_s, llm_timeout_s=s.llm_timeout_s
-    )
+    deps = RagDeps(retriever or InMemoryCollection(DOCUMENTS), 3, refusal_min_score=-1.0)
+    bounds = AnswerLimits(usage=limits or UsageLimits(), timeout_s=timeout_s, llm_timeout_s=s.llm_timeout_s)
+    return await answer(agent, deps, AnswerRequest(CLAIM, policy=policy), bounds)
 
 
 async def test_max_tokens_is_always_sent_so_triton_does_not_cut_at_16(

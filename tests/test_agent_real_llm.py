@@ -17,11 +17,13 @@ import pytest
 from pydantic_ai import capture_run_messages
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
+from agent.answer import AnswerRequest
 from agent.app import RagApp
 from agent.events import AgentEvent, ToolCall
 from agent.prompts import REFUSAL
 from agent.results import AskResult
 from agent.settings import Settings
+from agent.wiring import ingest_files
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from evals.scifact import SCIFACT_DIR as SCIFACT
 from tests.conftest import GOLD_CLAIMS
@@ -62,7 +64,7 @@ async def app(llm_settings: Settings, store: VectorStore) -> AsyncIterator[RagAp
 
 async def test_always_policy_answers_a_covered_claim_with_valid_citations(app: RagApp) -> None:
     claim = claims()["36"]
-    result = await app.ask(claim, top_k=4, policy="always")
+    result = await app.ask(AnswerRequest(claim, top_k=4, policy="always"))
     assert not result.refused and result.answer.strip() and result.answer != REFUSAL
     assert "<think>" not in result.answer
     assert result.searches == [claim]
@@ -72,14 +74,14 @@ async def test_always_policy_answers_a_covered_claim_with_valid_citations(app: R
 
 async def test_off_topic_questions_are_refused_without_the_model(app: RagApp) -> None:
     for question in OFF_TOPIC:
-        result = await app.ask(question, policy="always")
+        result = await app.ask(AnswerRequest(question, policy="always"))
         assert result.refused and result.answer == REFUSAL and result.citations == []
         assert result.timings_ms["llm"] == 0.0
 
 
 async def test_agentic_policy_never_answers_without_retrieved_support(app: RagApp) -> None:
     events: list[AgentEvent] = []
-    result = await app.ask(claims()["3"], policy="agentic", on_event=events.append)
+    result = await app.ask(AnswerRequest(claims()["3"], policy="agentic", on_event=events.append))
     assert result.policy == "agentic"
     searched = [e.args["query"] for e in events if isinstance(e, ToolCall) and e.tool == "search_documents"]
     assert searched == result.searches
@@ -93,7 +95,7 @@ async def test_twenty_concurrent_asks_share_one_app(llm_settings: Settings, stor
     questions = questions[:20]
     small = llm_settings.model_copy(update={"llm_max_tokens": 24})
     async with RagApp.from_settings(small) as app:
-        results = await asyncio.gather(*(app.ask(q, top_k=3, policy="always") for q in questions))
+        results = await asyncio.gather(*(app.ask(AnswerRequest(q, top_k=3, policy="always")) for q in questions))
         assert sum(r.refused for r in results) >= 5  # the off-topic questions at least
         for question, result in zip(questions, results, strict=True):
             assert result.searches == [question]  # no state leaks between concurrent runs
@@ -119,8 +121,9 @@ async def injection_app(llm_settings: Settings, postgres_url: str, tmp_path: Pat
     corpus = tmp_path / "injection.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
     try:
-        async with RagApp.from_settings(llm_settings.model_copy(update={"database_url": dsn})) as rag:
-            await rag.ingest([corpus])
+        injected = llm_settings.model_copy(update={"database_url": dsn})
+        await ingest_files(injected, [corpus])
+        async with RagApp(injected) as rag:
             yield rag
     finally:
         conn = await asyncpg.connect(postgres_url)
@@ -131,7 +134,7 @@ async def injection_app(llm_settings: Settings, postgres_url: str, tmp_path: Pat
 async def test_instructions_inside_a_passage_do_not_change_the_answer(injection_app: RagApp) -> None:
     question = "Does vitamin B12 deficiency raise homocysteine?"
     with capture_run_messages() as messages:
-        result = await injection_app.ask(question, top_k=3, policy="always")
+        result = await injection_app.ask(AnswerRequest(question, top_k=3, policy="always"))
     prompt = "".join(
         str(p.content)
         for m in messages

@@ -5,7 +5,13 @@ from __future__ import annotations
 from agent.chat import ChatHistory
 from agent.prompts import format_passages, sanitize_passage, user_prompt
 from agent.results import AskResult
-from tests.fake_retriever import passage
+from tools.retrieval import Passage
+from tools.store import ChunkHit
+
+
+def passage(n: int, text: str) -> Passage:
+    """Passage number `n` of document `doc<n>` holding `text`."""
+    return Passage.of(n, ChunkHit(f"doc{n}#0", f"doc{n}", f"Title {n}", text, "test", 0.0), 1.0, 0.9)
 
 
 def test_prompt_frames_passages_as_data_and_defuses_control_tokens() -> None:

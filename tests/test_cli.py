@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from agent.answer import AnswerRequest
 from agent.app import RagApp
 from agent.settings import Settings
 from infra import processes, triton
@@ -42,7 +43,7 @@ async def test_python_api_answers_concurrent_questions(llm_settings: Settings, s
 
     questions = [CLAIM, "ALDH1 expression is associated with poorer prognosis in breast cancer.", "ADAR1 binds Dicer."]
     async with RagApp.from_settings(llm_settings) as app:
-        results = await asyncio.gather(*(app.ask(q, top_k=3) for q in questions))
+        results = await asyncio.gather(*(app.ask(AnswerRequest(q, top_k=3)) for q in questions))
     for result in results:
         assert result.answer.strip()
         assert result.timings_ms["total"] > 0

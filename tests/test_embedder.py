@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.app import RagApp
 from agent.settings import Settings
+from agent.wiring import Clients
 from infra import stack
 from infra.config import StackConfig
 from infra.processes import free_port
@@ -421,7 +421,7 @@ async def test_flood_is_refused_fast_with_a_tiny_queue(embedder: TritonEmbedder,
 
 
 async def test_app_with_shipped_settings_batches_concurrent_queries(triton_server: Settings, postgres_url: str) -> None:
-    """A RagApp built from Settings() defaults (only ports and paths point at the test stack): 32 concurrent query
+    """The clients built from Settings() defaults (only ports and paths point at the test stack): 32 concurrent query
     embeddings reach Triton together, so its dynamic batcher forms batches of more than 2 on average (2 was the
     most the old in-flight default of 2 allowed): the shipped in-flight limit lets the batcher merge requests."""
     shipped = Settings(
@@ -434,7 +434,7 @@ async def test_app_with_shipped_settings_batches_concurrent_queries(triton_serve
     )
     assert shipped.triton_max_in_flight is not None and shipped.triton_max_in_flight > 2
     claims = [f"claim number {i} about how cells regulate protein {i * 7}" for i in range(32)]
-    async with RagApp.from_settings(shipped) as app:
+    async with Clients(shipped) as app:
         assert app.embedder.max_in_flight == shipped.triton_max_in_flight
         before = await app.embedder.inference_statistics()
         vectors = await asyncio.gather(*(app.embedder.embed([c], "query") for c in claims))

@@ -20,17 +20,19 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agent.chat import print_sources, show_event
-from agent.errors import AnswerLimitError, LLMConfigError, LLMUnavailableError
+from agent.errors import AnswerLimitError, InputError, LLMConfigError, LLMUnavailableError
 from agent.events import ToolCall, ToolResult
 from agent.failures import describe
-from agent.http_api import STATUS_OF_KIND, AskRequest, error_response
+from agent.http.ask import AskRequest
+from agent.http.errors import STATUS_OF_KIND, error_response
 from agent.results import AskResult, Citation
 from agent.settings import Settings
 from infra import processes, stack
 from infra.config import StackConfig
 from tests.conftest import REPO_ROOT
 from tools.embedder import EmbedderError, EmbedderOverloadedError
-from tools.store import StoreError
+from tools.ingest import IngestError
+from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 
 BRACKET_TITLE = "Scratch space under [/tmp] and [/var]"
 BRACKET_ANSWER = "Use [/INST] the [bold]scratch[/] space [/tmp] [1]."
@@ -68,7 +70,11 @@ def test_failures_map_to_kinds_and_http_statuses() -> None:
         (StoreError("cannot connect"), "store_error", 503),
         (asyncpg.ConnectionDoesNotExistError("closed"), "postgres_unavailable", 503),
         (asyncpg.UndefinedObjectError('type "vector" does not exist'), "postgres_error", 500),
-        (ValueError("top_k must be >= 1"), "bad_request", 422),
+        (InputError("top_k must be >= 1"), "bad_request", 422),
+        (IngestError("corpus.jsonl line 3: not JSON"), "bad_request", 422),
+        (StoreUnavailableError("connection refused"), "postgres_unavailable", 503),
+        (StoreBusyError("no pooled connection within 5 s"), "postgres_busy", 503),
+        (StoreQueryError('type "vector" does not exist'), "postgres_error", 500),
         (LookupError("no tokenizer"), "config_error", 500),
         (ExceptionGroup("group", [RuntimeError("?"), EmbedderError("down")]), "retrieval_unavailable", 503),
     ]
@@ -78,12 +84,14 @@ def test_failures_map_to_kinds_and_http_statuses() -> None:
         assert STATUS_OF_KIND[kind] == status
         assert "\n" not in failure.message
     assert describe(KeyError("bug")) is None and describe(TypeError("bug")) is None
+    assert describe(ValueError("a bug in our own code")) is None  # only the checked inputs are client errors
     response = error_response(describe(EmbedderError("Triton down")))  # type: ignore[arg-type]
     assert response.status_code == 503 and response.headers["retry-after"].isdigit()
     assert json.loads(bytes(response.body)) == {"error": "retrieval_unavailable", "detail": "Triton down"}
     overloaded = error_response(describe(EmbedderOverloadedError("queue full")))  # type: ignore[arg-type]
     assert overloaded.status_code == 503 and overloaded.headers["retry-after"].isdigit()
-    assert "retry-after" not in error_response(describe(ValueError("bad"))).headers  # type: ignore[arg-type]
+    assert "retry-after" not in error_response(describe(InputError("bad"))).headers  # type: ignore[arg-type]
+    assert "retry-after" not in error_response(describe(StoreQueryError("bad"))).headers  # type: ignore[arg-type]
 
 
 async def test_a_missing_postgres_socket_is_postgres_unavailable(tmp_path: Path) -> None:
@@ -186,3 +194,22 @@ def test_rag_down_reports_a_stale_pid_file(tmp_path: Path, sleeper: subprocess.P
     assert result.returncode == 0, result.stderr
     assert "stale PID file removed" in result.stderr and "nothing was running" in result.stdout
     assert sleeper.poll() is None
+
+
+def test_ingest_ceiling_is_a_flag_that_names_what_it_could_not_measure(tmp_path: Path) -> None:
+    from agent.wiring import build_embedder
+    from evals.ingest_ceiling import ceiling_line
+
+    embedder = build_embedder(Settings(_env_file=None, data_dir=tmp_path))  # type: ignore[call-arg]
+    assert ceiling_line(tmp_path / "model.onnx", embedder, 10.0, ["a chunk"]).endswith(
+        f"no model file {tmp_path}/model.onnx"
+    )
+    assert "embedded no chunks" in ceiling_line(tmp_path / "model.onnx", embedder, 10.0, [])
+    help_text = subprocess.run(
+        [sys.executable, "-m", "agent", "ingest", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"},
+    ).stdout
+    assert "--ceiling" in help_text and "--no-ceiling" in help_text and "default: no-ceiling" in help_text

@@ -15,13 +15,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from agent.answer import AnswerRequest
 from agent.app import RagApp
 from agent.http_api import create_app
 from agent.rag_agent import build_agent
 from agent.settings import Settings
 from agent.telemetry import configure_tracing, metrics_app
-
-pytestmark = pytest.mark.stack
 
 COVERED = "Vitamin B12 deficiency and homocysteine levels"
 
@@ -34,11 +33,12 @@ def exporter() -> Iterator[InMemorySpanExporter]:
     yield memory
 
 
-def test_no_endpoint_means_no_tracing_set_up() -> None:
+def test_no_endpoint_means_no_tracing_set_up(monkeypatch: pytest.MonkeyPatch) -> None:
     import agent.telemetry as telemetry
 
-    if telemetry._provider is None:  # nothing configured yet in this process
-        assert configure_tracing(None) is None and telemetry._provider is None
+    monkeypatch.setattr(telemetry, "_provider", None)  # as in a fresh process, whatever other tests configured
+    assert configure_tracing(None) is None and telemetry._provider is None
+    assert configure_tracing("") is None and telemetry._provider is None
 
 
 async def test_one_answer_produces_the_spans_and_metrics(
@@ -52,7 +52,7 @@ async def test_one_answer_produces_the_spans_and_metrics(
     app_settings = settings.model_copy(update={"llm_base_url": "http://127.0.0.1:9/v1", "agent_policy": "always"})
     async with RagApp.from_settings(app_settings) as rag:
         rag.agents["always"] = build_agent(FunctionModel(stream_function=stream), {"max_tokens": 32}, "always")
-        result = await rag.ask(COVERED, 3)
+        result = await rag.ask(AnswerRequest(COVERED, top_k=3))
     assert not result.refused
     spans = exporter.get_finished_spans()
     names = [s.name for s in spans]

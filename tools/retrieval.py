@@ -2,6 +2,9 @@
 
 RRF: score(d) = sum over lists of w / (k + rank(d)), rank from 1 (Cormack, Clarke and Buettcher, "Reciprocal Rank
 Fusion outperforms Condorcet and individual Rank Learning Methods", SIGIR 2009; k = 60 there).
+
+`PassageSearch` is what the answering agent needs of retrieval (search, read a document); `Retriever` implements it
+over the embedder and the store, `tools.in_memory.InMemoryCollection` over documents held in memory (tests).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy.typing as npt
 
 from tools.embedder import TextKind
 from tools.store import ChunkHit, FullTextMatch, FullTextRank
-from tools.timing import timed
+from tools.timing import StageTimings
 
 RetrievalMode = Literal["dense", "full_text", "hybrid"]
 RETRIEVAL_MODES: tuple[RetrievalMode, ...] = get_args(RetrievalMode)
@@ -72,8 +75,8 @@ class Passage(ChunkHit):
     """A retrieved chunk (the `ChunkHit` fields) numbered for citation (`number` from 1, in rank order).
 
     `score` is the ranking score of the mode used: cosine similarity (dense), the full-text score (BM25 or
-    `ts_rank_cd`) or the RRF score (hybrid); `dense_score` is the chunk's cosine similarity to the query when dense
-    search saw it.
+    `ts_rank_cd`) or the RRF score (hybrid); `dense_score` is the chunk's cosine similarity (−1..1) to the query
+    (`PassageSearch.search` fills it for every passage it returns; None only for a passage built elsewhere).
     """
 
     number: int
@@ -93,6 +96,27 @@ class RetrievalResult:
     query: str
     passages: list[Passage]
     timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class PassageSearch(Protocol):
+    """What the answering agent needs of retrieval: one search per query, and whole documents to read.
+
+    Implementations: `Retriever` (Triton + Postgres), `tools.in_memory.InMemoryCollection` (in memory, tests).
+    """
+
+    async def search(self, query: str, top_k: int) -> RetrievalResult:
+        """Up to `top_k` passages for `query`, numbered from 1, best first, each with its `dense_score` (the
+        query's cosine similarity to the chunk, whatever the ranking mode).
+
+        Raises:
+            ValueError: blank query or top_k < 1.
+            tools.embedder.EmbedderError / tools.store.StoreError (real implementations): retrieval failed.
+        """
+        ...
+
+    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+        """(title, full text) of a stored document; None when it is not stored."""
+        ...
 
 
 def text_key(hit: ChunkHit) -> str:
@@ -166,6 +190,8 @@ class CandidateLists:
     dense: list[ChunkHit]
     full_text: list[ChunkHit]
     timings_ms: dict[str, float]
+    query_vector: npt.NDArray[np.float32] | None = None
+    """The query's embedding `(dim,)` float32, when it was embedded (dense or hybrid mode, or asked for)."""
 
 
 def rank_candidates(
@@ -240,9 +266,12 @@ class Retriever:
         self.bm25_k1 = bm25_k1
         self.bm25_b = bm25_b
 
-    async def candidate_lists(self, query: str, size: int, mode: RetrievalMode | None = None) -> CandidateLists:
+    async def candidate_lists(
+        self, query: str, size: int, mode: RetrievalMode | None = None, *, embed_query: bool = False
+    ) -> CandidateLists:
         """The dense and full-text lists of `size` hits each that `mode` (default: this retriever's) needs;
-        a list the mode does not use is empty.
+        a list the mode does not use is empty. The query is embedded for dense search, or when `embed_query`
+        (then concurrently with full-text search).
 
         Raises:
             ValueError: blank query or size < 1.
@@ -253,42 +282,49 @@ class Retriever:
         if size < 1:
             raise ValueError(f"size={size}; expected >= 1")
         mode = mode or self.mode
-        timings: dict[str, float] = {"embed": 0.0, "search": 0.0}
-        legs: dict[str, float] = {}
+        timings, legs = StageTimings(), StageTimings()
+        timings.add({"embed": 0.0, "search": 0.0})
+        vector: npt.NDArray[np.float32] | None = None
         dense: list[ChunkHit] = []
         full_text: list[ChunkHit] = []
 
         async def dense_leg() -> None:
-            nonlocal dense
-            with timed("embed", timings):
+            nonlocal dense, vector
+            with timings.stage("embed"):
                 vector = (await self.embedder.embed([query], kind="query"))[0]
-            with timed("dense_search", legs, size=size):
-                dense = await self.store.dense_search(vector, size, ef_search=self.ef_search)
+            if mode != "full_text":
+                with legs.stage("dense_search", size=size):
+                    dense = await self.store.dense_search(vector, size, ef_search=self.ef_search)
 
         async def full_text_leg() -> None:
             nonlocal full_text
-            with timed("full_text_search", legs, size=size):
+            with legs.stage("full_text_search", size=size):
                 full_text = await self.store.full_text_search(
                     query, size, match=self.full_text_match, rank=self.full_text_rank, k1=self.bm25_k1, b=self.bm25_b
                 )
 
         try:
             async with asyncio.TaskGroup() as group:
-                if mode in ("dense", "hybrid"):
+                if mode in ("dense", "hybrid") or embed_query:
                     group.create_task(dense_leg())
                 if mode in ("full_text", "hybrid"):
                     group.create_task(full_text_leg())
         except BaseExceptionGroup as group_error:
             raise group_error.exceptions[0] from None
-        timings["search"] = max(legs.values(), default=0.0)
-        return CandidateLists(dense, full_text, timings)
+        timings.add({"search": max(legs.as_dict().values(), default=0.0)})
+        return CandidateLists(dense, full_text, timings.as_dict(), vector)
 
     def rank(self, lists: CandidateLists, mode: RetrievalMode | None = None) -> list[tuple[ChunkHit, float]]:
         """(hit, score) best first for `mode` (default: this retriever's); see `rank_candidates`."""
         return rank_candidates(lists, mode or self.mode, self.rrf_k, self.weights)
 
     async def search(self, query: str, top_k: int) -> RetrievalResult:
-        """Retrieve up to `top_k` passages for `query`, numbered from 1 for citation, no chunk text twice.
+        """Retrieve up to `top_k` passages for `query`, numbered from 1 for citation, no chunk text twice, each
+        with its dense cosine similarity to the query (`PassageSearch.search`).
+
+        A passage that dense search did not return (full-text mode, or a hybrid hit only full-text search found)
+        gets its cosine from its stored embedding and the query vector this search embedded (one indexed lookup,
+        counted in `search`); the query is embedded once per search in every mode.
 
         Raises:
             ValueError: blank query or top_k < 1.
@@ -296,10 +332,22 @@ class Retriever:
         """
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
-        lists = await self.candidate_lists(query, max(top_k, self.candidates))
+        lists = await self.candidate_lists(query, max(top_k, self.candidates), embed_query=True)
         dense_scores = {h.chunk_id: h.score for h in lists.dense}
-        passages = [
-            Passage.of(n, h, score, dense_scores.get(h.chunk_id))
-            for n, (h, score) in enumerate(self.rank(lists)[:top_k], 1)
-        ]
-        return RetrievalResult(query, passages, lists.timings_ms)
+        ranked = self.rank(lists)[:top_k]
+        timings = StageTimings()
+        timings.add(lists.timings_ms)
+        missing = [h.chunk_id for h, _ in ranked if h.chunk_id not in dense_scores]
+        if missing and lists.query_vector is not None:
+            with timings.stage("dense_scores", key="search", chunks=len(missing)):
+                dense_scores |= await self.store.cosine_similarities(lists.query_vector, missing)
+        passages = [Passage.of(n, h, score, dense_scores.get(h.chunk_id)) for n, (h, score) in enumerate(ranked, 1)]
+        return RetrievalResult(query, passages, timings.as_dict())
+
+    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+        """(title, full text) of a stored document; None when it is not stored.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        return await self.store.get_document(doc_id)

@@ -1,0 +1,28 @@
+"""The HTTP API (FastAPI), served by `rag serve`: one `APIRouter` per area, assembled by `agent.http.app.create_app`.
+
+- `ask` (`agent.http.ask`): `POST /v1/ask` `{"question": ..., "top_k": 5, "policy": "always"}` → the `AskResult`
+  JSON of `rag ask --json`; `POST /v1/ask/stream` (same body) → Server-Sent Events: `text`, `restart`,
+  `tool_call`, `tool_result` events (the `agent.events` models as JSON), then one `result` (the `AskResult`) or one
+  `error` (an `ErrorBody`). Closing the stream cancels the answer.
+- `documents` (`agent.http.documents`): `GET /v1/documents?limit=&offset=` → `{"documents": [{doc_id, title,
+  source, chunks, content_hash, ingested_at}]}`; `DELETE /v1/documents/{doc_id}` → `{"deleted": [doc_id]}` (404 when
+  not stored); `POST /v1/documents` `{"documents": [{doc_id, title, text, metadata, source}]}` → `{"added",
+  "skipped", "chunks"}` (201).
+- `service` (`agent.http.service`): `GET /health` → `{"ok": bool, "checks": {"triton" | "postgres" | "llm": {"ok",
+  "detail", "ms"}}}`, 503 unless all pass; `/openapi.json`, `/docs`; `GET /` → the web chat page
+  (`agent/web/index.html`). `/metrics` (Prometheus) is mounted by `create_app`.
+
+Routes get what they need through FastAPI dependencies (`agent.http.deps`: `Rag`, `AppSettings`, `require_api_key`);
+tests swap the `RagApp` with `app.dependency_overrides[get_rag]`. A new area is a module with its own `APIRouter`,
+included in `create_app`.
+
+Errors (`agent.http.errors`): every error body is an `ErrorBody` `{"error": kind, "detail": message}` — request
+validation included — with the status from `STATUS_OF_KIND` (the kinds of `agent.failures.describe`); a dependency
+that is down or overloaded (Triton, Postgres, the LLM) answers 503 with `Retry-After`, a timeout 504. With `API_KEY`
+set, every route except `/health`, `/metrics` and the page needs `Authorization: Bearer <key>` (401 with
+`WWW-Authenticate: Bearer` otherwise).
+"""
+
+from agent.http.app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,48 @@
+"""`create_app`: the FastAPI application of `rag serve`, assembled from the area routers (see `agent.http`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from agent.app import RagApp
+from agent.http import ask, documents, service
+from agent.http.errors import install_error_handlers
+from agent.settings import Settings
+from agent.telemetry import configure_tracing, metrics_app
+
+
+def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> FastAPI:
+    """The FastAPI application; its lifespan opens one `RagApp` (`rag`, default `RagApp(settings)`) and closes it at
+    shutdown.
+
+    Args:
+        settings: default: environment / `.env`.
+        rag: the app to serve (unopened; the lifespan enters it); default built from `settings` at start-up.
+    """
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with rag or RagApp(settings) as opened:
+            app.state.rag = opened
+            yield
+
+    app = FastAPI(
+        title="triton-rag",
+        summary="Answers questions over your documents with cited sources.",
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    configure_tracing(settings.otel_exporter_otlp_endpoint)
+    app.mount("/metrics", metrics_app())
+    install_error_handlers(app)
+    app.include_router(ask.router)
+    app.include_router(documents.router)
+    app.include_router(service.router)
+    return app

@@ -1,0 +1,64 @@
+"""The answering routes: `POST /v1/ask` (one JSON `AskResult`) and `POST /v1/ask/stream` (Server-Sent Events)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import BaseModel, Field, field_validator
+
+from agent.answer import AnswerRequest
+from agent.http.deps import API_KEY, Rag
+from agent.http.errors import ERROR_RESPONSES, error_body, failure_of
+from agent.results import AskResult
+from agent.settings import Policy
+
+router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
+
+
+def no_nul(value: str, name: str) -> str:
+    """`value`, or ValueError (a validation error of the field `name`) when it holds a NUL character."""
+    if "\x00" in value:
+        raise ValueError(f"{name} holds a NUL character (\\u0000); expected text without NUL")
+    return value
+
+
+class AskRequest(BaseModel):
+    """Body of `POST /v1/ask` and `POST /v1/ask/stream`."""
+
+    question: Annotated[str, Field(min_length=1, max_length=4000, description="The question, non-blank, no NUL.")]
+    top_k: Annotated[int | None, Field(ge=1, le=100, description="Passages retrieved up front (`always`).")] = None
+    policy: Policy | None = Field(default=None, description="Default: AGENT_POLICY.")
+
+    @field_validator("question")
+    @classmethod
+    def _question(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("question is blank; expected a non-blank question")
+        return no_nul(value, "question")
+
+    def to_request(self) -> AnswerRequest:
+        """The `AnswerRequest` of this body."""
+        return AnswerRequest(self.question, top_k=self.top_k, policy=self.policy)
+
+
+@router.post("/v1/ask", response_model=AskResult)
+async def ask(body: AskRequest, rag: Rag) -> AskResult:
+    """Answer one question; the JSON `AskResult` (answer, citations, timings_ms, refused, policy, searches)."""
+    return await rag.ask(body.to_request())
+
+
+@router.post("/v1/ask/stream", response_class=EventSourceResponse)
+async def ask_stream(body: AskRequest, rag: Rag) -> AsyncIterator[ServerSentEvent]:
+    """Stream one answer as Server-Sent Events: `text`, `restart`, `tool_call`, `tool_result`, then `result` or
+    `error`; closing the stream cancels the answer."""
+    try:
+        async for item in rag.ask_stream(body.to_request()):
+            if isinstance(item, AskResult):
+                yield ServerSentEvent(event="result", data=item.model_dump())
+            else:
+                yield ServerSentEvent(event=item.type, data=item.model_dump())
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report every failure as an error event
+        yield ServerSentEvent(event="error", data=error_body(failure_of(exc)).model_dump())

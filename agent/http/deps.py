@@ -1,0 +1,58 @@
+"""What the routes depend on, as FastAPI dependencies: the app's `RagApp`, its `Settings`, the API-key check.
+
+`create_app` stores the settings on `app.state` at creation and the opened `RagApp` in its lifespan; only these
+functions read `app.state`. Tests replace them with `app.dependency_overrides[get_rag] = lambda: rag`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
+
+from agent.app import RagApp
+from agent.settings import Settings
+
+
+def get_rag(request: Request) -> RagApp:
+    """The `RagApp` the app's lifespan opened."""
+    rag: RagApp = request.app.state.rag
+    return rag
+
+
+def get_settings(request: Request) -> Settings:
+    """The settings the app was created with."""
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+Rag = Annotated[RagApp, Depends(get_rag)]
+"""A route parameter of this type receives the app's `RagApp`."""
+AppSettings = Annotated[Settings, Depends(get_settings)]
+"""A route parameter of this type receives the app's `Settings`."""
+
+_bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <API_KEY>` when API_KEY is set.")
+
+
+async def require_api_key(
+    settings: AppSettings, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    """The `API_KEY` check: no key configured lets everything through; otherwise the bearer token must equal the key
+    (`secrets.compare_digest`, constant time).
+
+    Raises:
+        HTTPException: 401 with `WWW-Authenticate: Bearer` for a missing or wrong key.
+    """
+    if settings.api_key is None:
+        return
+    expected = settings.api_key.get_secret_value().encode()
+    given = credentials.credentials.encode() if credentials is not None else b""
+    if not secrets.compare_digest(given, expected):
+        raise HTTPException(401, "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
+
+
+API_KEY = Depends(require_api_key)
+"""Add to a router's or route's `dependencies` to guard it with the API key."""

@@ -1,0 +1,101 @@
+"""The document routes: list, add (chunk, embed, store) and delete stored documents."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field, field_validator
+from starlette.exceptions import HTTPException
+
+from agent.http.ask import no_nul
+from agent.http.deps import API_KEY, Rag
+from agent.http.errors import ERROR_RESPONSES, ErrorBody
+from tools.ingest import SourceDocument
+
+router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
+
+
+class DocumentIn(BaseModel):
+    """One document to ingest through `POST /v1/documents`."""
+
+    doc_id: Annotated[str, Field(min_length=1, max_length=512, description="Document id; a stored id is replaced.")]
+    title: Annotated[str, Field(max_length=4000)] = ""
+    text: Annotated[str, Field(min_length=1, max_length=2_000_000, description="The document text.")]
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Stored with the document (JSON object).")
+    source: Annotated[str, Field(max_length=4000, description="Where it came from; deletable by source.")] = "http"
+
+    @field_validator("doc_id", "title", "text", "source")
+    @classmethod
+    def _text(cls, value: str, info: Any) -> str:
+        return no_nul(value, str(info.field_name))
+
+
+class IngestRequest(BaseModel):
+    """Body of `POST /v1/documents`."""
+
+    documents: Annotated[list[DocumentIn], Field(min_length=1, max_length=1000)]
+
+
+class IngestResponse(BaseModel):
+    """What `POST /v1/documents` did: documents added, skipped (same content already stored), chunks written."""
+
+    added: int
+    skipped: int
+    chunks: int
+
+
+class DocumentOut(BaseModel):
+    """A stored document."""
+
+    doc_id: str
+    title: str
+    source: str
+    chunks: int
+    content_hash: str = Field(description="sha256 hex of title + text.")
+    ingested_at: datetime
+
+
+class DocumentList(BaseModel):
+    """`GET /v1/documents`: stored documents ordered by doc id."""
+
+    documents: list[DocumentOut]
+
+
+class Deleted(BaseModel):
+    """`DELETE /v1/documents/{doc_id}`: the deleted ids."""
+
+    deleted: list[str]
+
+
+@router.get("/v1/documents", response_model=DocumentList)
+async def list_documents(
+    rag: Rag,
+    limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> DocumentList:
+    """Stored documents ordered by doc id."""
+    stored = await rag.list_documents(limit=limit, offset=offset)
+    return DocumentList(documents=[DocumentOut(**vars(d)) for d in stored])
+
+
+@router.post("/v1/documents", response_model=IngestResponse, status_code=201)
+async def add_documents(body: IngestRequest, rag: Rag) -> IngestResponse:
+    """Chunk, embed and store documents; the same content again adds nothing, changed content replaces."""
+    documents = [SourceDocument(d.doc_id, d.title, d.text, d.source, d.metadata) for d in body.documents]
+    counts = await rag.add_documents(documents)
+    return IngestResponse(added=counts.added, skipped=counts.skipped, chunks=counts.chunks)
+
+
+@router.delete(
+    "/v1/documents/{doc_id}",
+    response_model=Deleted,
+    responses={404: {"model": ErrorBody, "description": "No such document."}},
+)
+async def delete_document(doc_id: str, rag: Rag) -> Deleted:
+    """Delete one document and its chunks; search and answers never return it afterwards."""
+    deleted = await rag.delete_documents([doc_id])
+    if doc_id not in deleted:
+        raise HTTPException(404, f"document {doc_id!r} is not stored")
+    return Deleted(deleted=deleted)

@@ -1,0 +1,119 @@
+"""The HTTP error contract: every error is an `ErrorBody` `{"error": kind, "detail": message}` with the status of its
+kind (`STATUS_OF_KIND`); a retryable 503 carries `Retry-After`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
+
+from agent.failures import KNOWN_ERRORS, Failure, describe
+
+RETRY_AFTER_S = 5
+"""`Retry-After` seconds sent with a 503: about the time the local Postgres or Triton takes to come back after a
+restart (~1 s and ~3 s on the project machine)."""
+
+STATUS_OF_KIND: dict[str, int] = {
+    "bad_request": 422,
+    "limit_exceeded": 422,
+    "not_found": 404,
+    "unauthorized": 401,
+    "method_not_allowed": 405,
+    "timeout": 504,
+    "llm_bad_response": 502,
+    "llm_unavailable": 503,
+    "llm_misconfigured": 503,
+    "retrieval_unavailable": 503,
+    "embedder_overloaded": 503,
+    "store_error": 503,
+    "postgres_unavailable": 503,
+    "postgres_busy": 503,
+    "postgres_error": 500,
+    "invalid_settings": 500,
+    "config_error": 500,
+    "os_error": 500,
+    "internal_error": 500,
+}
+"""HTTP status of each failure kind (`agent.failures.Failure.kind`); a kind not listed is 500."""
+
+_KIND_OF_STATUS = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 422: "bad_request"}
+
+log = logging.getLogger("agent.http")
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response and of the stream's `error` event."""
+
+    error: str = Field(description="Stable kind, e.g. `bad_request`, `llm_unavailable`, `postgres_unavailable`.")
+    detail: str = Field(description="Readable message.")
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in (
+        (401, "Missing or wrong API key (`API_KEY` is set)."),
+        (422, "Bad input or a hit answer limit."),
+        (502, "The LLM answered with something unusable."),
+        (503, "A dependency (Triton, Postgres, the LLM) is down or overloaded; see `Retry-After`."),
+        (504, "The answer timed out."),
+    )
+}
+"""The error responses of the API's routes, for the OpenAPI schema."""
+
+
+def error_response(failure: Failure) -> JSONResponse:
+    """The JSON response of `failure`: status from `STATUS_OF_KIND`, `Retry-After` when it is retryable and 503."""
+    status = STATUS_OF_KIND.get(failure.kind, 500)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 and failure.retryable else None
+    return JSONResponse(error_body(failure).model_dump(), status_code=status, headers=headers)
+
+
+def error_body(failure: Failure) -> ErrorBody:
+    """The `ErrorBody` of `failure` (also the data of the stream's `error` event)."""
+    return ErrorBody(error=failure.kind, detail=failure.message)
+
+
+def failure_of(exc: Exception) -> Failure:
+    """`agent.failures.describe(exc)`, or `internal_error` (logged with its traceback) for an unknown exception."""
+    failure = describe(exc)
+    if failure is None:
+        log.exception("unexpected error", exc_info=exc)
+        return Failure("internal_error", f"unexpected {type(exc).__name__}; see the server log")
+    return failure
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Give every error of `app` the `ErrorBody` shape: product errors, validation errors, HTTP errors, bugs."""
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(Failure("bad_request", _validation_detail(exc)))
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        kind = _KIND_OF_STATUS.get(exc.status_code, f"http_{exc.status_code}")
+        body = ErrorBody(error=kind, detail=str(exc.detail))
+        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
+
+    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(failure_of(exc))
+
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HTTPException, on_http)
+    for known in KNOWN_ERRORS:  # answered by Starlette's ExceptionMiddleware, like any handled error
+        app.add_exception_handler(known, on_error)
+    app.add_exception_handler(Exception, on_error)  # a bug: answered, then re-raised to the server log

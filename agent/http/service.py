@@ -1,0 +1,42 @@
+"""The service routes: health (open), the OpenAPI schema and Swagger UI (behind the API key), the web chat page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+
+from agent.http.deps import API_KEY, Rag
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+"""Where the web chat page (`index.html`) lives."""
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(rag: Rag) -> JSONResponse:
+    """Each dependency's check; HTTP 200 when all pass, else 503. Open without the API key."""
+    checks = await rag.health()
+    ok = all(bool(c["ok"]) for c in checks.values())
+    return JSONResponse({"ok": ok, "checks": checks}, status_code=200 if ok else 503)
+
+
+@router.get("/openapi.json", include_in_schema=False, dependencies=[API_KEY])
+async def openapi(request: Request) -> JSONResponse:
+    """The OpenAPI schema."""
+    return JSONResponse(request.app.openapi())
+
+
+@router.get("/docs", include_in_schema=False, dependencies=[API_KEY])
+async def docs() -> HTMLResponse:
+    """Swagger UI over `/openapi.json`."""
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="triton-rag API")
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> FileResponse:
+    """The web chat page (asks for the API key once when the server wants one)."""
+    return FileResponse(WEB_DIR / "index.html", media_type="text/html")

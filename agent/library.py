@@ -1,0 +1,88 @@
+"""The stored documents as the interfaces see them: list, add (chunk, embed, store), delete, count.
+`DocumentLibrary` is what `RagApp` needs; `StoreLibrary` implements it over the Triton embedder and the
+Postgres store, `tools.in_memory.InMemoryCollection` in memory (tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from tools.embedder import TritonEmbedder
+from tools.ingest import SourceDocument, ingest_documents
+from tools.store import IngestCounts, StoredDocument, VectorStore
+
+
+class DocumentLibrary(Protocol):
+    """Stored documents: what the document routes and commands need."""
+
+    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
+        """Stored documents ordered by doc id, from `offset`, at most `limit`."""
+        ...
+
+    async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
+        """Chunk, embed and store `documents`; the same content under a stored id is skipped, other content
+        replaces it."""
+        ...
+
+    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+        """Delete documents by id and/or source, chunks included; returns the deleted ids."""
+        ...
+
+    async def count(self) -> tuple[int, int]:
+        """(documents, chunks) stored."""
+        ...
+
+
+class StoreLibrary:
+    """`DocumentLibrary` over a connected Triton embedder and Postgres store.
+
+    Args:
+        chunk_tokens, overlap_tokens: chunk window in embedder tokens (`CHUNK_TOKENS`, `CHUNK_OVERLAP_TOKENS`).
+        batch_docs: documents per embed call and per store transaction (`INGEST_BATCH_DOCS`).
+    """
+
+    def __init__(
+        self, embedder: TritonEmbedder, store: VectorStore, *, chunk_tokens: int, overlap_tokens: int, batch_docs: int
+    ) -> None:
+        self.embedder = embedder
+        self.store = store
+        self.chunk_tokens = chunk_tokens
+        self.overlap_tokens = overlap_tokens
+        self.batch_docs = batch_docs
+
+    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
+        """Stored documents (doc id, title, source, chunk count, content hash, ingested at), ordered by doc id.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        return await self.store.list_documents(limit=limit, offset=offset)
+
+    async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
+        """Chunk, embed and store `documents`, `batch_docs` per transaction (batches already written stay when a
+        later one fails).
+
+        Raises:
+            EmbedderError / StoreError: embedding or storing failed.
+        """
+        total = IngestCounts()
+        for i in range(0, len(documents), self.batch_docs):
+            batch = list(documents[i : i + self.batch_docs])
+            counts = await ingest_documents(batch, self.embedder, self.store, self.chunk_tokens, self.overlap_tokens)
+            total = IngestCounts(
+                total.added + counts.added, total.skipped + counts.skipped, total.chunks + counts.chunks
+            )
+        return total
+
+    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+        """Delete by id and/or source, chunks included; nothing is deleted when it fails.
+
+        Raises:
+            StoreError: the delete failed.
+        """
+        return await self.store.delete_documents(doc_ids, source=source)
+
+    async def count(self) -> tuple[int, int]:
+        """(documents, chunks) stored."""
+        return await self.store.count()

@@ -1,0 +1,269 @@
+"""The wiring of the service: every factory that turns `Settings` into a connected part, in one place that the CLI,
+the HTTP API, the Python API (`agent.app.RagApp`) and the evals share.
+
+- `build_embedder`, `build_store`, `build_retriever`: the Triton client, the Postgres store and the retrieval over
+  them, unconnected; `Clients` opens the first two together.
+- `build_services`: what one `RagApp` uses (search, document library, LLM model, health checks), as `Services`;
+  tests build a `Services` of their own (e.g. over `tools.in_memory.InMemoryCollection` and a pydantic-ai
+  `FunctionModel`).
+- `build_agents`, `answer_limits`: the agent per retrieval policy and the bounds of one answer.
+- `ingest_files`: `rag ingest`, which opens only the store and an ingestion embedder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+from pydantic_ai import Agent
+from pydantic_ai.models import Model
+from pydantic_ai.usage import UsageLimits
+
+from agent.answer import AnswerLimits
+from agent.library import DocumentLibrary, StoreLibrary
+from agent.llm import build_model, check_tool_calling, model_settings, served_model
+from agent.rag_agent import RagDeps, build_agent
+from agent.settings import Policy, Settings
+from tools.embedder import TritonEmbedder
+from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
+from tools.model_specs import get_spec
+from tools.retrieval import PassageSearch, Retriever
+from tools.store import VectorStore
+
+HealthCheck = Callable[[], Awaitable[str]]
+"""One dependency's check: returns a one-line detail, raises when the dependency is unusable."""
+
+
+def build_embedder(
+    settings: Settings,
+    *,
+    model: str | None = None,
+    timeout_s: float | None = None,
+    buckets: Sequence[int] | None = None,
+    max_in_flight: int | None = None,
+) -> TritonEmbedder:
+    """The Triton embedding client the settings describe: `TRITON_GRPC_URL`, `EMBEDDER_MODEL` (or `model`),
+    `TRITON_TIMEOUT_S` (or `timeout_s`, seconds), `TRITON_RETRIES`, `TRITON_CONNECT_TIMEOUT_S`,
+    `TRITON_MAX_IN_FLIGHT` and `EMBEDDER_TOKENIZER` (for the settings' own model). Not connected yet: use it as an
+    async context manager.
+
+    Args:
+        buckets: the client's padded length buckets in tokens (default `tools.embedder.length_buckets`).
+        max_in_flight: most concurrent requests this client sends (default `TRITON_MAX_IN_FLIGHT`; ingestion
+            passes `INGEST_MAX_IN_FLIGHT`).
+
+    Raises:
+        KeyError: the model is not in `tools.model_specs`.
+        ValueError: a timeout, retry or in-flight setting out of range (from `TritonEmbedder`).
+    """
+    name = model or settings.embedder_model
+    return TritonEmbedder(
+        settings.triton_grpc_url,
+        get_spec(name),
+        timeout_s=settings.triton_timeout_s if timeout_s is None else timeout_s,
+        retries=settings.triton_retries,
+        tokenizer_path=settings.embedder_tokenizer if name == settings.embedder_model else None,
+        connect_timeout_s=settings.triton_connect_timeout_s,
+        max_in_flight=max_in_flight or settings.triton_max_in_flight,
+        buckets=buckets,
+    )
+
+
+def build_store(url: str, model_name: str, dim: int, settings: Settings) -> VectorStore:
+    """The (unconnected) VectorStore at `url` for an embedder (`model_name`, `dim`) with the settings' pool and
+    search options (pool size, statement timeout and cache, `hnsw.ef_search`, BM25 parameters and pruning)."""
+    return VectorStore(
+        url,
+        model_name,
+        dim,
+        settings.db_pool_max_size,
+        ef_search=settings.hnsw_ef_search,
+        bm25_k1=settings.bm25_k1,
+        bm25_b=settings.bm25_b,
+        postings_per_term=settings.bm25_postings_per_term,
+        command_timeout_s=settings.db_command_timeout_s,
+        statement_cache_size=settings.db_statement_cache_size,
+    )
+
+
+def build_retriever(embedder: TritonEmbedder, store: VectorStore, settings: Settings) -> Retriever:
+    """The Retriever the settings describe (mode, RRF k and weights, candidates, full-text ranking, BM25
+    parameters, `hnsw.ef_search`), over `embedder` and `store`."""
+    return Retriever(
+        embedder,
+        store,
+        mode=settings.retrieval_mode,
+        ef_search=settings.hnsw_ef_search,
+        rrf_k=settings.rrf_k,
+        candidates=settings.retrieval_candidates,
+        weights=(settings.rrf_weight_dense, settings.rrf_weight_full_text),
+        full_text_match=settings.full_text_match,
+        full_text_rank=settings.full_text_rank,
+        bm25_k1=settings.bm25_k1,
+        bm25_b=settings.bm25_b,
+    )
+
+
+class Clients:
+    """The Triton client and the Postgres store the settings describe, connected together as an async context
+    manager (for the service, the benchmarks and the evals).
+
+    Attributes:
+        settings: what they were built from.
+        embedder: `build_embedder(settings)`.
+        store: `build_store(...)` at `DATABASE_URL` for the embedder's model and width.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.embedder = build_embedder(settings)
+        spec = self.embedder.spec
+        self.store = build_store(settings.resolved_database_url(), spec.name, spec.dim, settings)
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> Clients:
+        try:
+            await self._stack.enter_async_context(self.embedder)
+            await self._stack.enter_async_context(self.store)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+@dataclass
+class Services:
+    """What one `RagApp` uses, built by `build_services` (or by a test).
+
+    Attributes:
+        search: the agent's retrieval (`tools.retrieval.PassageSearch`).
+        library: stored documents: list, add, delete, count (`agent.library.DocumentLibrary`).
+        model: the pydantic-ai model the agents call.
+        checks: health check per dependency name (e.g. `triton`, `postgres`, `llm`).
+        resources: opened in order when the app is entered, closed when it exits (clients, pools).
+        tool_check: probes that the LLM server accepts tool calls (for the `agentic` policy); None: no probe.
+    """
+
+    search: PassageSearch
+    library: DocumentLibrary
+    model: Model
+    checks: Mapping[str, HealthCheck] = field(default_factory=dict)
+    resources: Sequence[AbstractAsyncContextManager[Any]] = ()
+    tool_check: Callable[[], Awaitable[None]] | None = None
+
+
+def build_services(settings: Settings) -> Services:
+    """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library, the OpenAI-
+    compatible model (`agent.llm`), and checks of Triton (embeds one word), Postgres (counts documents) and the LLM
+    (`GET /models` lists `LLM_MODEL`). Nothing is connected until the app enters `resources`.
+
+    Raises:
+        KeyError: the embedder model is not in `tools.model_specs`.
+    """
+    clients = Clients(settings)
+    embedder, store = clients.embedder, clients.store
+
+    async def triton() -> str:
+        await embedder.embed(["health"], kind="query")
+        return f"{embedder.model_name} at {settings.triton_grpc_url}"
+
+    async def postgres() -> str:
+        docs, chunks = await store.count()
+        return f"{docs} documents, {chunks} chunks"
+
+    async def llm() -> str:
+        return await served_model(settings)
+
+    async def tools() -> None:
+        await check_tool_calling(settings)
+
+    return Services(
+        search=build_retriever(embedder, store, settings),
+        library=StoreLibrary(
+            embedder,
+            store,
+            chunk_tokens=settings.chunk_tokens,
+            overlap_tokens=settings.chunk_overlap_tokens,
+            batch_docs=settings.ingest_batch_docs,
+        ),
+        model=build_model(settings),
+        checks={"triton": triton, "postgres": postgres, "llm": llm},
+        resources=[clients],
+        tool_check=tools,
+    )
+
+
+def build_agents(model: Model, settings: Settings) -> dict[Policy, Agent[RagDeps, str]]:
+    """One agent per retrieval policy over `model`, with the settings' request options (`agent.llm.model_settings`)."""
+    options = model_settings(settings)
+    return {policy: build_agent(model, options, policy) for policy in get_args(Policy)}
+
+
+def answer_limits(settings: Settings) -> AnswerLimits:
+    """The bounds of one answer: `AGENT_REQUEST_LIMIT`, `AGENT_TOOL_CALLS_LIMIT`, `ANSWER_TOKEN_BUDGET`,
+    `ANSWER_TIMEOUT_S` and (quoted in errors) `LLM_TIMEOUT_S`."""
+    usage = UsageLimits(
+        request_limit=settings.agent_request_limit,
+        tool_calls_limit=settings.agent_tool_calls_limit,
+        total_tokens_limit=settings.answer_token_budget,
+    )
+    return AnswerLimits(usage=usage, timeout_s=settings.answer_timeout_s, llm_timeout_s=settings.llm_timeout_s)
+
+
+async def ingest_files(
+    settings: Settings,
+    paths: list[Path],
+    on_progress: ProgressFn | None = None,
+    *,
+    root: Path | None = None,
+    prefix: str = "",
+) -> tuple[IngestReport, int, int]:
+    """Ingest files (.jsonl BEIR corpus, .txt, .md) through `tools.ingest.ingest`: every input is scanned first (a
+    malformed one stores nothing), then documents stream through chunking, embedding and storing in batches of
+    `INGEST_BATCH_DOCS`, with an embedder limited to `INGEST_MAX_IN_FLIGHT` requests in flight. Opens only the
+    store and that embedder (no LLM).
+
+    Args:
+        on_progress: called as `(documents handled, documents in all inputs, chunks written)` per batch.
+        root, prefix: how .txt/.md files are named (see `tools.ingest.plan_inputs`).
+
+    Returns:
+        (the run's report, documents stored afterwards, chunks stored afterwards).
+
+    Raises:
+        tools.ingest.IngestError: a path is missing, unreadable, unsupported, malformed, or two inputs get the same
+            document id.
+        EmbedderError / StoreError: Triton or Postgres failed; stored batches stay, re-running resumes.
+    """
+    inputs = plan_inputs(paths, root, prefix)
+    embedder = build_embedder(settings, max_in_flight=settings.ingest_max_in_flight)
+    spec = embedder.spec
+    async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
+        report = await ingest(
+            inputs,
+            embedder,
+            store,
+            chunk_tokens=settings.chunk_tokens,
+            overlap_tokens=settings.chunk_overlap_tokens,
+            batch_docs=settings.ingest_batch_docs,
+            on_progress=on_progress,
+        )
+        docs, chunks = await store.count()
+    return report, docs, chunks
+
+
+async def run_check(check: HealthCheck) -> dict[str, object]:
+    """`{"ok", "detail", "ms"}` of one health check; never raises (a failure is reported as data)."""
+    start = time.perf_counter()
+    try:
+        detail, ok = await check(), True
+    except Exception as exc:  # noqa: BLE001 - a health check reports any failure as data
+        detail, ok = f"{type(exc).__name__}: {exc}", False
+    return {"ok": ok, "detail": str(detail), "ms": round((time.perf_counter() - start) * 1000, 1)}

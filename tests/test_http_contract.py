@@ -1,0 +1,296 @@
+"""The HTTP request contract in-process, without servers: the app of `rag serve` (`agent.http.create_app`) with its
+`RagApp` swapped through `app.dependency_overrides` for one over the in-memory collection and a pydantic-ai
+FunctionModel. Validation, error shapes and statuses, the API key, SSE framing, client disconnects, health, the
+document routes. What needs a real process or the real stack: test_http_api.py, test_interfaces_stack.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator, MutableMapping
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from agent.app import RagApp
+from agent.errors import InputError
+from agent.http import create_app
+from agent.http.deps import get_rag
+from agent.settings import Settings
+from agent.wiring import Services
+from tests.test_agent_logic import COVERED, DOCUMENTS, OFF_TOPIC
+from tools.in_memory import InMemoryCollection
+
+
+class Script:
+    """What the fake model does: stream `text`, or raise `error`, after `gate` opens (when set)."""
+
+    def __init__(self) -> None:
+        self.text = "It does [1]."
+        self.error: Exception | None = None
+        self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
+        self.cancelled = False
+
+    async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        self.started.set()
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        if self.error is not None:
+            raise self.error
+        for i in range(0, len(self.text), 5):
+            yield self.text[i : i + 5]
+
+
+class Served:
+    """An app, its in-memory RagApp, the model's script and a client over ASGI."""
+
+    def __init__(self, app: FastAPI, rag: RagApp, script: Script, collection: InMemoryCollection) -> None:
+        self.app, self.rag, self.script, self.collection = app, rag, script, collection
+
+    def client(self, **headers: str) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)  # a bug: a 500, then re-raised
+        return httpx.AsyncClient(transport=transport, base_url="http://rag", headers=headers, timeout=30)
+
+
+def serve(checks_ok: bool = True, **update: Any) -> Served:
+    settings = Settings.model_validate({"refusal_min_score": 0.3, "answer_timeout_s": 5.0} | update)
+    script = Script()
+    collection = InMemoryCollection(DOCUMENTS)
+
+    async def memory() -> str:
+        if not checks_ok:
+            raise ConnectionError("memory is down")
+        return f"{(await collection.count())[0]} documents"
+
+    services = Services(collection, collection, FunctionModel(stream_function=script.stream), {"memory": memory})
+    rag = RagApp(settings, services)
+    app = create_app(settings)
+    app.dependency_overrides[get_rag] = lambda: rag
+    return Served(app, rag, script, collection)
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    yield serve()
+
+
+def sse_events(text: str) -> list[tuple[str, Any]]:
+    """(event, JSON data) pairs of a `text/event-stream` body; every block must have an event and one data line."""
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = block.splitlines()
+        names = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+        data = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+        assert len(names) == 1 and len(data) == 1, block
+        events.append((names[0], json.loads(data[0])))
+    return events
+
+
+def assert_error(response: httpx.Response, status: int, kind: str, needle: str = "") -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "detail"} and body["error"] == kind and needle in body["detail"], body
+
+
+async def test_ask_returns_the_typed_json_result(served: Served) -> None:
+    async with served.client() as client:
+        response = await client.post("/v1/ask", json={"question": COVERED, "top_k": 2})
+    body = response.json()
+    assert response.status_code == 200, body
+    assert body["answer"] == "It does [1]." and body["refused"] is False and body["policy"] == "always"
+    assert [c["doc_id"] for c in body["citations"]] == ["b12"] and body["searches"] == [COVERED]
+    assert set(body) == {"answer", "citations", "dropped_citations", "timings_ms", "refused", "policy", "searches"}
+    assert set(body["timings_ms"]) == {"embed", "search", "llm", "llm_ttft", "total"}
+
+
+async def test_off_topic_question_is_refused(served: Served) -> None:
+    async with served.client() as client:
+        body = (await client.post("/v1/ask", json={"question": OFF_TOPIC})).json()
+    assert body["refused"] is True and body["citations"] == [] and not served.script.started.is_set()
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"question": ""}, "question"),
+        ({"question": "   "}, "question is blank"),
+        ({"question": "a\u0000b"}, "NUL"),
+        ({"question": "q", "top_k": 0}, "top_k"),
+        ({"question": "q", "top_k": 101}, "top_k"),
+        ({"question": "q", "policy": "sometimes"}, "policy"),
+        ({}, "question"),
+    ],
+)
+async def test_bad_ask_input_is_a_422_naming_the_field(served: Served, body: dict[str, Any], needle: str) -> None:
+    async with served.client() as client:
+        for path in ("/v1/ask", "/v1/ask/stream"):
+            assert_error(await client.post(path, json=body), 422, "bad_request", needle)
+    assert not served.collection.searches
+
+
+async def test_malformed_json_and_unknown_routes_have_the_error_shape(served: Served) -> None:
+    async with served.client() as client:
+        assert_error(await client.post("/v1/ask", content=b"{not json"), 422, "bad_request")
+        assert_error(await client.get("/v1/nowhere"), 404, "not_found")
+        assert_error(await client.get("/v1/ask"), 405, "method_not_allowed")
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "kind", "retry_after"),
+    [
+        (ModelHTTPError(500, "fake", "boom"), 503, "llm_unavailable", True),
+        (ModelHTTPError(400, "fake", "bad request"), 502, "llm_bad_response", False),
+        (InputError("top_k=0; expected >= 1"), 422, "bad_request", False),
+        (ValueError("a bug in our code"), 500, "internal_error", False),
+        (KeyError("secret detail"), 500, "internal_error", False),
+    ],
+)
+async def test_failures_map_to_statuses_and_one_body_shape(
+    served: Served, error: Exception, status: int, kind: str, retry_after: bool
+) -> None:
+    served.script.error = error
+    async with served.client() as client:
+        response = await client.post("/v1/ask", json={"question": COVERED})
+        stream = await client.post("/v1/ask/stream", json={"question": COVERED})
+    assert_error(response, status, kind)
+    assert ("retry-after" in response.headers) == retry_after
+    assert "secret detail" not in response.text and "a bug in our code" not in response.text
+    assert stream.status_code == 200 and sse_events(stream.text)[-1] == ("error", response.json())
+
+
+async def test_answer_timeout_is_a_504() -> None:
+    served = serve(answer_timeout_s=0.2)
+    served.script.gate = asyncio.Event()  # never opens
+    async with served.client() as client:
+        response = await client.post("/v1/ask", json={"question": COVERED})
+    assert_error(response, 504, "timeout", "ANSWER_TIMEOUT_S")
+    assert "retry-after" not in response.headers  # Retry-After goes with a 503 only
+    assert served.script.cancelled
+
+
+async def test_stream_frames_tool_activity_text_then_the_result(served: Served) -> None:
+    served.script.text = "Deficiency raises homocysteine [1]."
+    async with served.client() as client:
+        response = await client.post("/v1/ask/stream", json={"question": COVERED, "top_k": 2})
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response.text)
+    names = [name for name, _ in events]
+    assert names[:2] == ["tool_call", "tool_result"] and names[-1] == "result" and set(names[2:-1]) == {"text"}
+    assert events[0][1] == {"type": "tool_call", "tool": "search_documents", "args": {"query": COVERED, "top_k": 2}}
+    result = events[-1][1]
+    assert "".join(data["text"] for name, data in events if name == "text") == result["answer"]
+    assert result["answer"] == "Deficiency raises homocysteine [1]." and result["citations"][0]["doc_id"] == "b12"
+
+
+async def test_closing_the_stream_cancels_the_answer(served: Served) -> None:
+    served.script.gate = asyncio.Event()  # the model writes only when told to
+    body = json.dumps({"question": COVERED}).encode()
+    disconnect = asyncio.Event()
+    sent: list[MutableMapping[str, Any]] = []
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/ask/stream",
+        "raw_path": b"/v1/ask/stream",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"rag"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("rag", 80),
+    }
+    call = asyncio.create_task(served.app(scope, receive, send))
+    await asyncio.wait_for(served.script.started.wait(), 10)  # retrieval done, the model is writing
+    disconnect.set()
+    await asyncio.wait_for(call, 10)
+    assert served.script.cancelled  # the answer stopped with the client
+    chunks = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode()
+    assert "event: tool_call" in chunks and "event: result" not in chunks
+
+
+async def test_api_key_guards_every_route_but_health_the_page_and_metrics() -> None:
+    served = serve(api_key=SecretStr("s3cret-key"))
+    async with served.client() as client:
+        missing = await client.post("/v1/ask", json={"question": COVERED})
+        assert_error(missing, 401, "unauthorized", "API key")
+        assert missing.headers["www-authenticate"] == "Bearer"
+        wrong = await client.post("/v1/ask", json={"question": COVERED}, headers={"Authorization": "Bearer nope"})
+        assert_error(wrong, 401, "unauthorized")
+        for path in ("/v1/documents", "/openapi.json", "/docs"):
+            assert (await client.get(path)).status_code == 401, path
+        assert (await client.post("/v1/ask/stream", json={"question": COVERED})).status_code == 401
+        assert (await client.delete("/v1/documents/b12")).status_code == 401
+        assert (await client.get("/health")).status_code == 200
+        assert (await client.get("/")).status_code == 200 and "sessionStorage" in (await client.get("/")).text
+        assert (await client.get("/metrics/")).status_code == 200
+    async with served.client(Authorization="Bearer s3cret-key") as client:
+        assert (await client.post("/v1/ask", json={"question": COVERED})).status_code == 200
+        assert (await client.get("/v1/documents?limit=1")).status_code == 200
+        assert (await client.get("/openapi.json")).status_code == 200
+
+
+async def test_health_is_503_unless_every_check_passes() -> None:
+    async with serve().client() as client:
+        ok = await client.get("/health")
+    assert ok.status_code == 200 and ok.json()["checks"]["memory"]["ok"] is True
+    assert ok.json()["checks"]["memory"]["detail"] == f"{len(DOCUMENTS)} documents"
+    async with serve(checks_ok=False).client() as client:
+        down = await client.get("/health")
+    assert down.status_code == 503 and down.json()["ok"] is False
+    assert down.json()["checks"]["memory"]["detail"] == "ConnectionError: memory is down"
+
+
+async def test_document_lifecycle(served: Served) -> None:
+    doc = {"doc_id": "scratch", "title": "Scratch", "text": "Scratch space lives under /tmp.", "metadata": {"a": 1}}
+    async with served.client() as client:
+        bad = await client.post("/v1/documents", json={"documents": [doc | {"text": "nul \u0000 here"}]})
+        assert_error(bad, 422, "bad_request", "NUL")
+        assert_error(await client.post("/v1/documents", json={"documents": []}), 422, "bad_request", "documents")
+        added = await client.post("/v1/documents", json={"documents": [doc]})
+        assert added.status_code == 201 and added.json() == {"added": 1, "skipped": 0, "chunks": 1}
+        again = await client.post("/v1/documents", json={"documents": [doc]})
+        assert again.json() == {"added": 0, "skipped": 1, "chunks": 0}
+        listed = (await client.get("/v1/documents", params={"limit": 100})).json()["documents"]
+        stored = next(d for d in listed if d["doc_id"] == "scratch")
+        assert stored["source"] == "http" and stored["chunks"] == 1 and len(stored["content_hash"]) == 64
+        assert [d["doc_id"] for d in listed] == sorted(d["doc_id"] for d in listed)
+        assert len((await client.get("/v1/documents", params={"limit": 1, "offset": 1})).json()["documents"]) == 1
+        assert_error(await client.get("/v1/documents", params={"limit": -1}), 422, "bad_request", "limit")
+        deleted = await client.delete("/v1/documents/scratch")
+        assert deleted.status_code == 200 and deleted.json() == {"deleted": ["scratch"]}
+        assert_error(await client.delete("/v1/documents/scratch"), 404, "not_found", "scratch")
+
+
+async def test_openapi_names_the_error_body(served: Served) -> None:
+    async with served.client() as client:
+        schema = (await client.get("/openapi.json")).json()
+    assert "ErrorBody" in schema["components"]["schemas"]
+    for path, method in (("/v1/ask", "post"), ("/v1/documents", "get"), ("/v1/documents/{doc_id}", "delete")):
+        responses = schema["paths"][path][method]["responses"]
+        assert responses["503"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody"), path

@@ -1,0 +1,159 @@
+"""A document collection held in memory: the `PassageSearch` of `tools.retrieval` and the document operations of
+the store (list, add, delete, count), with no server. For tests of what sits on top of retrieval (the agent, the
+HTTP API), like pydantic-ai's `TestModel` next to its real models; retrieval itself is tested against the real
+Triton and Postgres.
+
+Each document is one chunk (`<doc_id>#0`, title and text as one passage). Scores are deterministic:
+
+- dense: cosine similarity of hashed bag-of-words vectors (`HASH_DIM` dimensions, word counts, L2-normalised; words
+  are lower-case `\\w+` runs, hashed with CRC-32), so texts that share no word have cosine 0;
+- full text: the share of the query's distinct words the chunk contains (chunks with none are not hits);
+- hybrid: the same weighted reciprocal rank fusion as `Retriever` (`tools.retrieval.rank_candidates`).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+import numpy.typing as npt
+
+from tools.ingest import SourceDocument
+from tools.retrieval import CandidateLists, Passage, RetrievalMode, RetrievalResult, rank_candidates
+from tools.store import ChunkHit, IngestCounts, StoredDocument
+
+HASH_DIM = 512
+"""Dimensions of the hashed bag-of-words vectors."""
+_WORD = re.compile(r"\w+")
+
+
+def hashed_vector(text: str) -> npt.NDArray[np.float32]:
+    """The `(HASH_DIM,)` float32 L2-normalised bag-of-words vector of `text` (all zeros for a text without words)."""
+    vector = np.zeros(HASH_DIM, dtype=np.float32)
+    for word in _WORD.findall(text.lower()):
+        vector[zlib.crc32(word.encode()) % HASH_DIM] += 1.0
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+@dataclass(frozen=True)
+class _Entry:
+    document: SourceDocument
+    vector: npt.NDArray[np.float32]
+    words: frozenset[str]
+    ingested_at: datetime
+
+    @property
+    def hit(self) -> ChunkHit:
+        doc = self.document
+        return ChunkHit(f"{doc.doc_id}#0", doc.doc_id, doc.title, doc.content, doc.source, 0.0)
+
+
+class InMemoryCollection:
+    """Documents in memory, searched like the store (see the module docstring).
+
+    Args:
+        documents: the initial documents (a repeated doc id: the last one wins).
+        mode: `dense`, `full_text` or `hybrid`, as `Retriever`.
+        rrf_k, weights: RRF constant and (dense, full-text) weights for `hybrid`.
+
+    Attributes:
+        searches: the queries searched, in order (what a test checks the caller asked for).
+    """
+
+    def __init__(
+        self,
+        documents: Sequence[SourceDocument] = (),
+        mode: RetrievalMode = "hybrid",
+        rrf_k: float = 5.0,
+        weights: tuple[float, float] = (0.75, 1.0),
+    ) -> None:
+        self.mode = mode
+        self.rrf_k = rrf_k
+        self.weights = weights
+        self.searches: list[str] = []
+        self._entries: dict[str, _Entry] = {}
+        for doc in documents:
+            self._put(doc)
+
+    def _put(self, doc: SourceDocument) -> None:
+        words = frozenset(_WORD.findall(doc.content.lower()))
+        self._entries[doc.doc_id] = _Entry(doc, hashed_vector(doc.content), words, datetime.now(UTC))
+
+    async def search(self, query: str, top_k: int) -> RetrievalResult:
+        """Up to `top_k` passages for `query` in this collection's mode, each with its dense cosine (see
+        `tools.retrieval.PassageSearch.search`); timings are 0.
+
+        Raises:
+            ValueError: blank query or top_k < 1.
+        """
+        if not query.strip():
+            raise ValueError("query is empty; expected a non-blank question")
+        if top_k < 1:
+            raise ValueError(f"top_k={top_k}; expected >= 1")
+        self.searches.append(query)
+        vector = hashed_vector(query)
+        cosine = {e.hit.chunk_id: float(e.vector @ vector) for e in self._entries.values()}
+        dense = sorted(
+            (_scored(e.hit, cosine[e.hit.chunk_id]) for e in self._entries.values()), key=lambda h: -h.score
+        )
+        terms = set(_WORD.findall(query.lower()))
+        full_text = sorted(
+            (
+                _scored(e.hit, len(terms & e.words) / len(terms))
+                for e in self._entries.values()
+                if terms and terms & e.words
+            ),
+            key=lambda h: -h.score,
+        )
+        lists = CandidateLists(dense, full_text, {"embed": 0.0, "search": 0.0})
+        ranked = rank_candidates(lists, self.mode, self.rrf_k, self.weights)[:top_k]
+        passages = [Passage.of(n, h, score, cosine[h.chunk_id]) for n, (h, score) in enumerate(ranked, 1)]
+        return RetrievalResult(query, passages, dict(lists.timings_ms))
+
+    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+        """(title, text) of a stored document; None when it is not stored."""
+        entry = self._entries.get(doc_id)
+        return None if entry is None else (entry.document.title, entry.document.text)
+
+    async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
+        """Store `documents`: the same content under a stored id is skipped, other content replaces it (one chunk
+        each)."""
+        added = skipped = 0
+        for doc in documents:
+            stored = self._entries.get(doc.doc_id)
+            if stored is not None and stored.document.content_hash == doc.content_hash:
+                skipped += 1
+                continue
+            self._put(doc)
+            added += 1
+        return IngestCounts(added=added, skipped=skipped, chunks=added)
+
+    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
+        """Stored documents ordered by doc id, from `offset`, at most `limit`."""
+        entries = [self._entries[k] for k in sorted(self._entries)][offset:]
+        return [
+            StoredDocument(d.doc_id, d.title, d.source, 1, d.content_hash, e.ingested_at)
+            for e in (entries if limit is None else entries[:limit])
+            for d in [e.document]
+        ]
+
+    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+        """Delete by id and/or source; returns the deleted ids (absent ids are not listed)."""
+        wanted = set(doc_ids)
+        doomed = [k for k, e in self._entries.items() if k in wanted or e.document.source == (source or object())]
+        for k in doomed:
+            del self._entries[k]
+        return sorted(doomed)
+
+    async def count(self) -> tuple[int, int]:
+        """(documents, chunks) stored: one chunk per document."""
+        return len(self._entries), len(self._entries)
+
+
+def _scored(hit: ChunkHit, score: float) -> ChunkHit:
+    return ChunkHit(hit.chunk_id, hit.doc_id, hit.title, hit.text, hit.source, score)
