@@ -28,9 +28,12 @@ def encode_cursor(doc_id: str) -> str:
 def decode_cursor(cursor: str) -> str:
     """The doc id a cursor of `encode_cursor` names. Raises StoreError for anything else."""
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        doc_id = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise StoreError(f"cursor={cursor!r} is not a cursor this store issued; pass a `next_cursor` back") from exc
+    if not doc_id or encode_cursor(doc_id) != cursor:
+        raise StoreError(f"cursor={cursor!r} is not a cursor this store issued; pass a `next_cursor` back")
+    return doc_id
 
 
 def _document(r: asyncpg.Record) -> StoredDocument:

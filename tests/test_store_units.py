@@ -1,5 +1,5 @@
-"""The store's error translation (asyncpg's and the socket's exceptions -> the store's types) and how the
-interfaces classify the store's types; pure logic, no server."""
+"""The store's pure logic, no server: error translation (asyncpg's and the socket's exceptions -> the store's
+types), how the interfaces classify the store's types, listing cursors and search settings."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from agent.failures import describe
 from agent.http_api import STATUS_OF_KIND
 from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 from tools.store.errors import translate, translated
+from tools.store.listing import decode_cursor, encode_cursor
+from tools.store.search import settings_sql
 
 
 @pytest.mark.parametrize(
@@ -60,3 +62,25 @@ def test_store_errors_keep_their_kinds_and_statuses(exc: StoreError, kind: str, 
     failure = describe(exc)
     assert failure is not None and (failure.kind, failure.retryable) == (kind, retryable)
     assert STATUS_OF_KIND[kind] == status
+
+
+@pytest.mark.parametrize("doc_id", ["a", "docs/handbook.md", "naïve café ☕", "x" * 500, "==", "-_"])
+def test_cursors_round_trip_any_doc_id(doc_id: str) -> None:
+    cursor = encode_cursor(doc_id)
+    assert decode_cursor(cursor) == doc_id and "=" not in cursor and "/" not in cursor and "+" not in cursor
+
+
+@pytest.mark.parametrize("cursor", ["", "%%%", "YQ==", "a", "Zm9v YmFy", "_w"])
+def test_foreign_cursors_are_refused(cursor: str) -> None:
+    with pytest.raises(StoreError, match="not a cursor this store issued"):
+        decode_cursor(cursor)
+
+
+def test_search_settings_are_local_to_the_transaction() -> None:
+    assert settings_sql(100) == (
+        "SET LOCAL hnsw.ef_search = 100; SET LOCAL hnsw.iterative_scan = strict_order; "
+        "SET LOCAL plan_cache_mode = force_custom_plan"
+    )
+    assert settings_sql(40, exact=True).endswith("; SET LOCAL enable_indexscan = off")
+    with pytest.raises(StoreError, match="ef_search=1001"):
+        settings_sql(1001)
