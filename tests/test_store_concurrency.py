@@ -99,7 +99,7 @@ async def test_reads_never_wait_behind_writers_and_a_full_write_pool_is_busy(sto
             busy = [t.exception() for t in done]
             assert len(busy) >= 1 and all(isinstance(e, StoreBusyError) for e in busy), busy
             failure = describe(cast(BaseException, busy[0]))
-            assert failure is not None and (failure.kind, failure.retryable) == ("store_busy", True)
+            assert failure is not None and (failure.kind, failure.retryable) == ("postgres_busy", True)
             # ... while every read answers, with the lock still held.
             query = unit_vector(3)
             reads = asyncio.gather(
