@@ -145,7 +145,21 @@ class Settings(BaseSettings):
         default=None,
         description="postgresql:// URL of a Postgres with pgvector; unset means the embedded server in data_dir.",
     )
-    db_pool_max_size: int = Field(default=8, description="Maximum asyncpg pool connections.")
+    db_pool_max_size: int = Field(
+        default=8, ge=1, description="Most connections of the store's read pool (searches, listings, counts)."
+    )
+    db_write_pool_size: int = Field(
+        default=2,
+        ge=1,
+        description="Most connections of the store's write pool (ingest, replace, delete; writers are serialised by "
+        "a lock, so reads never wait behind them).",
+    )
+    db_acquire_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Longest wait for a pooled database connection, seconds; then the request fails as busy (503 "
+        "`postgres_busy`, retryable).",
+    )
     db_command_timeout_s: float | None = Field(
         default=60.0, gt=0, description="Default timeout of one SQL statement (asyncpg `command_timeout`), seconds."
     )

@@ -163,41 +163,42 @@ async def test_search_statements_keep_their_plan_after_five_executions(
     random_store: VectorStore, statement: str
 ) -> None:
     """Postgres plans a prepared statement with its parameters for five executions, then may switch to a generic
-    plan; the store's connections force custom plans, so executions 6-10 use the 1st's plan (the index scans)."""
+    plan; a search transaction forces custom plans, so executions 6-10 use the 1st's plan (the index scans)."""
     query = vector_literal(unit_vectors(1, seed=5)[0])
     sql, args, index = {
         "dense": (DENSE_SQL, f"{query}, 10", "chunks_embedding_hnsw"),
         "dense_filtered": (DENSE_FILTERED_SQL, f"""{query}, 10, '{{"group": 7}}'""", "chunks_embedding_hnsw"),
         "bm25": (BM25_SQL, "'text 17 of doc', 10, 0.9, 0.4, 100", "bm25_postings_impact"),
     }[statement]
-    async with random_store.pool.acquire() as conn:
+    async with random_store.pool.acquire() as conn, conn.transaction():
+        await conn.execute(random_store.search_settings())
         await conn.execute(f"PREPARE plan_check AS {sql}")
-        try:
-            plans = [
-                plan_nodes(
-                    json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE plan_check({args})"))[0]["Plan"]
-                )
-                for _ in range(10)
-            ]
-        finally:
-            await conn.execute("DEALLOCATE plan_check")
+        plans = [
+            plan_nodes(json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE plan_check({args})"))[0]["Plan"])
+            for _ in range(10)
+        ]
+        await conn.execute("DEALLOCATE plan_check")
     assert any(name == index for _, name in plans[0]), plans[0]
     assert not any(kind == "Seq Scan" and name in ("chunks", "bm25_postings") for kind, name in plans[0])
     assert all(plan == plans[0] for plan in plans[5:]), plans[5]
 
 
-async def test_a_search_is_one_round_trip_with_the_connection_defaults(random_store: VectorStore) -> None:
+SEARCH_SETTINGS = ("hnsw.ef_search", "hnsw.iterative_scan", "plan_cache_mode")
+
+
+async def test_search_settings_hold_per_transaction_and_never_leak(random_store: VectorStore) -> None:
     async with random_store.pool.acquire() as conn:
-        settings = {
-            name: await conn.fetchval(f"SELECT current_setting('{name}')")
-            for name in ("hnsw.ef_search", "hnsw.iterative_scan", "plan_cache_mode")
-        }
-    assert settings == {
+        async with conn.transaction():
+            await conn.execute(random_store.search_settings())
+            inside = {name: await conn.fetchval(f"SELECT current_setting('{name}')") for name in SEARCH_SETTINGS}
+        outside = {name: await conn.fetchval(f"SELECT current_setting('{name}')") for name in SEARCH_SETTINGS}
+    assert inside == {
         "hnsw.ef_search": "100",
         "hnsw.iterative_scan": "strict_order",
         "plan_cache_mode": "force_custom_plan",
     }
-    # a per-call ef_search still applies (in its own transaction): ef_search=1 loses recall on random vectors
+    assert outside == {"hnsw.ef_search": "40", "hnsw.iterative_scan": "off", "plan_cache_mode": "auto"}  # server's
+    # a per-call ef_search applies to its own search: ef_search=1 loses recall on random vectors
     misses = {1: 0, 400: 0}
     for query in unit_vectors(20, seed=9):
         exact = (await random_store.dense_search(query, 1, exact=True))[0].chunk_id
@@ -205,7 +206,7 @@ async def test_a_search_is_one_round_trip_with_the_connection_defaults(random_st
             misses[ef] += (await random_store.dense_search(query, 1, ef_search=ef))[0].chunk_id != exact
     assert misses[400] < misses[1], misses
     async with random_store.pool.acquire() as conn:
-        assert await conn.fetchval("SHOW hnsw.ef_search") == "100"  # SET LOCAL did not leak into the pool
+        assert await conn.fetchval("SHOW hnsw.ef_search") == "40"  # SET LOCAL did not leak into the pool
 
 
 async def test_dense_search_rejects_non_finite_query(random_store: VectorStore) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -106,3 +107,36 @@ async def test_concurrent_ingests_of_one_new_doc_id_are_serialised(doc_store: Ve
     assert await doc_store.count() == (1, listed[0].chunks)
     stats = await statistics(doc_store)
     assert stats["maintained"] == stats["recount"]
+
+
+async def test_document_pages_follow_a_keyset_cursor_with_a_total(doc_store: VectorStore) -> None:
+    ids = [f"doc/{i:03d}" for i in range(25)]  # ids with `/`, as the CLI names files
+    await doc_store.add_documents([doc(i, "pages.md", [f"text of {i}"], n) for n, i in enumerate(ids)])
+    first = await doc_store.document_page(limit=10)
+    assert [d.doc_id for d in first.documents] == ids[:10] and first.total == 25 and first.next_cursor
+    await doc_store.add_documents([doc("doc/004b", "pages.md", ["inserted before the cursor"], 99)])
+    second = await doc_store.document_page(limit=10, cursor=first.next_cursor)
+    assert [d.doc_id for d in second.documents] == ids[10:20] and second.total == 26  # no row skipped or repeated
+    third = await doc_store.document_page(limit=10, cursor=second.next_cursor)
+    assert [d.doc_id for d in third.documents] == ids[20:] and third.next_cursor is None
+    streamed = [d.doc_id async for d in doc_store.iter_documents(page_size=4)]
+    assert streamed == sorted([*ids, "doc/004b"])
+    with pytest.raises(StoreError, match="cursor"):
+        await doc_store.document_page(limit=10, cursor="%%%")
+    with pytest.raises(StoreError, match="limit=0"):
+        await doc_store.document_page(limit=0)
+
+
+async def test_a_deep_document_page_is_an_index_range_scan(doc_store: VectorStore) -> None:
+    await doc_store.add_documents([doc(f"p{i:04d}", "scan.md", ["x"], i) for i in range(300)])
+    page = await doc_store.document_page(limit=10, cursor=(await doc_store.document_page(limit=280)).next_cursor)
+    assert [d.doc_id for d in page.documents] == [f"p{i:04d}" for i in range(280, 290)]
+    async with doc_store.pool.acquire() as conn:
+        await conn.execute("ANALYZE documents")
+        plan = await conn.fetchval(
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT d.doc_id FROM documents d WHERE d.doc_id > 'p0279' "
+            "ORDER BY d.doc_id LIMIT 11"
+        )
+    root = json.loads(plan)[0]["Plan"]
+    scan = root["Plans"][0]
+    assert scan["Node Type"] in ("Index Scan", "Index Only Scan") and scan["Actual Rows"] == 11, scan

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tools.store import Conn
+    from tools.store.records import Conn
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS bm25_corpus (

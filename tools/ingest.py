@@ -317,7 +317,7 @@ def _batches(inputs: list[InputFile], size: int) -> Iterator[list[SourceDocument
 class _Prepared:
     records: list[DocumentRecord]
     documents: int
-    skipped: int
+    unchanged: list[SourceDocument]  # stored with the same content when prepared; checked again under the lock
     failed: list[BadChunk]
 
 
@@ -385,7 +385,32 @@ async def _prepare(
             ChunkRecord(c.index, c.text, c.token_count, vectors[r]) for c, r in zip(chunks, rows, strict=True)
         ]
         records.append(DocumentRecord(doc.doc_id, doc.title, doc.source, doc.content_hash, chunk_records, doc.metadata))
-    return _Prepared(records, len(documents), len(documents) - len(todo), failed)
+    unchanged = [d for d in documents if stored.get(d.doc_id) == d.content_hash]
+    return _Prepared(records, len(documents), unchanged, failed)
+
+
+async def _store(
+    prepared: _Prepared, embedder: TritonEmbedder, store: VectorStore, chunk_tokens: int, overlap_tokens: int
+) -> IngestCounts:
+    """Store a prepared batch in one transaction. The documents skipped before embedding are skipped only if the
+    write transaction still finds them stored unchanged (under the write lock); one deleted or replaced meanwhile
+    is embedded and stored by the next transaction.
+
+    Raises:
+        StoreError: the same documents went missing three times in a row (deleted again each time).
+    """
+    sources = {d.doc_id: d for d in prepared.unchanged}
+    hashes = {d.doc_id: d.content_hash for d in prepared.unchanged}
+    counts = await store.add_documents(prepared.records, hashes)
+    for _ in range(3):
+        if not counts.missing:
+            return counts
+        again = await _prepare([sources[i] for i in counts.missing], embedder, store, chunk_tokens, overlap_tokens)
+        more = await store.add_documents(again.records, {d.doc_id: d.content_hash for d in again.unchanged})
+        counts = IngestCounts(
+            counts.added + more.added, counts.skipped + more.skipped, counts.chunks + more.chunks, more.missing
+        )
+    raise StoreError(f"documents {list(counts.missing)} were deleted or replaced while being stored; try again")
 
 
 async def ingest_documents(
@@ -405,8 +430,7 @@ async def ingest_documents(
     """
     documents = list({d.doc_id: d for d in documents}.values())
     prepared = await _prepare(documents, embedder, store, chunk_tokens, overlap_tokens)
-    counts = await store.add_documents(prepared.records) if prepared.records else IngestCounts()
-    return IngestCounts(added=counts.added, skipped=counts.skipped + prepared.skipped, chunks=counts.chunks)
+    return await _store(prepared, embedder, store, chunk_tokens, overlap_tokens)
 
 
 async def ingest(
@@ -472,7 +496,7 @@ async def ingest(
         while (task := await queue.get()) is not None:
             prepared = await task
             pending.discard(task)
-            counts = await store.add_documents(prepared.records) if prepared.records else IngestCounts()
+            counts = await _store(prepared, embedder, store, chunk_tokens, overlap_tokens)
             slots.release()
             for record in prepared.records:
                 for chunk in record.chunks:
@@ -483,7 +507,7 @@ async def ingest(
                         report.sample[slot] = chunk.text
             report.documents += prepared.documents
             report.added += counts.added
-            report.skipped += counts.skipped + prepared.skipped
+            report.skipped += counts.skipped
             report.chunks += counts.chunks
             report.failed += prepared.failed
             if on_progress is not None:

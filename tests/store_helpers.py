@@ -1,0 +1,42 @@
+"""Helpers of the store's tests: documents with random unit vectors, and a Postgres of a test module's own (in its
+own data dir, stopped by PID at the end) for tests that stop and restart it."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+from agent.settings import Settings
+from infra import postgres
+from infra.config import StackConfig
+from tools.store import ChunkRecord, DocumentRecord
+
+DIM = 384
+MODEL = "all-minilm-l6-v2"
+
+
+def unit_vector(seed: int, dim: int = DIM) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def record(doc_id: str, texts: list[str], version: str = "1", source: str = "test") -> DocumentRecord:
+    """A document whose chunk i has text `texts[i]` and a random unit vector seeded by doc id and i."""
+    seed = zlib.crc32(doc_id.encode())
+    chunks = [ChunkRecord(i, t, len(t.split()), unit_vector(seed + i)) for i, t in enumerate(texts)]
+    return DocumentRecord(doc_id, f"title {doc_id}", source, f"{doc_id}-{version}", chunks)
+
+
+@contextmanager
+def own_postgres(settings: Settings, tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Settings]:
+    """An embedded Postgres in a data dir of its own; the settings that point at it. Stopped by PID at the end."""
+    own = settings.model_copy(update={"data_dir": tmp_path_factory.mktemp(name)})
+    try:
+        postgres.start(StackConfig.of(own))
+        yield own
+    finally:
+        postgres.stop(StackConfig.of(own))

@@ -1,0 +1,138 @@
+"""The store's schema, created idempotently and migrated when the store connects.
+
+- `rag_meta(key, value)`: the embedder model and dimension the table was built for;
+- `documents(id, doc_id UNIQUE, title, source, metadata jsonb, content_hash, ingested_at)`;
+- `chunks(id, chunk_id UNIQUE, document_id -> documents, chunk_index, text, token_count, embedding vector(dim),
+  tsv tsvector GENERATED from the chunk text)`, an HNSW index (`vector_cosine_ops`, pgvector 0.8) on `embedding`
+  and a GIN index on `tsv`;
+- the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings).
+"""
+
+from __future__ import annotations
+
+from tools import bm25
+from tools.store.errors import StoreError
+from tools.store.records import Conn
+
+MAX_HNSW_DIM = 2000
+"""Most dimensions pgvector's HNSW index takes for the `vector` type (pgvector 0.8 README)."""
+
+SCHEMA_LOCK = 4242
+"""Advisory lock key that serialises concurrent schema set-up."""
+
+
+async def set_up(conn: Conn, model_name: str, dim: int, k1: float, b: float) -> str:
+    """Create the extension and schema if missing and check the stored embedder, in one transaction on `conn`.
+
+    Returns:
+        The schema of pgvector's `vector` type (for the connections' codec).
+
+    Raises:
+        StoreError: the `vector` extension sits in a schema that is not on the search path (names it); or the
+            table was built for another embedder model or dimension, also an existing `chunks` table without
+            `rag_meta` (names both). Nothing is written then.
+    """
+    async with conn.transaction():
+        await conn.execute(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        vector_schema = await _vector_schema(conn)
+        await conn.execute("CREATE TABLE IF NOT EXISTS rag_meta (key text PRIMARY KEY, value text NOT NULL)")
+        rows = await conn.fetch("SELECT key, value FROM rag_meta")
+        stored: dict[str, str] = {r["key"]: r["value"] for r in rows}
+        if stored and (stored.get("embedder_model"), stored.get("dim")) != (model_name, str(dim)):
+            raise StoreError(
+                f"the store holds embeddings of model {stored.get('embedder_model')!r} "
+                f"(dim {stored.get('dim')}); the configured embedder is {model_name!r} (dim {dim}). "
+                f"Use another database or re-create this one."
+            )
+        if not stored:
+            await _check_existing_chunks(conn, model_name, dim)
+            await conn.executemany(
+                "INSERT INTO rag_meta (key, value) VALUES ($1, $2)",
+                [("embedder_model", model_name), ("dim", str(dim))],
+            )
+            await conn.execute(schema_sql(dim))
+        await _migrate(conn, k1, b)
+    return vector_schema
+
+
+async def _migrate(conn: Conn, k1: float, b: float) -> None:
+    """Bring a store made by an earlier version up to this schema (inside `set_up`'s locked transaction): the
+    `ingested_at` column, the `source` index, the BM25 tables (built from the stored chunks when new)."""
+    has_ingested_at = await conn.fetchval(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = 'documents'::regclass AND attname = 'ingested_at'"
+    )
+    if not has_ingested_at:
+        await conn.execute("ALTER TABLE documents ADD COLUMN ingested_at timestamptz NOT NULL DEFAULT now()")
+    if await conn.fetchval("SELECT to_regclass('documents_source')") is None:
+        await conn.execute("CREATE INDEX documents_source ON documents (source)")
+    if await conn.fetchval("SELECT to_regclass('bm25_corpus')") is None:
+        await conn.execute(bm25.SCHEMA_SQL)
+        await bm25.rebuild(conn, k1, b)
+
+
+async def _vector_schema(conn: Conn) -> str:
+    """The schema of pgvector's `vector` type. Raises StoreError, naming it, when it is not on the search path
+    (the schema's unqualified `vector(dim)`, `<=>` and `vector_cosine_ops` would not resolve)."""
+    row = await conn.fetchrow(
+        """
+        SELECT n.nspname AS schema, n.nspname = ANY (current_schemas(false)) AS visible
+        FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+        WHERE t.typname = 'vector' ORDER BY visible DESC LIMIT 1
+        """
+    )
+    if row is None:
+        raise StoreError("the `vector` extension is not installed and could not be created; install pgvector")
+    if not row["visible"]:
+        raise StoreError(
+            f"the `vector` extension is in schema {row['schema']!r}, which is not on the search path "
+            f"({await conn.fetchval('SHOW search_path')}); add it, e.g. "
+            f"`ALTER DATABASE ... SET search_path = public, {row['schema']}`, or the query parameter "
+            f"`search_path=public,{row['schema']}` in DATABASE_URL"
+        )
+    return str(row["schema"])
+
+
+async def _check_existing_chunks(conn: Conn, model_name: str, dim: int) -> None:
+    """A `chunks` table made without `rag_meta` (another tool, an old version) must hold `vector(dim)` embeddings;
+    raises StoreError naming the column's type otherwise, before anything is written."""
+    column = await conn.fetchval(
+        """
+        SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+        WHERE a.attrelid = to_regclass('chunks') AND a.attname = 'embedding' AND NOT a.attisdropped
+        """
+    )
+    if column is not None and column.rsplit(".", 1)[-1] != f"vector({dim})":
+        raise StoreError(
+            f"the existing `chunks` table stores embeddings as {column}; the configured embedder {model_name!r} "
+            f"needs vector({dim}). Use another database or re-create this one."
+        )
+
+
+def schema_sql(dim: int) -> str:
+    """The `documents` and `chunks` tables and their indexes for `dim`-wide embeddings."""
+    return f"""
+    CREATE TABLE IF NOT EXISTS documents (
+        id bigserial PRIMARY KEY,
+        doc_id text NOT NULL UNIQUE,
+        title text NOT NULL DEFAULT '',
+        source text NOT NULL DEFAULT '',
+        metadata jsonb NOT NULL DEFAULT '{{}}',
+        content_hash text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        ingested_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE IF NOT EXISTS chunks (
+        id bigserial PRIMARY KEY,
+        chunk_id text NOT NULL UNIQUE,
+        document_id bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+        chunk_index integer NOT NULL,
+        text text NOT NULL,
+        token_count integer NOT NULL,
+        embedding vector({dim}) NOT NULL,
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+        UNIQUE (document_id, chunk_index)
+    );
+    CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops);
+    CREATE INDEX IF NOT EXISTS chunks_tsv_gin ON chunks USING gin (tsv);
+    """

@@ -1,0 +1,373 @@
+"""`VectorStore`: the store's public object, one method per operation; each is one transaction on a connection of
+the right pool (`tools.store.pools`), and raises only the store's errors (`tools.store.errors`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+import numpy as np
+import numpy.typing as npt
+
+from tools.store import listing, pools, schema, search, writes
+from tools.store.errors import StoreError, translated
+from tools.store.records import (
+    ChunkHit,
+    Conn,
+    DocumentPage,
+    DocumentRecord,
+    FullTextMatch,
+    FullTextRank,
+    IngestCounts,
+    StoredDocument,
+)
+
+READ = "BEGIN READ ONLY"
+SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+class VectorStore:
+    """Chunks, vectors and full text in PostgreSQL + pgvector for one embedder, through asyncpg pools.
+
+    Args:
+        dsn: `postgresql://` URL of a server with the `vector` extension available (directly or through PgBouncer
+            in transaction mode).
+        model_name: embedder model name recorded with the table.
+        dim: embedding width, e.g. 384.
+        max_pool_size: most connections of the read pool (searches, listings, counts, document reads).
+        write_pool_size: most connections of the write pool (ingest, replace, delete). Writers are serialised by
+            a lock, so more than 2 only queue on it; a writer beyond them waits for a connection (bounded).
+        acquire_timeout_s: longest wait for a pooled connection, seconds (`DB_ACQUIRE_TIMEOUT_S`); then
+            `StoreBusyError`.
+        ef_search: default `hnsw.ef_search` of a search (1..1000).
+        bm25_k1, bm25_b: BM25 parameters of the impacts written at ingest (Anserini's 0.9 and 0.4).
+        postings_per_term: M, postings read per query term by pruned BM25 (at least the rows asked for).
+        command_timeout_s: asyncpg's default timeout of one statement, seconds (None: no limit).
+        statement_cache_size: asyncpg's prepared-statement cache per connection; 0 for PgBouncer in transaction
+            mode (then statements are prepared unnamed inside the operation's transaction).
+
+    Raises (every method): `StoreUnavailableError` (Postgres down, restarting or shutting down; retryable),
+    `StoreBusyError` (no pooled connection within `acquire_timeout_s`; retryable), `StoreQueryError` (a statement
+    failed), or `StoreError` for bad input as documented per method.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        model_name: str,
+        dim: int,
+        max_pool_size: int = 8,
+        *,
+        write_pool_size: int = 2,
+        acquire_timeout_s: float = 5.0,
+        ef_search: int = 100,
+        bm25_k1: float = 0.9,
+        bm25_b: float = 0.4,
+        postings_per_term: int = 100,
+        command_timeout_s: float | None = 60.0,
+        statement_cache_size: int = 100,
+    ) -> None:
+        if not 1 <= dim <= schema.MAX_HNSW_DIM:
+            raise StoreError(
+                f"embedding dimension {dim} of model {model_name!r}: pgvector's HNSW index on `vector` takes 1.."
+                f"{schema.MAX_HNSW_DIM} dimensions; use a model of at most {schema.MAX_HNSW_DIM} dimensions"
+            )
+        if not 1 <= ef_search <= 1000 or postings_per_term < 1 or statement_cache_size < 0:
+            raise StoreError(
+                f"ef_search={ef_search}, postings_per_term={postings_per_term}, "
+                f"statement_cache_size={statement_cache_size}; expected 1..1000, >= 1 and >= 0"
+            )
+        if max_pool_size < 1 or write_pool_size < 1 or not acquire_timeout_s > 0:
+            raise StoreError(
+                f"max_pool_size={max_pool_size}, write_pool_size={write_pool_size}, "
+                f"acquire_timeout_s={acquire_timeout_s}; expected >= 1, >= 1 and > 0"
+            )
+        self.dsn = dsn
+        self.model_name = model_name
+        self.dim = dim
+        self.max_pool_size = max_pool_size
+        self.write_pool_size = write_pool_size
+        self.acquire_timeout_s = float(acquire_timeout_s)
+        self.ef_search = int(ef_search)
+        self.bm25_k1 = float(bm25_k1)
+        self.bm25_b = float(bm25_b)
+        self.postings_per_term = int(postings_per_term)
+        self.command_timeout_s = command_timeout_s
+        self.statement_cache_size = statement_cache_size
+        self._read: asyncpg.Pool | None = None
+        self._write: asyncpg.Pool | None = None
+
+    async def __aenter__(self) -> VectorStore:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The open read pool (on the primary). Raises StoreError when not connected."""
+        if self._read is None:
+            raise StoreError("VectorStore is not connected; use `async with` or call connect()")
+        return self._read
+
+    @property
+    def write_pool(self) -> asyncpg.Pool:
+        """The open write pool. Raises StoreError when not connected."""
+        if self._write is None:
+            raise StoreError("VectorStore is not connected; use `async with` or call connect()")
+        return self._write
+
+    def search_settings(self, ef_search: int | None = None, exact: bool = False) -> str:
+        """The `SET LOCAL` statements a search transaction starts with (`tools.store.search.settings_sql`)."""
+        return search.settings_sql(ef_search or self.ef_search, exact)
+
+    async def connect(self) -> None:
+        """Create the extension and schema if missing, check the stored embedder, open the pools.
+
+        Raises:
+            StoreUnavailableError: the server is unreachable (names the URL).
+            StoreError: the `vector` extension sits in a schema that is not on the search path (names it); or the
+                table was built for another embedder model or dimension, also an existing `chunks` table without
+                `rag_meta` (names both). Nothing is written then.
+        """
+        action = f"connecting to Postgres at {self.dsn}"
+        with translated(action):
+            setup = await asyncpg.connect(self.dsn, statement_cache_size=self.statement_cache_size)
+        try:
+            with translated(f"setting up the store's schema at {self.dsn}"):
+                vector_schema = await schema.set_up(setup, self.model_name, self.dim, self.bm25_k1, self.bm25_b)
+        finally:
+            with translated(action):
+                await setup.close()
+        options: dict[str, Any] = {
+            "vector_schema": vector_schema,
+            "command_timeout_s": self.command_timeout_s,
+            "statement_cache_size": self.statement_cache_size,
+        }
+        self._read = await pools.open_pool(
+            self.dsn, min_size=1, max_size=self.max_pool_size, action=f"opening the read pool to {self.dsn}", **options
+        )
+        try:
+            self._write = await pools.open_pool(
+                self.dsn,
+                min_size=0,
+                max_size=self.write_pool_size,
+                action=f"opening the write pool to {self.dsn}",
+                **options,
+            )
+        except StoreError:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Close the pools (idempotent)."""
+        for name in ("_read", "_write"):
+            pool = getattr(self, name)
+            setattr(self, name, None)
+            if pool is not None:
+                await pool.close()
+
+    async def rebuild_full_text(self) -> None:
+        """Recompute the BM25 statistics and every posting's impact from the stored chunks, in one transaction
+        (`tools.bm25.rebuild`): re-normalises impacts written when the corpus' average chunk length differed."""
+        async with pools.transaction(self.write_pool, self.acquire_timeout_s, "rebuilding BM25") as conn:
+            await writes.rebuild_full_text(conn, self.bm25_k1, self.bm25_b)
+
+    async def stored_versions(self, doc_ids: list[str]) -> dict[str, str]:
+        """doc_id -> stored content hash, for those of `doc_ids` that are stored (a hint for skipping work before
+        the write: `add_documents` decides again under the write lock)."""
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "reading stored versions", READ) as conn:
+            return await listing.stored_versions(conn, doc_ids)
+
+    async def add_documents(
+        self, docs: Sequence[DocumentRecord], unchanged: Mapping[str, str] | None = None
+    ) -> IngestCounts:
+        """Store `docs` and their chunks in one transaction, under the write lock; a document stored with the same
+        content hash is skipped, one stored with another hash is replaced (old chunks deleted).
+
+        Args:
+            docs: documents with their chunks.
+            unchanged: doc_id -> content hash of documents the caller found stored unchanged and sends without
+                chunks. Each counts as skipped if it is still stored with that hash when the transaction looks
+                (under the lock); otherwise its doc id is in `IngestCounts.missing` for the caller to store.
+
+        Raises:
+            StoreError: duplicate doc ids, or an embedding with the wrong shape or non-finite values (names the doc
+                id and chunk index); nothing is written.
+        """
+        unchanged = dict(unchanged or {})
+        writes.check_batch(docs, unchanged, self.dim)
+        if not docs and not unchanged:
+            return IngestCounts()
+        async with pools.transaction(self.write_pool, self.acquire_timeout_s, "storing documents") as conn:
+            return await writes.add_documents(conn, docs, unchanged, self.bm25_k1, self.bm25_b)
+
+    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+        """Delete the documents named in `doc_ids` and (when given) every document whose `source` equals `source`,
+        with their chunks and full-text postings, in one transaction.
+
+        Returns:
+            The doc ids actually deleted, sorted (names that were not stored are left out).
+
+        Raises:
+            StoreError: `doc_ids` is a single string (expected a sequence of ids); a failed transaction (then
+                nothing was deleted) raises the store's Postgres errors.
+        """
+        if isinstance(doc_ids, str):
+            raise StoreError(f"doc_ids={doc_ids!r}; expected a sequence of document ids, not one string")
+        ids = list(doc_ids)
+        if not ids and source is None:
+            return []
+        action = "deleting documents (nothing was deleted)"
+        async with pools.transaction(self.write_pool, self.acquire_timeout_s, action) as conn:
+            return await writes.delete_documents(conn, ids, source)
+
+    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
+        """Stored documents ordered by `doc_id`, `limit` of them (all when None) after skipping `offset`. For large
+        stores use `document_page` or `iter_documents` (keyset pages, no offset scan).
+
+        Raises:
+            StoreError: negative `limit` or `offset`.
+        """
+        if (limit is not None and limit < 0) or offset < 0:
+            raise StoreError(f"limit={limit}, offset={offset}; expected non-negative numbers")
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", READ) as conn:
+            return await listing.offset_page(conn, limit, offset)
+
+    async def document_page(self, limit: int = 100, cursor: str | None = None) -> DocumentPage:
+        """One keyset page of the stored documents in doc_id order, with the total stored (one snapshot).
+
+        Args:
+            limit: documents per page, 1..10,000.
+            cursor: None for the first page, else the previous page's `next_cursor`.
+
+        Raises:
+            StoreError: `limit` out of range, or a cursor this store did not issue.
+        """
+        if not 1 <= limit <= listing.MAX_PAGE:
+            raise StoreError(f"limit={limit}; expected 1..{listing.MAX_PAGE}")
+        if cursor is not None:
+            listing.decode_cursor(cursor)
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
+            return await listing.keyset_page(conn, limit, cursor)
+
+    async def iter_documents(self, page_size: int = 1000) -> AsyncIterator[StoredDocument]:
+        """Every stored document in doc_id order, read `page_size` at a time (one short transaction per page, so
+        memory stays bounded and no connection is held between pages; a document added or deleted meanwhile may
+        or may not appear)."""
+        cursor: str | None = None
+        while True:
+            page = await self.document_page(page_size, cursor)
+            for document in page.documents:
+                yield document
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def count(self) -> tuple[int, int]:
+        """(documents, chunks) stored."""
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "counting documents", READ) as conn:
+            return await listing.count(conn)
+
+    async def dense_search(
+        self,
+        query: npt.NDArray[np.float32],
+        top_k: int,
+        ef_search: int | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+        exact: bool = False,
+    ) -> list[ChunkHit]:
+        """Nearest chunks by cosine distance through the HNSW index (or an exact scan).
+
+        Args:
+            query: `(dim,)` float32, L2-normalised, finite.
+            top_k: rows wanted (1..1000).
+            ef_search: HNSW candidate list size (pgvector `hnsw.ef_search`, at most 1000; default: the store's);
+                raised to `top_k` if smaller, since it caps the rows one index scan returns.
+            metadata_filter: only documents whose `metadata` contains this JSON object (`@>`), by its own
+                statement. pgvector 0.8's iterative index scan (`hnsw.iterative_scan = strict_order`) keeps
+                scanning the graph until `top_k` rows pass the filter (or `hnsw.max_scan_tuples`, 20,000 by
+                default, are visited), so the result has min(top_k, matching chunks) rows in exact distance order.
+            exact: disable index scans (`enable_indexscan = off`): a sequential scan ranks every chunk, the
+                ground truth for HNSW recall.
+
+        Returns:
+            Up to `top_k` hits, best first; `score` = cosine similarity in [-1, 1].
+
+        Raises:
+            StoreError: wrong query shape, non-finite values, or top_k outside 1..1000.
+        """
+        search.check_query(query, self.dim)
+        search.check_top_k(top_k)
+        ef = min(max(int(ef_search or self.ef_search), int(top_k)), 1000)
+        async with self._search("dense search", self.search_settings(ef, exact)) as conn:
+            return await search.dense(conn, query, top_k, metadata_filter)
+
+    async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
+        """Cosine similarity of `query` to the stored embeddings of `chunk_ids` (a lookup by the unique chunk id
+        index, no vector index scan), e.g. for chunks full-text search found.
+
+        Args:
+            query: `(dim,)` float32, L2-normalised.
+
+        Returns:
+            {chunk_id: cosine similarity in [-1, 1]} for the ids that are stored (unknown ids are left out).
+
+        Raises:
+            StoreError: wrong query shape.
+        """
+        search.check_query(query, self.dim)
+        if not chunk_ids:
+            return {}
+        async with self._search("cosine similarities", self.search_settings()) as conn:
+            return await search.cosine_similarities(conn, query, chunk_ids)
+
+    async def full_text_search(
+        self,
+        query: str,
+        top_k: int,
+        match: FullTextMatch = "all",
+        rank: FullTextRank = "ts_rank_cd",
+        k1: float | None = None,
+        b: float | None = None,
+    ) -> list[ChunkHit]:
+        """Chunks matching the query's `english` lexemes (stored `tsvector`), ranked.
+
+        Args:
+            query: free text.
+            top_k: rows wanted (1..1000).
+            match: for `ts_rank_cd`: `all` = `websearch_to_tsquery('english', query)` (every term must occur;
+                quotes and `-term` work as on a web search engine); `any` = the same lexemes as `plainto_tsquery`
+                joined by OR (`|`), which suits long natural-language queries such as claims. BM25 always
+                matches any lexeme.
+            rank: `ts_rank_cd` (Postgres cover density over the GIN index, no corpus statistics), `bm25` (Okapi
+                BM25, pruned: the top max(M, top_k) postings of each query term by stored impact, candidates
+                scored exactly; see `tools.bm25`) or `bm25_exhaustive` (every posting of every query term).
+            k1, b: BM25 parameters of the score (default: the store's, which the stored impacts use).
+
+        Returns:
+            Up to `top_k` hits, best first (ties by insertion order); `score` = the rank function's value.
+
+        Raises:
+            StoreError: unknown `match` or `rank`, or top_k outside 1..1000.
+        """
+        search.check_top_k(top_k)
+        search.check_full_text(match, rank)
+        k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
+        async with self._search("full-text search", self.search_settings()) as conn:
+            return await search.full_text(conn, query, top_k, match, rank, k1_, b_, self.postings_per_term)
+
+    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+        """(title, full text) of document `doc_id`, its chunks joined in order without overlap markers; None when
+        it is not stored."""
+        async with self._search("reading a document", READ) as conn:
+            return await search.get_document(conn, doc_id)
+
+    def _search(self, action: str, begin_settings: str) -> contextlib.AbstractAsyncContextManager[Conn]:
+        """The transaction of a search: on the read pool, starting with `begin_settings` (a `SET LOCAL` list, or
+        a complete BEGIN)."""
+        begin = begin_settings if begin_settings.startswith("BEGIN") else f"{READ}; {begin_settings}"
+        return pools.transaction(self.pool, self.acquire_timeout_s, action, begin)

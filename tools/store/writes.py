@@ -1,0 +1,124 @@
+"""Writes: ingest (add or replace documents), delete, and the BM25 rebuild; each inside the caller's transaction.
+
+Writers are serialised by a transaction-level advisory lock (`lock_writes`), taken first in every write
+transaction: the stored versions are read after it, so a concurrent writer's committed rows are seen, two ingests
+of the same new doc id never collide, and the BM25 statistics stay exact. Whether a document is skipped (same
+content hash stored) is decided here, under that lock, never from a read taken before the transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tools import bm25
+from tools.store.errors import StoreError
+from tools.store.records import Conn, DocumentRecord, IngestCounts
+
+WRITE_LOCK = 4243
+"""Advisory lock key of the writers (ingest, replace, delete, rebuild)."""
+
+
+async def lock_writes(conn: Conn) -> None:
+    """Serialise writers for the rest of the transaction (see the module docstring)."""
+    await conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+
+
+def check_batch(docs: Sequence[DocumentRecord], unchanged: Mapping[str, str], dim: int) -> None:
+    """Refuse a batch before anything is written.
+
+    Raises:
+        StoreError: duplicate doc ids in `docs` or between `docs` and `unchanged`, or an embedding with the wrong
+            shape or non-finite values (names the doc id and chunk index).
+    """
+    ids = [d.doc_id for d in docs]
+    if len(set(ids)) != len(ids) or set(ids) & set(unchanged):
+        raise StoreError("duplicate doc_id within one batch; expected unique document ids")
+    for doc in docs:
+        for chunk in doc.chunks:
+            where = f"document {doc.doc_id!r}, chunk index {chunk.chunk_index}"
+            if chunk.embedding.shape != (dim,):
+                raise StoreError(f"{where}: expected a ({dim},) embedding, got shape {chunk.embedding.shape}")
+            if not np.isfinite(chunk.embedding).all():
+                raise StoreError(f"{where}: the embedding has non-finite values (NaN or inf)")
+
+
+async def add_documents(
+    conn: Conn, docs: Sequence[DocumentRecord], unchanged: Mapping[str, str], k1: float, b: float
+) -> IngestCounts:
+    """Store `docs` (skip those stored with the same hash, replace those stored with another) and check that each
+    doc id of `unchanged` (doc_id -> content hash, sent without chunks) is still stored with that hash; inside the
+    caller's transaction, which this locks first (`lock_writes`)."""
+    await lock_writes(conn)
+    wanted = [d.doc_id for d in docs] + list(unchanged)
+    stored = {
+        r["doc_id"]: r["content_hash"]
+        for r in await conn.fetch(
+            "SELECT doc_id, content_hash FROM documents WHERE doc_id = ANY($1::text[]) FOR UPDATE", wanted
+        )
+    }
+    missing = tuple(doc_id for doc_id, digest in unchanged.items() if stored.get(doc_id) != digest)
+    new_docs = {d.doc_id: d for d in docs if stored.get(d.doc_id) != d.content_hash}
+    skipped = len(docs) - len(new_docs) + len(unchanged) - len(missing)
+    if not new_docs:
+        return IngestCounts(skipped=skipped, missing=missing)
+    replaced = await conn.fetch("SELECT id FROM documents WHERE doc_id = ANY($1::text[])", list(new_docs))
+    await delete_rows(conn, [r["id"] for r in replaced])
+    rows = await conn.fetch(
+        """
+        INSERT INTO documents (doc_id, title, source, metadata, content_hash)
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
+        RETURNING id, doc_id
+        """,
+        [d.doc_id for d in new_docs.values()],
+        [d.title for d in new_docs.values()],
+        [d.source for d in new_docs.values()],
+        [json.dumps(d.metadata) for d in new_docs.values()],
+        [d.content_hash for d in new_docs.values()],
+    )
+    ids = {r["doc_id"]: r["id"] for r in rows}
+    records = [
+        (ids[doc.doc_id], f"{doc.doc_id}#{c.chunk_index}", c.chunk_index, c.text, c.token_count, c.embedding)
+        for doc in new_docs.values()
+        for c in doc.chunks
+    ]
+    await conn.copy_records_to_table(
+        "chunks",
+        records=records,
+        columns=["document_id", "chunk_id", "chunk_index", "text", "token_count", "embedding"],
+    )
+    await bm25.add_chunks(conn, list(ids.values()), k1, b)
+    return IngestCounts(added=len(new_docs), skipped=skipped, chunks=len(records), missing=missing)
+
+
+async def delete_documents(conn: Conn, doc_ids: list[str], source: str | None) -> list[str]:
+    """Delete the documents named in `doc_ids` and (when given) every document of `source`; inside the caller's
+    transaction, which this locks first. Returns the doc ids deleted, sorted."""
+    await lock_writes(conn)
+    rows = await conn.fetch(
+        """
+        SELECT id, doc_id FROM documents
+        WHERE doc_id = ANY($1::text[]) OR ($2::text IS NOT NULL AND source = $2::text)
+        ORDER BY doc_id FOR UPDATE
+        """,
+        doc_ids,
+        source,
+    )
+    await delete_rows(conn, [r["id"] for r in rows])
+    return [r["doc_id"] for r in rows]
+
+
+async def rebuild_full_text(conn: Conn, k1: float, b: float) -> None:
+    """Recompute the BM25 statistics and impacts (`tools.bm25.rebuild`); inside the caller's transaction."""
+    await lock_writes(conn)
+    await bm25.rebuild(conn, k1, b)
+
+
+async def delete_rows(conn: Conn, ids: list[int]) -> None:
+    """Delete documents by primary key `ids` with their chunks and postings (ON DELETE CASCADE), taking them out
+    of the BM25 statistics first; inside the caller's transaction, after `lock_writes`."""
+    if ids:
+        await bm25.remove_chunks(conn, ids)
+        await conn.execute("DELETE FROM documents WHERE id = ANY($1::bigint[])", ids)
