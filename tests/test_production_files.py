@@ -507,6 +507,15 @@ def test_k8s_images_ship_the_backends_of_their_models() -> None:
             assert backend_of(load_config(MODEL_REPO / name / "config.pbtxt")) in shipped
 
 
+def test_every_image_backend_is_named_by_its_source() -> None:
+    """images.yaml claims no backend its cited source does not name (sources.yaml records what the source says)."""
+    for image, entry in images()["images"].items():
+        fact = sources()[entry["source"]]["fact"].lower()
+        for backend in entry["backends"]:
+            names = {"onnxruntime": "onnx runtime"}.get(backend, backend)
+            assert names in fact or backend in fact, f"{image}: {entry['source']} does not name {backend}"
+
+
 def test_vllm_image_lacks_onnxruntime() -> None:
     """The reason for two Tritons: the vLLM image cannot load the ONNX embedder."""
     vllm_image = service("triton-llm")["image"]

@@ -35,7 +35,9 @@ SRC="$SCRATCH/TensorRT-LLM"
 git init -q "$SRC"
 git -C "$SRC" fetch -q --depth 1 "$TRTLLM_URL" "$TRTLLM_COMMIT"
 git -C "$SRC" checkout -q FETCH_HEAD
+# The models' folder: all_models/ in the NVIDIA tree read here; docs/llama.md (r26.07) names ci/all_models/.
 MODELS_SRC="$SRC/triton_backend/all_models/inflight_batcher_llm"
+[ -d "$MODELS_SRC" ] || MODELS_SRC="$SRC/triton_backend/ci/all_models/inflight_batcher_llm"
 FILL="python3 $SRC/triton_backend/tools/fill_template.py -i"
 
 # 1. The model repository, generated and checked first (minutes before a 30 min engine build).
