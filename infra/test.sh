@@ -28,6 +28,16 @@ if ! command -v promtool >/dev/null && [ ! -x .tools/usr/bin/promtool ]; then
   dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root" && mkdir -p .tools/usr/bin
   cp "$tmp/root/usr/bin/promtool" .tools/usr/bin/ && rm -rf "$tmp"
 fi
+# Debian's pgbouncer 1.18 (Dockerfile.pgbouncer's) runs the shipped pgbouncer.ini in the tests; unpacked the same
+# way, so no PgBouncer service is installed or started.
+if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ] && [ ! -x .tools/usr/sbin/pgbouncer ]; then
+  echo "== unpacking pgbouncer from Debian's package into .tools/"
+  $sudo apt-get update -qq
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download pgbouncer >/dev/null 2>&1)
+  dpkg-deb -x "$tmp"/pgbouncer_*.deb "$tmp/root" && mkdir -p .tools/usr/sbin
+  cp "$tmp/root/usr/sbin/pgbouncer" .tools/usr/sbin/ && rm -rf "$tmp"
+fi
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import importlib.resources
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -1269,3 +1270,91 @@ def test_grafana_dashboard_queries_parse_into_known_series() -> None:
         assert needed in joined, needed
     for expr in exprs:
         assert expr.count("(") == expr.count(")"), expr
+
+
+def pgbouncer_binary() -> str:
+    """Debian's pgbouncer (the 1.18 of Dockerfile.pgbouncer): installed, or unpacked into .tools/ by infra/test.sh."""
+    found = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:{REPO_ROOT / '.tools/usr/sbin'}")
+    assert found, "no pgbouncer: infra/test.sh unpacks Debian's pgbouncer package into .tools/"
+    return found
+
+
+def start_shipped_pgbouncer(postgres_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The shipped pgbouncer.ini (rendered ConfigMap) with only what the test machine needs changed: both databases
+    on the local server's socket, a free loopback port, a userlist with a test password. Runs as the owner of the
+    server's socket when started as root (PgBouncer refuses root). Returns the process and its port."""
+    from infra.processes import free_port
+
+    query = dict(pair.split("=", 1) for pair in urlsplit(postgres_url).query.split("&") if pair)
+    socket_dir = query["host"]
+    ini = pgbouncer_ini()
+    for name in ("rag", "rag_replica"):
+        ini["databases"][name] = f"host={socket_dir} port={urlsplit(postgres_url).port or 5432} dbname=rag"
+    port = free_port()
+    ini["pgbouncer"].update({"listen_addr": "127.0.0.1", "listen_port": str(port)})
+    ini["pgbouncer"]["auth_file"] = str(workdir / "userlist.txt")
+    workdir.chmod(0o755)
+    (workdir / "userlist.txt").write_text('"postgres" "test-secret"\n')
+    with (workdir / "pgbouncer.ini").open("w") as handle:
+        ini.write(handle)
+    for path in workdir.iterdir():
+        path.chmod(0o644)
+    argv = [pgbouncer_binary(), str(workdir / "pgbouncer.ini")]
+    if os.geteuid() == 0:
+        owner = Path(socket_dir).stat()
+        argv = ["setpriv", f"--reuid={owner.st_uid}", f"--regid={owner.st_gid}", "--clear-groups", *argv]
+    log = (workdir / "pgbouncer.log").open("wb")
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), port
+
+
+async def test_search_settings_reach_queries_through_the_shipped_pgbouncer(postgres_url: str, tmp_path: Path) -> None:
+    """Issue 16, end to end: the shipped pgbouncer.ini in transaction mode refuses the search settings as startup
+    parameters, and the database defaults (the shipped SQL) reach every transaction on both pooled databases."""
+    import asyncio
+
+    import asyncpg
+
+    from evals.retrieval_eval import ensure_database
+
+    conn = await asyncpg.connect(await ensure_database(postgres_url, "rag"))
+    try:
+        await conn.execute(search_settings_sql())
+    finally:
+        await conn.close()
+    proc, port = start_shipped_pgbouncer(postgres_url, tmp_path)
+    try:
+        log = tmp_path / "pgbouncer.log"
+        for _ in range(100):  # PgBouncer logs this line once its socket listens
+            if "listening on 127.0.0.1" in log.read_text(errors="replace") or proc.poll() is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert proc.poll() is None, log.read_text(errors="replace")
+        with pytest.raises(asyncpg.PostgresError, match="unsupported startup parameter"):
+            await asyncpg.connect(
+                f"postgresql://postgres:test-secret@127.0.0.1:{port}/rag",
+                statement_cache_size=0,
+                server_settings={"hnsw.ef_search": "40"},
+            )
+        expected = {
+            "hnsw.ef_search": str(Settings.model_fields["hnsw_ef_search"].default),
+            "hnsw.iterative_scan": "strict_order",
+            "plan_cache_mode": "force_custom_plan",
+        }
+        for database in ("rag", "rag_replica"):
+            pooled = await asyncpg.connect(
+                f"postgresql://postgres:test-secret@127.0.0.1:{port}/{database}", statement_cache_size=0
+            )
+            try:
+                for _ in range(3):  # each transaction may get another server connection
+                    async with pooled.transaction():
+                        shown = {k: await pooled.fetchval(f"SHOW {k}") for k in expected}
+                    assert shown == expected, database
+            finally:
+                await pooled.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
