@@ -18,8 +18,6 @@ from tests.fake_openai import (
     Reply,
 )
 
-pytestmark = pytest.mark.stack
-
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeOpenAIServer]:
