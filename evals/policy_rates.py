@@ -17,6 +17,7 @@ import asyncio
 import json
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -26,7 +27,7 @@ from agent.app import RagApp
 from agent.errors import AgentError
 from agent.settings import Policy, Settings
 from evals.off_topic import OFF_TOPIC
-from evals.refusal import stored_doc_ids
+from evals.refusal import stored_doc_ids, write_results
 from evals.scifact import claim_texts, gold_doc_ids
 
 
@@ -99,6 +100,7 @@ def main(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 4,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="always and/or agentic (default both).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the results JSON here (README table).")] = None,
 ) -> None:
     """Print the rates per policy."""
     chosen: list[Policy] = []
@@ -110,6 +112,8 @@ def main(
         else:
             raise typer.BadParameter(f"{name!r}; expected always or agentic", param_hint="--policy")
     result = asyncio.run(measure(Settings(), claims, concurrency, chosen))
+    if out is not None:
+        write_results(out, result, f"python -m evals.policy_rates --claims {claims} --concurrency {concurrency}")
     print(json.dumps(result, indent=None if as_json else 2))
 
 

@@ -8,7 +8,10 @@ covered claims (default 95 %); the output gives the refusal rates it implies on 
 ROC AUC of the score (the probability that a covered claim scores higher than a not-covered one, ties
 half: the Mann–Whitney form of the AUC).
 
-    python -m evals.refusal --top-k 5 [--split train] [--answer-rate 0.95] [--json]
+    python -m evals.refusal --top-k 5 [--split train] [--answer-rate 0.95] [--json] [--out results.json]
+
+`--out` writes the calibration with the command, the date and the machine (`evals.machine.machine_info`): the
+README's calibration table is generated from `evals/results/refusal-calibration.json`.
 
 Needs the stack (Triton, Postgres) and an ingested corpus; the LLM is not called.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Annotated, cast, get_args
 
 import numpy as np
@@ -25,6 +29,7 @@ import typer
 
 from agent.app import RagApp
 from agent.settings import Settings
+from evals.machine import machine_info
 from evals.off_topic import OFF_TOPIC
 from evals.scifact import Split, claim_texts, gold_doc_ids
 from tools.retrieval import RetrievalMode
@@ -113,6 +118,14 @@ async def calibrate(
     )
 
 
+def write_results(path: Path, results: dict[str, object], command: str) -> None:
+    """Write `results` with the command that produced them, the date (UTC) and the machine, as JSON at `path`."""
+    machine = machine_info()
+    record = {"command": command, "date": str(machine["date_utc"])[:10], "machine": machine, **results}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
 app = typer.Typer(help="Measure REFUSAL_MIN_SCORE on SciFact claims (needs Triton, Postgres, an ingested corpus).")
 
 
@@ -123,6 +136,7 @@ def main(
     answer_rate: Annotated[float, typer.Option("--answer-rate", min=0.5, max=1.0)] = 0.95,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (as the agent) or dense.")] = "hybrid",
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the results JSON here.")] = None,
 ) -> None:
     """Print the suggested threshold and the refusal rates it implies."""
     if split not in get_args(Split):
@@ -131,6 +145,8 @@ def main(
         raise typer.BadParameter(f"mode {mode!r}; expected hybrid or dense", param_hint="--mode")
     retrieval_mode: RetrievalMode = "dense" if mode == "dense" else "hybrid"
     result = asyncio.run(calibrate(Settings(), cast(Split, split), top_k, answer_rate, retrieval_mode))
+    if out is not None:
+        write_results(out, asdict(result), f"python -m evals.refusal --top-k {top_k} --split {split}")
     if as_json:
         print(json.dumps(asdict(result)))
     else:

