@@ -13,7 +13,7 @@ Spans go through the OpenTelemetry API only: with no SDK configured (no `OTEL_EX
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from opentelemetry import trace
@@ -35,12 +35,8 @@ class StageTimings:
     def stage(self, stage: str, key: str | None = None, **attributes: AttributeValue) -> Iterator[trace.Span]:
         """Time the block as stage `stage` (a span `rag.<stage>` with `attributes` and `duration_ms`) and add its
         elapsed ms to `key or stage`. An exception is recorded on the span and re-raised; the time still counts."""
-        with timed(stage, **attributes) as span:
-            start = time.perf_counter()
-            try:
-                yield span
-            finally:
-                self.add({key or stage: (time.perf_counter() - start) * 1000})
+        with _span(stage, attributes, lambda ms: self.add({key or stage: ms})) as span:
+            yield span
 
     def record(self, stage: str, elapsed_ms: float, **attributes: AttributeValue | None) -> None:
         """Set `stage` to `elapsed_ms` (ms, measured elsewhere, ending now) and emit a span `rag.<stage>` covering
@@ -74,10 +70,22 @@ class StageTimings:
 def timed(stage: str, **attributes: AttributeValue) -> Iterator[trace.Span]:
     """A span `rag.<stage>` around the block with `attributes` and `duration_ms` (no timings kept; see
     `StageTimings.stage` for that). An exception is recorded on the span and re-raised."""
+    with _span(stage, attributes, None) as span:
+        yield span
+
+
+@contextmanager
+def _span(
+    stage: str, attributes: Mapping[str, AttributeValue], on_done: Callable[[float], None] | None
+) -> Iterator[trace.Span]:
+    """The span of one stage; its one measurement (ms) goes to the span's `duration_ms` and to `on_done`."""
     tracer = trace.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span(f"rag.{stage}", attributes=attributes) as span:
         start = time.perf_counter()
         try:
             yield span
         finally:
-            span.set_attribute("duration_ms", (time.perf_counter() - start) * 1000)
+            elapsed_ms = (time.perf_counter() - start) * 1000
+            span.set_attribute("duration_ms", elapsed_ms)
+            if on_done is not None:
+                on_done(elapsed_ms)
