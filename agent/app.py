@@ -22,7 +22,7 @@ from agent.errors import InputError
 from agent.events import AgentEvent
 from agent.rag_agent import RagDeps
 from agent.results import AskResult
-from agent.settings import Settings
+from agent.settings import Policy, Settings
 from agent.telemetry import answer_span
 from agent.wiring import Services, answer_limits, build_agents, build_services, run_check
 from agent.wiring import build_embedder as build_embedder  # the factories' home is agent.wiring; re-exported
@@ -97,12 +97,11 @@ class RagApp:
             EmbedderError / StoreError: retrieval failed.
         """
         request = AnswerRequest(request) if isinstance(request, str) else request
-        request = replace(request, policy=request.policy or self.settings.agent_policy)
-        assert request.policy is not None
-        if request.policy == "agentic":
+        policy: Policy = request.policy or self.settings.agent_policy
+        if policy == "agentic":
             await self._check_tools()
-        with answer_span(request.policy) as results:
-            results.append(await answer(self.agents[request.policy], self.deps, request, self.limits))
+        with answer_span(policy) as results:
+            results.append(await answer(self.agents[policy], self.deps, replace(request, policy=policy), self.limits))
         return results[0]
 
     async def ask_stream(self, request: AnswerRequest | str) -> AsyncIterator[AgentEvent | AskResult]:

@@ -145,10 +145,12 @@ class InMemoryCollection:
     async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
         """Delete by id and/or source; returns the deleted ids (absent ids are not listed)."""
         wanted = set(doc_ids)
-        doomed = [k for k, e in self._entries.items() if k in wanted or e.document.source == (source or object())]
+        if source is not None:
+            wanted |= {k for k, e in self._entries.items() if e.document.source == source}
+        doomed = sorted(wanted & self._entries.keys())
         for k in doomed:
             del self._entries[k]
-        return sorted(doomed)
+        return doomed
 
     async def count(self) -> tuple[int, int]:
         """(documents, chunks) stored: one chunk per document."""
