@@ -1,5 +1,7 @@
 """What the interfaces (CLI, chat, HTTP API) tell a person about a failure: one classification of the product's
-error types into a stable `kind` and a one-line message.
+error types into a stable `kind` and a one-line message. Only product error types are classified: each layer
+translates the errors of the libraries below it at its own boundary (the store asyncpg's, the embedder gRPC's,
+`agent.answer` pydantic-ai's), so nothing here imports a driver or walks a traceback.
 
 The CLI prints `error: <message>`; the HTTP API maps `kind` to a status code (`agent.http_api.STATUS_OF_KIND`) and
 answers `{"error": kind, "detail": message}`. Exceptions not listed here are bugs: `describe` returns None for them
@@ -11,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import asyncpg
 from pydantic import ValidationError
 
 from agent.errors import AgentError, AnswerLimitError, InputError
@@ -37,22 +38,10 @@ class Failure:
     retryable: bool = False
 
 
-POSTGRES_DOWN = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-)
-"""Errors of a Postgres that is unreachable, restarting or shutting down (pooled connections are dropped and
-reopened on the next request); an `OSError` raised inside asyncpg (refused or missing socket) counts too."""
-
-
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
     AgentError,
     embedder.EmbedderError,
     StoreError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
     OSError,
     ValidationError,
     SettingsError,
@@ -93,26 +82,14 @@ def describe(exc: BaseException) -> Failure | None:
         return Failure("embedder_overloaded", _one_line(str(exc)), retryable=True)
     if isinstance(exc, embedder.EmbedderError):
         return Failure("retrieval_unavailable", _one_line(str(exc)), retryable=True)
-    if isinstance(exc, StoreBusyError):
-        return Failure("postgres_busy", f"Postgres is busy: {_one_line(str(exc))}", retryable=True)
+    if isinstance(exc, StoreBusyError):  # the store's messages say what failed and what to do
+        return Failure("postgres_busy", _one_line(str(exc)), retryable=True)
     if isinstance(exc, StoreUnavailableError):
-        return Failure("postgres_unavailable", f"Postgres is unreachable or restarting: {_one_line(str(exc))}", True)
+        return Failure("postgres_unavailable", _one_line(str(exc)), retryable=True)
     if isinstance(exc, StoreQueryError):
-        return Failure("postgres_error", f"Postgres: {_one_line(str(exc))}")
+        return Failure("postgres_error", _one_line(str(exc)))
     if isinstance(exc, StoreError):
         return Failure("store_error", _one_line(str(exc)), retryable=True)
-    if isinstance(exc, POSTGRES_DOWN) or (isinstance(exc, OSError) and _raised_through(exc, "asyncpg")):
-        detail = _one_line(str(exc)) or type(exc).__name__
-        return Failure("postgres_unavailable", f"Postgres is unreachable or restarting: {detail}", retryable=True)
-    if isinstance(exc, asyncpg.UndefinedObjectError):
-        return Failure(
-            "postgres_error",
-            f"Postgres: {_one_line(str(exc))} (is the pgvector extension installed in a schema on the "
-            f"connection's search_path? `CREATE EXTENSION vector` in that database, or `ALTER EXTENSION vector SET "
-            f"SCHEMA public`)",
-        )
-    if isinstance(exc, asyncpg.PostgresError):
-        return Failure("postgres_error", f"Postgres: {_one_line(str(exc))}")
     if isinstance(exc, ValidationError):
         return Failure("invalid_settings", _one_line(describe_validation_error(exc)))
     if isinstance(exc, SettingsError):
@@ -126,15 +103,3 @@ def describe(exc: BaseException) -> Failure | None:
     if isinstance(exc, OSError):
         return Failure("os_error", _one_line(f"{type(exc).__name__}: {exc}"))
     return None
-
-
-def _raised_through(exc: BaseException, package: str) -> bool:
-    """True when a frame of `exc`'s traceback runs code of `package`: asyncpg connects to the embedded Postgres'
-    unix socket, and a missing socket (the server is restarting) is a bare `FileNotFoundError` without the path."""
-    tb = exc.__traceback__
-    while tb is not None:
-        module = str(tb.tb_frame.f_globals.get("__name__", ""))
-        if module == package or module.startswith(package + "."):
-            return True
-        tb = tb.tb_next
-    return False

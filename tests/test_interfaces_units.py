@@ -32,7 +32,7 @@ from infra.config import StackConfig
 from tests.conftest import REPO_ROOT
 from tools.embedder import EmbedderError, EmbedderOverloadedError
 from tools.ingest import IngestError
-from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
+from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError, VectorStore
 
 BRACKET_TITLE = "Scratch space under [/tmp] and [/var]"
 BRACKET_ANSWER = "Use [/INST] the [bold]scratch[/] space [/tmp] [1]."
@@ -68,8 +68,6 @@ def test_failures_map_to_kinds_and_http_statuses() -> None:
         (EmbedderError("Triton down"), "retrieval_unavailable", 503),
         (EmbedderOverloadedError("queue full"), "embedder_overloaded", 503),
         (StoreError("cannot connect"), "store_error", 503),
-        (asyncpg.ConnectionDoesNotExistError("closed"), "postgres_unavailable", 503),
-        (asyncpg.UndefinedObjectError('type "vector" does not exist'), "postgres_error", 500),
         (InputError("top_k must be >= 1"), "bad_request", 422),
         (IngestError("corpus.jsonl line 3: not JSON"), "bad_request", 422),
         (StoreUnavailableError("connection refused"), "postgres_unavailable", 503),
@@ -95,12 +93,14 @@ def test_failures_map_to_kinds_and_http_statuses() -> None:
 
 
 async def test_a_missing_postgres_socket_is_postgres_unavailable(tmp_path: Path) -> None:
-    """The embedded Postgres' socket disappears while it restarts: asyncpg raises a bare FileNotFoundError."""
-    with pytest.raises(OSError) as info:
-        await asyncpg.connect(host=str(tmp_path / "gone"), user="postgres", timeout=5)
+    """The embedded Postgres' socket disappears while it restarts: the store says Postgres is unavailable."""
+    store = VectorStore(f"postgresql://postgres@/postgres?host={tmp_path / 'gone'}", "m", 4, acquire_timeout_s=5)
+    with pytest.raises(StoreUnavailableError) as info:
+        await store.connect()
     failure = describe(info.value)
     assert failure is not None and failure.kind == "postgres_unavailable" and failure.retryable
     assert describe(FileNotFoundError(2, "No such file", "model.onnx")).kind == "os_error"  # type: ignore[union-attr]
+    assert describe(asyncpg.ConnectionDoesNotExistError("closed")) is None  # a driver error the store did not wrap
 
 
 def test_settings_errors_name_the_environment_variable() -> None:
