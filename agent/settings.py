@@ -274,7 +274,10 @@ class Settings(BaseSettings):
     agent_request_limit: int = Field(default=4, ge=1, description="LLM requests per answer (pydantic-ai UsageLimits).")
     agent_tool_calls_limit: int = Field(default=3, ge=0, description="Tool calls per answer (UsageLimits).")
     answer_token_budget: int = Field(
-        default=16000, ge=1, description="Total tokens (input + output, all requests) per answer (UsageLimits)."
+        default=16000,
+        ge=1,
+        description="Total tokens (input + output, all requests) per answer (UsageLimits); counts only the usage the "
+        "LLM server reports (an answer from a server that sends none is not limited by it).",
     )
     answer_timeout_s: float = Field(default=180.0, gt=0, description="Wall-clock limit of one answer, seconds.")
     chat_history_turns: int = Field(default=3, ge=0, description="Earlier question/answer turns `rag chat` sends.")
