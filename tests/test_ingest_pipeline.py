@@ -305,7 +305,7 @@ async def test_cli_ingest_names_files_by_path_and_prints_throughput(
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "handbook.md").write_text(f"# Handbook {folder}\nRules of team {folder}.")
     env = cli_env(triton_server) | {"DATABASE_URL": fresh_db, "MODEL_REPOSITORY": str(REPO_ROOT / "model_repository")}
-    result = rag(env, "ingest", "a/handbook.md", "b/handbook.md", cwd=tmp_path)
+    result = rag(env, "ingest", "--ceiling", "a/handbook.md", "b/handbook.md", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "added 2 documents" in result.stdout
     assert "docs/s" in result.stdout and "chunks/s" in result.stdout
