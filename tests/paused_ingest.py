@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agent.cli import app
@@ -25,15 +26,17 @@ def install_gate(paused_file: Path, pause_before: int) -> None:
     add_documents = VectorStore.add_documents
     writes = 0
 
-    async def gated(self: VectorStore, docs: list[DocumentRecord]) -> IngestCounts:
+    async def gated(
+        self: VectorStore, docs: Sequence[DocumentRecord], unchanged: Mapping[str, str] | None = None
+    ) -> IngestCounts:
         nonlocal writes
-        writes += 1
-        if writes == pause_before:
+        writes += 1 if docs else 0  # a batch of documents already stored writes nothing
+        if docs and writes == pause_before:
             released = asyncio.Event()
             asyncio.get_running_loop().add_signal_handler(RELEASE_SIGNAL, released.set)
             await asyncio.to_thread(paused_file.write_text, f"paused before store write {writes}\n")
             await released.wait()
-        return await add_documents(self, docs)
+        return await add_documents(self, docs, unchanged)
 
     VectorStore.add_documents = gated  # type: ignore[method-assign]
 
