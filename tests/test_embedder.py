@@ -322,7 +322,7 @@ async def test_close_is_idempotent_and_final(triton_server: Settings) -> None:
     client = TritonEmbedder(triton_server.triton_grpc_url, get_spec(triton_server.embedder_model))
     await client.connect()
     await client.embed(["one call"])
-    assert len(client.latencies_ms) == 1 and client.latency_percentiles_ms()["n"] == 1
+    assert len(client.stats.latencies_ms) == 1 and client.stats.latency_percentiles_ms()["n"] == 1
     await client.close()
     await client.close()
     with pytest.raises(EmbedderError, match="not connected"):

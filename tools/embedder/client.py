@@ -1,19 +1,14 @@
-"""Text embeddings from an ONNX encoder served by Triton, over `tritonclient.grpc.aio`.
+"""The embedding client: `TritonEmbedder`, one per process, over `tritonclient.grpc.aio`.
 
-One `TritonEmbedder` per process holds one long-lived gRPC channel. Texts are tokenized here, padded to a small
-set of sequence-length buckets (`pad_to_bucket`; Triton's dynamic batcher only merges requests of identical shape),
-split into requests of at most the model's `max_batch_size`, sent concurrently, and reassembled in input order. The
-served graph pools and L2-normalises (`infra/export_onnx.py`): each text comes back as `dim` floats of the output
-`sentence_embedding`; the client only checks that they are finite.
+Texts are tokenized and padded to length buckets (`tools.embedder.inputs`), split into requests of at most the
+model's `max_batch_size`, sent concurrently, and reassembled in input order. The served graph pools and
+L2-normalises (`infra/export_onnx.py`): each text comes back as `dim` floats of the output `sentence_embedding`;
+the client only checks that they are finite.
 
 Batching: at most `max_in_flight` requests of one client are at Triton at once (default twice the model's
 `max_batch_size`, read at `connect()`: one full batch executing while the next forms), shared by all concurrent
 `embed` calls, so concurrent single-text queries reach the dynamic batcher together. Bulk ingestion uses a client
 of its own with a smaller limit (`INGEST_MAX_IN_FLIGHT`).
-
-Every input: blank text is refused before anything is sent; text longer than the model limit is truncated (logged
-at WARNING and counted in `stats.truncated_texts`); any script, emoji or CJK without spaces goes through the
-model's own tokenizer; a non-finite embedding raises `EmbedderError` naming the text and is never returned.
 
 Failure: the readiness check on `connect()` and each inference call have deadlines (`connect_timeout_s`,
 `timeout_s`, seconds); the inference deadline is also sent as Triton's request `timeout`, so a request whose caller
@@ -29,14 +24,11 @@ queue timeout, or this client waiting `timeout_s` for one of its `max_in_flight`
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,150 +40,22 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential_jitter,
 )
-from tritonclient.grpc import InferInput, InferRequestedOutput, KeepAliveOptions
+from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
+from tools.embedder import server
+from tools.embedder.channel import channel_options
+from tools.embedder.errors import EmbedderError, EmbedderOverloadedError, describe, is_overload, is_transient
+from tools.embedder.inputs import TextKind, length_buckets, pad_to_bucket, tokenize
+from tools.embedder.stats import EmbedderStats
 from tools.model_specs import EMBEDDING_OUTPUT, EmbeddingModelSpec
 from tools.timing import timed
 from tools.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
-TextKind = Literal["query", "document"]
-
-GRPC_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-"""Minimum gRPC send/receive limit, bytes; a full bge-large request (64 x 512 int64 ids and mask) is 0.5 MiB and
-its answer 256 KiB, but a custom model may return token states (64 x 512 x 1024 float32 = 128 MiB), far above
-gRPC's 4 MiB default receive limit."""
-
-_MESSAGE_LIMIT_KEYS = ("grpc.max_send_message_length", "grpc.max_receive_message_length")
-_TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED"}
-_OVERLOAD_MESSAGES = ("Exceeds maximum queue size", "Request timeout expired")
-"""Triton's messages (status UNAVAILABLE) for a request refused by the model's queue policy: the queue is full
-(`max_queue_size`), or the request waited longer than its queue timeout (`default_timeout_microseconds` or the
-request's own `timeout`)."""
 _BACKOFF_INITIAL_S = 0.1
 _BACKOFF_MAX_S = 2.0
-
-
-class EmbedderError(RuntimeError):
-    """Embedding failed: bad input, Triton unreachable or not ready, a timeout, or a bad model output."""
-
-
-class EmbedderOverloadedError(EmbedderError):
-    """Triton (or this client) refused the request for lack of capacity; trying again later may succeed.
-
-    Raised without retrying when Triton's queue for the model is full or the request outwaited its queue timeout
-    (the model's `dynamic_batching.default_queue_policy`), and when this client waited `timeout_s` for a free
-    in-flight slot. An HTTP API answers it with 503 Service Unavailable and a `Retry-After` header.
-    """
-
-
-@dataclass
-class EmbedderStats:
-    """Counters of one client since it was created (read them for logs or metrics).
-
-    Attributes:
-        requests: gRPC inference calls that returned a result.
-        texts: texts embedded.
-        truncated_texts: texts cut at the model's `max_tokens`.
-        retries: transient failures that were retried.
-        failures: inference calls that ended in an `EmbedderError`.
-        overloaded: requests refused for lack of capacity (`EmbedderOverloadedError`; also counted in `failures`
-            when Triton refused them).
-    """
-
-    requests: int = 0
-    texts: int = 0
-    truncated_texts: int = 0
-    retries: int = 0
-    failures: int = 0
-    overloaded: int = 0
-
-
-def _is_overload(exc: BaseException) -> bool:
-    return (
-        isinstance(exc, InferenceServerException)
-        and exc.status() == "StatusCode.UNAVAILABLE"
-        and any(m in (exc.message() or "") for m in _OVERLOAD_MESSAGES)
-    )
-
-
-def _is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, InferenceServerException) and exc.status() in _TRANSIENT and not _is_overload(exc)
-
-
-def channel_options(extra: Sequence[tuple[str, Any]] | None = None) -> list[tuple[str, Any]]:
-    """gRPC channel options: tritonclient's defaults (keepalive), overridden by `extra`, message limits kept large.
-
-    `tritonclient.grpc.aio.InferenceServerClient(channel_args=...)` replaces *all* its default options (message
-    size limits included, which then fall back to gRPC's 4 MiB receive limit). This function starts from the same
-    defaults, applies `extra`, and raises both message-size limits to at least `GRPC_MAX_MESSAGE_BYTES` (-1, gRPC's
-    "unlimited", is kept).
-
-    Args:
-        extra: `(name, value)` gRPC channel arguments, e.g. `[("grpc.keepalive_time_ms", 10000)]`.
-
-    Returns:
-        The merged option list, one entry per name.
-    """
-    keepalive = KeepAliveOptions()
-    options: dict[str, Any] = {
-        "grpc.max_send_message_length": GRPC_MAX_MESSAGE_BYTES,
-        "grpc.max_receive_message_length": GRPC_MAX_MESSAGE_BYTES,
-        "grpc.keepalive_time_ms": keepalive.keepalive_time_ms,
-        "grpc.keepalive_timeout_ms": keepalive.keepalive_timeout_ms,
-        "grpc.keepalive_permit_without_calls": keepalive.keepalive_permit_without_calls,
-        "grpc.http2.max_pings_without_data": keepalive.http2_max_pings_without_data,
-    }
-    options.update(dict(extra or ()))
-    for key in _MESSAGE_LIMIT_KEYS:
-        if int(options[key]) != -1:
-            options[key] = max(int(options[key]), GRPC_MAX_MESSAGE_BYTES)
-    return list(options.items())
-
-
-def length_buckets(max_tokens: int) -> list[int]:
-    """Padded sequence lengths: 32, 64, 128, then every 64 tokens up to and including `max_tokens`.
-
-    Few, fixed shapes let Triton's dynamic batcher merge concurrent requests (it merges only identical shapes and
-    closes a batch at the first request of another shape). `rag bench embedder` on SciFact claims (~23 tokens):
-    buckets 16/32/64 split them three ways (mean server batch ~2.0 at concurrency 32), 32/64/128 gave ~3.6 and
-    40-130% more req/s; on a compute-bound CPU the extra padding costs less than the lost batching. Steps of 64
-    above 128 keep padding waste for document chunks at most a third.
-    """
-    buckets = [b for b in (32, 64, 128) if b < max_tokens]
-    buckets += list(range(192, max_tokens, 64))
-    return [*buckets, max_tokens]
-
-
-def pad_to_bucket(
-    token_ids: Sequence[Sequence[int]], buckets: Sequence[int]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Right-pad token id lists to the smallest bucket that holds the longest: the model's two inputs.
-
-    Args:
-        token_ids: one non-empty list of token ids per text, none longer than `buckets[-1]`.
-        buckets: padded lengths, ascending (`length_buckets`).
-
-    Returns:
-        `input_ids` and `attention_mask`, both `(len(token_ids), bucket)` int64; padding is id 0 with mask 0.
-
-    Raises:
-        ValueError: no texts, or the longest is longer than the largest bucket.
-    """
-    if not token_ids:
-        raise ValueError("token_ids is empty; expected at least one text")
-    longest = max(len(ids) for ids in token_ids)
-    length = next((b for b in buckets if b >= longest), None)
-    if length is None:
-        raise ValueError(f"a text has {longest} tokens, more than the largest bucket {buckets[-1]}")
-    input_ids = np.zeros((len(token_ids), length), dtype=np.int64)
-    mask = np.zeros((len(token_ids), length), dtype=np.int64)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = ids
-        mask[row, : len(ids)] = 1
-    return input_ids, mask
 
 
 class TritonEmbedder:
@@ -257,8 +121,6 @@ class TritonEmbedder:
             self.buckets.append(spec.max_tokens)
         self.max_batch_size = 0
         self.stats = EmbedderStats()
-        self.latencies_ms: deque[float] = deque(maxlen=10_000)
-        """Latency of each successful gRPC inference call, ms (most recent 10,000)."""
         self._client: grpcclient.InferenceServerClient | None = None
         self._in_flight = asyncio.Semaphore(max_in_flight or 1)
 
@@ -278,7 +140,7 @@ class TritonEmbedder:
         return AsyncRetrying(
             stop=stop_after_attempt(self.retries),
             wait=wait_exponential_jitter(multiplier=_BACKOFF_INITIAL_S, max=_BACKOFF_MAX_S, jitter=_BACKOFF_INITIAL_S),
-            retry=retry_if_exception(_is_transient),
+            retry=retry_if_exception(is_transient),
             before_sleep=count_retry,
             reraise=True,
         )
@@ -321,7 +183,7 @@ class TritonEmbedder:
             await self.close()
             raise EmbedderError(
                 f"Triton at {self.url} unreachable or not ready (model {self.model_name!r}, "
-                f"{attempts} attempt(s), {self.connect_timeout_s} s deadline each): {_describe(exc)}"
+                f"{attempts} attempt(s), {self.connect_timeout_s} s deadline each): {describe(exc)}"
             ) from exc
         except BaseException:
             await self.close()
@@ -338,35 +200,14 @@ class TritonEmbedder:
             await client.close()
 
     def tokenize(self, texts: Sequence[str], kind: TextKind) -> list[list[int]]:
-        """Token ids per text (query prefix added for queries), truncated at the model's `max_tokens`.
-
-        Truncation keeps the first `max_tokens - 1` tokens and the final special token ([SEP]); each truncated
-        text is logged at WARNING and counted in `stats.truncated_texts`.
+        """Token ids per text (`tools.embedder.inputs.tokenize`); truncated texts are counted in
+        `stats.truncated_texts`.
 
         Raises:
             EmbedderError: a text is not a string, or is empty or whitespace only (names its index).
         """
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise EmbedderError(f"texts[{i}] is a {type(text).__name__}; expected str")
-            if not text.strip():
-                raise EmbedderError(f"texts[{i}] is empty or whitespace only; expected non-blank text")
-        prefix = self.spec.query_prefix if kind == "query" else ""
-        encodings = self.tokenizer.encode_batch([prefix + t for t in texts])
-        ids: list[list[int]] = []
-        for i, enc in enumerate(encodings):
-            tokens = list(enc.ids)
-            if len(tokens) > self.spec.max_tokens:
-                self.stats.truncated_texts += 1
-                log.warning(
-                    "texts[%d] (%r...): %d tokens truncated to the model limit %d",
-                    i,
-                    texts[i][:40],
-                    len(tokens),
-                    self.spec.max_tokens,
-                )
-                tokens = tokens[: self.spec.max_tokens - 1] + tokens[-1:]
-            ids.append(tokens)
+        ids, truncated = tokenize(self.tokenizer, self.spec, texts, kind)
+        self.stats.truncated_texts += truncated
         return ids
 
     async def embed(self, texts: Sequence[str], kind: TextKind = "document") -> npt.NDArray[np.float32]:
@@ -449,16 +290,16 @@ class TritonEmbedder:
                             timeout=int(self.timeout_s * 1_000_000),
                             client_timeout=self.timeout_s,
                         )
-                        self.latencies_ms.append((time.perf_counter() - start) * 1000)
+                        self.stats.latencies_ms.append((time.perf_counter() - start) * 1000)
                         span.set_attribute("tokens", int(input_ids.shape[1]))
         except InferenceServerException as exc:
             self.stats.failures += 1
-            error = EmbedderOverloadedError if _is_overload(exc) else EmbedderError
+            error = EmbedderOverloadedError if is_overload(exc) else EmbedderError
             if error is EmbedderOverloadedError:
                 self.stats.overloaded += 1
             raise error(
                 f"Triton inference on {self.model_name!r} at {self.url} failed after {attempts} attempt(s) "
-                f"({self.timeout_s} s deadline each): {_describe(exc)}"
+                f"({self.timeout_s} s deadline each): {describe(exc)}"
             ) from exc
         self.stats.requests += 1
         vectors = result.as_numpy(EMBEDDING_OUTPUT)
@@ -475,36 +316,15 @@ class TritonEmbedder:
         """This embedder's model statistics on the server (Triton statistics extension), cumulative since load.
 
         Returns:
-            `{"inference_count", "execution_count", "mean_batch", "success_count", "queue_ms", "compute_ms"}`:
-            items inferred and model executions (their ratio is the mean batch the dynamic batcher formed; 0.0
-            before the first execution), successful requests, and the mean queue and compute-infer time per
-            successful request in ms (`*.ns / success.count`).
+            `tools.embedder.server.summarize_counts`: inference and execution counts, mean batch, successful
+            requests, mean queue and compute time per request in ms.
 
         Raises:
             EmbedderError: not connected, or Triton does not answer within `connect_timeout_s`.
         """
         client = self._require_client()
-        try:
-            response = await client.get_inference_statistics(self.model_name, client_timeout=self.connect_timeout_s)
-        except InferenceServerException as exc:
-            raise EmbedderError(
-                f"Triton at {self.url}: statistics of {self.model_name!r} unavailable: {_describe(exc)}"
-            ) from exc
-        inferences = executions = successes = queue_ns = compute_ns = 0
-        for entry in response.model_stats:  # one entry per loaded version
-            inferences += int(entry.inference_count)
-            executions += int(entry.execution_count)
-            successes += int(entry.inference_stats.success.count)
-            queue_ns += int(entry.inference_stats.queue.ns)
-            compute_ns += int(entry.inference_stats.compute_infer.ns)
-        return {
-            "inference_count": float(inferences),
-            "execution_count": float(executions),
-            "mean_batch": inferences / executions if executions else 0.0,
-            "success_count": float(successes),
-            "queue_ms": queue_ns / successes / 1e6 if successes else 0.0,
-            "compute_ms": compute_ns / successes / 1e6 if successes else 0.0,
-        }
+        counts = await server.model_counts(client, self.url, self.model_name, self.connect_timeout_s)
+        return server.summarize_counts(counts)
 
     async def model_config(self, model: str | None = None) -> dict[str, Any]:
         """The configuration Triton serves for `model` (default this embedder's), as Triton's JSON object.
@@ -513,13 +333,7 @@ class TritonEmbedder:
             EmbedderError: not connected, or Triton does not answer within `connect_timeout_s`.
         """
         client = self._require_client()
-        name = model or self.model_name
-        try:
-            response = await client.get_model_config(name, as_json=True, client_timeout=self.connect_timeout_s)
-        except InferenceServerException as exc:
-            raise EmbedderError(f"Triton at {self.url}: config of {name!r} unavailable: {_describe(exc)}") from exc
-        config: dict[str, Any] = response["config"]
-        return config
+        return await server.model_config(client, self.url, model or self.model_name, self.connect_timeout_s)
 
     async def load_model(
         self,
@@ -527,61 +341,26 @@ class TritonEmbedder:
         config: Mapping[str, Any] | None = None,
         files: Mapping[str, bytes] | None = None,
     ) -> None:
-        """(Re)load `model` (default this embedder's) on the server: Triton's model repository extension.
+        """(Re)load `model` (default this embedder's) on the server (`tools.embedder.server.load_model`).
 
-        Args:
-            config: a config override (Triton's JSON form, as `model_config` returns it). None loads the
-                repository's `config.pbtxt` for a model not loaded yet, but keeps the config of a loaded one (an
-                earlier override stays: pass the saved config to restore it). E.g. the benchmark drops
-                `dynamic_batching`, a test sets a tiny `max_queue_size`.
-            files: model files sent with the override, `{"file:1/model.onnx": bytes}` (needs `config`).
+        E.g. the benchmark drops `dynamic_batching`, a test sets a tiny `max_queue_size`; an earlier override stays
+        until the saved config is loaded again.
 
         Raises:
-            EmbedderError: not connected, the server runs without explicit model control, or the load failed
-                (names the model and Triton's reason).
+            EmbedderError: not connected, the server runs without explicit model control, or the load failed.
         """
         client = self._require_client()
-        name = model or self.model_name
-        try:
-            await client.load_model(
-                name, config=json.dumps(config) if config is not None else None, files=dict(files) if files else None
-            )
-        except InferenceServerException as exc:
-            raise EmbedderError(f"Triton at {self.url}: loading {name!r} failed: {_describe(exc)}") from exc
+        await server.load_model(client, self.url, model or self.model_name, config, files)
 
     async def unload_model(self, model: str) -> None:
-        """Unload `model` from the server (Triton's model repository extension); in-flight requests finish first.
+        """Unload `model` from the server; in-flight requests finish first.
 
         Raises:
             EmbedderError: not connected, or the server refused.
         """
-        client = self._require_client()
-        try:
-            await client.unload_model(model)
-        except InferenceServerException as exc:
-            raise EmbedderError(f"Triton at {self.url}: unloading {model!r} failed: {_describe(exc)}") from exc
+        await server.unload_model(self._require_client(), self.url, model)
 
     def _require_client(self) -> grpcclient.InferenceServerClient:
         if self._client is None:
             raise EmbedderError("TritonEmbedder is not connected; use `async with` or call connect()")
         return self._client
-
-    def latency_percentiles_ms(self, percentiles: Sequence[float] = (50, 95, 99)) -> dict[str, float]:
-        """Percentiles of the recorded per-call latencies, ms (numpy `percentile`, linear interpolation).
-
-        Returns:
-            e.g. `{"p50": 4.1, "p95": 9.0, "p99": 12.3, "n": 812}`; empty when nothing was recorded.
-        """
-        if not self.latencies_ms:
-            return {}
-        values = np.percentile(np.fromiter(self.latencies_ms, dtype=np.float64), list(percentiles))
-        summary = {f"p{p:g}": float(v) for p, v in zip(percentiles, values, strict=True)}
-        summary["n"] = float(len(self.latencies_ms))
-        return summary
-
-
-def _describe(exc: InferenceServerException) -> str:
-    status = exc.status() or ""
-    if status == "StatusCode.DEADLINE_EXCEEDED":
-        return f"deadline exceeded ({exc.message()})"
-    return f"{status.removeprefix('StatusCode.') or 'error'}: {exc.message()}"
