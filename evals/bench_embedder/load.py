@@ -20,13 +20,16 @@ def load_texts() -> dict[str, list[str]]:
     abstracts = [doc.content for doc in load_corpus().values() if doc.content.strip()][:2000]
     return {"short": claims, "abstract": abstracts}
 
+
 def n_requests(params: BenchParams, length: str) -> int:
     """Requests per point for texts of `length`."""
     return params.requests if length == "short" else params.abstract_requests
 
+
 def kind_of(length: str) -> TextKind:
     """Short texts are queries (query prefix, if the model has one), abstracts are documents."""
     return "query" if length == "short" else "document"
+
 
 def summarize(setup: str, length: str, concurrency: int, latencies_s: Sequence[float], wall_s: float) -> Point:
     """A `Point` from per-request latencies (seconds) and the wall time of the point (seconds)."""
@@ -34,6 +37,7 @@ def summarize(setup: str, length: str, concurrency: int, latencies_s: Sequence[f
     p50, p95, p99 = (float(v) for v in np.percentile(ms, [50, 95, 99]))
     rps = len(ms) / wall_s
     return Point(setup, length, concurrency, len(ms), rps, rps, p50, p95, p99, 1.0, wall_s)
+
 
 async def run_load(
     call: Callable[[str], Awaitable[object]], texts: Sequence[str], n: int, concurrency: int, max_seconds: float

@@ -42,6 +42,7 @@ def start_naive(params: BenchParams, port: int) -> None:
 
     processes.wait_until_ready(NAIVE_NAME, ready, 180.0, pid, run_dir)
 
+
 async def naive_points(texts: dict[str, list[str]], params: BenchParams, port: int) -> list[Point]:
     """Sweep lengths x concurrencies against the naive server over HTTP (httpx, one connection per worker)."""
     points = []

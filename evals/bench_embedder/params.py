@@ -47,6 +47,7 @@ class BenchParams:
     port_base: int = 0
     data_dir: Path = Path(".rag/bench")
 
+
 @dataclass
 class Point:
     """One measured point. Latency in ms (numpy percentiles, linear interpolation) over `n` requests."""

@@ -50,6 +50,7 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
     )
     return save_figure(fig, path, title)
 
+
 def render(report: dict[str, Any], console: Any) -> None:
     """Print the sweep, the queue-delay sweep (if any) and the target ratios as Rich tables."""
     from rich.table import Table

@@ -23,6 +23,7 @@ def headline(points: Sequence[Point], setup: str, length: str = "short") -> Poin
             return p
     return None
 
+
 def build_report(
     points: Sequence[Point], params: BenchParams, machine: dict[str, Any], token_counts: dict[str, float]
 ) -> dict[str, Any]:

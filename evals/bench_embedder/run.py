@@ -102,6 +102,7 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
     report.update(extras)
     return report
 
+
 def run_bench_command(params: BenchParams, as_json: bool, plot: Path, output: Path | None) -> dict[str, Any]:
     """`rag bench embedder`: run, write the plot (and the JSON report to `output`), print table or JSON."""
     report = asyncio.run(run_benchmark(params))

@@ -31,6 +31,7 @@ def bench_settings(params: BenchParams) -> Settings:
         embedder_model=MODEL,
     )
 
+
 async def configure(
     embedder: TritonEmbedder, threads: int, queue_delay_us: int | None, base: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -53,10 +54,12 @@ async def configure(
     await embedder.load_model(config=config)
     return base
 
+
 async def server_counts(embedder: TritonEmbedder) -> tuple[float, float]:
     """(inference_count, execution_count) of the embedder's model (Triton statistics extension, cumulative)."""
     stats = await embedder.inference_statistics()
     return stats["inference_count"], stats["execution_count"]
+
 
 async def triton_points(
     embedder: TritonEmbedder,

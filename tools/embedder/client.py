@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import tritonclient.grpc.aio as grpcclient
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -44,9 +43,11 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
 from tools.embedder import server
-from tools.embedder.channel import channel_options
+from tools.embedder.channel import channel_options, split_endpoints
+from tools.embedder.endpoints import EndpointPool
 from tools.embedder.errors import EmbedderError, EmbedderOverloadedError, describe, is_overload, is_transient
 from tools.embedder.inputs import TextKind, length_buckets, pad_to_bucket, tokenize
+from tools.embedder.metrics import SLOT_WAIT_SECONDS
 from tools.embedder.stats import EmbedderStats
 from tools.model_specs import EMBEDDING_OUTPUT, EmbeddingModelSpec
 from tools.timing import timed
@@ -58,27 +59,41 @@ _BACKOFF_INITIAL_S = 0.1
 _BACKOFF_MAX_S = 2.0
 
 
+class _EndpointUnreachableError(EmbedderError):
+    """One endpoint did not answer at `connect()` (the others may)."""
+
+
 class TritonEmbedder:
-    """Async client for one Triton-served embedding model.
+    """Async client for one Triton-served embedding model, on one or more Triton endpoints.
 
     Args:
-        url: Triton gRPC endpoint `host:port`.
+        url: Triton gRPC endpoint(s): `host:port`, a gRPC target such as `dns:///host:port` (one channel; with the
+            `round_robin` policy in `channel_args` it spreads calls over every resolved address), or a
+            comma-separated list of either (one channel each, taken in turn; `tools.embedder.endpoints`).
         spec: the model's description (name, dim, max_tokens, pooling, query prefix).
         timeout_s: deadline of each gRPC inference request, seconds; also sent as Triton's request `timeout`
             (microseconds), which can shorten the model's queue timeout, and the longest wait for an in-flight slot.
         connect_timeout_s: deadline of each readiness / config request in `connect()`, seconds.
-        retries: attempts per call (>= 1) for transient gRPC errors (UNAVAILABLE, RESOURCE_EXHAUSTED), with
+        retries: attempts per call (>= 1) for transient gRPC errors (UNAVAILABLE, RESOURCE_EXHAUSTED). Each
+            attempt goes to the next endpoint, at once while an untried one is left; once every endpoint was tried,
             backoff of 0.1 s doubling up to 2 s, plus up to 0.1 s random jitter (capped at 2 s).
         tokenizer_path: the model's tokenizer.json (or its folder); default: from the model's package.
         model_name: Triton model to call; default `spec.name` (another name serves the same model under a
             different config, e.g. in the benchmark).
-        channel_args: extra gRPC channel arguments, merged by `channel_options` (message limits stay large).
+        channel_args: extra gRPC channel arguments (pairs, or a mapping such as `TRITON_GRPC_CHANNEL_ARGS`),
+            merged by `channel_options` (message limits stay large).
         max_in_flight: most inference requests this client has at Triton at once, over all concurrent `embed`
-            calls; default (None) twice the model's `max_batch_size`, read at `connect()`, so the dynamic batcher
-            can form full batches from concurrent single-text calls. Bulk ingestion passes a small number.
+            calls and all endpoints; default (None) twice the model's `max_batch_size` per listed endpoint, read at
+            `connect()`, so the dynamic batcher can form full batches from concurrent single-text calls. Bulk
+            ingestion passes a small number. Time spent waiting for a slot is the histogram
+            `rag_embedder_slot_wait_seconds` (`tools.embedder.metrics`).
         buckets: padded sequence lengths to use instead of `length_buckets(spec.max_tokens)` (ascending; the
             model's `max_tokens` is appended if missing). Fewer buckets merge more requests on the server at the
             price of more padding.
+
+    Raises:
+        ValueError: a timeout, retry count or in-flight limit out of range, bad buckets, or a `url` that names no
+            valid endpoint (`tools.embedder.channel.split_endpoints`).
 
     Use as `async with TritonEmbedder(...) as emb: vectors = await emb.embed(texts)`. Keep one per process.
     """
@@ -93,7 +108,7 @@ class TritonEmbedder:
         *,
         connect_timeout_s: float = 5.0,
         model_name: str | None = None,
-        channel_args: Sequence[tuple[str, Any]] | None = None,
+        channel_args: Sequence[tuple[str, Any]] | Mapping[str, Any] | None = None,
         max_in_flight: int | None = None,
         buckets: Sequence[int] | None = None,
     ) -> None:
@@ -104,6 +119,7 @@ class TritonEmbedder:
         if retries < 1 or (max_in_flight is not None and max_in_flight < 1):
             raise ValueError(f"retries and max_in_flight must be >= 1; got {retries}, {max_in_flight}")
         self.url = url
+        self.endpoints = split_endpoints(url)
         self.spec = spec
         self.model_name = model_name or spec.name
         self.timeout_s = timeout_s
@@ -121,7 +137,7 @@ class TritonEmbedder:
             self.buckets.append(spec.max_tokens)
         self.max_batch_size = 0
         self.stats = EmbedderStats()
-        self._client: grpcclient.InferenceServerClient | None = None
+        self._pool = EndpointPool(self.endpoints, self.channel_args)
         self._in_flight = asyncio.Semaphore(max_in_flight or 1)
 
     async def __aenter__(self) -> TritonEmbedder:
@@ -131,73 +147,102 @@ class TritonEmbedder:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _retrying(self) -> AsyncRetrying:
+    def _retrying(self, endpoints: Sequence[str]) -> AsyncRetrying:
+        """Tenacity's retry loop for transient errors, attempt k going to `endpoints[(k - 1) % len(endpoints)]`:
+        no wait while an untried endpoint is left, jittered exponential backoff after each full round."""
+        backoff = wait_exponential_jitter(multiplier=_BACKOFF_INITIAL_S, max=_BACKOFF_MAX_S, jitter=_BACKOFF_INITIAL_S)
+
+        def wait(state: RetryCallState) -> float:
+            return backoff(state) if state.attempt_number % len(endpoints) == 0 else 0.0
+
         def count_retry(state: RetryCallState) -> None:
             self.stats.retries += 1
             exc = state.outcome.exception() if state.outcome else None
-            log.warning("Triton at %s: %s; retry %d/%d", self.url, exc, state.attempt_number, self.retries - 1)
+            failed_at = endpoints[(state.attempt_number - 1) % len(endpoints)]
+            log.warning("Triton at %s: %s; retry %d/%d", failed_at, exc, state.attempt_number, self.retries - 1)
 
         return AsyncRetrying(
             stop=stop_after_attempt(self.retries),
-            wait=wait_exponential_jitter(multiplier=_BACKOFF_INITIAL_S, max=_BACKOFF_MAX_S, jitter=_BACKOFF_INITIAL_S),
+            wait=wait,
             retry=retry_if_exception(is_transient),
             before_sleep=count_retry,
             reraise=True,
         )
 
     async def connect(self) -> None:
-        """Open the channel, check server and model readiness, read `max_batch_size` and check the output.
+        """Open the channels, check server and model readiness, read `max_batch_size` and check the output.
 
-        Sets `max_batch_size` and, unless given, `max_in_flight` (twice `max_batch_size`).
+        Every endpoint is checked at once; with several, one that is unreachable is logged at WARNING and kept
+        (calls try it last for a while, `tools.embedder.endpoints`), as long as one is ready. Sets
+        `max_batch_size` and, unless given, `max_in_flight` (twice `max_batch_size` per endpoint).
 
         Raises:
-            EmbedderError: Triton is unreachable or not ready within `retries` attempts of `connect_timeout_s`
+            EmbedderError: no endpoint is reachable and ready within `retries` attempts of `connect_timeout_s`
                 each, the model is not loaded, or it does not serve `sentence_embedding` of width `spec.dim` (e.g.
                 a graph exported before pooling moved into it: re-export with `python -m infra.export_onnx`).
         """
-        if self._client is not None:
+        if self._pool.is_open:
             return
-        self._client = grpcclient.InferenceServerClient(self.url, channel_args=self.channel_args)
-        attempts = 0
+        self._pool.open()
         try:
-            async for attempt in self._retrying():
-                with attempt:
-                    attempts = attempt.retry_state.attempt_number
-                    ready = await self._client.is_model_ready(self.model_name, client_timeout=self.connect_timeout_s)
-            if not ready:
-                raise EmbedderError(
-                    f"Triton at {self.url} has model {self.model_name!r} not ready (is it loaded? "
-                    f"`rag status` lists the server's state)"
-                )
-            config = (
-                await self._client.get_model_config(self.model_name, client_timeout=self.connect_timeout_s)
-            ).config
-            outputs = {o.name: [int(d) for d in o.dims] for o in config.output}
-            if outputs.get(EMBEDDING_OUTPUT) != [self.spec.dim]:
-                raise EmbedderError(
-                    f"model {self.model_name!r} on Triton serves outputs {outputs}; expected {EMBEDDING_OUTPUT!r} "
-                    f"with dims [{self.spec.dim}] (the pooled graph of `python -m infra.export_onnx "
-                    f"{self.spec.name}` and its config.pbtxt)"
-                )
-        except InferenceServerException as exc:
-            await self.close()
-            raise EmbedderError(
-                f"Triton at {self.url} unreachable or not ready (model {self.model_name!r}, "
-                f"{attempts} attempt(s), {self.connect_timeout_s} s deadline each): {describe(exc)}"
-            ) from exc
+            checks = await asyncio.gather(
+                *(self._check_endpoint(i) for i in range(len(self.endpoints))), return_exceptions=True
+            )
+            for check in checks:
+                if isinstance(check, BaseException) and not isinstance(check, _EndpointUnreachableError):
+                    raise check
+            configs = [c for c in checks if not isinstance(c, BaseException)]
+            if not configs:
+                raise EmbedderError("; ".join(str(c) for c in checks))
         except BaseException:
             await self.close()
             raise
-        self.max_batch_size = int(config.max_batch_size) or 1
+        for index, check in enumerate(checks):
+            if isinstance(check, BaseException):
+                self._pool.mark_down(index)
+                log.warning("%s; calls go to the other endpoints first", check)
+        self.max_batch_size = min(int(c.max_batch_size) for c in configs) or 1
         if self._max_in_flight_arg is None:
-            self.max_in_flight = 2 * self.max_batch_size
+            self.max_in_flight = 2 * self.max_batch_size * len(self.endpoints)
             self._in_flight = asyncio.Semaphore(self.max_in_flight)
 
+    async def _check_endpoint(self, index: int) -> Any:
+        """Readiness and outputs of the model on endpoint `index`; returns its config (Triton's ModelConfig).
+
+        Raises:
+            _EndpointUnreachableError: the server does not answer (transient errors after `retries` attempts).
+            EmbedderError: the model is not ready, or serves the wrong output.
+        """
+        endpoint, client = self.endpoints[index], self._pool.client(index)
+        attempts = 0
+        try:
+            async for attempt in self._retrying([endpoint]):
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    ready = await client.is_model_ready(self.model_name, client_timeout=self.connect_timeout_s)
+            if not ready:
+                raise EmbedderError(
+                    f"Triton at {endpoint} has model {self.model_name!r} not ready (is it loaded? "
+                    f"`rag status` lists the server's state)"
+                )
+            config = (await client.get_model_config(self.model_name, client_timeout=self.connect_timeout_s)).config
+        except InferenceServerException as exc:
+            raise _EndpointUnreachableError(
+                f"Triton at {endpoint} unreachable or not ready (model {self.model_name!r}, "
+                f"{attempts} attempt(s), {self.connect_timeout_s} s deadline each): {describe(exc)}"
+            ) from exc
+        outputs = {o.name: [int(d) for d in o.dims] for o in config.output}
+        if outputs.get(EMBEDDING_OUTPUT) != [self.spec.dim]:
+            raise EmbedderError(
+                f"model {self.model_name!r} on Triton at {endpoint} serves outputs {outputs}; expected "
+                f"{EMBEDDING_OUTPUT!r} with dims [{self.spec.dim}] (the pooled graph of `python -m "
+                f"infra.export_onnx {self.spec.name}` and its config.pbtxt)"
+            )
+        return config
+
     async def close(self) -> None:
-        """Close the gRPC channel (idempotent); later `embed` calls raise `EmbedderError`."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+        """Close the gRPC channels (idempotent); later `embed` calls raise `EmbedderError`."""
+        await self._pool.close()
 
     def tokenize(self, texts: Sequence[str], kind: TextKind) -> list[list[int]]:
         """Token ids per text (`tools.embedder.inputs.tokenize`); truncated texts are counted in
@@ -230,7 +275,7 @@ class TritonEmbedder:
             EmbedderError: not connected, blank input, Triton errors after retries, a timeout, or a non-finite
                 output (names the texts).
         """
-        self._require_client()
+        self._pool.client(0)  # not connected: EmbedderError before any work
         if not texts:
             return np.zeros((0, self.spec.dim), dtype=np.float32)
         token_ids = self.tokenize(texts, kind)
@@ -251,15 +296,18 @@ class TritonEmbedder:
 
     async def _embed_group(self, token_ids: list[list[int]]) -> npt.NDArray[np.float32]:
         input_ids, mask = pad_to_bucket(token_ids, self.buckets)
+        waited_from = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self._in_flight.acquire()
         except TimeoutError:
+            SLOT_WAIT_SECONDS.observe(time.perf_counter() - waited_from)
             self.stats.overloaded += 1
             raise EmbedderOverloadedError(
                 f"no free slot for {self.model_name!r} within {self.timeout_s} s: this client's "
                 f"{self.max_in_flight} requests in flight (max_in_flight) did not finish"
             ) from None
+        SLOT_WAIT_SECONDS.observe(time.perf_counter() - waited_from)
         try:
             return await self._infer(input_ids, mask)
         finally:
@@ -274,22 +322,31 @@ class TritonEmbedder:
         inputs[1].set_data_from_numpy(mask)
         outputs = [InferRequestedOutput(EMBEDDING_OUTPUT)]
         attempts = 0
+        order = self._pool.order()
+        endpoint = self.endpoints[order[0]]
         try:
-            async for attempt in self._retrying():
+            async for attempt in self._retrying([self.endpoints[i] for i in order]):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    client = self._client
-                    if client is None:
-                        raise EmbedderError("TritonEmbedder was closed during the request")
-                    with timed("triton_infer", model=self.model_name, batch=int(input_ids.shape[0])) as span:
+                    index = order[(attempts - 1) % len(order)]
+                    endpoint, client = self.endpoints[index], self._pool.client(index)
+                    with timed(
+                        "triton_infer", model=self.model_name, batch=int(input_ids.shape[0]), endpoint=endpoint
+                    ) as span:
                         start = time.perf_counter()
-                        result = await client.infer(
-                            self.model_name,
-                            inputs,
-                            outputs=outputs,
-                            timeout=int(self.timeout_s * 1_000_000),
-                            client_timeout=self.timeout_s,
-                        )
+                        try:
+                            result = await client.infer(
+                                self.model_name,
+                                inputs,
+                                outputs=outputs,
+                                timeout=int(self.timeout_s * 1_000_000),
+                                client_timeout=self.timeout_s,
+                            )
+                        except InferenceServerException as exc:
+                            if is_transient(exc):
+                                self._pool.mark_down(index)
+                            raise
+                        self._pool.mark_up(index)
                         self.stats.latencies_ms.append((time.perf_counter() - start) * 1000)
                         span.set_attribute("tokens", int(input_ids.shape[1]))
         except InferenceServerException as exc:
@@ -298,8 +355,8 @@ class TritonEmbedder:
             if error is EmbedderOverloadedError:
                 self.stats.overloaded += 1
             raise error(
-                f"Triton inference on {self.model_name!r} at {self.url} failed after {attempts} attempt(s) "
-                f"({self.timeout_s} s deadline each): {describe(exc)}"
+                f"Triton inference on {self.model_name!r} failed after {attempts} attempt(s) ({self.timeout_s} s "
+                f"deadline each; last at {endpoint}): {describe(exc)}"
             ) from exc
         self.stats.requests += 1
         vectors = result.as_numpy(EMBEDDING_OUTPUT)
@@ -312,28 +369,47 @@ class TritonEmbedder:
         vectors32: npt.NDArray[np.float32] = vectors.astype(np.float32, copy=False)
         return vectors32
 
-    async def inference_statistics(self) -> dict[str, float]:
-        """This embedder's model statistics on the server (Triton statistics extension), cumulative since load.
+    async def endpoint_statistics(self) -> dict[str, dict[str, float]]:
+        """This embedder's model statistics on each endpoint (Triton statistics extension), cumulative since load.
 
         Returns:
-            `tools.embedder.server.summarize_counts`: inference and execution counts, mean batch, successful
-            requests, mean queue and compute time per request in ms.
+            endpoint -> `tools.embedder.server.summarize_counts` (inference and execution counts, mean batch,
+            successful requests, mean queue and compute time per request in ms). Under a `dns:///` target the
+            figures are those of whichever server answered the statistics call.
 
         Raises:
-            EmbedderError: not connected, or Triton does not answer within `connect_timeout_s`.
+            EmbedderError: not connected, or an endpoint does not answer within `connect_timeout_s` (names it).
         """
-        client = self._require_client()
-        counts = await server.model_counts(client, self.url, self.model_name, self.connect_timeout_s)
-        return server.summarize_counts(counts)
+        counts = await self._endpoint_counts()
+        return {endpoint: server.summarize_counts(c) for endpoint, c in counts.items()}
+
+    async def inference_statistics(self) -> dict[str, float]:
+        """This embedder's model statistics summed over its endpoints (`endpoint_statistics`' figures).
+
+        Raises:
+            EmbedderError: not connected, or an endpoint does not answer within `connect_timeout_s`.
+        """
+        per_endpoint = (await self._endpoint_counts()).values()
+        total = {key: sum(c[key] for c in per_endpoint) for key in server.STATISTICS_COUNTS}
+        return server.summarize_counts(total)
+
+    async def _endpoint_counts(self) -> dict[str, dict[str, int]]:
+        counts = await asyncio.gather(
+            *(
+                server.model_counts(self._pool.client(i), endpoint, self.model_name, self.connect_timeout_s)
+                for i, endpoint in enumerate(self.endpoints)
+            )
+        )
+        return dict(zip(self.endpoints, counts, strict=True))
 
     async def model_config(self, model: str | None = None) -> dict[str, Any]:
-        """The configuration Triton serves for `model` (default this embedder's), as Triton's JSON object.
+        """The configuration the first endpoint serves for `model` (default this embedder's), as Triton's JSON.
 
         Raises:
             EmbedderError: not connected, or Triton does not answer within `connect_timeout_s`.
         """
-        client = self._require_client()
-        return await server.model_config(client, self.url, model or self.model_name, self.connect_timeout_s)
+        name = model or self.model_name
+        return await server.model_config(self._pool.client(0), self.endpoints[0], name, self.connect_timeout_s)
 
     async def load_model(
         self,
@@ -341,26 +417,23 @@ class TritonEmbedder:
         config: Mapping[str, Any] | None = None,
         files: Mapping[str, bytes] | None = None,
     ) -> None:
-        """(Re)load `model` (default this embedder's) on the server (`tools.embedder.server.load_model`).
+        """(Re)load `model` (default this embedder's) on every endpoint (`tools.embedder.server.load_model`).
 
         E.g. the benchmark drops `dynamic_batching`, a test sets a tiny `max_queue_size`; an earlier override stays
         until the saved config is loaded again.
 
         Raises:
-            EmbedderError: not connected, the server runs without explicit model control, or the load failed.
+            EmbedderError: not connected, a server runs without explicit model control, or a load failed.
         """
-        client = self._require_client()
-        await server.load_model(client, self.url, model or self.model_name, config, files)
+        name = model or self.model_name
+        for i, endpoint in enumerate(self.endpoints):
+            await server.load_model(self._pool.client(i), endpoint, name, config, files)
 
     async def unload_model(self, model: str) -> None:
-        """Unload `model` from the server; in-flight requests finish first.
+        """Unload `model` from every endpoint; in-flight requests finish first.
 
         Raises:
-            EmbedderError: not connected, or the server refused.
+            EmbedderError: not connected, or a server refused.
         """
-        await server.unload_model(self._require_client(), self.url, model)
-
-    def _require_client(self) -> grpcclient.InferenceServerClient:
-        if self._client is None:
-            raise EmbedderError("TritonEmbedder is not connected; use `async with` or call connect()")
-        return self._client
+        for i, endpoint in enumerate(self.endpoints):
+            await server.unload_model(self._pool.client(i), endpoint, model)
