@@ -46,7 +46,15 @@ from tools.embedder import server
 from tools.embedder.channel import channel_options, split_endpoints
 from tools.embedder.endpoints import EndpointPool
 from tools.embedder.errors import EmbedderError, EmbedderOverloadedError, describe, is_overload, is_transient
-from tools.embedder.inputs import TextKind, length_buckets, pad_to_bucket, tokenize
+from tools.embedder.inputs import (
+    InputSpec,
+    TextKind,
+    check_model_inputs,
+    input_tensors,
+    length_buckets,
+    pad_to_bucket,
+    tokenize,
+)
 from tools.embedder.metrics import SLOT_WAIT_SECONDS
 from tools.embedder.stats import EmbedderStats
 from tools.model_specs import EMBEDDING_OUTPUT, EmbeddingModelSpec
@@ -136,6 +144,9 @@ class TritonEmbedder:
         if self.buckets[-1] != spec.max_tokens:
             self.buckets.append(spec.max_tokens)
         self.max_batch_size = 0
+        self.model_inputs: list[InputSpec] = []
+        """`(name, datatype)` of every input the served model declares (its metadata, read by `connect()`); each
+        request carries all of them."""
         self.stats = EmbedderStats()
         self._pool = EndpointPool(self.endpoints, self.channel_args)
         self._in_flight = asyncio.Semaphore(max_in_flight or 1)
@@ -170,7 +181,8 @@ class TritonEmbedder:
         )
 
     async def connect(self) -> None:
-        """Open the channels, check server and model readiness, read `max_batch_size` and check the output.
+        """Open the channels, check server and model readiness, read `max_batch_size` and the model's inputs, and
+        check its output.
 
         Every endpoint is checked at once; with several, one that is unreachable is logged at WARNING and kept
         (calls try it last for a while, `tools.embedder.endpoints`), as long as one is ready. Sets
@@ -178,8 +190,10 @@ class TritonEmbedder:
 
         Raises:
             EmbedderError: no endpoint is reachable and ready within `retries` attempts of `connect_timeout_s`
-                each, the model is not loaded, or it does not serve `sentence_embedding` of width `spec.dim` (e.g.
-                a graph exported before pooling moved into it: re-export with `python -m infra.export_onnx`).
+                each, the model is not loaded, it declares an input the client cannot fill (names it; `input_ids`,
+                `attention_mask` and `token_type_ids`, sent as zeros, are filled), or it does not serve
+                `sentence_embedding` of width `spec.dim` (e.g. a graph exported before pooling moved into it:
+                re-export with `python -m infra.export_onnx`).
         """
         if self._pool.is_open:
             return
@@ -191,8 +205,8 @@ class TritonEmbedder:
             for check in checks:
                 if isinstance(check, BaseException) and not isinstance(check, _EndpointUnreachableError):
                     raise check
-            configs = [c for c in checks if not isinstance(c, BaseException)]
-            if not configs:
+            ready = [c for c in checks if not isinstance(c, BaseException)]
+            if not ready:
                 raise EmbedderError("; ".join(str(c) for c in checks))
         except BaseException:
             await self.close()
@@ -201,17 +215,22 @@ class TritonEmbedder:
             if isinstance(check, BaseException):
                 self._pool.mark_down(index)
                 log.warning("%s; calls go to the other endpoints first", check)
-        self.max_batch_size = min(int(c.max_batch_size) for c in configs) or 1
+        self.max_batch_size = min(int(config.max_batch_size) for config, _ in ready) or 1
+        self.model_inputs = ready[0][1]
         if self._max_in_flight_arg is None:
             self.max_in_flight = 2 * self.max_batch_size * len(self.endpoints)
             self._in_flight = asyncio.Semaphore(self.max_in_flight)
 
-    async def _check_endpoint(self, index: int) -> Any:
-        """Readiness and outputs of the model on endpoint `index`; returns its config (Triton's ModelConfig).
+    async def _check_endpoint(self, index: int) -> tuple[Any, list[InputSpec]]:
+        """Readiness, inputs and outputs of the model on endpoint `index`.
+
+        Returns:
+            Its config (Triton's ModelConfig) and the inputs its metadata declares (`check_model_inputs`).
 
         Raises:
             _EndpointUnreachableError: the server does not answer (transient errors after `retries` attempts).
-            EmbedderError: the model is not ready, or serves the wrong output.
+            EmbedderError: the model is not ready, declares an input the client cannot fill, or serves the wrong
+                output.
         """
         endpoint, client = self.endpoints[index], self._pool.client(index)
         attempts = 0
@@ -226,6 +245,7 @@ class TritonEmbedder:
                     f"`rag status` lists the server's state)"
                 )
             config = (await client.get_model_config(self.model_name, client_timeout=self.connect_timeout_s)).config
+            metadata = await client.get_model_metadata(self.model_name, client_timeout=self.connect_timeout_s)
         except InferenceServerException as exc:
             raise _EndpointUnreachableError(
                 f"Triton at {endpoint} unreachable or not ready (model {self.model_name!r}, "
@@ -238,7 +258,8 @@ class TritonEmbedder:
                 f"{EMBEDDING_OUTPUT!r} with dims [{self.spec.dim}] (the pooled graph of `python -m "
                 f"infra.export_onnx {self.spec.name}` and its config.pbtxt)"
             )
-        return config
+        declared = [(i.name, i.datatype) for i in metadata.inputs]
+        return config, check_model_inputs(declared, self.model_name, endpoint)
 
     async def close(self) -> None:
         """Close the gRPC channels (idempotent); later `embed` calls raise `EmbedderError`."""
@@ -314,12 +335,12 @@ class TritonEmbedder:
             self._in_flight.release()
 
     async def _infer(self, input_ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        inputs = [
-            InferInput("input_ids", list(input_ids.shape), "INT64"),
-            InferInput("attention_mask", list(mask.shape), "INT64"),
-        ]
-        inputs[0].set_data_from_numpy(input_ids)
-        inputs[1].set_data_from_numpy(mask)
+        inputs = []
+        for (name, datatype), tensor in zip(
+            self.model_inputs, input_tensors(self.model_inputs, input_ids, mask).values(), strict=True
+        ):
+            inputs.append(InferInput(name, list(tensor.shape), datatype))
+            inputs[-1].set_data_from_numpy(tensor)
         outputs = [InferRequestedOutput(EMBEDDING_OUTPUT)]
         attempts = 0
         order = self._pool.order()

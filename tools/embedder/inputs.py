@@ -1,11 +1,12 @@
-"""Texts to model inputs: tokenisation with truncation at the model limit, and right-padding to a few fixed
-sequence-length buckets (Triton's dynamic batcher merges only requests of identical shape)."""
+"""Texts to model inputs: tokenisation with truncation at the model limit, right-padding to a few fixed
+sequence-length buckets (Triton's dynamic batcher merges only requests of identical shape), and the tensors of every
+input the served model declares."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +18,14 @@ from tools.model_specs import EmbeddingModelSpec
 log = logging.getLogger(__name__)
 
 TextKind = Literal["query", "document"]
+
+InputSpec = tuple[str, str]
+"""One declared model input: `(name, datatype)` as Triton's model metadata gives them, e.g. `("input_ids", "INT64")`."""
+
+SUPPORTED_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+"""Inputs of a BERT-style encoder the client can fill: the token ids, the mask (1 for tokens, 0 for padding) and
+the segment ids (all 0: every text is one segment, as sentence-transformers encodes a single sentence)."""
+_DTYPES = {"INT64": np.int64, "INT32": np.int32}
 
 
 def length_buckets(max_tokens: int) -> list[int]:
@@ -108,3 +117,49 @@ def tokenize(
             tokens = tokens[: spec.max_tokens - 1] + tokens[-1:]
         ids.append(tokens)
     return ids, truncated
+
+
+def check_model_inputs(declared: Sequence[InputSpec], model: str, where: str) -> list[InputSpec]:
+    """The inputs of `model` (Triton's model metadata) the client will send, checked once at connect.
+
+    Args:
+        declared: `(name, datatype)` of every input the model declares.
+        model, where: the model's name and its server, for the message.
+
+    Returns:
+        `declared`, in order: every one of them is sent with each request.
+
+    Raises:
+        EmbedderError: an input the client cannot fill (not in `SUPPORTED_INPUTS`, or not INT64/INT32), or no
+            `input_ids` (names the input and what was expected).
+    """
+    for name, datatype in declared:
+        if name not in SUPPORTED_INPUTS:
+            raise EmbedderError(
+                f"model {model!r} at {where} declares input {name!r}, which this client cannot fill; expected only "
+                f"{', '.join(SUPPORTED_INPUTS)} (re-export the model with those inputs)"
+            )
+        if datatype not in _DTYPES:
+            raise EmbedderError(
+                f"model {model!r} at {where} declares input {name!r} as {datatype}; expected INT64 or INT32"
+            )
+    if "input_ids" not in {name for name, _ in declared}:
+        raise EmbedderError(f"model {model!r} at {where} declares no 'input_ids' input (it declares {declared})")
+    return list(declared)
+
+
+def input_tensors(
+    declared: Sequence[InputSpec], input_ids: npt.NDArray[np.int64], attention_mask: npt.NDArray[np.int64]
+) -> dict[str, npt.NDArray[np.integer[Any]]]:
+    """One tensor per declared input, `(batch, seq)` each in its declared datatype: the token ids, the mask, and
+    zeros for `token_type_ids` (same shape as `input_ids`).
+
+    Args:
+        declared: the model's inputs, as `check_model_inputs` returned them.
+        input_ids, attention_mask: `(batch, seq)` int64 from `pad_to_bucket`.
+    """
+    source = {"input_ids": input_ids, "attention_mask": attention_mask}
+    return {
+        name: (source[name] if name in source else np.zeros_like(input_ids)).astype(_DTYPES[datatype], copy=False)
+        for name, datatype in declared
+    }
