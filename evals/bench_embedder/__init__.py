@@ -18,6 +18,9 @@ and two text lengths: `short` = SciFact test claims (~20 tokens) as queries, `ab
 as the caller sees it (client tokenization included). Server mean batch = delta of Triton's `inference_count` over
 `execution_count` (statistics extension) for the point.
 
+Opt-in setup `triton_replicas` (`evals.bench_embedder.replicas`): two Tritons behind one client
+(`TRITON_GRPC_URL=a,b`), short queries at concurrency 32, and the share of requests each server served.
+
 Optional extras: the int8 variant (`all-minilm-l6-v2-int8`, when exported) on Triton with dynamic batching and in
 process, at concurrency 32; a `max_queue_delay_microseconds` sweep for the dynamic batcher (`--queue-delays-us`).
 
@@ -30,7 +33,7 @@ run, servers started and stopped).
 """
 
 from evals.bench_embedder.load import run_load
-from evals.bench_embedder.params import BenchParams, Point
+from evals.bench_embedder.params import SETUPS, BenchParams, Point
 from evals.bench_embedder.run import run_bench_command, run_benchmark
 
-__all__ = ["BenchParams", "Point", "run_bench_command", "run_benchmark", "run_load"]
+__all__ = ["SETUPS", "BenchParams", "Point", "run_bench_command", "run_benchmark", "run_load"]

@@ -8,6 +8,8 @@ from pathlib import Path
 
 MODEL = "all-minilm-l6-v2"
 INT8_MODEL = "all-minilm-l6-v2-int8"
+SETUPS = ("triton_dynamic", "triton_no_batching", "naive", "ceiling", "triton_replicas")
+"""Every setup `--setup` accepts; all but `triton_replicas` run by default."""
 REPORT_CONCURRENCY = 32
 """The concurrency of the headline figures and the targets (issue: "at concurrency 32 on short queries")."""
 

@@ -92,14 +92,21 @@ def render(report: dict[str, Any], console: Any) -> None:
                 f"{d['mean_batch']:.2f}",
             )
         console.print(delays)
+    if report.get("replicas"):
+        replicas = Table(title=f"triton_replicas, short, concurrency {REPORT_CONCURRENCY}: requests served per server")
+        for col in ("endpoint", "served", "share"):
+            replicas.add_column(col, justify="left" if col == "endpoint" else "right")
+        r = report["replicas"]
+        for endpoint, served, share in zip(r["endpoints"], r["served"], r["share"], strict=True):
+            replicas.add_row(endpoint, str(served), "-" if share is None else f"{share:.1%}")
+        console.print(replicas)
     targets = Table(title=f"targets ({report['params']['headline']}; ratios of throughput from this one run)")
     for col in ("figure", "value", "abstracts", "target"):
         targets.add_column(col)
     for name, t in report["targets"].items():
-        targets.add_row(
-            name,
-            "-" if t["value"] is None else str(t["value"]),
-            str(t.get("value_abstract", "")),
-            t["target"] or "",
-        )
+        value = "-" if t["value"] is None else str(t["value"])
+        if t.get("value_max") is not None:
+            value += f" .. {t['value_max']}"
+        target = ", ".join(x for x in (t["target"], t.get("target_max")) if x)
+        targets.add_row(name, value, str(t.get("value_abstract", "")), target)
     console.print(targets)

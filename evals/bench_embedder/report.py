@@ -29,7 +29,8 @@ def build_report(
 ) -> dict[str, Any]:
     """The JSON report: headline setups (short, concurrency 32), target ratios, the sweep, machine and params."""
     setups = {}
-    for name in ("triton_dynamic", "triton_no_batching", "naive", "ceiling", "triton_dynamic_int8", "ceiling_int8"):
+    names = ("triton_dynamic", "triton_no_batching", "naive", "ceiling", "triton_dynamic_int8", "ceiling_int8")
+    for name in (*names, "triton_replicas"):
         p = headline(points, name)
         if p is not None:
             setups[name] = {
@@ -76,4 +77,16 @@ def build_report(
         "sweep": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(p).items()} for p in points],
         "machine": machine,
         "params": params_json,
+    }
+
+
+def replica_target(replicas: dict[str, Any]) -> dict[str, Any]:
+    """The replica share against its target (issue 16: with two Tritons each serves 35-65 % at concurrency 32):
+    the smallest and largest share of `replicas` (`evals.bench_embedder.replicas.replica_point`)."""
+    shares = [s for s in replicas["share"] if s is not None]
+    return {
+        "value": min(shares) if shares else None,
+        "value_max": max(shares) if shares else None,
+        "target": ">= 0.35",
+        "target_max": "<= 0.65",
     }

@@ -17,7 +17,9 @@ from evals.bench_embedder.load import kind_of, load_texts
 from evals.bench_embedder.naive import NAIVE_NAME, naive_points, start_naive
 from evals.bench_embedder.params import INT8_MODEL, MODEL, REPORT_CONCURRENCY, BenchParams, Point
 from evals.bench_embedder.render import render, write_plot
-from evals.bench_embedder.report import build_report
+from evals.bench_embedder.replicas import SETUP as REPLICA_SETUP
+from evals.bench_embedder.replicas import replica_point
+from evals.bench_embedder.report import build_report, replica_target
 from evals.bench_embedder.triton_setup import TRITON_SETUPS, bench_settings, configure, triton_points
 from evals.machine import machine_info
 from evals.plots import emit_report
@@ -79,6 +81,10 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
         finally:
             triton.stop(StackConfig.of(settings))
 
+    if REPLICA_SETUP in params.setups and "short" in params.lengths:
+        point, extras["replicas"] = await replica_point(texts["short"], params, settings)
+        points.append(point)
+
     if "naive" in params.setups:
         port = params.port_base + 3 if params.port_base else processes.free_port()
         try:
@@ -100,6 +106,8 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
     machine["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     report = build_report(points, params, machine, token_counts)
     report.update(extras)
+    if "replicas" in extras:
+        report["targets"]["replica_share"] = replica_target(extras["replicas"])
     return report
 
 
