@@ -6,11 +6,21 @@ environment variable names (case-insensitive), e.g. `TRITON_GRPC_URL`, `DATABASE
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, HttpUrl, SecretStr, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    HttpUrl,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tools.embedder.channel import channel_arguments, endpoint_port, split_endpoints
@@ -51,6 +61,16 @@ def _host_port(value: str) -> str:
 
 def _grpc_targets(value: str) -> str:
     split_endpoints(value)
+    return value
+
+
+def _json_object_text(value: Any) -> Any:
+    """A JSON object given as text (the form of an environment variable, also when passed to the constructor)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{value!r} is not JSON ({exc}); expected a JSON object") from None
     return value
 
 
@@ -119,7 +139,9 @@ class Settings(BaseSettings):
         "resolves to, e.g. a Kubernetes headless Service); or a comma-separated list of either, which the client "
         "takes in turn, retrying UNAVAILABLE on the next. `rag up` starts the local Triton on the first one's port.",
     )
-    triton_grpc_channel_args: Annotated[dict[str, Any], AfterValidator(_channel_args)] = Field(
+    triton_grpc_channel_args: Annotated[
+        dict[str, Any], BeforeValidator(_json_object_text), AfterValidator(_channel_args)
+    ] = Field(
         default_factory=dict,
         description="gRPC channel arguments of the embedder's channels (JSON object), on top of tritonclient's "
         'defaults, e.g. `{"grpc.service_config": {"loadBalancingConfig": [{"round_robin": {}}]}, '

@@ -89,6 +89,12 @@ def test_settings_take_a_target_list_and_channel_args_from_the_environment(
     assert ("grpc.x", 1) in client.channel_args
 
 
+def test_channel_args_given_as_json_text_to_the_constructor_are_parsed(tmp_path: Path) -> None:
+    text = '{"grpc.lb_policy_name": "round_robin"}'
+    settings = Settings.model_validate({"data_dir": tmp_path, "triton_grpc_channel_args": text})
+    assert settings.triton_grpc_channel_args == {"grpc.lb_policy_name": "round_robin"}
+
+
 @pytest.mark.parametrize(
     ("name", "value", "detail"),
     [
