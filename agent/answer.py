@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -22,6 +23,7 @@ from pydantic_ai.exceptions import (
     ModelRequestTimeout,
     UnexpectedModelBehavior,
     UsageLimitExceeded,
+    UsageLimitUnavailableWarning,
 )
 from pydantic_ai.messages import (
     FunctionToolCallEvent,
@@ -42,6 +44,11 @@ from agent.prompts import REFUSAL, user_prompt
 from agent.rag_agent import RagDeps, search_passages
 from agent.results import AskResult, Citation
 from agent.settings import Policy
+
+# pydantic-ai warns, as a raw Python warning with its site-packages path, on every run whose LLM server sent no token
+# usage: ANSWER_TOKEN_BUDGET then counts only the usage that was reported.
+# That is a property of the server, not of the answer: it is documented with the setting, not printed per answer.
+warnings.filterwarnings("ignore", category=UsageLimitUnavailableWarning)
 
 
 @dataclass(frozen=True)

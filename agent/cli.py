@@ -30,9 +30,10 @@ from agent.app import RagApp
 from agent.chat import print_sources, run_chat
 from agent.errors import InputError
 from agent.failures import Failure, describe
-from agent.ingest_cli import ingest_progress, one_line_pool_warnings, report_lines
+from agent.ingest_cli import IngestTally, ingest_progress, one_line_pool_warnings, report_lines
 from agent.results import AskResult
 from agent.settings import Policy, Settings, describe_validation_error
+from agent.up_cli import UpProgress
 from agent.wiring import ingest_files
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
@@ -109,12 +110,11 @@ def up(
         list[str] | None, typer.Option("--only", help=f"Start only these services: {', '.join(stack.SERVICES)}.")
     ] = None,
 ) -> None:
-    """Start the local stack (Postgres, Triton, vLLM) in the background; idempotent."""
+    """Start the local stack (Postgres, Triton, vLLM) in the background; idempotent. Each service is reported as it
+    starts and once it is ready (vLLM takes a minute or two)."""
     settings = Settings()
-    with err_console.status("starting the local stack (vLLM takes a minute or two)..."):
-        pids = stack.up(StackConfig.of(settings), tuple(only) if only else None)
-    for name, pid in pids.items():
-        console.print(Text.assemble(("ready", "green"), f" {name} (pid {pid})"))
+    with UpProgress(console, err_console) as progress:
+        stack.up(StackConfig.of(settings), tuple(only) if only else None, progress)
 
 
 @app.command()
@@ -167,20 +167,19 @@ def ingest(
     Progress goes to stderr. `--ceiling` adds the in-process throughput ceiling benchmark."""
     settings = Settings()
     one_line_pool_warnings()
+    tally = IngestTally()
 
     async def run() -> tuple[IngestReport, int, int]:
         with ingest_progress(err_console, err_console.is_terminal) as progress:
-            return await ingest_files(settings, paths, progress, root=root, prefix=prefix)
+            return await ingest_files(settings, paths, tally.track(progress), root=root, prefix=prefix)
 
     plan_inputs(paths, root, prefix)
     try:
         report, docs, chunks = asyncio.run(run())
     except EmbedderError as exc:
-        raise EmbedderError(f"{exc}; the batches stored so far are kept: run the same ingest again to resume") from exc
+        raise EmbedderError(f"{exc}; {tally.kept()}") from exc
     except KeyboardInterrupt:
-        raise ServiceError(
-            "interrupted; the batches stored so far are kept: run the same ingest again to resume"
-        ) from None
+        raise ServiceError(f"interrupted; {tally.kept()}") from None
     if as_json:
         print_json(
             {

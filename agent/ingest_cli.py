@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
@@ -34,6 +35,40 @@ def one_line_pool_warnings() -> None:
     pool_log = logging.getLogger(POOL_LOGGER)
     if _drop_traceback not in pool_log.filters:
         pool_log.addFilter(_drop_traceback)
+
+
+@dataclass
+class IngestTally:
+    """What a run has stored so far, as its progress callback last reported it (`track`): documents handled (stored,
+    skipped as already stored, or failed) of `total`, and chunks written by this run."""
+
+    documents: int = 0
+    total: int = 0
+    chunks: int = 0
+
+    def track(self, progress: ProgressFn) -> ProgressFn:
+        """`progress`, also recording each report in this tally."""
+
+        def tracked(done: int, total: int, chunks: int) -> None:
+            self.documents, self.total, self.chunks = done, total, chunks
+            progress(done, total, chunks)
+
+        return tracked
+
+    def kept(self) -> str:
+        """What a failed or interrupted run keeps, and whether running it again resumes it (only when something
+        is stored: a run that stored nothing starts over)."""
+        if self.chunks:
+            return (
+                f"the {self.chunks} chunks stored ({self.documents} of {self.total} documents done) are kept: "
+                "run the same ingest again to resume"
+            )
+        if self.documents:
+            return (
+                f"nothing new was stored ({self.documents} of {self.total} documents were stored before): "
+                "run the same ingest again to resume"
+            )
+        return "nothing was stored"
 
 
 @contextmanager

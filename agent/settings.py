@@ -6,13 +6,24 @@ environment variable names (case-insensitive), e.g. `TRITON_GRPC_URL`, `DATABASE
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, HttpUrl, SecretStr, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    HttpUrl,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tools.embedder.channel import channel_arguments, endpoint_port, split_endpoints
 from tools.model_specs import get_spec
 
 Policy = Literal["always", "agentic"]
@@ -48,6 +59,26 @@ def _host_port(value: str) -> str:
     return value
 
 
+def _grpc_targets(value: str) -> str:
+    split_endpoints(value)
+    return value
+
+
+def _json_object_text(value: Any) -> Any:
+    """A JSON object given as text (the form of an environment variable, also when passed to the constructor)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{value!r} is not JSON ({exc}); expected a JSON object") from None
+    return value
+
+
+def _channel_args(value: dict[str, Any]) -> dict[str, Any]:
+    channel_arguments(value)
+    return value
+
+
 def _http_url(value: str) -> str:
     TypeAdapter(HttpUrl).validate_python(value)  # RFC 3986 http(s) URL with a host
     return value
@@ -61,6 +92,8 @@ def _postgres_url(value: str | None) -> str | None:
 
 HostPort = Annotated[str, AfterValidator(_host_port)]
 """A `host:port` address, e.g. `localhost:8001`; kept as the string gRPC clients take."""
+GrpcTargets = Annotated[str, AfterValidator(_grpc_targets)]
+"""One gRPC target (`host:port`, `dns:///host:port`, ...) or a comma-separated list (`tools.embedder.channel`)."""
 HttpUrlStr = Annotated[str, AfterValidator(_http_url)]
 """An http(s) URL, validated by pydantic's `HttpUrl`, kept as the string given."""
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -99,7 +132,22 @@ class Settings(BaseSettings):
     )
 
     # --- Triton (embeddings) -------------------------------------------------------------------------------
-    triton_grpc_url: HostPort = Field(default="localhost:8001", description="Triton KServe gRPC endpoint host:port.")
+    triton_grpc_url: GrpcTargets = Field(
+        default="localhost:8001",
+        description="Triton KServe gRPC endpoint(s): `host:port`; a gRPC target such as `dns:///host:port` (one "
+        "channel; with `round_robin` in TRITON_GRPC_CHANNEL_ARGS it spreads calls over every address the name "
+        "resolves to, e.g. a Kubernetes headless Service); or a comma-separated list of either, which the client "
+        "takes in turn, retrying UNAVAILABLE on the next. `rag up` starts the local Triton on the first one's port.",
+    )
+    triton_grpc_channel_args: Annotated[
+        dict[str, Any], BeforeValidator(_json_object_text), AfterValidator(_channel_args)
+    ] = Field(
+        default_factory=dict,
+        description="gRPC channel arguments of the embedder's channels (JSON object), on top of tritonclient's "
+        'defaults, e.g. `{"grpc.service_config": {"loadBalancingConfig": [{"round_robin": {}}]}, '
+        '"grpc.keepalive_time_ms": 30000}`; an object value is sent as its JSON text. Message size limits stay '
+        "at least 256 MiB.",
+    )
     triton_http_port: Port = Field(default=8000, description="Port of the local Triton's HTTP endpoint.")
     triton_metrics_port: Port = Field(default=8002, description="Port of the local Triton's Prometheus metrics.")
     embedder_model: str = Field(
@@ -113,7 +161,8 @@ class Settings(BaseSettings):
         default=8,
         ge=1,
         description="Most gRPC requests the app's embedder keeps at Triton at once, over all concurrent questions "
-        "(more wait in the client, in order). Unset: twice the model's max_batch_size (read from Triton). The "
+        "(more wait in the client, in order). Unset: twice the model's max_batch_size (read from Triton) per "
+        "endpoint of TRITON_GRPC_URL. The "
         "default of 8 comes from `rag bench query` on the local CPU stack (README, Query path benchmark): more "
         "requests in flight there lowered embed throughput instead of filling batches.",
     )
@@ -274,7 +323,10 @@ class Settings(BaseSettings):
     agent_request_limit: int = Field(default=4, ge=1, description="LLM requests per answer (pydantic-ai UsageLimits).")
     agent_tool_calls_limit: int = Field(default=3, ge=0, description="Tool calls per answer (UsageLimits).")
     answer_token_budget: int = Field(
-        default=16000, ge=1, description="Total tokens (input + output, all requests) per answer (UsageLimits)."
+        default=16000,
+        ge=1,
+        description="Total tokens (input + output, all requests) per answer (UsageLimits); counts only the usage the "
+        "LLM server reports (an answer from a server that sends none is not limited by it).",
     )
     answer_timeout_s: float = Field(default=180.0, gt=0, description="Wall-clock limit of one answer, seconds.")
     chat_history_turns: int = Field(default=3, ge=0, description="Earlier question/answer turns `rag chat` sends.")
@@ -354,8 +406,18 @@ class Settings(BaseSettings):
 
     @property
     def triton_grpc_port(self) -> int:
-        """The port of `triton_grpc_url` (host:port)."""
-        return split_host_port(self.triton_grpc_url)[1]
+        """The port of the local Triton's gRPC endpoint: that of the first endpoint of `triton_grpc_url`.
+
+        Raises:
+            SettingsError: that endpoint names no port (e.g. a `unix:` socket).
+        """
+        port = endpoint_port(split_endpoints(self.triton_grpc_url)[0])
+        if port is None:
+            raise SettingsError(
+                f"TRITON_GRPC_URL={self.triton_grpc_url} names no port for the local Triton: give host:port first, "
+                "or drop triton from SERVICES"
+            )
+        return port
 
     @property
     def database_url_file(self) -> Path:

@@ -48,8 +48,8 @@ def build_embedder(
 ) -> TritonEmbedder:
     """The Triton embedding client the settings describe: `TRITON_GRPC_URL`, `EMBEDDER_MODEL` (or `model`),
     `TRITON_TIMEOUT_S` (or `timeout_s`, seconds), `TRITON_RETRIES`, `TRITON_CONNECT_TIMEOUT_S`,
-    `TRITON_MAX_IN_FLIGHT` and `EMBEDDER_TOKENIZER` (for the settings' own model). Not connected yet: use it as an
-    async context manager.
+    `TRITON_MAX_IN_FLIGHT`, `TRITON_GRPC_CHANNEL_ARGS` and `EMBEDDER_TOKENIZER` (for the settings' own model). Not
+    connected yet: use it as an async context manager.
 
     Args:
         buckets: the client's padded length buckets in tokens (default `tools.embedder.length_buckets`).
@@ -70,6 +70,7 @@ def build_embedder(
         connect_timeout_s=settings.triton_connect_timeout_s,
         max_in_flight=max_in_flight or settings.triton_max_in_flight,
         buckets=buckets,
+        channel_args=settings.triton_grpc_channel_args,
     )
 
 

@@ -11,7 +11,17 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.settings import Settings, SettingsError
-from evals.answers_eval import EvalError, failed_line, load_cases, run_answers_eval, scifact_dataset, write_run
+from evals.answers_eval import (
+    JOURNAL_FILE,
+    AnswerJournal,
+    EvalError,
+    failed_line,
+    load_cases,
+    run_answers_eval,
+    run_key,
+    scifact_dataset,
+    write_run,
+)
 from evals.answers_report import compare, load_summary
 from evals.scifact import DatasetError, Split
 from tools.embedder import EmbedderError
@@ -22,6 +32,8 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 EXIT_CASES_FAILED = 2
 """Exit code of `rag eval answers` when the run finished but at least one case failed (1: it could not run)."""
+EXIT_INTERRUPTED = 130
+"""Exit code of `rag eval answers` interrupted by Ctrl-C (128 + SIGINT, as shells report it)."""
 
 
 def run_answers_command(
@@ -37,19 +49,33 @@ def run_answers_command(
     """Evaluate, write `out/` (summary.json, results.json, cases.yaml, report.md, plots), print the summary.
 
     With `as_json`, stdout holds the summary JSON and nothing else (no progress bar; the failed-case line goes to
-    stderr). Exit codes: 0 every case scored; 1 the run could not start (no cases, stack unreachable);
-    `EXIT_CASES_FAILED` (2) the run finished and was written, but at least one case failed.
+    stderr). Each answered case is kept in `out/answered.jsonl` as it is scored: an interrupted run (Ctrl-C) keeps
+    them, and the same command run again asks only about the rest; the journal is removed once the run is written.
+    Exit codes: 0 every case scored; 1 the run could not start (no cases, stack unreachable, a journal of other
+    settings); `EXIT_CASES_FAILED` (2) the run finished and was written, but at least one case failed;
+    `EXIT_INTERRUPTED` (130) interrupted.
     """
     settings = Settings()
+    journal = out / JOURNAL_FILE
     try:
         dataset = load_cases(cases) if cases else scifact_dataset(split, ids=ids)
         if limit is not None:
             dataset.cases = dataset.cases[:limit]
-        summary, records = asyncio.run(run_answers_eval(dataset, settings, concurrency, top_k, progress=not as_json))
+        summary, records = asyncio.run(
+            run_answers_eval(dataset, settings, concurrency, top_k, progress=not as_json, journal=journal)
+        )
     except (EvalError, DatasetError, SettingsError, EmbedderError, StoreError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
+    except KeyboardInterrupt:
+        kept = len(AnswerJournal(journal, run_key(settings, top_k)).entries) if journal.exists() else 0
+        resume = f": run the same command again to resume (they are in {journal})" if kept else ""
+        err_console.print(
+            f"[bold red]interrupted[/]; {kept} of {len(dataset.cases)} cases answered are kept{resume}", highlight=False
+        )
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
     write_run(out, dataset, summary, records)
+    journal.unlink(missing_ok=True)
     code = EXIT_CASES_FAILED if summary["errors"] else 0
     if as_json:
         print(json.dumps(summary))

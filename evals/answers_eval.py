@@ -9,14 +9,20 @@ contradict it, citing abstracts. Scores per case (pydantic-evals evaluators):
 - `refused` (claims without evidence): the agent declined: no citation and a NOT_ENOUGH_INFO verdict.
 Latency per stage comes from the answer's `timings_ms`; percentiles are numpy's `percentile(method="linear")`
 (Hyndman & Fan type 7: p95 of one sample is that sample, never above the maximum), each reported with its n.
+
+Resuming: every answered case is appended to a journal (`AnswerJournal`, `answered.jsonl` in the run directory) as
+soon as it is scored, so an interrupted run keeps what it answered; the same command run again asks the agent only
+about the cases the journal lacks (failed cases are asked again) and scores the journal's answers as they were.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +32,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 from pydantic_evals import Case, Dataset
 from pydantic_evals.evaluators import Evaluator, EvaluatorContext
-from pydantic_evals.reporting import EvaluationReport
+from pydantic_evals.lifecycle import CaseLifecycle
+from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
 from agent.answer import AnswerRequest
 from agent.app import RagApp
@@ -176,10 +183,144 @@ class CitationEvaluator(Evaluator[ClaimInputs, AnswerOutput, ClaimMetadata]):
         return scores
 
 
-def make_task(app: RagApp, top_k: int | None) -> Any:
-    """The evaluated task: ask the agent about one claim and parse its verdict."""
+JOURNAL_FILE = "answered.jsonl"
+"""The journal of answered cases in a run directory (`AnswerJournal`); removed once the run is written."""
+
+_CASE_NAME: ContextVar[str | None] = ContextVar("answers_eval_case", default=None)
+"""Name of the case being evaluated in this asyncio task (set by `_JournalLifecycle.setup`, read by the task)."""
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One answered case as the journal keeps it: its output and how long the task took (s)."""
+
+    inputs: ClaimInputs
+    output: AnswerOutput
+    task_duration_s: float
+
+
+class AnswerJournal:
+    """Answered cases of one run, appended to a JSON Lines file as each case is scored, so that an interrupted run
+    resumes where it stopped.
+
+    The first line records what the answers depend on (`run_key`: LLM, embedder, top_k, policy); each further line
+    is one case: `{"name", "inputs", "output", "task_duration_s"}`. Lines are flushed and fsynced as written; a last
+    line cut short by a kill is ignored. Only cases whose task succeeded are written (a failed case is asked again).
+    """
+
+    def __init__(self, path: Path, run_key: dict[str, Any]) -> None:
+        """Open (creating it if needed) the journal at `path` for a run with `run_key`.
+
+        Raises:
+            EvalError: the file holds answers of a run with another `run_key` (the message names the differences),
+                or a line other than the last is not a journal entry.
+        """
+        self.path = path
+        self.run_key = run_key
+        self.entries: dict[str, JournalEntry] = {}
+        if path.exists():
+            self._load()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._append({"run": run_key})
+
+    def _load(self) -> None:
+        text = self.path.read_text()
+        lines, complete = text.splitlines(), text.endswith("\n")
+        try:
+            header = json.loads(lines[0])["run"] if lines else None
+        except (ValueError, KeyError, TypeError):
+            header = None
+        if header is None:
+            raise EvalError(f"{self.path}: not an answers journal; delete it or choose another --out")
+        if header != self.run_key:
+            diff = ", ".join(
+                f"{k}={header.get(k)!r} there, {v!r} here" for k, v in self.run_key.items() if header.get(k) != v
+            )
+            raise EvalError(
+                f"{self.path} holds answers of a run with other settings ({diff}); delete it to start over or choose "
+                "another --out"
+            )
+        body = lines[1:] if complete else lines[1:-1]  # a last line without its newline was cut short
+        for number, line in enumerate(body, start=2):
+            try:
+                raw = json.loads(line)
+                entry = JournalEntry(
+                    ClaimInputs.model_validate(raw["inputs"]),
+                    AnswerOutput.model_validate(raw["output"]),
+                    float(raw["task_duration_s"]),
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                raise EvalError(
+                    f"{self.path}:{number}: not a journal entry ({exc}); delete the file to start over"
+                ) from exc
+            self.entries[str(raw["name"])] = entry
+        if not complete:
+            self.path.write_text("".join(line + "\n" for line in lines[:-1]))
+
+    def _append(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def record(self, name: str, inputs: ClaimInputs, output: AnswerOutput, task_duration_s: float) -> None:
+        """Append one answered case (unless the journal has it already)."""
+        if name in self.entries:
+            return
+        self.entries[name] = JournalEntry(inputs, output, task_duration_s)
+        self._append(
+            {
+                "name": name,
+                "inputs": inputs.model_dump(),
+                "output": output.model_dump(),
+                "task_duration_s": round(task_duration_s, 3),
+            }
+        )
+
+    def answered(self, name: str | None, inputs: ClaimInputs) -> JournalEntry | None:
+        """The journal's answer to case `name` when it has one for these same inputs, else None."""
+        entry = self.entries.get(name) if name is not None else None
+        return entry if entry is not None and entry.inputs == inputs else None
+
+
+class _JournalLifecycle(CaseLifecycle[ClaimInputs, AnswerOutput, ClaimMetadata]):
+    """Names the running case for the task (`_CASE_NAME`) and writes each scored case to `journal`."""
+
+    def __init__(self, case: Case[ClaimInputs, AnswerOutput, ClaimMetadata], journal: AnswerJournal) -> None:
+        super().__init__(case)
+        self.journal = journal
+
+    async def setup(self) -> None:
+        _CASE_NAME.set(self.case.name)
+
+    async def teardown(
+        self,
+        result: ReportCase[ClaimInputs, AnswerOutput, ClaimMetadata]
+        | ReportCaseFailure[ClaimInputs, AnswerOutput, ClaimMetadata]
+        | None,
+    ) -> None:
+        if isinstance(result, ReportCase) and self.case.name is not None:
+            self.journal.record(self.case.name, result.inputs, result.output, result.task_duration)
+
+
+def run_key(settings: Settings, top_k: int | None) -> dict[str, Any]:
+    """What a run's answers depend on, compared before a journal is resumed."""
+    return {
+        "llm_model": settings.llm_model,
+        "embedder_model": settings.embedder_model,
+        "top_k": top_k or settings.top_k,
+        "agent_policy": str(settings.agent_policy),
+    }
+
+
+def make_task(app: RagApp, top_k: int | None, journal: AnswerJournal | None = None) -> Any:
+    """The evaluated task: ask the agent about one claim and parse its verdict; a case the `journal` has answered
+    already returns that answer without asking."""
 
     async def task(inputs: ClaimInputs) -> AnswerOutput:
+        if journal is not None and (entry := journal.answered(_CASE_NAME.get(), inputs)) is not None:
+            return entry.output
         # Retrieval (and the refusal threshold calibrated on claims) sees the bare claim; the LLM sees the question.
         result = await app.ask(
             AnswerRequest(QUESTION_TEMPLATE.format(claim=inputs.claim), top_k=top_k, retrieval_query=inputs.claim)
@@ -212,7 +353,10 @@ def applicable_scores(metadata: ClaimMetadata) -> tuple[str, ...]:
 
 
 def summarize(
-    report: EvaluationReport[ClaimInputs, AnswerOutput, ClaimMetadata], wall_s: float, settings: Settings
+    report: EvaluationReport[ClaimInputs, AnswerOutput, ClaimMetadata],
+    wall_s: float,
+    settings: Settings,
+    answered_now: int | None = None,
 ) -> dict[str, Any]:
     """The run summary (`--json` shape): n, verdict_accuracy, majority_baseline, citation precision/recall,
     refusal_rate, errors, latency_ms per stage {p50, p95, p99, n}, throughput, and what ran.
@@ -220,7 +364,8 @@ def summarize(
     A failed case (its task raised, e.g. the LLM answered HTTP 500) scores 0 on every score its gold labels make
     applicable (`applicable_scores`), so every score's denominator counts the failed cases: a failure never raises
     a score. `citation_precision` averages over claims with gold evidence that cited something, plus the failed
-    claims with gold evidence. `errors` is the number of failed cases.
+    claims with gold evidence. `errors` is the number of failed cases. `throughput_rps` is `answered_now` (default:
+    every case) per second of `wall_s`.
     """
     cases = report.cases
     golds = [c.metadata.gold_verdict for c in cases if c.metadata is not None]
@@ -254,7 +399,7 @@ def summarize(
         "refusal_rate": mean("refused"),
         "errors": len(report.failures),
         "latency_ms": latency,
-        "throughput_rps": round(n / wall_s, 3) if wall_s > 0 else None,
+        "throughput_rps": round((n if answered_now is None else answered_now) / wall_s, 3) if wall_s > 0 else None,
         "wall_s": round(wall_s, 1),
         "llm_model": settings.llm_model,
         "embedder_model": settings.embedder_model,
@@ -303,25 +448,48 @@ async def run_answers_eval(
     concurrency: int = 1,
     top_k: int | None = None,
     progress: bool = True,
+    journal: Path | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Evaluate `dataset` against the running stack; a failing case is recorded and the run goes on.
 
     Args:
         progress: show pydantic-evals' progress bar (rich, on stdout); off for `--json`.
+        journal: the run's journal file (`AnswerJournal`): each answered case is appended to it as it is scored, and
+            the cases it holds already are not asked again (their recorded answers are scored). None: no journal.
 
     Returns:
-        (summary, per-case records).
+        (summary, per-case records). With a journal, `summary["resumed"]` counts the cases taken from it, and
+        `throughput_rps` counts only the cases answered by this run.
 
     Raises:
-        EvalError: the dataset has no cases.
+        EvalError: the dataset has no cases, or the journal belongs to a run with other settings.
     """
     if not dataset.cases:
         raise EvalError("the dataset has no cases; nothing to evaluate")
+    answers = AnswerJournal(journal, run_key(settings, top_k)) if journal is not None else None
+    resumed = {c.name for c in dataset.cases if answers is not None and answers.answered(c.name, c.inputs)}
+
+    def lifecycle(case: Case[ClaimInputs, AnswerOutput, ClaimMetadata]) -> _JournalLifecycle:
+        assert answers is not None
+        return _JournalLifecycle(case, answers)
+
     async with RagApp.from_settings(settings) as app:
         start = time.perf_counter()
-        report = await dataset.evaluate(make_task(app, top_k), max_concurrency=concurrency, progress=progress)
+        report = await dataset.evaluate(
+            make_task(app, top_k, answers),
+            max_concurrency=concurrency,
+            progress=progress,
+            lifecycle=lifecycle if answers is not None else None,
+        )
         wall_s = time.perf_counter() - start
-    return summarize(report, wall_s, settings), case_records(report)
+    if answers is not None:
+        for case in report.cases:  # a resumed case's task took no time in this run: keep the recorded duration
+            if case.name in resumed:
+                case.task_duration = answers.entries[case.name].task_duration_s
+    summary = summarize(report, wall_s, settings, answered_now=len(dataset.cases) - len(resumed))
+    if answers is not None:
+        summary["resumed"] = len(resumed)
+    return summary, case_records(report)
 
 
 def write_run(out_dir: Path, dataset: AnswerDataset, summary: dict[str, Any], records: list[dict[str, Any]]) -> None:

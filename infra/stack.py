@@ -1,12 +1,16 @@
 """The local stack as one unit: `up` starts Postgres, Triton and vLLM (in that order), `down` stops them by PID,
-`status` reports each with a health check."""
+`status` reports each with a health check, `stop_under` stops every stack recorded under a directory."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from infra import postgres, processes, triton, vllm
 from infra.config import StackConfig
@@ -29,8 +33,21 @@ class ServiceStatus:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def up(config: StackConfig, services: tuple[str, ...] | None = None) -> dict[str, int]:
-    """Start the given services (default `config.services`) idempotently; return name -> PID.
+class UpProgress(Protocol):
+    """What `up` reports while it works through the services, in order."""
+
+    def starting(self, name: str) -> None:
+        """Service `name` is being started (or checked, when it runs already)."""
+
+    def ready(self, name: str, pid: int, seconds: float) -> None:
+        """Service `name` answers its health check; `seconds` it took `up` to get it there (wall time)."""
+
+
+def up(
+    config: StackConfig, services: tuple[str, ...] | None = None, progress: UpProgress | None = None
+) -> dict[str, int]:
+    """Start the given services (default `config.services`) idempotently, one after another, reporting each to
+    `progress`; return name -> PID.
 
     Postgres is skipped when `DATABASE_URL` is set.
 
@@ -46,13 +63,49 @@ def up(config: StackConfig, services: tuple[str, ...] | None = None) -> dict[str
     for name in names:
         if name == "postgres" and config.database_url:
             continue
+        if progress is not None:
+            progress.starting(name)
+        start = time.perf_counter()
         pids[name] = SERVICES[name].start(config)
+        if progress is not None:
+            progress.ready(name, pids[name], time.perf_counter() - start)
     return pids
 
 
 def down(config: StackConfig) -> list[str]:
     """Stop every local service that has a PID file, LLM first; return the names that were running."""
     return [name for name in ("vllm", "triton", "postgres") if SERVICES[name].stop(config)]
+
+
+def stop_under(root: Path) -> list[str]:
+    """Stop every local service recorded anywhere under `root`, whatever data dirs and ports it was started with.
+
+    Every PID file in a `run` directory is stopped by `processes.stop_service` (only while it names the process it
+    recorded), Postgres with its fast shutdown; an embedded Postgres data dir (`pgdata`) whose `postmaster.pid` names
+    a live postmaster is stopped too (a start interrupted before the PID file was written). Symbolic links are not
+    followed. Used to stop what a test session started once its process is gone (`infra.watchdog`).
+
+    Returns:
+        What was running and is now stopped, as `name (directory)` strings, LLM and Triton before Postgres.
+    """
+    services: list[tuple[Path, str]] = []
+    data_dirs: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if here.name == "pgdata":
+            dirnames.clear()
+            data_dirs.append(here)
+        elif here.name == "run":
+            services += [(here, f.removesuffix(".pid")) for f in filenames if f.endswith(".pid")]
+    stopped = []
+    for run_dir, name in sorted(services, key=lambda s: s[1] == postgres.NAME):
+        sig = postgres.STOP_SIGNAL if name == postgres.NAME else signal.SIGTERM
+        if processes.stop_service(run_dir, name, sig=sig):
+            stopped.append(f"{name} ({run_dir})")
+    for path in data_dirs:
+        if postgres.postmaster_pid(path) is not None and postgres.stop_data_dir(path.parent / "run", path):
+            stopped.append(f"{postgres.NAME} ({path})")
+    return stopped
 
 
 def status(config: StackConfig) -> list[ServiceStatus]:

@@ -7,18 +7,23 @@ marked `stack` at collection (`STACK_FIXTURES`), as is every `llm` test; so `pyt
 The fake OpenAI server (`tests/fake_openai.py`, uvicorn in a thread of the test process) is not a stack server.
 
 A run ended by SIGTERM (a CI timeout) or SIGHUP stops the servers too: those signals are turned into the
-KeyboardInterrupt pytest already handles for Ctrl-C (SIGINT), which ends the run and tears down every fixture.
+KeyboardInterrupt pytest already handles for Ctrl-C (SIGINT), which ends the run and tears down every fixture. A run
+that gets no teardown at all (SIGKILL, an out-of-memory kill) is covered by a watchdog process started with the first
+server (`server_root`, `infra.watchdog`): once pytest's process is gone it stops every server recorded under this
+session's server directory and its temporary directory, by PID.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -27,7 +32,7 @@ import pytest
 from agent.app import build_embedder
 from agent.settings import Settings
 from evals.scifact import SCIFACT_DIR
-from infra import postgres, triton, vllm
+from infra import postgres, stack, triton, vllm, watchdog
 from infra.config import StackConfig
 from infra.convert_gguf import SERVED_NAME, convert
 from infra.processes import free_port
@@ -42,6 +47,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 GOLD_CLAIMS = {"3": "14717500", "5": "13734012", "36": "5152028", "49": "5953485", "51": "45638119"}
 DISTRACTORS = 200
 
+
+LOADED_MACHINE_TRITON_TIMEOUT_S = 600
+"""Per-request Triton deadline (s) of the test ingests that are not about deadlines."""
 
 STACK_FIXTURES = frozenset({"postgres_url", "triton_server", "llm_settings"})
 """Fixtures that start a real server; a test depending on any of them is a `stack` test."""
@@ -69,9 +77,43 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.stack)
 
 
+SERVER_ROOT_ENV = "RAG_TEST_SERVER_ROOT"
+"""Where the session's server directory is made (default: the system temporary directory)."""
+
+
 @pytest.fixture(scope="session")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return Path(tmp_path_factory.mktemp("rag-data"))
+def server_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This session's directory for server data dirs (PID files, logs, the embedded Postgres' data), watched by the
+    session's watchdog (`infra.watchdog`, log in the base temporary directory), which stops what it holds once this
+    process is gone, however it ends.
+
+    It lies outside pytest's `pytest-of-<user>` directory because every pytest session started on the machine resets
+    that directory to mode 700, and the embedded Postgres runs as another user (as root it runs as `pgserver`), which
+    must reach its data dir. Removed at the end of a session in which no test failed (kept for its logs otherwise).
+    """
+    parent = Path(os.environ.get(SERVER_ROOT_ENV) or tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="rag-test-servers-", dir=parent))
+    basetemp = tmp_path_factory.getbasetemp()
+    watchdog.watch(os.getpid(), [root, basetemp], basetemp / "server-watchdog.log")
+    yield root
+    stack.stop_under(root)  # whatever a test left running
+    if not request.session.testsfailed:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def server_dir(server_root: Path) -> Path:
+    """A new directory for the data dir of a server this test starts itself (see `server_root`)."""
+    return Path(tempfile.mkdtemp(prefix="own-", dir=server_root))
+
+
+@pytest.fixture(scope="session")
+def data_dir(server_root: Path) -> Path:
+    """The session's data dir."""
+    path = server_root / "rag-data"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -158,22 +200,30 @@ def cli_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def run_cli(settings: Settings, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `rag ARGS` in a subprocess against the test stack."""
+def run_cli(
+    settings: Settings, *args: str, cwd: Path | None = None, extra_env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `rag ARGS` in a subprocess against the test stack (`extra_env` added to `cli_env`); the 1800 s timeout
+    only ends a hung command."""
     return subprocess.run(
         [sys.executable, "-m", "agent", *args],
-        env=cli_env(settings),
+        env=cli_env(settings) | dict(extra_env or {}),
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
 
 
 @pytest.fixture(scope="session")
 async def ingested(postgres_url: str, embedder: TritonEmbedder, settings: Settings, test_corpus: Path) -> str:
-    """The test corpus ingested through the CLI once per session; returns the database URL."""
-    result = run_cli(settings, "ingest", str(test_corpus))
+    """The test corpus ingested through the CLI once per session; returns the database URL.
+
+    Each Triton request may take up to `LOADED_MACHINE_TRITON_TIMEOUT_S`: on a loaded machine the run's last requests
+    wait in Triton's queue longer than the default deadline, which is a setting, not what these tests are about.
+    """
+    deadline = {"TRITON_TIMEOUT_S": str(LOADED_MACHINE_TRITON_TIMEOUT_S)}
+    result = run_cli(settings, "ingest", str(test_corpus), extra_env=deadline)
     assert result.returncode == 0, result.stderr
     return postgres_url
 

@@ -51,7 +51,8 @@ TRITON_NO_TOOLS_ERROR = {"detail": '"auto" tool choice requires --tool-call-pars
 @dataclass
 class Reply:
     """One scripted reply: `text`, or a `tool_call` (name, arguments dict), or `empty_choices`, or an HTTP
-    `status` with `body`; `delay_s` waits before answering."""
+    `status` with `body`; `delay_s` waits before answering; `usage` False leaves token usage out (as some servers
+    do), even when a stream asks for it."""
 
     text: str | None = None
     tool_call: tuple[str, dict[str, Any]] | None = None
@@ -59,6 +60,7 @@ class Reply:
     status: int = 200
     body: dict[str, Any] | None = None
     delay_s: float = 0.0
+    usage: bool = True
 
 
 @dataclass
@@ -110,16 +112,8 @@ def build_app(state: FakeState) -> FastAPI:
                 }
             choices = [] if reply.empty_choices else [{"index": 0, "message": message, "finish_reason": "stop"}]
             usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 10}
-            return JSONResponse(
-                {
-                    "id": "c1",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": model,
-                    "choices": choices,
-                    "usage": usage,
-                }
-            )
+            completion = {"id": "c1", "object": "chat.completion", "created": 0, "model": model, "choices": choices}
+            return JSONResponse(completion | ({"usage": usage} if reply.usage else {}))
 
         async def stream() -> AsyncIterator[str]:
             if reply.empty_choices:
@@ -140,7 +134,7 @@ def build_app(state: FakeState) -> FastAPI:
                 for word in text.split(" "):
                     yield _chunk({"content": word + " "}, model=model)
                 yield _chunk({}, "stop", model=model)
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if reply.usage and (body.get("stream_options") or {}).get("include_usage"):
                 usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 0}
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
                 final = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": []}

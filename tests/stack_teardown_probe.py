@@ -1,24 +1,36 @@
 """Not collected by default (no `test_` prefix): run by `tests/test_stack_teardown.py` in a pytest subprocess that
-is then terminated. It starts Postgres and Triton through the session fixtures, writes their PIDs to the file named
-by `RAG_PROBE_OUT`, and waits to be killed."""
+is then interrupted or killed. It starts Postgres and Triton through the session fixtures, writes their PIDs to the
+file named by `RAG_PROBE_OUT`, and waits to be stopped.
+
+With `RAG_PROBE_STALL_TRITON=1`, Triton never reports ready here (its readiness check is replaced), so the run stays
+in the `triton_server` fixture's start-up: the test then interrupts a run that is starting a server.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import time
+import threading
 from pathlib import Path
 
 import pytest
 
 from agent.settings import Settings
-from infra import processes
+from infra import processes, triton
+from infra.config import StackConfig
 
 pytestmark = pytest.mark.stack
+
+if os.environ.get("RAG_PROBE_STALL_TRITON") == "1":
+
+    def never_ready(config: StackConfig) -> bool:
+        return False
+
+    triton.is_ready = never_ready
 
 
 def test_start_the_stack_then_wait(postgres_url: str, triton_server: Settings) -> None:
     run_dir = triton_server.run_dir.resolve()
     pids = {name: processes.read_pid(run_dir, name) for name in ("postgres", "triton")}
     Path(os.environ["RAG_PROBE_OUT"]).write_text(json.dumps(pids))
-    time.sleep(600)
+    threading.Event().wait()  # until the run is interrupted or killed

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -102,3 +104,57 @@ def test_cli_json_is_the_only_stdout_and_failed_cases_exit_non_zero(
     assert summary["n"] == 2 and summary["errors"] == 1
     assert "1 of 2 cases failed" in result.stderr
     assert "1 of 2 cases failed" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_interrupted_answer_run_keeps_its_answers_and_the_rerun_asks_only_the_rest(
+    ingested: str, settings: Settings, tmp_path: Path
+) -> None:
+    ids = ["1", "3", "5", "13", "36", "42"]
+    out = tmp_path / "run"
+    journal = out / "answered.jsonl"
+    args = ["eval", "answers", *(a for i in ids for a in ("--id", i)), "--top-k", "3", "--json", "--out", str(out)]
+    answers = [Reply(text="SUPPORT [1]."), Reply(text="CONTRADICT [1]."), Reply(text="NOT ENOUGH INFO.")]
+    verdicts = ["SUPPORT", "CONTRADICT", "NOT_ENOUGH_INFO"]
+    with FakeOpenAIServer() as fake:
+        env = cli_env(fake_llm_settings(settings, fake))
+        env |= {"LLM_MODEL": "fake", "LLM_MAX_RETRIES": "0", "REFUSAL_MIN_SCORE": "-1"}
+        # Concurrency 1, in order: three cases answered, the fourth request is held (answered only after an hour), and
+        # the run is interrupted (SIGINT) while it waits for it.
+        requests = fake.reset(*answers, Reply(text="SUPPORT [1].", delay_s=3600))
+        run = subprocess.Popen(
+            [sys.executable, "-m", "agent", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            deadline = time.monotonic() + 600  # a safety net: the wait is for the fourth request
+            while len(requests) < 4:
+                assert run.poll() is None, run.communicate()
+                assert time.monotonic() < deadline, "the fourth case was not asked within 600 s"
+                time.sleep(0.05)
+            run.send_signal(signal.SIGINT)
+            _, stderr = run.communicate(timeout=600)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+        assert run.returncode == 130, stderr
+        assert "3 of 6 cases answered are kept" in stderr and "run the same command again" in stderr, stderr
+        kept = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+        assert [k["name"] for k in kept] == ids[:3]
+        assert [k["output"]["verdict"] for k in kept] == verdicts
+
+        # The same command again: only the three cases the journal lacks reach the LLM.
+        requests = fake.reset(*answers)
+        result = subprocess.run(
+            [sys.executable, "-m", "agent", *args], env=env, capture_output=True, text=True, timeout=600
+        )
+        fake.server.force_exit = True  # the held request of the interrupted run is not waited for
+    assert result.returncode == 0, result.stderr
+    assert len(requests) == 3
+    summary = json.loads(result.stdout)
+    assert summary["n"] == 6 and summary["errors"] == 0 and summary["resumed"] == 3
+    records = {r["name"]: r for r in json.loads((out / "results.json").read_text())}
+    assert sorted(records) == sorted(ids)
+    for k in kept:
+        assert records[k["name"]]["output"] == k["output"]
+    assert [records[i]["output"]["verdict"] for i in ids[3:]] == verdicts
+    assert not journal.exists()  # the run is written: a new run starts afresh

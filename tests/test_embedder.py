@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from agent.settings import Settings
 from agent.wiring import Clients
@@ -322,7 +323,7 @@ async def test_close_is_idempotent_and_final(triton_server: Settings) -> None:
     client = TritonEmbedder(triton_server.triton_grpc_url, get_spec(triton_server.embedder_model))
     await client.connect()
     await client.embed(["one call"])
-    assert len(client.latencies_ms) == 1 and client.latency_percentiles_ms()["n"] == 1
+    assert len(client.stats.latencies_ms) == 1 and client.stats.latency_percentiles_ms()["n"] == 1
     await client.close()
     await client.close()
     with pytest.raises(EmbedderError, match="not connected"):
@@ -342,6 +343,22 @@ async def test_concurrent_single_text_requests_are_batched_on_the_server(embedde
     assert executions - before_executions < 32  # at least one server batch held more than one request
     alone = await embedder.embed([texts[5]], "query")
     assert float(alone[0] @ vectors[5][0]) >= 0.9999
+
+
+async def test_time_waiting_for_an_in_flight_slot_is_the_slot_wait_histogram(triton_server: Settings) -> None:
+    """One slot, four concurrent requests: each is observed once in `rag_embedder_slot_wait_seconds`, and those
+    queued behind the first waited for it."""
+    sample = "rag_embedder_slot_wait_seconds"
+    count_before = REGISTRY.get_sample_value(f"{sample}_count") or 0.0
+    sum_before = REGISTRY.get_sample_value(f"{sample}_sum") or 0.0
+    spec = get_spec(triton_server.embedder_model)
+    async with TritonEmbedder(triton_server.triton_grpc_url, spec, max_in_flight=1) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(client.embed([f"slot probe {i}"], "query") for i in range(4)))
+        elapsed = time.perf_counter() - started
+    waited = (REGISTRY.get_sample_value(f"{sample}_sum") or 0.0) - sum_before
+    assert (REGISTRY.get_sample_value(f"{sample}_count") or 0.0) - count_before == 4
+    assert 0 < waited <= 3 * elapsed  # three requests waited, none longer than the whole run
 
 
 async def test_status_reports_triton_metrics(embedder: TritonEmbedder, settings: Settings) -> None:

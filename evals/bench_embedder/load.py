@@ -1,0 +1,65 @@
+"""The load generator of the embedder benchmark: the SciFact texts, closed-loop workers, and a point's summary."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+import numpy as np
+
+from evals.bench_embedder.params import BenchParams, Point
+from evals.scifact import claim_texts, load_corpus
+from tools.embedder import TextKind
+
+
+def load_texts() -> dict[str, list[str]]:
+    """SciFact texts: `short` = the test claims, `abstract` = the first 2,000 abstracts in the form ingestion embeds
+    (`CorpusDoc.content`: title, blank line, text)."""
+    claims = list(claim_texts("test").values())
+    abstracts = [doc.content for doc in load_corpus().values() if doc.content.strip()][:2000]
+    return {"short": claims, "abstract": abstracts}
+
+
+def n_requests(params: BenchParams, length: str) -> int:
+    """Requests per point for texts of `length`."""
+    return params.requests if length == "short" else params.abstract_requests
+
+
+def kind_of(length: str) -> TextKind:
+    """Short texts are queries (query prefix, if the model has one), abstracts are documents."""
+    return "query" if length == "short" else "document"
+
+
+def summarize(setup: str, length: str, concurrency: int, latencies_s: Sequence[float], wall_s: float) -> Point:
+    """A `Point` from per-request latencies (seconds) and the wall time of the point (seconds)."""
+    ms = np.asarray(latencies_s, dtype=np.float64) * 1000
+    p50, p95, p99 = (float(v) for v in np.percentile(ms, [50, 95, 99]))
+    rps = len(ms) / wall_s
+    return Point(setup, length, concurrency, len(ms), rps, rps, p50, p95, p99, 1.0, wall_s)
+
+
+async def run_load(
+    call: Callable[[str], Awaitable[object]], texts: Sequence[str], n: int, concurrency: int, max_seconds: float
+) -> tuple[list[float], float]:
+    """Send `n` calls (texts cycled) with `concurrency` workers; stop issuing after `max_seconds`.
+
+    Returns:
+        per-call latencies in seconds (completed calls only) and the wall time in seconds.
+    """
+    latencies: list[float] = []
+    issued = 0
+    start = time.perf_counter()
+    deadline = start + max_seconds
+
+    async def worker() -> None:
+        nonlocal issued
+        while issued < n and time.perf_counter() < deadline:
+            text = texts[issued % len(texts)]
+            issued += 1
+            t0 = time.perf_counter()
+            await call(text)
+            latencies.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - start
