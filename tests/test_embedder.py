@@ -312,7 +312,8 @@ async def test_full_batch_over_4_mib_with_custom_channel_args(triton_server: Set
     spec = get_spec(triton_server.embedder_model)
     custom = [("grpc.keepalive_time_ms", 60_000), ("grpc.max_receive_message_length", 4 * 1024 * 1024)]
     texts = [f"document {i} " + "protein folding " * 200 for i in range(64)]
-    async with TritonEmbedder(triton_server.triton_grpc_url, spec, channel_args=custom) as client:
+    # A deadline far above the ~7 s this takes on 2 quiet cores: the test is about message size, not speed.
+    async with TritonEmbedder(triton_server.triton_grpc_url, spec, channel_args=custom, timeout_s=600.0) as client:
         vectors = await client.embed(texts)
         assert client.stats.requests == 1  # one request of 64 x 256 tokens: 25 MiB of float32 states back
     assert vectors.shape == (64, 384) and np.isfinite(vectors).all()
