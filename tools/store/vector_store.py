@@ -366,6 +366,13 @@ class VectorStore:
         async with self._search("reading a document", READ) as conn:
             return await search.get_document(conn, doc_id)
 
+    def search_session(
+        self, ef_search: int | None = None, exact: bool = False
+    ) -> contextlib.AbstractAsyncContextManager[Conn]:
+        """The transaction every search runs in (read-only, with `search_settings`), for statements of one's own,
+        e.g. EXPLAIN of the search SQL: `async with store.search_session() as conn: ...`."""
+        return self._search("search session", self.search_settings(ef_search, exact))
+
     def _search(self, action: str, begin_settings: str) -> contextlib.AbstractAsyncContextManager[Conn]:
         """The transaction of a search: on the read pool, starting with `begin_settings` (a `SET LOCAL` list, or
         a complete BEGIN)."""
