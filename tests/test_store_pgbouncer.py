@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
+from agent.cli import LIST_PAGE
 from agent.settings import Settings
 from evals.retrieval_eval import ensure_database
 from tests.conftest import cli_env
 from tests.pgbouncer import pgbouncer
 from tests.store_helpers import DIM, MODEL, record, unit_vector
-from tools.store import DENSE_FILTERED_SQL, DENSE_SQL, DocumentRecord, VectorStore
+from tools.store import DENSE_FILTERED_SQL, DENSE_SQL, ChunkRecord, DocumentRecord, VectorStore
 
 DATABASE = "test_store_pgbouncer"
 SEARCH_SETTINGS = ("hnsw.ef_search", "hnsw.iterative_scan", "plan_cache_mode", "enable_indexscan")
@@ -145,19 +146,38 @@ async def test_every_store_operation_through_pgbouncer_matches_a_direct_connecti
     assert await searches(pooled) == await searches(direct)
 
 
-def test_docs_list_through_pgbouncer_without_a_statement_cache(
+def test_docs_list_streams_every_page_through_pgbouncer_without_a_statement_cache(
     settings: Settings, triton_server: Settings, bouncer: str, stores: tuple[VectorStore, VectorStore]
 ) -> None:
     """Each `rag` run connects anew; through one PgBouncer server connection no run may leave a named prepared
-    statement behind for the next (asyncpg's `__asyncpg_stmt_N__` names repeat in every client)."""
+    statement behind for the next (asyncpg's `__asyncpg_stmt_N__` names repeat in every client). The listing
+    spans more than one page (`agent.cli.LIST_PAGE`)."""
+    n = LIST_PAGE + 150
+    asyncio.run(add_many(stores[0].dsn, n))
+    ids = [f"many/{i:05d}" for i in range(n)]
     env = cli_env(settings) | {"DATABASE_URL": bouncer.format(database=DATABASE), "DB_STATEMENT_CACHE_SIZE": "0"}
-    for _ in range(3):
+
+    def rag(*args: str) -> str:
         result = subprocess.run(
-            [sys.executable, "-m", "agent", "docs", "list", "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            [sys.executable, "-m", "agent", "docs", "list", *args], env=env, capture_output=True, text=True, timeout=300
         )
         assert result.returncode == 0, result.stderr
-        assert json.loads(result.stdout) == []
+        return result.stdout
+
+    assert [d["doc_id"] for d in json.loads(rag("--json"))] == ids
+    assert [d["doc_id"] for d in json.loads(rag("--json", "--offset", "40", "--limit", str(LIST_PAGE + 5)))] == ids[
+        40 : 45 + LIST_PAGE
+    ]
+    table = rag()
+    assert table.rstrip().endswith(f"{n} documents") and "many/00000" in table and f"many/{n - 1:05d}" in table
+
+
+async def add_many(url: str, n: int) -> None:
+    async with VectorStore(url, MODEL, DIM) as store:
+        vector = unit_vector(0)
+        await store.add_documents(
+            [
+                DocumentRecord(f"many/{i:05d}", f"t{i}", "many", f"h{i}", [ChunkRecord(0, f"x {i}", 2, vector)])
+                for i in range(n)
+            ]
+        )

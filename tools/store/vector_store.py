@@ -237,22 +237,23 @@ class VectorStore:
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", READ) as conn:
             return await listing.offset_page(conn, limit, offset)
 
-    async def document_page(self, limit: int = 100, cursor: str | None = None) -> DocumentPage:
+    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
         """One keyset page of the stored documents in doc_id order, with the total stored (one snapshot).
 
         Args:
             limit: documents per page, 1..10,000.
             cursor: None for the first page, else the previous page's `next_cursor`.
+            offset: documents to skip after the cursor first (reads them; prefer the cursor).
 
         Raises:
-            StoreError: `limit` out of range, or a cursor this store did not issue.
+            StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
         """
-        if not 1 <= limit <= listing.MAX_PAGE:
-            raise StoreError(f"limit={limit}; expected 1..{listing.MAX_PAGE}")
+        if not 1 <= limit <= listing.MAX_PAGE or offset < 0:
+            raise StoreError(f"limit={limit}, offset={offset}; expected 1..{listing.MAX_PAGE} and >= 0")
         if cursor is not None:
             listing.decode_cursor(cursor)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
-            return await listing.keyset_page(conn, limit, cursor)
+            return await listing.keyset_page(conn, limit, cursor, offset)
 
     async def iter_documents(self, page_size: int = 1000) -> AsyncIterator[StoredDocument]:
         """Every stored document in doc_id order, read `page_size` at a time (one short transaction per page, so
