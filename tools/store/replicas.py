@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -167,3 +168,37 @@ async def open_replicas(
         for url in urls
     ]
     return ReplicaSet(replicas, max_lag_s, acquire_timeout_s)
+
+
+READ = "BEGIN READ ONLY"
+
+
+def read_only(
+    primary: asyncpg.Pool, replica_set: ReplicaSet | None, acquire_timeout_s: float, targets: Counter[str]
+) -> Callable[[str, str, Callable[[Conn], Awaitable[T]]], Awaitable[T]]:
+    """A runner of `fn(conn)` in a read-only transaction starting with `settings` (`SET LOCAL`s, or ""), on a
+    usable replica of `replica_set` (None: no replicas), else on `primary`; counts the target in `targets`
+    ("primary" or the replica's URL)."""
+
+    async def run(action: str, settings: str, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        begin = f"{READ}; {settings}" if settings else READ
+
+        async def on_primary() -> T:
+            async with pools.transaction(primary, acquire_timeout_s, action, begin) as conn:
+                return await fn(conn)
+
+        if replica_set is None:
+            result, target = await on_primary(), "primary"
+        else:
+            result, target = await replica_set.run(action, begin, fn, on_primary)
+        targets[target] += 1
+        return result
+
+    return run
+
+
+async def replicated(primary: asyncpg.Pool, replica_set: ReplicaSet, acquire_timeout_s: float) -> None:
+    """After a write has committed: the primary's WAL position, then `replica_set.wait_replayed` of it."""
+    async with pools.transaction(primary, acquire_timeout_s, "reading the primary's WAL position", READ) as conn:
+        lsn = await conn.fetchval(PRIMARY_LSN_SQL)
+    await replica_set.wait_replayed(int(lsn))

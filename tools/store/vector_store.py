@@ -1,5 +1,7 @@
 """`VectorStore`: the store's public object, one method per operation; each is one transaction on a connection of
-the right pool (`tools.store.pools`), and raises only the store's errors (`tools.store.errors`)."""
+the right pool (`tools.store.pools`) or read replica (`tools.store.replicas`), and raises only the store's errors
+(`tools.store.errors`). Over 400 lines because of the public methods' docstrings (shapes, units, errors); the work
+is done in the modules it calls."""
 
 from __future__ import annotations
 
@@ -415,25 +417,11 @@ class VectorStore:
         return pools.transaction(self.pool, self.acquire_timeout_s, action, f"{READ}; {settings}" if settings else READ)
 
     async def _read_only(self, action: str, settings: str, fn: Callable[[Conn], Awaitable[T]]) -> T:
-        """`fn` in a read-only transaction starting with `settings`, on a read replica when one is usable (see
-        `tools.store.replicas`), else on the primary's read pool; counted in `search_targets`."""
-
-        async def on_primary() -> T:
-            async with self._search(action, settings) as conn:
-                return await fn(conn)
-
-        if self._replicas is None:
-            result, target = await on_primary(), "primary"
-        else:
-            begin = f"{READ}; {settings}" if settings else READ
-            result, target = await self._replicas.run(action, begin, fn, on_primary)
-        self.search_targets[target] += 1
-        return result
+        """`fn` in a read-only transaction on a usable replica, else on the primary (`replicas.read_only`)."""
+        read = replicas.read_only(self.pool, self._replicas, self.acquire_timeout_s, self.search_targets)
+        return await read(action, settings, fn)
 
     async def _replicated(self) -> None:
-        """After a write: wait (bounded) until the read replicas have replayed it (`ReplicaSet.wait_replayed`)."""
-        if self._replicas is None:
-            return
-        async with self._search("reading the primary's WAL position", "") as conn:
-            lsn = await conn.fetchval(replicas.PRIMARY_LSN_SQL)
-        await self._replicas.wait_replayed(int(lsn))
+        """After a write: wait (bounded) until the read replicas have replayed it (`replicas.replicated`)."""
+        if self._replicas is not None:
+            await replicas.replicated(self.pool, self._replicas, self.acquire_timeout_s)
