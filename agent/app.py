@@ -30,7 +30,8 @@ from agent.wiring import build_retriever as build_retriever
 from agent.wiring import build_store as build_store
 from tools.ingest import SourceDocument
 from tools.retrieval import RetrievalResult
-from tools.store import IngestCounts, StoredDocument
+from tools.store import DocumentPage, IngestCounts, StoredDocument, StoreError
+from tools.store.listing import MAX_PAGE, decode_cursor
 
 
 class RagApp:
@@ -168,6 +169,33 @@ class RagApp:
     async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
         """Stored documents (doc id, title, source, chunk count, content hash, ingested at), ordered by doc id."""
         return await self.services.library.list_documents(limit=limit, offset=offset)
+
+    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
+        """One page of stored documents ordered by doc id, after `cursor` (a previous page's `next_cursor`) and
+        `offset` more, with the total stored and the next page's cursor (None on the last page).
+
+        Raises:
+            agent.errors.InputError: `limit` outside 1..10,000, a negative `offset`, or a cursor this service did
+                not issue.
+        """
+        if not 1 <= limit <= MAX_PAGE or offset < 0:
+            raise InputError(f"limit={limit}, offset={offset}; expected 1..{MAX_PAGE} and >= 0")
+        if cursor is not None:
+            try:
+                decode_cursor(cursor)
+            except StoreError as exc:
+                raise InputError(str(exc)) from exc
+        return await self.services.library.document_page(limit, cursor, offset)
+
+    async def iter_documents(self, page_size: int = 1000) -> AsyncIterator[StoredDocument]:
+        """Every stored document by doc id, read one page of `page_size` at a time (memory stays bounded)."""
+        cursor: str | None = None
+        while True:
+            page = await self.document_page(page_size, cursor)
+            for document in page.documents:
+                yield document
+            if (cursor := page.next_cursor) is None:
+                return
 
     async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
         """Delete documents by id and/or by source (the path they were ingested from), chunks included; search

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -205,42 +206,69 @@ def ingest(
     console.print(f"store holds {docs} documents, {chunks} chunks", markup=False)
 
 
+LIST_PAGE = 1000
+"""Documents `rag docs list` reads per page (one short transaction each); memory holds one page."""
+
+
 @docs_app.command("list")
 def docs_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list only.")] = False,
     limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many documents.")] = None,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many (ordered by doc id).")] = 0,
 ) -> None:
-    """Stored documents: doc id, title, source, chunks, content hash (sha256), ingested at (UTC)."""
+    """Stored documents: doc id, title, source, chunks, content hash (sha256), ingested at (UTC); streamed page by
+    page, so any number of documents lists in bounded memory."""
 
-    async def run() -> list[dict[str, object]]:
+    async def pages(rag: RagApp) -> AsyncIterator[list[dict[str, object]]]:
+        cursor, left, skip = None, limit, offset
+        while left is None or left > 0:
+            page = await rag.document_page(LIST_PAGE if left is None else min(LIST_PAGE, left), cursor, skip)
+            skip = 0
+            yield [
+                {
+                    "doc_id": d.doc_id,
+                    "title": d.title,
+                    "source": d.source,
+                    "chunks": d.chunks,
+                    "content_hash": d.content_hash,
+                    "ingested_at": d.ingested_at.isoformat(),
+                }
+                for d in page.documents
+            ]
+            left = None if left is None else left - len(page.documents)
+            if (cursor := page.next_cursor) is None:
+                return
+
+    async def run() -> int:
+        listed = 0
         async with RagApp() as rag:
-            documents = await rag.list_documents(limit=limit, offset=offset)
-        return [
-            {
-                "doc_id": d.doc_id,
-                "title": d.title,
-                "source": d.source,
-                "chunks": d.chunks,
-                "content_hash": d.content_hash,
-                "ingested_at": d.ingested_at.isoformat(),
-            }
-            for d in documents
-        ]
+            if as_json:
+                sys.stdout.write("[")
+            async for rows in pages(rag):
+                if as_json:
+                    for row in rows:
+                        sys.stdout.write(("," if listed else "") + json.dumps(row))
+                        listed += 1
+                    sys.stdout.flush()
+                    continue
+                columns = ("doc id", "title", "source", "chunks", "content hash", "ingested at")
+                table = Table(*columns, show_header=not listed)
+                for row in rows:
+                    table.add_row(
+                        *(Text(str(row[key])) for key in ("doc_id", "title", "source", "chunks")),
+                        Text(str(row["content_hash"])[:12]),
+                        Text(str(row["ingested_at"])),
+                    )
+                    listed += 1
+                console.print(table)
+            if as_json:
+                sys.stdout.write("]\n")
+                sys.stdout.flush()
+        return listed
 
-    rows = asyncio.run(run())
-    if as_json:
-        print_json(rows)
-        return
-    table = Table("doc id", "title", "source", "chunks", "content hash", "ingested at")
-    for row in rows:
-        table.add_row(
-            *(Text(str(row[key])) for key in ("doc_id", "title", "source", "chunks")),
-            Text(str(row["content_hash"])[:12]),
-            Text(str(row["ingested_at"])),
-        )
-    console.print(table)
-    console.print(f"{len(rows)} documents", markup=False)
+    listed = asyncio.run(run())
+    if not as_json:
+        console.print(f"{listed} documents", markup=False)
 
 
 @docs_app.command("delete")

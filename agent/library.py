@@ -10,7 +10,7 @@ from typing import Protocol
 
 from tools.embedder import TritonEmbedder
 from tools.ingest import SourceDocument, ingest_documents
-from tools.store import IngestCounts, StoredDocument, VectorStore
+from tools.store import DocumentPage, IngestCounts, StoredDocument, VectorStore
 
 
 class DocumentLibrary(Protocol):
@@ -18,6 +18,11 @@ class DocumentLibrary(Protocol):
 
     async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
         """Stored documents ordered by doc id, from `offset`, at most `limit`."""
+        ...
+
+    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
+        """One page of stored documents by doc id after `cursor` (a previous page's `next_cursor`), with the
+        total stored and the next page's cursor."""
         ...
 
     async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
@@ -58,6 +63,14 @@ class StoreLibrary:
             StoreError: the store failed.
         """
         return await self.store.list_documents(limit=limit, offset=offset)
+
+    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
+        """One keyset page of stored documents with the total and the next cursor (`VectorStore.document_page`).
+
+        Raises:
+            StoreError: a limit outside 1..10,000, a cursor the store did not issue, or the store failed.
+        """
+        return await self.store.document_page(limit, cursor, offset)
 
     async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
         """Chunk, embed and store `documents`, `batch_docs` per transaction (batches already written stay when a

@@ -21,7 +21,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tools.embedder.channel import channel_arguments, endpoint_port, split_endpoints
 from tools.model_specs import get_spec
@@ -88,6 +88,19 @@ def _postgres_url(value: str | None) -> str | None:
     if value is not None and urlsplit(value).scheme not in ("postgresql", "postgres"):
         raise ValueError(f"{value!r} is not a postgresql:// URL")
     return value
+
+
+def _postgres_urls(value: object) -> object:
+    """A comma-separated string of postgresql:// URLs (the env form) as a tuple; anything else unchanged."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def _each_postgres_url(values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        _postgres_url(value)
+    return values
 
 
 HostPort = Annotated[str, AfterValidator(_host_port)]
@@ -202,6 +215,19 @@ class Settings(BaseSettings):
         ge=1,
         description="Most connections of the store's write pool (ingest, replace, delete; writers are serialised by "
         "a lock, so reads never wait behind them).",
+    )
+    database_read_urls: Annotated[
+        tuple[str, ...], NoDecode, BeforeValidator(_postgres_urls), AfterValidator(_each_postgres_url)
+    ] = Field(
+        default=(),
+        description="Streaming read replicas for searches, comma-separated postgresql:// URLs (optional); writes, "
+        "document listings and counts stay on DATABASE_URL. A replica that is down or lags is skipped.",
+    )
+    database_read_max_lag_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Most replay lag of a read replica that serves searches, and the longest a write waits for the "
+        "replicas to replay it (so an answer right after an ingest finds it), seconds.",
     )
     db_acquire_timeout_s: float = Field(
         default=5.0,

@@ -84,6 +84,8 @@ def build_store(url: str, model_name: str, dim: int, settings: Settings) -> Vect
         settings.db_pool_max_size,
         write_pool_size=settings.db_write_pool_size,
         acquire_timeout_s=settings.db_acquire_timeout_s,
+        read_urls=settings.database_read_urls,
+        read_max_lag_s=settings.database_read_max_lag_s,
         ef_search=settings.hnsw_ef_search,
         bm25_k1=settings.bm25_k1,
         bm25_b=settings.bm25_b,

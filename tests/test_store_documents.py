@@ -119,6 +119,8 @@ async def test_document_pages_follow_a_keyset_cursor_with_a_total(doc_store: Vec
     assert [d.doc_id for d in second.documents] == ids[10:20] and second.total == 26  # no row skipped or repeated
     third = await doc_store.document_page(limit=10, cursor=second.next_cursor)
     assert [d.doc_id for d in third.documents] == ids[20:] and third.next_cursor is None
+    skipped = await doc_store.document_page(limit=5, cursor=first.next_cursor, offset=3)
+    assert [d.doc_id for d in skipped.documents] == ids[13:18] and skipped.next_cursor
     streamed = [d.doc_id async for d in doc_store.iter_documents(page_size=4)]
     assert streamed == sorted([*ids, "doc/004b"])
     with pytest.raises(StoreError, match="cursor"):

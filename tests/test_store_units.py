@@ -84,3 +84,18 @@ def test_search_settings_are_local_to_the_transaction() -> None:
     assert settings_sql(40, exact=True).endswith("; SET LOCAL enable_indexscan = off")
     with pytest.raises(StoreError, match="ef_search=1001"):
         settings_sql(1001)
+
+
+def test_read_replica_urls_come_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.settings import Settings
+
+    monkeypatch.setenv("DATABASE_READ_URLS", "postgresql://rag@replica-1/rag, postgresql://rag@replica-2/rag")
+    assert Settings(_env_file=None).database_read_urls == (  # type: ignore[call-arg]
+        "postgresql://rag@replica-1/rag",
+        "postgresql://rag@replica-2/rag",
+    )
+    monkeypatch.setenv("DATABASE_READ_URLS", "")
+    assert Settings(_env_file=None).database_read_urls == ()  # type: ignore[call-arg]
+    monkeypatch.setenv("DATABASE_READ_URLS", "http://replica/rag")
+    with pytest.raises(ValueError, match="not a postgresql:// URL"):
+        Settings(_env_file=None)  # type: ignore[call-arg]

@@ -24,7 +24,8 @@ import numpy.typing as npt
 
 from tools.ingest import SourceDocument
 from tools.retrieval import CandidateLists, Passage, RetrievalMode, RetrievalResult, rank_candidates
-from tools.store import ChunkHit, IngestCounts, StoredDocument
+from tools.store import ChunkHit, DocumentPage, IngestCounts, StoredDocument
+from tools.store.listing import decode_cursor, encode_cursor
 
 HASH_DIM = 512
 """Dimensions of the hashed bag-of-words vectors."""
@@ -132,6 +133,15 @@ class InMemoryCollection:
             self._put(doc)
             added += 1
         return IngestCounts(added=added, skipped=skipped, chunks=added)
+
+    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
+        """Documents by doc id after `cursor` (skipping `offset` more), at most `limit`, the total and the next
+        cursor (the store's cursor format)."""
+        after = "" if cursor is None else decode_cursor(cursor)
+        keys = [k for k in sorted(self._entries) if k > after][offset:]
+        page = await self.list_documents(limit, len(self._entries) - len(keys))
+        more = len(keys) > limit
+        return DocumentPage(page, len(self._entries), encode_cursor(page[-1].doc_id) if more and page else None)
 
     async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
         """Stored documents ordered by doc id, from `offset`, at most `limit`."""

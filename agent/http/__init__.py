@@ -4,10 +4,10 @@
   JSON of `rag ask --json`; `POST /v1/ask/stream` (same body) → Server-Sent Events: `text`, `restart`,
   `tool_call`, `tool_result` events (the `agent.events` models as JSON), then one `result` (the `AskResult`) or one
   `error` (an `ErrorBody`). Closing the stream cancels the answer.
-- `documents` (`agent.http.documents`): `GET /v1/documents?limit=&offset=` → `{"documents": [{doc_id, title,
-  source, chunks, content_hash, ingested_at}]}`; `DELETE /v1/documents/{doc_id}` → `{"deleted": [doc_id]}` (404 when
-  not stored); `POST /v1/documents` `{"documents": [{doc_id, title, text, metadata, source}]}` → `{"added",
-  "skipped", "chunks"}` (201).
+- `documents` (`agent.http.documents`): `GET /v1/documents?limit=100&cursor=` → `{"documents": [{doc_id, title,
+  source, chunks, content_hash, ingested_at}], "total", "next_cursor"}` (keyset pages by doc id);
+  `DELETE /v1/documents/{doc_id}` → `{"deleted": [doc_id]}` (404 when not stored); `POST /v1/documents`
+  `{"documents": [{doc_id, title, text, metadata, source}]}` → `{"added", "skipped", "chunks"}` (201).
 - `service` (`agent.http.service`): `GET /health` → `{"ok": bool, "checks": {"triton" | "postgres" | "llm": {"ok",
   "detail", "ms"}}}`, 503 unless all pass; `/openapi.json`, `/docs`; `GET /` → the web chat page
   (`agent/web/index.html`). `/metrics` (Prometheus) is mounted by `create_app`.

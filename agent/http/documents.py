@@ -58,9 +58,11 @@ class DocumentOut(BaseModel):
 
 
 class DocumentList(BaseModel):
-    """`GET /v1/documents`: stored documents ordered by doc id."""
+    """`GET /v1/documents`: one page of stored documents ordered by doc id."""
 
     documents: list[DocumentOut]
+    total: int = Field(description="Documents stored (when the page was read).")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
 class Deleted(BaseModel):
@@ -72,12 +74,14 @@ class Deleted(BaseModel):
 @router.get("/v1/documents", response_model=DocumentList)
 async def list_documents(
     rag: Rag,
-    limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="Documents per page.")] = 100,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    offset: Annotated[int, Query(ge=0, description="Documents to skip first (prefer `cursor`).")] = 0,
 ) -> DocumentList:
-    """Stored documents ordered by doc id."""
-    stored = await rag.list_documents(limit=limit, offset=offset)
-    return DocumentList(documents=[DocumentOut(**vars(d)) for d in stored])
+    """One page of stored documents ordered by doc id, the total stored, and the cursor of the next page."""
+    page = await rag.document_page(limit, cursor, offset)
+    documents = [DocumentOut(**vars(d)) for d in page.documents]
+    return DocumentList(documents=documents, total=page.total, next_cursor=page.next_cursor)
 
 
 @router.post("/v1/documents", response_model=IngestResponse, status_code=201)

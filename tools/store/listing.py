@@ -63,18 +63,20 @@ async def offset_page(conn: Conn, limit: int | None, offset: int) -> list[Stored
     return [_document(r) for r in rows]
 
 
-async def keyset_page(conn: Conn, limit: int, cursor: str | None) -> DocumentPage:
-    """Up to `limit` documents with doc_id after the cursor's, the total stored, and the next page's cursor; in a
-    REPEATABLE READ transaction the page and the total are one snapshot. One index range scan on `doc_id`
-    (`documents_doc_id_key`) whatever the page's position."""
-    if cursor is None:
-        rows = await conn.fetch(f"SELECT {_DOCUMENT_COLUMNS} FROM documents d ORDER BY d.doc_id LIMIT $1", limit + 1)
-    else:
-        rows = await conn.fetch(
-            f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE d.doc_id > $1 ORDER BY d.doc_id LIMIT $2",
-            decode_cursor(cursor),
-            limit + 1,
-        )
+async def keyset_page(conn: Conn, limit: int, cursor: str | None, offset: int = 0) -> DocumentPage:
+    """Up to `limit` documents with doc_id after the cursor's (after skipping `offset` more), the total stored, and
+    the next page's cursor; in a REPEATABLE READ transaction the page and the total are one snapshot. One index
+    range scan on `doc_id` (`documents_doc_id_key`) that starts at the cursor, whatever the page's position (an
+    `offset` reads the rows it skips)."""
+    after = None if cursor is None else decode_cursor(cursor)
+    rows = await conn.fetch(
+        f"""
+        SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE d.doc_id > $1 ORDER BY d.doc_id OFFSET $2 LIMIT $3
+        """,
+        "" if after is None else after,
+        offset,
+        limit + 1,
+    )
     total = int(await conn.fetchval("SELECT count(*) FROM documents"))
     documents = [_document(r) for r in rows[:limit]]
     next_cursor = encode_cursor(documents[-1].doc_id) if len(rows) > limit else None

@@ -1,17 +1,20 @@
 """`VectorStore`: the store's public object, one method per operation; each is one transaction on a connection of
-the right pool (`tools.store.pools`), and raises only the store's errors (`tools.store.errors`)."""
+the right pool (`tools.store.pools`) or read replica (`tools.store.replicas`), and raises only the store's errors
+(`tools.store.errors`). Over 400 lines because of the public methods' docstrings (shapes, units, errors); the work
+is done in the modules it calls."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from tools.store import listing, pools, schema, search, writes
+from tools.store import listing, pools, replicas, schema, search, writes
 from tools.store.errors import StoreError, translated
 from tools.store.records import (
     ChunkHit,
@@ -23,6 +26,8 @@ from tools.store.records import (
     IngestCounts,
     StoredDocument,
 )
+
+T = TypeVar("T")
 
 READ = "BEGIN READ ONLY"
 SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
@@ -47,6 +52,10 @@ class VectorStore:
         command_timeout_s: asyncpg's default timeout of one statement, seconds (None: no limit).
         statement_cache_size: asyncpg's prepared-statement cache per connection; 0 for PgBouncer in transaction
             mode (then statements are prepared unnamed inside the operation's transaction).
+        read_urls: streaming read replicas (`DATABASE_READ_URLS`) for searches and document reads; writes,
+            listings and counts use `dsn` (see `tools.store.replicas`).
+        read_max_lag_s: most replay lag of a replica that serves searches, and the longest a write waits for the
+            replicas to replay it, seconds (`DATABASE_READ_MAX_LAG_S`).
 
     Raises (every method): `StoreUnavailableError` (Postgres down, restarting or shutting down; retryable),
     `StoreBusyError` (no pooled connection within `acquire_timeout_s`; retryable), `StoreQueryError` (a statement
@@ -68,6 +77,8 @@ class VectorStore:
         postings_per_term: int = 100,
         command_timeout_s: float | None = 60.0,
         statement_cache_size: int = 100,
+        read_urls: Sequence[str] = (),
+        read_max_lag_s: float = 5.0,
     ) -> None:
         if not 1 <= dim <= schema.MAX_HNSW_DIM:
             raise StoreError(
@@ -96,8 +107,13 @@ class VectorStore:
         self.postings_per_term = int(postings_per_term)
         self.command_timeout_s = command_timeout_s
         self.statement_cache_size = statement_cache_size
+        self.read_urls = tuple(read_urls)
+        self.read_max_lag_s = float(read_max_lag_s)
+        self.search_targets: Counter[str] = Counter()
+        """Searches served per target: "primary" or a replica's URL."""
         self._read: asyncpg.Pool | None = None
         self._write: asyncpg.Pool | None = None
+        self._replicas: replicas.ReplicaSet | None = None
 
     async def __aenter__(self) -> VectorStore:
         await self.connect()
@@ -151,6 +167,14 @@ class VectorStore:
             self.dsn, min_size=1, max_size=self.max_pool_size, action=f"opening the read pool to {self.dsn}", **options
         )
         try:
+            if self.read_urls:
+                self._replicas = await replicas.open_replicas(
+                    self.read_urls,
+                    max_size=self.max_pool_size,
+                    max_lag_s=self.read_max_lag_s,
+                    acquire_timeout_s=self.acquire_timeout_s,
+                    **options,
+                )
             self._write = await pools.open_pool(
                 self.dsn,
                 min_size=0,
@@ -169,12 +193,16 @@ class VectorStore:
             setattr(self, name, None)
             if pool is not None:
                 await pool.close()
+        if self._replicas is not None:
+            replica_set, self._replicas = self._replicas, None
+            await replica_set.close()
 
     async def rebuild_full_text(self) -> None:
         """Recompute the BM25 statistics and every posting's impact from the stored chunks, in one transaction
         (`tools.bm25.rebuild`): re-normalises impacts written when the corpus' average chunk length differed."""
         async with pools.transaction(self.write_pool, self.acquire_timeout_s, "rebuilding BM25") as conn:
             await writes.rebuild_full_text(conn, self.bm25_k1, self.bm25_b)
+        await self._replicated()
 
     async def stored_versions(self, doc_ids: list[str]) -> dict[str, str]:
         """doc_id -> stored content hash, for those of `doc_ids` that are stored (a hint for skipping work before
@@ -203,7 +231,10 @@ class VectorStore:
         if not docs and not unchanged:
             return IngestCounts()
         async with pools.transaction(self.write_pool, self.acquire_timeout_s, "storing documents") as conn:
-            return await writes.add_documents(conn, docs, unchanged, self.bm25_k1, self.bm25_b)
+            counts = await writes.add_documents(conn, docs, unchanged, self.bm25_k1, self.bm25_b)
+        if counts.added:
+            await self._replicated()
+        return counts
 
     async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
         """Delete the documents named in `doc_ids` and (when given) every document whose `source` equals `source`,
@@ -223,7 +254,10 @@ class VectorStore:
             return []
         action = "deleting documents (nothing was deleted)"
         async with pools.transaction(self.write_pool, self.acquire_timeout_s, action) as conn:
-            return await writes.delete_documents(conn, ids, source)
+            deleted = await writes.delete_documents(conn, ids, source)
+        if deleted:
+            await self._replicated()
+        return deleted
 
     async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
         """Stored documents ordered by `doc_id`, `limit` of them (all when None) after skipping `offset`. For large
@@ -237,22 +271,23 @@ class VectorStore:
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", READ) as conn:
             return await listing.offset_page(conn, limit, offset)
 
-    async def document_page(self, limit: int = 100, cursor: str | None = None) -> DocumentPage:
+    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
         """One keyset page of the stored documents in doc_id order, with the total stored (one snapshot).
 
         Args:
             limit: documents per page, 1..10,000.
             cursor: None for the first page, else the previous page's `next_cursor`.
+            offset: documents to skip after the cursor first (reads them; prefer the cursor).
 
         Raises:
-            StoreError: `limit` out of range, or a cursor this store did not issue.
+            StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
         """
-        if not 1 <= limit <= listing.MAX_PAGE:
-            raise StoreError(f"limit={limit}; expected 1..{listing.MAX_PAGE}")
+        if not 1 <= limit <= listing.MAX_PAGE or offset < 0:
+            raise StoreError(f"limit={limit}, offset={offset}; expected 1..{listing.MAX_PAGE} and >= 0")
         if cursor is not None:
             listing.decode_cursor(cursor)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
-            return await listing.keyset_page(conn, limit, cursor)
+            return await listing.keyset_page(conn, limit, cursor, offset)
 
     async def iter_documents(self, page_size: int = 1000) -> AsyncIterator[StoredDocument]:
         """Every stored document in doc_id order, read `page_size` at a time (one short transaction per page, so
@@ -303,8 +338,9 @@ class VectorStore:
         search.check_query(query, self.dim)
         search.check_top_k(top_k)
         ef = min(max(int(ef_search or self.ef_search), int(top_k)), 1000)
-        async with self._search("dense search", self.search_settings(ef, exact)) as conn:
-            return await search.dense(conn, query, top_k, metadata_filter)
+        return await self._read_only(
+            "dense search", self.search_settings(ef, exact), lambda c: search.dense(c, query, top_k, metadata_filter)
+        )
 
     async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
         """Cosine similarity of `query` to the stored embeddings of `chunk_ids` (a lookup by the unique chunk id
@@ -322,8 +358,9 @@ class VectorStore:
         search.check_query(query, self.dim)
         if not chunk_ids:
             return {}
-        async with self._search("cosine similarities", self.search_settings()) as conn:
-            return await search.cosine_similarities(conn, query, chunk_ids)
+        return await self._read_only(
+            "cosine similarities", self.search_settings(), lambda c: search.cosine_similarities(c, query, chunk_ids)
+        )
 
     async def full_text_search(
         self,
@@ -357,17 +394,34 @@ class VectorStore:
         search.check_top_k(top_k)
         search.check_full_text(match, rank)
         k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
-        async with self._search("full-text search", self.search_settings()) as conn:
-            return await search.full_text(conn, query, top_k, match, rank, k1_, b_, self.postings_per_term)
+        return await self._read_only(
+            "full-text search",
+            self.search_settings(),
+            lambda c: search.full_text(c, query, top_k, match, rank, k1_, b_, self.postings_per_term),
+        )
 
     async def get_document(self, doc_id: str) -> tuple[str, str] | None:
         """(title, full text) of document `doc_id`, its chunks joined in order without overlap markers; None when
         it is not stored."""
-        async with self._search("reading a document", READ) as conn:
-            return await search.get_document(conn, doc_id)
+        return await self._read_only("reading a document", "", lambda c: search.get_document(c, doc_id))
 
-    def _search(self, action: str, begin_settings: str) -> contextlib.AbstractAsyncContextManager[Conn]:
-        """The transaction of a search: on the read pool, starting with `begin_settings` (a `SET LOCAL` list, or
-        a complete BEGIN)."""
-        begin = begin_settings if begin_settings.startswith("BEGIN") else f"{READ}; {begin_settings}"
-        return pools.transaction(self.pool, self.acquire_timeout_s, action, begin)
+    def search_session(
+        self, ef_search: int | None = None, exact: bool = False
+    ) -> contextlib.AbstractAsyncContextManager[Conn]:
+        """The transaction every search runs in (read-only, with `search_settings`), for statements of one's own,
+        e.g. EXPLAIN of the search SQL: `async with store.search_session() as conn: ...`."""
+        return self._search("search session", self.search_settings(ef_search, exact))
+
+    def _search(self, action: str, settings: str) -> contextlib.AbstractAsyncContextManager[Conn]:
+        """A read-only transaction on the primary's read pool starting with `settings` (`SET LOCAL`s)."""
+        return pools.transaction(self.pool, self.acquire_timeout_s, action, f"{READ}; {settings}" if settings else READ)
+
+    async def _read_only(self, action: str, settings: str, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """`fn` in a read-only transaction on a usable replica, else on the primary (`replicas.read_only`)."""
+        read = replicas.read_only(self.pool, self._replicas, self.acquire_timeout_s, self.search_targets)
+        return await read(action, settings, fn)
+
+    async def _replicated(self) -> None:
+        """After a write: wait (bounded) until the read replicas have replayed it (`replicas.replicated`)."""
+        if self._replicas is not None:
+            await replicas.replicated(self.pool, self._replicas, self.acquire_timeout_s)

