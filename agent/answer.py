@@ -40,6 +40,7 @@ from pydantic_ai.usage import UsageLimits
 from agent.citations import extract_citations, stream_text
 from agent.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
 from agent.events import AgentEvent, AnswerRestart, TextDelta
+from agent.llm_finish import is_truncated, rate_limit_error, require_finish_reason
 from agent.prompts import REFUSAL, user_prompt
 from agent.rag_agent import RagDeps, search_passages
 from agent.results import AskResult, Citation
@@ -167,6 +168,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     policy: Policy = request.policy or "always"
     timings = deps.state.timings
     timings.add({"embed": 0.0, "search": 0.0})
+    truncated = False  # the final response stopped at max_tokens
 
     def finish(
         text: str, citations: list[Citation] | None = None, refused: bool = False, dropped: list[str] | None = None
@@ -180,6 +182,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             refused=refused,
             policy=policy,
             searches=list(deps.state.queries),
+            truncated=truncated and not refused,
         )
 
     if policy == "always":
@@ -215,6 +218,8 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
                     output = ""
                 elif isinstance(event, AgentRunResultEvent):
                     output = event.result.output
+                    require_finish_reason(event.result.response)  # a stream cut short is an error
+                    truncated = is_truncated(event.result.response)
                 else:
                     continue
                 stream.show(stream_text(output, deps.state.passages))
@@ -256,6 +261,8 @@ def _limit_error(exc: UsageLimitExceeded, limits: UsageLimits) -> AnswerLimitErr
 def _llm_error(exc: Exception, timeout_s: float | None) -> AgentError:
     """Map pydantic-ai's model errors to the agent's typed errors; the message keeps the exception's own words
     (and its cause), so the model's actual misbehaviour is reported."""
+    if (rate_limited := rate_limit_error(exc)) is not None:  # a 429 keeps the server's Retry-After
+        return rate_limited
     if isinstance(exc, ModelRequestTimeout) or "timed out" in str(exc).lower():
         return LLMUnavailableError(f"the LLM server did not answer within {timeout_s} s (LLM_TIMEOUT_S): {exc}")
     if isinstance(exc, ModelConnectionError):
