@@ -38,10 +38,11 @@ from pydantic_ai.run import AgentRunResultEvent
 from pydantic_ai.usage import UsageLimits
 
 from agent.citations import extract_citations, stream_text
+from agent.context_window import message_texts
 from agent.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
 from agent.events import AgentEvent, AnswerRestart, TextDelta
 from agent.llm_finish import is_truncated, rate_limit_error, require_finish_reason
-from agent.prompts import REFUSAL, user_prompt
+from agent.prompts import REFUSAL, SYSTEM_PROMPT, user_prompt
 from agent.rag_agent import RagDeps, search_passages
 from agent.results import AskResult, Citation
 from agent.settings import Policy
@@ -169,6 +170,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     timings = deps.state.timings
     timings.add({"embed": 0.0, "search": 0.0})
     truncated = False  # the final response stopped at max_tokens
+    left_out: list[str] = []  # chunk ids of passages dropped to fit the context window
 
     def finish(
         text: str, citations: list[Citation] | None = None, refused: bool = False, dropped: list[str] | None = None
@@ -183,6 +185,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             policy=policy,
             searches=list(deps.state.queries),
             truncated=truncated and not refused,
+            dropped_passages=left_out,
         )
 
     if policy == "always":
@@ -192,6 +195,12 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             timings.add({"llm": 0.0})
             _Stream(deps, request, start).show(REFUSAL)
             return finish(REFUSAL, refused=True)
+        if deps.context is not None:
+            fixed = [SYSTEM_PROMPT, *message_texts(request.history)]
+            fitted = await deps.context.fit(passages, lambda kept: user_prompt(request.question, kept), fixed)
+            passages, left_out = fitted.kept, [p.chunk_id for p in fitted.dropped]
+            for chunk_id in left_out:  # never citable: the model did not see them
+                deps.state.by_chunk.pop(chunk_id, None)
         prompt = user_prompt(request.question, passages)
     else:
         prompt = f"Question: {request.question}"
