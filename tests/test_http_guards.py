@@ -4,9 +4,11 @@ ASGI transport: no server, no lifespan (routes that need the `RagApp` get a smal
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -139,10 +141,11 @@ def test_listening_beyond_loopback_without_a_key_is_refused() -> None:
         require_key_off_loopback(base_settings(), "0.0.0.0")
     require_key_off_loopback(base_settings(), "127.0.0.1")
     require_key_off_loopback(base_settings(api_key=SecretStr("k")), "0.0.0.0")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": sys.path[0] or ".", "HF_HUB_OFFLINE": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in ("API_KEY", "ALLOWED_HOSTS")}
     result = subprocess.run(
         [sys.executable, "-m", "agent", "serve", "--host", "0.0.0.0", "--port", "1"],
         env=env,
+        cwd=Path(__file__).resolve().parent.parent,
         capture_output=True,
         text=True,
         timeout=120,
