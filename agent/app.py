@@ -18,7 +18,6 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 
 from agent.answer import AnswerRequest, answer
-from agent.context_window import ContextFitter
 from agent.errors import InputError
 from agent.events import AgentEvent
 from agent.rag_agent import RagDeps
@@ -56,7 +55,7 @@ class RagApp:
         self.agents = build_agents(self.services.model, self.settings)
         self.limits = answer_limits(self.settings)
         self.deps = RagDeps(
-            self.services.search, self.settings.top_k, refusal_min_score, context=ContextFitter(self.settings)
+            self.services.search, self.settings.top_k, refusal_min_score, context=self.services.context
         )
         self._tools_checked = self.services.tool_check is None
         self._tools_lock = asyncio.Lock()

@@ -110,7 +110,17 @@ async def test_ask_returns_the_typed_json_result(served: Served) -> None:
     assert response.status_code == 200, body
     assert body["answer"] == "It does [1]." and body["refused"] is False and body["policy"] == "always"
     assert [c["doc_id"] for c in body["citations"]] == ["b12"] and body["searches"] == [COVERED]
-    assert set(body) == {"answer", "citations", "dropped_citations", "timings_ms", "refused", "policy", "searches"}
+    assert set(body) == {
+        "answer",
+        "citations",
+        "dropped_citations",
+        "timings_ms",
+        "refused",
+        "policy",
+        "searches",
+        "truncated",
+        "dropped_passages",
+    }
     assert set(body["timings_ms"]) == {"embed", "search", "llm", "llm_ttft", "total"}
 
 
