@@ -10,7 +10,8 @@ In the order a request meets them (`install_guards`):
    compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is read, so an
    unauthenticated request never costs a body read or a JSON parse.
 3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
-   it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it.
+   it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
+   that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
 
 Every refusal has the API's error shape `{"error": kind, "detail": message}`.
 """
@@ -158,27 +159,41 @@ class BodyTooLargeError(Exception):
 
 
 class BodyLimit:
-    """Answers 413 `payload_too_large` for a body over `max_bytes`: before reading when `Content-Length` says so,
-    else as soon as the streamed body passes the limit (the application's own response is then replaced)."""
+    """Answers 413 `payload_too_large` for a body over its path's limit: before reading when `Content-Length` says
+    so, else as soon as the streamed body passes the limit (the application's own response is then replaced).
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        if max_bytes < 1:
-            raise SettingsError(f"MAX_BODY_BYTES={max_bytes}; expected at least 1 byte")
+    Args:
+        max_bytes: the limit of every path (`MAX_BODY_BYTES`).
+        path_limits: `(path prefix, bytes, setting name)` for paths with a limit of their own (uploads); the longest
+            matching prefix wins.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: Sequence[tuple[str, int, str]] = ()) -> None:
+        for name, value in (("MAX_BODY_BYTES", max_bytes), *((n, v) for _, v, n in path_limits)):
+            if value < 1:
+                raise SettingsError(f"{name}={value}; expected at least 1 byte")
         self.app = app
         self.max_bytes = max_bytes
+        self.path_limits = sorted(path_limits, key=lambda limit: -len(limit[0]))
 
-    def _refusal(self) -> JSONResponse:
-        detail = f"the request body is larger than {self.max_bytes} bytes (MAX_BODY_BYTES)"
-        return error_json(413, "payload_too_large", detail, {"Connection": "close"})
+    def limit_of(self, path: str) -> tuple[int, str]:
+        """The body limit of `path` in bytes and the setting that sets it."""
+        for prefix, limit, name in self.path_limits:
+            if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
+                return limit, name
+        return self.max_bytes, "MAX_BODY_BYTES"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on with a counting `receive`, or refuse it."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        max_bytes, setting = self.limit_of(scope["path"])
+        detail = f"the request body is larger than {max_bytes} bytes ({setting})"
+        refusal = error_json(413, "payload_too_large", detail, {"Connection": "close"})
         length = Headers(scope=scope).get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._refusal()(scope, receive, send)
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            await refusal(scope, receive, send)
             return
         received = 0
         too_large = False
@@ -189,9 +204,9 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     too_large = True
-                    raise BodyTooLargeError(f"request body over {self.max_bytes} bytes")
+                    raise BodyTooLargeError(f"request body over {max_bytes} bytes ({setting})")
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -207,17 +222,23 @@ class BodyLimit:
             if not too_large:
                 raise
         if too_large and not started:
-            await self._refusal()(scope, receive, send)
+            await refusal(scope, receive, send)
+
+
+UPLOAD_PATHS = ("/v1/documents",)
+"""Path prefixes that take document uploads (JSON documents, files), limited by `UPLOAD_MAX_REQUEST_BYTES`."""
 
 
 def install_guards(app: Any, settings: Settings, allowed_hosts: Sequence[str]) -> None:
-    """Add the guards to a Starlette/FastAPI `app` (outermost first: host, API key, body size).
+    """Add the guards to a Starlette/FastAPI `app` (outermost first: host, API key, body size: `MAX_BODY_BYTES`,
+    `UPLOAD_MAX_REQUEST_BYTES` under `UPLOAD_PATHS`).
 
     Args:
         allowed_hosts: host patterns to answer (`allowed_hosts_for`); `("*",)` answers any host.
     """
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    uploads = [(path, settings.upload_max_request_bytes, "UPLOAD_MAX_REQUEST_BYTES") for path in UPLOAD_PATHS]
     # add_middleware puts each new middleware outside the ones added before it
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, path_limits=uploads)
     app.add_middleware(BearerKeyGuard, key=key)
     app.add_middleware(HostGuard, allowed_hosts=tuple(allowed_hosts))

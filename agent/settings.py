@@ -348,10 +348,16 @@ class Settings(BaseSettings):
         "is required). Refusing foreign Host headers stops DNS-rebinding pages from reaching a local server.",
     )
     max_body_bytes: int = Field(
-        default=16 * 1024 * 1024,
+        default=1024 * 1024,
         ge=1,
-        description="Largest request body `rag serve` reads, bytes (default 16 MiB); larger ones get 413 before they "
-        "are read, whether announced by Content-Length or streamed.",
+        description="Largest request body `rag serve` reads, bytes (default 1 MiB), except uploads under "
+        "`/v1/documents` (UPLOAD_MAX_REQUEST_BYTES); larger ones get 413 before they are read, whether announced by "
+        "Content-Length or streamed.",
+    )
+    upload_max_request_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=1,
+        description="Largest upload request body (`Content-Length`), bytes; checked before the body is read (413).",
     )
     shutdown_grace_s: float = Field(
         default=30.0,

@@ -91,25 +91,34 @@ async def test_auth_is_checked_before_the_body_is_read_or_parsed() -> None:
 
 
 async def test_bodies_over_the_limit_get_413_whether_announced_or_streamed() -> None:
-    app = app_with(base_settings(max_body_bytes=1000))
+    app = app_with(base_settings(max_body_bytes=1000, upload_max_request_bytes=3000))
     pulled = 0
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body(prefix: bytes, chunks: int = 50) -> AsyncIterator[bytes]:
         nonlocal pulled
-        for _ in range(50):
+        pulled = 0
+        for _ in range(chunks):
             pulled += 1
-            yield b'{"documents": [' + b" " * 400
+            yield prefix + b" " * 400
 
     async with client(app) as http:
-        announced = await http.post("/v1/documents", content=b"{" + b" " * 2000 + b"}")
+        announced = await http.post("/v1/ask", content=b"{" + b" " * 2000 + b"}")
         assert announced.status_code == 413, announced.text
         assert announced.json()["error"] == "payload_too_large" and "MAX_BODY_BYTES" in announced.json()["detail"]
-        streamed = await http.post("/v1/documents", content=body(), headers={"Content-Type": "application/json"})
+        streamed = await http.post("/v1/ask", content=body(b'{"question": "'), headers={"Content-Type": "text/json"})
         assert streamed.status_code == 413, streamed.text
         assert streamed.json()["error"] == "payload_too_large"
         assert pulled <= 4  # reading stopped just past the limit
-        small = await http.post("/v1/documents", json={"documents": []})
+        small = await http.post("/v1/ask", json={"question": ""})
         assert small.status_code == 422 and small.json()["error"] == "bad_request"  # under the limit: parsed
+
+        # uploads under /v1/documents have their own limit
+        upload = await http.post("/v1/documents", content=body(b'{"documents": [', 5))
+        assert upload.status_code == 422 and upload.json()["error"] == "bad_request"  # 2 kB read, then parsed
+        too_big = await http.post("/v1/documents", content=b"{" + b" " * 4000 + b"}")
+        assert too_big.status_code == 413 and "UPLOAD_MAX_REQUEST_BYTES" in too_big.json()["detail"]
+        streamed_upload = await http.post("/v1/documents", content=body(b'{"documents": ['))
+        assert streamed_upload.status_code == 413 and pulled <= 9
 
 
 async def test_a_foreign_host_header_is_refused_on_a_loopback_server() -> None:
