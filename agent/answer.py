@@ -38,9 +38,11 @@ from pydantic_ai.run import AgentRunResultEvent
 from pydantic_ai.usage import UsageLimits
 
 from agent.citations import extract_citations, stream_text
+from agent.context_window import message_texts
 from agent.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
 from agent.events import AgentEvent, AnswerRestart, TextDelta
-from agent.prompts import REFUSAL, user_prompt
+from agent.llm_finish import is_truncated, rate_limit_error, require_finish_reason
+from agent.prompts import REFUSAL, SYSTEM_PROMPT, user_prompt
 from agent.rag_agent import RagDeps, search_passages
 from agent.results import AskResult, Citation
 from agent.settings import Policy
@@ -167,6 +169,8 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     policy: Policy = request.policy or "always"
     timings = deps.state.timings
     timings.add({"embed": 0.0, "search": 0.0})
+    truncated = False  # the final response stopped at max_tokens
+    left_out: list[str] = []  # chunk ids of passages dropped to fit the context window
 
     def finish(
         text: str, citations: list[Citation] | None = None, refused: bool = False, dropped: list[str] | None = None
@@ -180,6 +184,8 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             refused=refused,
             policy=policy,
             searches=list(deps.state.queries),
+            truncated=truncated and not refused,
+            dropped_passages=left_out,
         )
 
     if policy == "always":
@@ -189,6 +195,12 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             timings.add({"llm": 0.0})
             _Stream(deps, request, start).show(REFUSAL)
             return finish(REFUSAL, refused=True)
+        if deps.context is not None:
+            fixed = [SYSTEM_PROMPT, *message_texts(request.history)]
+            fitted = await deps.context.fit(passages, lambda kept: user_prompt(request.question, kept), fixed)
+            passages, left_out = fitted.kept, [p.chunk_id for p in fitted.dropped]
+            for chunk_id in left_out:  # never citable: the model did not see them
+                deps.state.by_chunk.pop(chunk_id, None)
         prompt = user_prompt(request.question, passages)
     else:
         prompt = f"Question: {request.question}"
@@ -215,6 +227,8 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
                     output = ""
                 elif isinstance(event, AgentRunResultEvent):
                     output = event.result.output
+                    require_finish_reason(event.result.response)  # a stream cut short is an error
+                    truncated = is_truncated(event.result.response)
                 else:
                     continue
                 stream.show(stream_text(output, deps.state.passages))
@@ -256,6 +270,8 @@ def _limit_error(exc: UsageLimitExceeded, limits: UsageLimits) -> AnswerLimitErr
 def _llm_error(exc: Exception, timeout_s: float | None) -> AgentError:
     """Map pydantic-ai's model errors to the agent's typed errors; the message keeps the exception's own words
     (and its cause), so the model's actual misbehaviour is reported."""
+    if (rate_limited := rate_limit_error(exc)) is not None:  # a 429 keeps the server's Retry-After
+        return rate_limited
     if isinstance(exc, ModelRequestTimeout) or "timed out" in str(exc).lower():
         return LLMUnavailableError(f"the LLM server did not answer within {timeout_s} s (LLM_TIMEOUT_S): {exc}")
     if isinstance(exc, ModelConnectionError):

@@ -55,7 +55,9 @@ class RagApp:
         self.services = services or build_services(self.settings)
         self.agents = build_agents(self.services.model, self.settings)
         self.limits = answer_limits(self.settings)
-        self.deps = RagDeps(self.services.search, self.settings.top_k, refusal_min_score)
+        self.deps = RagDeps(
+            self.services.search, self.settings.top_k, refusal_min_score, context=self.services.context
+        )
         self._tools_checked = self.services.tool_check is None
         self._tools_lock = asyncio.Lock()
         self._stack = AsyncExitStack()

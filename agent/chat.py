@@ -52,7 +52,13 @@ class ChatHistory:
 
 
 def print_sources(console: Console, result: AskResult) -> None:
-    """The citations of `result` (one line each), or why there are none, then the timings."""
+    """Notes on an incomplete answer (cut at the output limit; passages left out to fit the context window), the
+    citations of `result` (one line each), or why there are none, then the timings."""
+    if result.truncated:
+        console.print(Text("(answer cut short: the model reached its output limit, LLM_MAX_TOKENS)", style="yellow"))
+    if result.dropped_passages:
+        note = f"({len(result.dropped_passages)} lower-ranked passages left out to fit the LLM's context window)"
+        console.print(Text(note, style="dim"), soft_wrap=True)
     if result.citations:
         console.print("\n[bold]Sources[/]")
         for c in result.citations:

@@ -349,11 +349,16 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8080,
 ) -> None:
-    """Serve the HTTP API (`/v1/ask`, `/v1/ask/stream`, `/v1/documents`, `/health`) and the web chat page at `/`;
-    `API_KEY` set: every route but `/health` and the page needs `Authorization: Bearer <key>`."""
-    import uvicorn
-
+    """Serve the HTTP API (`/v1/ask`, `/v1/ask/stream`, `/v1/documents`, `/health`, `/metrics`) and the web chat
+    page at `/`; `API_KEY` set: every route but `/health`, `/metrics` and the page needs `Authorization: Bearer
+    <key>` (required when --host is not a loopback address). Answers only the hosts of ALLOWED_HOSTS; SIGTERM
+    drains for at most SHUTDOWN_GRACE_S seconds, then exits 0."""
     from agent.http import create_app
+    from agent.http_guards import allowed_hosts_for, require_key_off_loopback
+    from agent.shutdown import serve as serve_drained
 
+    settings = Settings()
+    require_key_off_loopback(settings, host)
     processes.require_free_ports("rag serve", {"--port": port})
-    uvicorn.run(create_app(Settings()), host=host, port=port, log_level="info")
+    api = create_app(settings.model_copy(update={"allowed_hosts": allowed_hosts_for(settings, host)}))
+    serve_drained(api, api.state.drain, host, port, settings.shutdown_grace_s)

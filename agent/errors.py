@@ -61,3 +61,18 @@ class InputError(ValueError):
     """
 
     kind = "bad_request"
+
+
+class LLMRateLimitedError(LLMUnavailableError):
+    """The LLM server kept refusing the request for its rate limit (HTTP 429) after the bounded retries.
+
+    Attributes:
+        retry_after_s: seconds the server asked to wait (its `Retry-After` / `retry-after-ms`), None when it did not
+            say; the HTTP API passes it on as its own `Retry-After`.
+    """
+
+    kind = "llm_rate_limited"
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from agent.errors import AgentError, AnswerLimitError, InputError
+from agent.errors import AgentError, AnswerLimitError, InputError, LLMUnavailableError
 from agent.settings import SettingsError, describe_validation_error
 from tools import embedder
 from tools.ingest import IngestError
@@ -31,11 +31,13 @@ class Failure:
         message: readable text for the person running the command (one line for the listed types, except service
             start-up failures, which add the service log's tail).
         retryable: a dependency is down or overloaded; the same request may succeed later.
+        retry_after_s: how long the dependency asked callers to wait, seconds, when it said (e.g. the LLM's 429).
     """
 
     kind: str
     message: str
     retryable: bool = False
+    retry_after_s: float | None = None
 
 
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
@@ -77,7 +79,8 @@ def describe(exc: BaseException) -> Failure | None:
     if isinstance(exc, AnswerLimitError) and exc.limit == "timeout":
         return Failure("timeout", _one_line(str(exc)), retryable=True)
     if isinstance(exc, AgentError):
-        return Failure(exc.kind, _one_line(str(exc)), retryable=exc.kind == "llm_unavailable")
+        retryable = isinstance(exc, LLMUnavailableError)
+        return Failure(exc.kind, _one_line(str(exc)), retryable, getattr(exc, "retry_after_s", None))
     if isinstance(exc, embedder.EmbedderOverloadedError):
         return Failure("embedder_overloaded", _one_line(str(exc)), retryable=True)
     if isinstance(exc, embedder.EmbedderError):

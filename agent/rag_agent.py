@@ -28,6 +28,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
+from agent.context_window import ContextFitter
 from agent.events import AgentEvent, ToolCall, ToolResult
 from agent.prompts import AGENTIC_SYSTEM_PROMPT, SYSTEM_PROMPT, format_passages
 from agent.settings import Policy
@@ -79,6 +80,7 @@ class RagDeps:
         refusal_min_score: dense cosine similarity (−1..1) the best retrieved chunk must reach for an answer;
             below it the agent refuses. `-1.0` turns refusal off.
         on_event: receives `agent.events` events while the answer runs (tool activity, text deltas).
+        context: fits the `always` policy's passages to the LLM's context window; None sends them all.
         state: filled during the run; `answer` gives each run a fresh one.
     """
 
@@ -86,6 +88,7 @@ class RagDeps:
     top_k: int
     refusal_min_score: float = -1.0
     on_event: Callable[[AgentEvent], None] | None = None
+    context: ContextFitter | None = None
     state: RunState = field(default_factory=RunState, init=False)
 
     def emit(self, event: AgentEvent) -> None:

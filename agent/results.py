@@ -38,8 +38,18 @@ class AskResult(BaseModel):
     )
     policy: str = Field(default="always", description="Retrieval policy used: `always` or `agentic`.")
     searches: list[str] = Field(default_factory=list, description="Retrieval queries run for this answer, in order.")
+    truncated: bool = Field(
+        default=False,
+        description="True when the model stopped at its output limit (`finish_reason: length`, LLM_MAX_TOKENS): the "
+        "answer is incomplete.",
+    )
+    dropped_passages: list[str] = Field(
+        default_factory=list,
+        description="Chunk ids of retrieved passages left out of the prompt, lowest-ranked first dropped, so that the "
+        "prompt fits the LLM's context window (`agent.context_window`); empty when all fitted.",
+    )
 
     def to_json_dict(self) -> dict[str, object]:
         """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title),
-        dropped_citations, timings_ms, refused, policy, searches."""
+        dropped_citations, timings_ms, refused, policy, searches, truncated, dropped_passages."""
         return self.model_dump()

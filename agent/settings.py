@@ -19,6 +19,7 @@ from pydantic import (
     SecretStr,
     TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -359,13 +360,74 @@ class Settings(BaseSettings):
 
     api_key: SecretStr | None = Field(
         default=None,
-        description="When set, `rag serve` requires `Authorization: Bearer <API_KEY>` on every route except `/health` "
-        "and the web page (compared in constant time).",
+        description="When set, `rag serve` requires `Authorization: Bearer <API_KEY>` on every route except `/health`, "
+        "`/metrics` and the web page (UTF-8 bytes compared in constant time). Surrounding whitespace is dropped (a key "
+        "read from a file or secret often ends in a newline); an empty key is refused, never read as `no auth`.",
+    )
+
+    # --- HTTP hardening (agent/http_guards.py, agent/shutdown.py, agent/context_window.py) ---------------------
+    allowed_hosts: Annotated[tuple[str, ...] | None, NoDecode] = Field(
+        default=None,
+        description="Host names `rag serve` answers (the request's `Host` header, port ignored), comma-separated; "
+        "`*.example.com` matches subdomains, `*` any host. Unset: this machine's names (`localhost`, `127.0.0.1`, "
+        "`::1`) when it listens on a loopback address, any host when it listens on all interfaces (where API_KEY "
+        "is required). Refusing foreign Host headers stops DNS-rebinding pages from reaching a local server.",
+    )
+    max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="Largest request body `rag serve` reads, bytes (default 1 MiB), except uploads under "
+        "`/v1/documents` (UPLOAD_MAX_REQUEST_BYTES); larger ones get 413 before they are read, whether announced by "
+        "Content-Length or streamed.",
+    )
+    upload_max_request_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=1,
+        description="Largest upload request body (`Content-Length`), bytes; checked before the body is read (413).",
+    )
+    shutdown_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="On SIGTERM/SIGINT `rag serve` drains: new requests and /health get 503 while open requests and "
+        "streams finish, for at most this many seconds; then it cancels what is left, flushes telemetry and exits 0. "
+        "Kubernetes' terminationGracePeriodSeconds must exceed preStop + SHUTDOWN_GRACE_S + ~10 s.",
+    )
+    llm_context_tokens: int = Field(
+        default=4096,
+        ge=256,
+        description="The LLM's context window, tokens, used when the server's `GET /v1/models` reports no "
+        "`max_model_len` (vLLM reports it). Prompt passages are fitted to it: the lowest-ranked are dropped.",
+    )
+    llm_tokenizer: Path | None = Field(
+        default=None,
+        description="The LLM's tokenizer.json (file or folder), to count prompt tokens exactly (the converted "
+        "SmolLM2 folder under DATA_DIR/llm has one). Unset: a conservative estimate of 3 characters per token.",
     )
 
     services: tuple[Literal["postgres", "triton", "vllm"], ...] = Field(
         default=("postgres", "triton", "vllm"), description="Local services `rag up` starts."
     )
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _api_key_not_blank(cls, value: Any) -> Any:
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(raw, str):
+            if not raw.strip():
+                raise ValueError(
+                    "API_KEY is set but empty; unset it to serve without a key (loopback only), or set a key"
+                )
+            return raw.strip()
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+            if not value:
+                raise ValueError("ALLOWED_HOSTS is empty; expected comma-separated host names, or `*` for any")
+        return value
 
     @model_validator(mode="after")
     def _chunk_overlap_below_size(self) -> Self:

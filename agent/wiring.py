@@ -24,6 +24,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from agent.answer import AnswerLimits
+from agent.context_window import ContextFitter
 from agent.library import DocumentLibrary, StoreLibrary
 from agent.llm import build_model, check_tool_calling, model_settings, served_model
 from agent.rag_agent import RagDeps, build_agent
@@ -154,6 +155,7 @@ class Services:
         checks: health check per dependency name (e.g. `triton`, `postgres`, `llm`).
         resources: opened in order when the app is entered, closed when it exits (clients, pools).
         tool_check: probes that the LLM server accepts tool calls (for the `agentic` policy); None: no probe.
+        context: fits the `always` policy's passages to the LLM's context window; None: every passage is sent.
     """
 
     search: PassageSearch
@@ -162,6 +164,7 @@ class Services:
     checks: Mapping[str, HealthCheck] = field(default_factory=dict)
     resources: Sequence[AbstractAsyncContextManager[Any]] = ()
     tool_check: Callable[[], Awaitable[None]] | None = None
+    context: ContextFitter | None = None
 
 
 def build_services(settings: Settings) -> Services:
@@ -202,6 +205,7 @@ def build_services(settings: Settings) -> Services:
         checks={"triton": triton, "postgres": postgres, "llm": llm},
         resources=[clients],
         tool_check=tools,
+        context=ContextFitter(settings),
     )
 
 

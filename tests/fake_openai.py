@@ -2,8 +2,10 @@
 shows: each request pops the next scripted reply; every request body is recorded.
 
 Replies (`Reply`): text (streamed as SSE chunks when the request asks for `stream`), a tool call, empty `choices`,
-an HTTP error with a body, or a delay. Like Triton's frontend, a request without `max_tokens` gets at most 16
-output tokens (here: words) — the quirk the `triton` profile guards against.
+an HTTP error with a body and headers, or a delay; a text reply may end with another finish reason (`length`), or
+be cut short (a stream with neither a finish reason nor `[DONE]`), and may wait for a gate the test opens. `GET
+/v1/models` reports `max_model_len` (as vLLM does) when the state sets it. Like Triton's frontend, a request
+without `max_tokens` gets at most 16 output tokens (here: words) — the quirk the `triton` profile guards against.
 
 Started by `FakeOpenAIServer` (uvicorn in a thread on a free port, `ThreadedServer`), used as a context manager.
 """
@@ -51,16 +53,28 @@ TRITON_NO_TOOLS_ERROR = {"detail": '"auto" tool choice requires --tool-call-pars
 @dataclass
 class Reply:
     """One scripted reply: `text`, or a `tool_call` (name, arguments dict), or `empty_choices`, or an HTTP
-    `status` with `body`; `delay_s` waits before answering; `usage` False leaves token usage out (as some servers
-    do), even when a stream asks for it."""
+    `status` with `body` and `headers`; `delay_s` waits before answering.
+
+    Attributes:
+        usage: False leaves token usage out (as some servers do), even when a stream asks for it.
+        finish_reason: of a text reply (`stop`, or `length` for an answer cut at max_tokens).
+        cut_short: a streamed text reply ends after its text with neither a finish reason nor `[DONE]`.
+        arrived: set when the request has arrived (before any wait).
+        gate: the reply waits until the test sets it (a deterministic hold, e.g. an answer stream kept open).
+    """
 
     text: str | None = None
     tool_call: tuple[str, dict[str, Any]] | None = None
     empty_choices: bool = False
     status: int = 200
     body: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
     delay_s: float = 0.0
     usage: bool = True
+    finish_reason: str = "stop"
+    cut_short: bool = False
+    arrived: threading.Event = field(default_factory=threading.Event)
+    gate: threading.Event | None = None
 
 
 @dataclass
@@ -70,6 +84,7 @@ class FakeState:
     script: list[Reply] = field(default_factory=list)
     default: Reply = field(default_factory=lambda: Reply(text="The passages say so [1]."))
     requests: list[dict[str, Any]] = field(default_factory=list)
+    max_model_len: int | None = None
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None, model: str = "fake") -> str:
@@ -84,17 +99,24 @@ def build_app(state: FakeState) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "fake", "object": "model"}]}
+        model: dict[str, Any] = {"id": "fake", "object": "model"}
+        if state.max_model_len is not None:
+            model["max_model_len"] = state.max_model_len
+        return {"object": "list", "data": [model]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         body = await request.json()
         state.requests.append(body)
         reply = state.script.pop(0) if state.script else state.default
+        reply.arrived.set()
+        if reply.gate is not None:
+            await asyncio.to_thread(reply.gate.wait)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         if reply.status != 200:
-            return JSONResponse(reply.body or {"error": {"message": "scripted error"}}, status_code=reply.status)
+            body = reply.body or {"error": {"message": "scripted error"}}
+            return JSONResponse(body, status_code=reply.status, headers=reply.headers)
         text = reply.text or ""
         if "max_tokens" not in body:  # Triton's frontend default
             text = " ".join(text.split(" ")[:TRITON_DEFAULT_MAX_TOKENS])
@@ -110,7 +132,8 @@ def build_app(state: FakeState) -> FastAPI:
                         {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
                     ],
                 }
-            choices = [] if reply.empty_choices else [{"index": 0, "message": message, "finish_reason": "stop"}]
+            finish = reply.finish_reason if reply.tool_call is None else "tool_calls"
+            choices = [] if reply.empty_choices else [{"index": 0, "message": message, "finish_reason": finish}]
             usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 10}
             completion = {"id": "c1", "object": "chat.completion", "created": 0, "model": model, "choices": choices}
             return JSONResponse(completion | ({"usage": usage} if reply.usage else {}))
@@ -133,7 +156,9 @@ def build_app(state: FakeState) -> FastAPI:
                 yield _chunk({"role": "assistant", "content": ""}, model=model)
                 for word in text.split(" "):
                     yield _chunk({"content": word + " "}, model=model)
-                yield _chunk({}, "stop", model=model)
+                if reply.cut_short:
+                    return
+                yield _chunk({}, reply.finish_reason, model=model)
             if reply.usage and (body.get("stream_options") or {}).get("include_usage"):
                 usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 0}
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]

@@ -110,7 +110,17 @@ async def test_ask_returns_the_typed_json_result(served: Served) -> None:
     assert response.status_code == 200, body
     assert body["answer"] == "It does [1]." and body["refused"] is False and body["policy"] == "always"
     assert [c["doc_id"] for c in body["citations"]] == ["b12"] and body["searches"] == [COVERED]
-    assert set(body) == {"answer", "citations", "dropped_citations", "timings_ms", "refused", "policy", "searches"}
+    assert set(body) == {
+        "answer",
+        "citations",
+        "dropped_citations",
+        "timings_ms",
+        "refused",
+        "policy",
+        "searches",
+        "truncated",
+        "dropped_passages",
+    }
     assert set(body["timings_ms"]) == {"embed", "search", "llm", "llm_ttft", "total"}
 
 
@@ -248,7 +258,7 @@ async def test_api_key_guards_every_route_but_health_the_page_and_metrics() -> N
         assert (await client.delete("/v1/documents/b12")).status_code == 401
         assert (await client.get("/health")).status_code == 200
         assert (await client.get("/")).status_code == 200 and "sessionStorage" in (await client.get("/")).text
-        assert (await client.get("/metrics/")).status_code == 200
+        assert (await client.get("/metrics")).status_code == 200
     async with served.client(Authorization="Bearer s3cret-key") as client:
         assert (await client.post("/v1/ask", json={"question": COVERED})).status_code == 200
         assert (await client.get("/v1/documents?limit=1")).status_code == 200
@@ -284,7 +294,7 @@ async def test_document_lifecycle(served: Served) -> None:
         assert_error(await client.get("/v1/documents", params={"limit": -1}), 422, "bad_request", "limit")
         deleted = await client.delete("/v1/documents/scratch")
         assert deleted.status_code == 200 and deleted.json() == {"deleted": ["scratch"]}
-        assert_error(await client.delete("/v1/documents/scratch"), 404, "not_found", "scratch")
+        assert_error(await client.delete("/v1/documents/scratch"), 404, "document_not_found", "scratch")
 
 
 async def test_openapi_names_the_error_body(served: Served) -> None:

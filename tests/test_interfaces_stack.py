@@ -181,7 +181,7 @@ async def test_http_document_lifecycle(
             deleted = await client.delete("/v1/documents/http-scratch")
             assert deleted.status_code == 200 and deleted.json() == {"deleted": ["http-scratch"]}
             gone = await client.delete("/v1/documents/http-scratch")
-            assert gone.status_code == 404 and gone.json()["error"] == "not_found"
+            assert gone.status_code == 404 and gone.json()["error"] == "document_not_found"
             answer = (await client.post("/v1/ask", json={"question": QUESTION})).json()
             assert answer["citations"] and all(c["doc_id"] != "http-scratch" for c in answer["citations"])
             assert "http-scratch" not in await cited_doc_ids(fake_settings, QUESTION)

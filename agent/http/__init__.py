@@ -10,7 +10,8 @@
   `{"documents": [{doc_id, title, text, metadata, source}]}` → `{"added", "skipped", "chunks"}` (201).
 - `service` (`agent.http.service`): `GET /health` → `{"ok": bool, "checks": {"triton" | "postgres" | "llm": {"ok",
   "detail", "ms"}}}`, 503 unless all pass; `/openapi.json`, `/docs`; `GET /` → the web chat page
-  (`agent/web/index.html`). `/metrics` (Prometheus) is mounted by `create_app`.
+  (`agent/web/index.html`). `GET /metrics` (Prometheus) is routed by `create_app`; the request guards
+  (`agent.http_guards`) and the shutdown drain (`agent.shutdown`) are its middleware.
 
 Routes get what they need through FastAPI dependencies (`agent.http.deps`: `Rag`, `AppSettings`, `require_api_key`);
 tests swap the `RagApp` with `app.dependency_overrides[get_rag]`. A new area is a module with its own `APIRouter`,

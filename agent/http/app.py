@@ -10,7 +10,10 @@ from fastapi import FastAPI
 from agent.app import RagApp
 from agent.http import ask, documents, service
 from agent.http.errors import install_error_handlers
+from agent.http_guards import install_guards
+from agent.metrics_route import metrics_route
 from agent.settings import Settings
+from agent.shutdown import flush_telemetry, install_drain
 from agent.telemetry import configure_tracing, metrics_app
 
 
@@ -26,9 +29,12 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with rag or RagApp(settings) as opened:
-            app.state.rag = opened
-            yield
+        try:
+            async with rag or RagApp(settings) as opened:
+                app.state.rag = opened
+                yield
+        finally:
+            flush_telemetry()
 
     app = FastAPI(
         title="triton-rag",
@@ -40,8 +46,10 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     )
     app.state.settings = settings
     configure_tracing(settings.otel_exporter_otlp_endpoint)
-    app.mount("/metrics", metrics_app())
+    app.router.routes.append(metrics_route(metrics_app()))
     install_error_handlers(app)
+    install_guards(app, settings, settings.allowed_hosts or ("*",))
+    app.state.drain = install_drain(app)
     app.include_router(ask.router)
     app.include_router(documents.router)
     app.include_router(service.router)

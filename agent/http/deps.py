@@ -49,7 +49,8 @@ async def require_api_key(
     if settings.api_key is None:
         return
     expected = settings.api_key.get_secret_value().encode()
-    given = credentials.credentials.encode() if credentials is not None else b""
+    # Starlette decodes header bytes as latin-1: encoding back gives the bytes sent (a UTF-8 key matches)
+    given = credentials.credentials.encode("latin-1") if credentials is not None else b""
     if not secrets.compare_digest(given, expected):
         raise HTTPException(401, "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
 

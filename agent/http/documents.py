@@ -6,12 +6,13 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
-from starlette.exceptions import HTTPException
 
+from agent.failures import Failure
 from agent.http.ask import no_nul
 from agent.http.deps import API_KEY, Rag
-from agent.http.errors import ERROR_RESPONSES, ErrorBody
+from agent.http.errors import ERROR_RESPONSES, ErrorBody, error_response
 from tools.ingest import SourceDocument
 
 router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
@@ -93,13 +94,14 @@ async def add_documents(body: IngestRequest, rag: Rag) -> IngestResponse:
 
 
 @router.delete(
-    "/v1/documents/{doc_id}",
+    "/v1/documents/{doc_id:path}",
     response_model=Deleted,
-    responses={404: {"model": ErrorBody, "description": "No such document."}},
+    responses={404: {"model": ErrorBody, "description": "`document_not_found`."}},
 )
-async def delete_document(doc_id: str, rag: Rag) -> Deleted:
-    """Delete one document and its chunks; search and answers never return it afterwards."""
+async def delete_document(doc_id: str, rag: Rag) -> Deleted | JSONResponse:
+    """Delete one document and its chunks (ids may hold `/`, e.g. `a/handbook.md`); search and answers never return
+    it afterwards. 404 `document_not_found` when it is not stored."""
     deleted = await rag.delete_documents([doc_id])
     if doc_id not in deleted:
-        raise HTTPException(404, f"document {doc_id!r} is not stored")
+        return error_response(Failure("document_not_found", f"document {doc_id!r} is not stored"))
     return Deleted(deleted=deleted)

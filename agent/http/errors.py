@@ -4,6 +4,7 @@ kind (`STATUS_OF_KIND`); a retryable 503 carries `Retry-After`."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,11 +23,14 @@ STATUS_OF_KIND: dict[str, int] = {
     "bad_request": 422,
     "limit_exceeded": 422,
     "not_found": 404,
+    "document_not_found": 404,
+    "payload_too_large": 413,
     "unauthorized": 401,
     "method_not_allowed": 405,
     "timeout": 504,
     "llm_bad_response": 502,
     "llm_unavailable": 503,
+    "llm_rate_limited": 503,
     "llm_misconfigured": 503,
     "retrieval_unavailable": 503,
     "embedder_overloaded": 503,
@@ -67,9 +71,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def error_response(failure: Failure) -> JSONResponse:
-    """The JSON response of `failure`: status from `STATUS_OF_KIND`, `Retry-After` when it is retryable and 503."""
+    """The JSON response of `failure`: status from `STATUS_OF_KIND`, `Retry-After` when it is retryable and 503 (the
+    failure's own `retry_after_s` rounded up to whole seconds when it has one, else `RETRY_AFTER_S`)."""
     status = STATUS_OF_KIND.get(failure.kind, 500)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 and failure.retryable else None
+    retry_after = RETRY_AFTER_S if failure.retry_after_s is None else max(1, math.ceil(failure.retry_after_s))
+    headers = {"Retry-After": str(retry_after)} if status == 503 and failure.retryable else None
     return JSONResponse(error_body(failure).model_dump(), status_code=status, headers=headers)
 
 

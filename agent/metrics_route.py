@@ -1,0 +1,28 @@
+"""The app's Prometheus endpoint as an exact route: `GET /metrics` answers 200 itself.
+
+Mounted as a sub-application (`app.mount("/metrics", ...)`), Starlette answers `/metrics` with a 307 redirect to
+`/metrics/`, which scrapers configured for `/metrics` do not all follow. A `Route` whose endpoint is a class instance
+is called as an ASGI application (Starlette treats only functions and methods as request/response endpoints), so
+prometheus-client's own exposition app still negotiates the format (text or OpenMetrics) and gzip.
+"""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+class _ASGIEndpoint:
+    """Wraps an ASGI callable so that `Route` calls it as an ASGI application."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def metrics_route(exposition: ASGIApp, path: str = "/metrics") -> Route:
+    """`GET path` (and HEAD) served by `exposition` (e.g. `agent.telemetry.metrics_app()`), outside the OpenAPI
+    schema."""
+    return Route(path, _ASGIEndpoint(exposition), methods=["GET"], include_in_schema=False)

@@ -1,0 +1,158 @@
+"""Graceful shutdown of `rag serve`: drain with a bound, report not-ready while draining, flush telemetry, exit 0.
+
+On the first SIGTERM (or SIGINT) the server keeps listening and starts draining (`Drain`):
+
+- new requests, `/health` included, get 503 `shutting_down` with `Retry-After` and `Connection: close` (a load
+  balancer's readiness check takes the instance out; a client retries elsewhere), instead of a refused connection;
+  `/metrics` still answers;
+- requests already running, open answer streams included, go on;
+- when none is left, or `SHUTDOWN_GRACE_S` has passed, uvicorn's own shutdown runs: it stops listening, cancels what
+  is still running after `CANCEL_AFTER_S`, and runs the lifespan's exit (the app closes its clients; the caller
+  flushes telemetry with `flush_telemetry`). The process then exits 0.
+
+A second signal while draining stops at once (uvicorn's behaviour: SIGINT forces the exit).
+
+Kubernetes: a pod being deleted is removed from its Service's endpoints while SIGTERM is sent, so a `preStop`
+sleep of a few seconds keeps it answering until the endpoints have caught up; `terminationGracePeriodSeconds`
+must cover preStop + `SHUTDOWN_GRACE_S` + `CANCEL_AFTER_S` + the lifespan's exit (a few seconds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Generator
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agent.http_guards import error_json
+
+CANCEL_AFTER_S = 2
+"""Seconds uvicorn waits, after the drain ended, for requests still running before it cancels them."""
+RETRY_AFTER_S = 1
+"""`Retry-After` of the 503 answered while draining: another instance can take the request at once."""
+STILL_SERVED = frozenset({"/metrics"})
+"""Paths answered normally while draining (Prometheus keeps scraping until the process ends)."""
+
+log = logging.getLogger(__name__)
+
+
+class Drain:
+    """Shared state of one server: requests in flight, and whether (and until when) it drains.
+
+    Attributes:
+        in_flight: HTTP requests running now (a streamed answer counts until its last byte is sent).
+        deadline: `time.monotonic()` at which the drain gives up waiting; None while serving normally.
+    """
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.deadline: float | None = None
+
+    @property
+    def draining(self) -> bool:
+        """True once `begin` was called."""
+        return self.deadline is not None
+
+    def begin(self, grace_s: float) -> None:
+        """Start draining: refuse new requests, wait at most `grace_s` seconds for running ones."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + grace_s
+            log.warning("draining: %d request(s) in flight, waiting at most %.1f s", self.in_flight, grace_s)
+
+    def done(self) -> bool:
+        """True when draining and no request is left, or the grace period is over."""
+        return self.deadline is not None and (self.in_flight == 0 or time.monotonic() >= self.deadline)
+
+
+class DrainMiddleware:
+    """Counts requests in flight; while the server drains, answers new ones (but `STILL_SERVED`) 503."""
+
+    def __init__(self, app: ASGIApp, drain: Drain) -> None:
+        self.app = app
+        self.drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the request counted, or refuse it while draining."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.drain.draining and scope["path"] not in STILL_SERVED:
+            headers = {"Retry-After": str(RETRY_AFTER_S), "Connection": "close"}
+            detail = "the server is shutting down; retry the request (another instance will take it)"
+            await error_json(503, "shutting_down", detail, headers)(scope, receive, send)
+            return
+        self.drain.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.drain.in_flight -= 1
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server with a drain before its shutdown, and exit status 0 after a handled signal.
+
+    uvicorn itself stops listening at the first signal, waits for open connections with no bound (unless told
+    otherwise) and re-raises the signal at the end, so the process dies with -15.
+    """
+
+    def __init__(self, config: uvicorn.Config, drain: Drain, grace_s: float) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self.grace_s = grace_s
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """First signal: start draining. A second one: uvicorn's own handling (stop now; SIGINT forces it)."""
+        if self.drain.draining:
+            super().handle_exit(sig, frame)
+        else:
+            self.drain.begin(self.grace_s)
+
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's tick (every 0.1 s); exits once the drain is done."""
+        if self.drain.done():
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """Route SIGINT/SIGTERM to `handle_exit` while serving, and restore the previous handlers after, without
+        re-raising the signal: a drained shutdown is a clean exit."""
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def flush_telemetry(timeout_s: float = 5.0) -> None:
+    """Export the spans still buffered by the OpenTelemetry SDK's batch processor, waiting at most `timeout_s`
+    seconds; nothing to do when tracing is not set up. The provider stays usable (spans ended later are exported
+    by its processor as usual)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider) and not provider.force_flush(timeout_millis=int(timeout_s * 1000)):
+        log.warning("telemetry: spans were still unexported after %.1f s", timeout_s)
+
+
+def install_drain(app: Any) -> Drain:
+    """Add a `DrainMiddleware` outside the middleware already added to a Starlette/FastAPI `app`; returns its
+    `Drain`, for `serve`."""
+    drain = Drain()
+    app.add_middleware(DrainMiddleware, drain=drain)
+    return drain
+
+
+def serve(app: ASGIApp, drain: Drain, host: str, port: int, grace_s: float) -> None:
+    """Serve `app` (whose requests pass through a `DrainMiddleware` on `drain`) on `host:port` until a signal, then
+    drain for at most `grace_s` seconds and return (exit status 0)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=CANCEL_AFTER_S)
+    DrainingServer(config, drain, grace_s).run()

@@ -1,0 +1,193 @@
+"""What `rag serve` checks before routing or parsing (agent/http_guards.py), the exact `/metrics` route, document ids
+holding `/`, and the drain's answers, in-process on the real FastAPI app (`agent.http_api.create_app`) over httpx's
+ASGI transport: no server, no lifespan (routes that need the `RagApp` get a small in-memory one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr, ValidationError
+
+from agent.http_api import create_app
+from agent.http_guards import LOOPBACK_HOSTS, allowed_hosts_for, require_key_off_loopback
+from agent.settings import Settings, SettingsError
+
+KEY = "s3cret-clé"  # non-ASCII: clients send it as UTF-8 bytes
+
+
+class MemoryDocuments:
+    """The part of `RagApp` the document routes use, over a set of stored ids."""
+
+    def __init__(self, *doc_ids: str) -> None:
+        self.stored = set(doc_ids)
+
+    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+        deleted = sorted(self.stored & set(doc_ids))
+        self.stored -= set(deleted)
+        return deleted
+
+
+def base_settings(**update: Any) -> Settings:
+    return Settings(_env_file=None, **update)  # type: ignore[call-arg]
+
+
+def app_with(settings: Settings, rag: object | None = None) -> FastAPI:
+    app = create_app(settings)
+    app.state.rag = rag or MemoryDocuments()
+    return app
+
+
+def client(app: FastAPI, host: str = "127.0.0.1:8080") -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"http://{host}")
+
+
+async def test_an_empty_api_key_is_refused_when_settings_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("API_KEY", "  ")
+    with pytest.raises(ValidationError, match="API_KEY is set but empty"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+async def test_a_key_read_with_a_trailing_newline_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("API_KEY", "from-a-secret-file\n")
+    app = app_with(Settings(_env_file=None))  # type: ignore[call-arg]
+    async with client(app) as http:
+        ok = await http.delete("/v1/documents/x", headers={"Authorization": "Bearer from-a-secret-file"})
+    assert ok.status_code == 404 and ok.json()["error"] == "document_not_found"
+
+
+async def test_a_non_ascii_key_matches_as_utf8_and_only_so() -> None:
+    app = app_with(base_settings(api_key=SecretStr(KEY)), MemoryDocuments("d1"))
+    async with client(app) as http:
+        latin1 = await http.delete("/v1/documents/d1", headers={b"Authorization": b"Bearer " + KEY.encode("latin-1")})
+        assert latin1.status_code == 401
+        utf8 = await http.delete("/v1/documents/d1", headers={b"Authorization": b"Bearer " + KEY.encode("utf-8")})
+        assert utf8.status_code == 200 and utf8.json() == {"deleted": ["d1"]}
+
+
+async def test_auth_is_checked_before_the_body_is_read_or_parsed() -> None:
+    app = app_with(base_settings(api_key=SecretStr(KEY)))
+    pulled = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        for _ in range(100):  # 100 MB if it were all read
+            pulled += 1
+            yield b"x" * 1_000_000
+
+    async with client(app) as http:
+        malformed = await http.post("/v1/documents", content=b"{not json", headers={"Content-Type": "application/json"})
+        assert malformed.status_code == 401, malformed.text
+        assert malformed.json()["error"] == "unauthorized" and malformed.headers["www-authenticate"] == "Bearer"
+        big = await http.post("/v1/ask", content=body())
+    assert big.status_code == 401 and pulled <= 1
+
+
+async def test_bodies_over_the_limit_get_413_whether_announced_or_streamed() -> None:
+    app = app_with(base_settings(max_body_bytes=1000, upload_max_request_bytes=3000))
+    pulled = 0
+
+    async def body(prefix: bytes, chunks: int = 50) -> AsyncIterator[bytes]:
+        nonlocal pulled
+        pulled = 0
+        for _ in range(chunks):
+            pulled += 1
+            yield prefix + b" " * 400
+
+    async with client(app) as http:
+        announced = await http.post("/v1/ask", content=b"{" + b" " * 2000 + b"}")
+        assert announced.status_code == 413, announced.text
+        assert announced.json()["error"] == "payload_too_large" and "MAX_BODY_BYTES" in announced.json()["detail"]
+        streamed = await http.post("/v1/ask", content=body(b'{"question": "'), headers={"Content-Type": "text/json"})
+        assert streamed.status_code == 413, streamed.text
+        assert streamed.json()["error"] == "payload_too_large"
+        assert pulled <= 4  # reading stopped just past the limit
+        small = await http.post("/v1/ask", json={"question": ""})
+        assert small.status_code == 422 and small.json()["error"] == "bad_request"  # under the limit: parsed
+
+        # uploads under /v1/documents have their own limit
+        upload = await http.post("/v1/documents", content=body(b'{"documents": [', 5))
+        assert upload.status_code == 422 and upload.json()["error"] == "bad_request"  # 2 kB read, then parsed
+        too_big = await http.post("/v1/documents", content=b"{" + b" " * 4000 + b"}")
+        assert too_big.status_code == 413 and "UPLOAD_MAX_REQUEST_BYTES" in too_big.json()["detail"]
+        streamed_upload = await http.post("/v1/documents", content=body(b'{"documents": ['))
+        assert streamed_upload.status_code == 413 and pulled <= 9
+
+
+async def test_a_foreign_host_header_is_refused_on_a_loopback_server() -> None:
+    settings = base_settings()
+    hosts = allowed_hosts_for(settings, "127.0.0.1")
+    assert hosts == LOOPBACK_HOSTS
+    app = app_with(settings.model_copy(update={"allowed_hosts": hosts}), MemoryDocuments("d1"))
+    async with client(app, host="rebound.attacker.example:8080") as http:
+        foreign = await http.delete("/v1/documents/d1")
+    assert foreign.status_code == 400 and foreign.json()["error"] == "host_not_allowed"
+    for host in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080"):
+        async with client(app, host=host) as http:
+            assert (await http.get("/metrics")).status_code == 200, host
+    async with client(app) as http:
+        assert (await http.delete("/v1/documents/d1")).json() == {"deleted": ["d1"]}
+
+
+def test_allowed_hosts_default_to_any_on_all_interfaces_and_follow_the_setting() -> None:
+    assert allowed_hosts_for(base_settings(), "0.0.0.0") == ("*",)
+    assert allowed_hosts_for(base_settings(), "localhost") == LOOPBACK_HOSTS
+    assert allowed_hosts_for(base_settings(allowed_hosts="rag.example.com, *.internal"), "0.0.0.0") == (
+        "rag.example.com",
+        "*.internal",
+    )
+
+
+def test_listening_beyond_loopback_without_a_key_is_refused() -> None:
+    with pytest.raises(SettingsError, match="API_KEY is unset"):
+        require_key_off_loopback(base_settings(), "0.0.0.0")
+    require_key_off_loopback(base_settings(), "127.0.0.1")
+    require_key_off_loopback(base_settings(api_key=SecretStr("k")), "0.0.0.0")
+    env = {k: v for k, v in os.environ.items() if k not in ("API_KEY", "ALLOWED_HOSTS")}
+    result = subprocess.run(
+        [sys.executable, "-m", "agent", "serve", "--host", "0.0.0.0", "--port", "1"],
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and "API_KEY is unset" in result.stderr, result.stderr
+
+
+async def test_document_ids_with_slashes_are_deleted_and_a_missing_one_is_document_not_found() -> None:
+    rag = MemoryDocuments("a/handbook.md", "b/c/notes.txt")
+    async with client(app_with(base_settings(), rag)) as http:
+        plain = await http.delete("/v1/documents/a/handbook.md")
+        assert plain.status_code == 200 and plain.json() == {"deleted": ["a/handbook.md"]}
+        encoded = await http.delete("/v1/documents/b%2Fc%2Fnotes.txt")
+        assert encoded.status_code == 200 and encoded.json() == {"deleted": ["b/c/notes.txt"]}
+        missing = await http.delete("/v1/documents/a/handbook.md")
+        assert missing.status_code == 404 and missing.json()["error"] == "document_not_found"
+        unknown = await http.get("/v1/no-such-route")
+        assert unknown.status_code == 404 and unknown.json()["error"] == "not_found"
+
+
+async def test_metrics_answers_200_without_a_redirect() -> None:
+    async with client(app_with(base_settings(api_key=SecretStr(KEY)))) as http:
+        response = await http.get("/metrics")
+    assert response.status_code == 200, response.headers
+    assert "rag_requests" in response.text and response.headers["content-type"].startswith("text/plain")
+
+
+async def test_while_draining_requests_and_health_get_503_and_metrics_still_answers() -> None:
+    app = app_with(base_settings(), MemoryDocuments("d1"))
+    app.state.drain.begin(30.0)
+    async with client(app) as http:
+        health = await http.get("/health")
+        assert health.status_code == 503 and health.json()["error"] == "shutting_down"
+        assert health.headers["retry-after"] == "1" and health.headers["connection"] == "close"
+        assert (await http.delete("/v1/documents/d1")).status_code == 503
+        assert (await http.get("/metrics")).status_code == 200

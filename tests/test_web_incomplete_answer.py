@@ -1,0 +1,47 @@
+"""The web chat page says when an answer is incomplete: headless Chromium (Debian `chromium`, Playwright) on the app of
+`rag serve` in a thread, over the in-memory collection, with the fake OpenAI server ending its answer at the output
+limit (`finish_reason: length`). In the stack tier with the other browser tests (it needs Chromium, not a server)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from agent.app import RagApp
+from agent.http import create_app
+from agent.llm import build_model
+from agent.settings import Settings
+from agent.wiring import Services
+from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer
+from tests.test_agent_logic import COVERED, DOCUMENTS
+from tests.test_web_chat import CHROMIUM, CHROMIUM_ARGS
+from tools.in_memory import InMemoryCollection
+
+pytestmark = pytest.mark.stack
+
+
+async def test_the_page_flags_an_answer_cut_at_the_output_limit() -> None:
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
+    from playwright.async_api import async_playwright, expect
+
+    with FakeOpenAIServer() as fake:
+        fake.reset(Reply(text="Vitamin B12 deficiency raises homocysteine [1] because", finish_reason="length"))
+        settings = Settings.model_validate(
+            {"llm_base_url": fake.base_url, "vllm_port": fake.port, "llm_model": "fake", "refusal_min_score": 0.3}
+        )
+        collection = InMemoryCollection(DOCUMENTS)
+        rag = RagApp(settings, Services(collection, collection, build_model(settings)))
+        with ThreadedServer(create_app(settings, rag)) as server:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+                try:
+                    page = await browser.new_page()
+                    await page.goto(server.url + "/")
+                    await page.fill("#question", COVERED)
+                    await page.click("#send")
+                    turn = page.locator(".turn").first
+                    await expect(turn.locator(".truncated")).to_contain_text("cut short", timeout=60_000)
+                    await expect(turn.locator(".answer")).to_contain_text("raises homocysteine")
+                finally:
+                    await browser.close()
