@@ -4,6 +4,7 @@ deadline, cancellation while queued, service-rate estimate and metrics. Pure log
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -11,6 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from agent.admission import AdmissionController, AdmissionMetrics, ServiceRate, Ticket
 from agent.errors import OverloadedError
+from agent.failures import Failure, describe
+from agent.http_api import error_response
 
 
 class ManualClock:
@@ -270,3 +273,12 @@ async def test_a_closed_ticket_cannot_wait() -> None:
     with pytest.raises(RuntimeError, match="closed"):
         await wait
     assert admission.in_progress == 0
+
+
+def test_an_overloaded_refusal_is_a_503_with_its_own_retry_after_and_a_one_line_message() -> None:
+    refusal = OverloadedError("overloaded: 4 answers queued (ANSWER_QUEUE_MAX=4); retry in 8 s", 7.2, "queue_full")
+    failure = describe(refusal)
+    assert failure == Failure("overloaded", str(refusal), retryable=True, retry_after_s=7.2)
+    response = error_response(failure)
+    assert response.status_code == 503 and response.headers["retry-after"] == "8"
+    assert json.loads(bytes(response.body)) == {"error": "overloaded", "detail": str(refusal)}

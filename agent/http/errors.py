@@ -4,6 +4,7 @@ kind (`STATUS_OF_KIND`); a retryable 503 carries `Retry-After`."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,6 +26,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "unauthorized": 401,
     "method_not_allowed": 405,
     "timeout": 504,
+    "overloaded": 503,
     "llm_bad_response": 502,
     "llm_unavailable": 503,
     "llm_misconfigured": 503,
@@ -59,7 +61,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "Missing or wrong API key (`API_KEY` is set)."),
         (422, "Bad input or a hit answer limit."),
         (502, "The LLM answered with something unusable."),
-        (503, "A dependency (Triton, Postgres, the LLM) is down or overloaded; see `Retry-After`."),
+        (
+            503,
+            "Overloaded (`overloaded`: admission control refused the answer) or a dependency (Triton, Postgres, the "
+            "LLM) is down or overloaded; see `Retry-After`.",
+        ),
         (504, "The answer timed out."),
     )
 }
@@ -67,9 +73,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def error_response(failure: Failure) -> JSONResponse:
-    """The JSON response of `failure`: status from `STATUS_OF_KIND`, `Retry-After` when it is retryable and 503."""
+    """The JSON response of `failure`: status from `STATUS_OF_KIND`, `Retry-After` when it is retryable and 503 (the
+    failure's own `retry_after_s` rounded up to whole seconds, else `RETRY_AFTER_S`)."""
     status = STATUS_OF_KIND.get(failure.kind, 500)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 and failure.retryable else None
+    retry_after = RETRY_AFTER_S if failure.retry_after_s is None else max(1, math.ceil(failure.retry_after_s))
+    headers = {"Retry-After": str(retry_after)} if status == 503 and failure.retryable else None
     return JSONResponse(error_body(failure).model_dump(), status_code=status, headers=headers)
 
 
