@@ -402,7 +402,11 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
     for ax in (ax_rate, ax_lat):
         ax.legend(fontsize=8)
     m = report["machine"]
-    title = f"rag bench serve ({report['params']['endpoint']}): {m['cores']} cores ({m['cpu']}), {m['date_utc'][:10]}"
+    llm = str(report.get("server", {}).get("llm", "?")).split(" at ")[0]
+    title = (
+        f"rag bench serve ({report['params']['endpoint']}, LLM {llm}): {m['cores']} cores ({m['cpu']}), "
+        f"load {m['load_average_1m_at_start']}, {m['date_utc'][:10]}"
+    )
     return save_figure(fig, path, title)
 
 
@@ -462,9 +466,7 @@ def run_serve_bench_command(
 ) -> dict[str, Any]:
     """`rag bench serve`: run, write the plot and the JSON report (`output`), print tables or (`as_json`) only the
     JSON object on stdout."""
-    if not log.handlers:  # progress on stderr, without httpx's line per request
-        log.addHandler(logging.StreamHandler())
-        log.setLevel(logging.INFO)
+    log.setLevel(logging.INFO)  # progress through the CLI's stderr handler
     report = asyncio.run(run_serve_bench(params))
     report["plot"] = str(write_plot(report, plot))
     emit_report(report, as_json, output, render)

@@ -400,7 +400,7 @@ def bench_serve(results: dict[str, Any]) -> str:
     rows = []
     for p in phases:
         if p["mode"] == "closed":
-            label = f"closed loop, {p['concurrency']} clients"
+            label = f"closed loop, concurrency {p['concurrency']}"
         else:
             label = f"open loop, {p['rate_rps']:.3g} req/s ({results['params']['overload']:g} × capacity)"
         lat, ttft, rejected = p["latency_ms"], p["ttft_ms"], p["rejections"]

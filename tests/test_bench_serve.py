@@ -5,12 +5,15 @@ in tests/test_admission_serve.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from evals.bench_serve import Outcome, Phase, ServeBenchParams, TokenCounter, capacity_of, send_one, summarize, targets
+from evals.readme_tables import README, RESULTS_DIR, render_readme, stale_tables
 
 RESULT = {"answer": "Yes [1].", "citations": [], "timings_ms": {"total": 1.0}, "refused": False}
 
@@ -127,3 +130,17 @@ def test_targets_compare_the_open_loop_with_capacity() -> None:
 def test_bad_parameters_name_their_option(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ServeBenchParams(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_readme_tables_follow_the_stored_serve_results(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS_DIR, results, ignore=shutil.ignore_patterns("*.png"))
+    stored = results / "bench-serve.json"
+    data = json.loads(stored.read_text())
+    data["open_loop"]["goodput_rps"] = 123.456
+    data["targets"]["max_rejection_ms"]["value"] = 42.0
+    stored.write_text(json.dumps(data))
+    text = README.read_text()
+    assert stale_tables(text, results) == ["bench-serve", "bench-serve-targets"]
+    rendered = render_readme(text, results)
+    assert "| 123.456 |" in rendered and "| slowest rejection, ms | 42 | < 100 | yes |" in rendered
