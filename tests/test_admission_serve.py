@@ -1,4 +1,5 @@
-"""Admission control through a real `rag serve` process (real Triton and Postgres, the SciFact subset ingested) whose
+"""Admission control through a real `rag serve` process (real Triton and Postgres, a database of its own holding a few
+SciFact abstracts) whose
 LLM is the fake OpenAI server held by a gate the test opens: refusals are 503 `overloaded` with `Retry-After` and
 cost no LLM request, streams report their queue position, a client that disconnects while queued frees its place;
 and `rag bench serve` end to end on small settings."""
@@ -14,19 +15,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import httpx
 import pytest
 from httpx_sse import EventSource
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.settings import Settings
+from agent.wiring import ingest_files
 from evals.bench_serve import ServeBenchParams, render, run_serve_bench, write_plot
+from evals.scifact import SCIFACT_DIR
 from tests.fake_openai import FakeState, Reply, ThreadedServer, build_app
 from tests.test_http_api import RagServe
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 ANSWER = "Yes, the passage reports higher homocysteine [1]."
+DATABASE = "admission_test"
 
 
 class GatedLLM(ThreadedServer):
@@ -58,9 +64,26 @@ class GatedLLM(ThreadedServer):
         super().__exit__(*exc)
 
 
-def serve_env(llm: GatedLLM, **admission: str) -> dict[str, str]:
-    """`rag serve`'s environment: the fake LLM, every question answered by it (no refusal threshold)."""
+@pytest.fixture(scope="module")
+async def small_store(postgres_url: str, triton_server: Settings, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A database of its own on the test Postgres holding the first 5 SciFact abstracts; returns its URL."""
+    conn = await asyncpg.connect(postgres_url)
+    await conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+    await conn.execute(f"CREATE DATABASE {DATABASE}")
+    await conn.close()
+    dsn = urlunsplit(urlsplit(postgres_url)._replace(path=f"/{DATABASE}"))
+    with (SCIFACT_DIR / "corpus.jsonl").open() as handle:
+        lines = [next(handle) for _ in range(5)]
+    corpus = tmp_path_factory.mktemp("admission") / "corpus.jsonl"
+    corpus.write_text("".join(lines))
+    await ingest_files(triton_server.model_copy(update={"database_url": dsn}), [corpus])
+    return dsn
+
+
+def serve_env(llm: GatedLLM, database_url: str, **admission: str) -> dict[str, str]:
+    """`rag serve`'s environment: the small store, the fake LLM answering every question (no refusal threshold)."""
     return {
+        "DATABASE_URL": database_url,
         "LLM_BASE_URL": llm.base_url,
         "VLLM_PORT": str(llm.port),
         "LLM_MODEL": "fake",
@@ -113,8 +136,10 @@ def assert_overloaded(response: httpx.Response) -> None:
 
 
 @pytest.fixture
-async def served(settings: Settings, ingested: str, llm: GatedLLM) -> AsyncIterator[tuple[RagServe, httpx.AsyncClient]]:
-    env = serve_env(llm, ANSWER_MAX_IN_PROGRESS="1", ANSWER_QUEUE_MAX="1", ANSWER_QUEUE_DEADLINE_S="600")
+async def served(
+    settings: Settings, small_store: str, llm: GatedLLM
+) -> AsyncIterator[tuple[RagServe, httpx.AsyncClient]]:
+    env = serve_env(llm, small_store, ANSWER_MAX_IN_PROGRESS="1", ANSWER_QUEUE_MAX="1", ANSWER_QUEUE_DEADLINE_S="600")
     with RagServe(settings, env) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
             yield server, client
@@ -167,10 +192,10 @@ async def test_overload_is_refused_at_once_with_retry_after_and_no_llm_work(
 
 
 async def test_bench_serve_end_to_end_on_small_settings(
-    settings: Settings, ingested: str, llm: GatedLLM, tmp_path: Path
+    settings: Settings, small_store: str, llm: GatedLLM, tmp_path: Path
 ) -> None:
     llm.gate.set()
-    env = serve_env(llm, ANSWER_MAX_IN_PROGRESS="2", ANSWER_QUEUE_MAX="2", ANSWER_QUEUE_DEADLINE_S="30")
+    env = serve_env(llm, small_store, ANSWER_MAX_IN_PROGRESS="2", ANSWER_QUEUE_MAX="2", ANSWER_QUEUE_DEADLINE_S="30")
     with RagServe(settings, env) as server:
         params = ServeBenchParams(
             url=server.url, concurrencies=(1, 4), requests=4, overload=4.0, open_loop_requests=12, timeout_s=120
