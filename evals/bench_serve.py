@@ -65,6 +65,10 @@ TARGETS = {
 """Issue 16's targets for the open loop at `overload` × capacity."""
 
 
+class ServerUnreachableError(RuntimeError):
+    """Nothing answers HTTP at the benchmark's `--url` (refused, unresolvable, timed out)."""
+
+
 @dataclass(frozen=True)
 class ServeBenchParams:
     """What one `rag bench serve` run does.
@@ -338,17 +342,28 @@ def targets(capacity: dict[str, Any], overloaded: dict[str, Any]) -> dict[str, d
 
 
 async def server_info(client: httpx.AsyncClient) -> dict[str, Any]:
-    """The server's `/health` checks (what it serves: Triton model, documents, LLM), or why they were unavailable."""
+    """The server's `/health` checks (what it serves: Triton model, documents, LLM), or why they were unreadable.
+
+    Raises:
+        ServerUnreachableError: nothing answers HTTP at the client's base URL.
+    """
     try:
         response = await client.get("/health", timeout=60)
+    except httpx.TransportError as exc:
+        raise ServerUnreachableError(f"no HTTP server answers at {client.base_url} ({exc!r})") from None
+    try:
         checks: dict[str, Any] = response.json().get("checks", {})
         return {name: check.get("detail") for name, check in checks.items()}
-    except (httpx.HTTPError, ValueError) as exc:
-        return {"error": repr(exc)}
+    except (ValueError, AttributeError) as exc:
+        return {"error": f"/health answered HTTP {response.status_code}: {exc!r}"}
 
 
 async def run_serve_bench(params: ServeBenchParams) -> dict[str, Any]:
-    """Run the closed-loop levels, then the open loop at `overload` × capacity; returns the `--json` report."""
+    """Run the closed-loop levels, then the open loop at `overload` × capacity; returns the `--json` report.
+
+    Raises:
+        ServerUnreachableError: nothing answers at `params.url` (checked first, with `/health`).
+    """
     tokens = TokenCounter(params.llm_tokenizer)
     claims = itertools.cycle(load_claims())
     machine = machine_info()

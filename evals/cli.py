@@ -229,7 +229,7 @@ def bench_serve(
     Poisson arrivals at --overload x the measured capacity; goodput, latency and TTFT p50/p95/p99, rejections and
     their latency, errors by kind, LLM tokens/s, and the overload targets."""
     from agent.settings import Settings
-    from evals.bench_serve import ServeBenchParams, run_serve_bench_command
+    from evals.bench_serve import ServeBenchParams, ServerUnreachableError, run_serve_bench_command
 
     settings = Settings()
     if llm_tokenizer is None:
@@ -255,4 +255,7 @@ def bench_serve(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    run_serve_bench_command(params, as_json, plot or settings.data_dir / "bench" / "bench-serve.png", out)
+    try:
+        run_serve_bench_command(params, as_json, plot or settings.data_dir / "bench" / "bench-serve.png", out)
+    except ServerUnreachableError as exc:
+        raise typer.BadParameter(f"--url {url}: {exc}; start it with `rag serve`") from None

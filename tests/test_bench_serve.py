@@ -12,7 +12,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evals.bench_serve import Outcome, Phase, ServeBenchParams, TokenCounter, capacity_of, send_one, summarize, targets
+from evals.bench_serve import (
+    Outcome,
+    Phase,
+    ServeBenchParams,
+    ServerUnreachableError,
+    TokenCounter,
+    capacity_of,
+    send_one,
+    server_info,
+    summarize,
+    targets,
+)
 from evals.readme_tables import README, RESULTS_DIR, render_readme, stale_tables
 
 RESULT = {"answer": "Yes [1].", "citations": [], "timings_ms": {"total": 1.0}, "refused": False}
@@ -144,3 +155,12 @@ def test_the_readme_tables_follow_the_stored_serve_results(tmp_path: Path) -> No
     assert stale_tables(text, results) == ["bench-serve", "bench-serve-targets"]
     rendered = render_readme(text, results)
     assert "| 123.456 |" in rendered and "| slowest rejection, ms | 42 | < 100 | yes |" in rendered
+
+
+async def test_an_unreachable_server_stops_the_run_before_any_load() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    async with httpx.AsyncClient(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(handle)) as client:
+        with pytest.raises(ServerUnreachableError, match=r"no HTTP server answers at http://127\.0\.0\.1:9"):
+            await server_info(client)
