@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from typing import Any
 
 import httpx
@@ -56,7 +56,7 @@ class GatedModel:
 class Rig:
     """The app with one slot and one queue place, its RagApp, the gated model and the counting collection."""
 
-    def __init__(self) -> None:
+    def __init__(self, **update: Any) -> None:
         settings = Settings.model_validate(
             {
                 "refusal_min_score": 0.3,
@@ -64,6 +64,7 @@ class Rig:
                 "answer_queue_max": 1,
                 "answer_queue_deadline_s": 600.0,
             }
+            | update
         )
         self.model, self.collection = GatedModel(), CountingCollection(DOCUMENTS)
         services = Services(self.collection, self.collection, FunctionModel(stream_function=self.model.stream), {})
@@ -149,9 +150,15 @@ def assert_overloaded(response: httpx.Response) -> None:
     assert response.headers["retry-after"] == "600"  # no answer completed yet: the deadline
 
 
-async def settle() -> None:
-    for _ in range(50):
-        await asyncio.sleep(0)
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until `condition()` holds (requests pass FastAPI's thread pool for plain dependencies, so a number of
+    event-loop turns is not enough); the 10 s bound only stops a broken run."""
+
+    async def poll() -> None:
+        while not condition():  # noqa: ASYNC110 - the controller's state, which nothing signals
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(poll(), 10)
 
 
 async def test_when_full_both_answer_routes_refuse_with_503_and_retry_after_before_any_work() -> None:
@@ -184,8 +191,7 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(path: str
     holder = rig.call("/v1/ask")
     await asyncio.wait_for(rig.model.first_call.wait(), 10)
     waiting = rig.call(path)
-    await settle()
-    assert rig.rag.admission.queue_length == 1
+    await until(lambda: rig.rag.admission.queue_length == 1)
     await waiting.disconnect()
     assert rig.rag.admission.queue_length == 0 and rig.rag.admission.in_progress == 1
     async with rig.client() as client:
@@ -221,3 +227,17 @@ async def test_the_python_api_raises_overloaded_and_streams_queue_positions() ->
     items = [item async for item in stream]
     assert (await first).answer == "It does [1]." and items[-1].answer == "It does [1]."  # type: ignore[union-attr]
     assert rig.rag.admission.rate.mean_s is not None  # completed answers measure the service rate
+
+
+async def test_the_api_key_is_checked_before_a_place_is_taken() -> None:
+    rig = Rig(api_key="s3cret")
+    key = {"Authorization": "Bearer s3cret"}
+    async with rig.client() as client:
+        holder = asyncio.create_task(client.post("/v1/ask", json={"question": COVERED}, headers=key))
+        await asyncio.wait_for(rig.model.first_call.wait(), 10)
+        queued = asyncio.create_task(client.post("/v1/ask", json={"question": COVERED}, headers=key))
+        await until(lambda: rig.rag.admission.queue_length == 1)  # full: one more with the key would be a 503
+        assert (await client.post("/v1/ask", json={"question": COVERED})).status_code == 401
+        assert (await client.post("/v1/ask", json={"question": COVERED}, headers=key)).status_code == 503
+        rig.model.gate.set()
+        assert (await holder).status_code == 200 and (await queued).status_code == 200
