@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
 
+from agent.admission import AdmissionController, Ticket
 from agent.answer import AnswerRequest, answer
 from agent.errors import InputError
-from agent.events import AgentEvent
+from agent.events import AgentEvent, Queued
 from agent.rag_agent import RagDeps
 from agent.results import AskResult
 from agent.settings import Policy, Settings
@@ -58,6 +59,9 @@ class RagApp:
         self.deps = RagDeps(
             self.services.search, self.settings.top_k, refusal_min_score, context=self.services.context
         )
+        self.admission = AdmissionController(
+            self.settings.answer_max_in_progress, self.settings.answer_queue_max, self.settings.answer_queue_deadline_s
+        )
         self._tools_checked = self.services.tool_check is None
         self._tools_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
@@ -87,34 +91,52 @@ class RagApp:
                 await self.services.tool_check()
                 self._tools_checked = True
 
-    async def ask(self, request: AnswerRequest | str) -> AskResult:
+    async def ask(self, request: AnswerRequest | str, *, admission: Ticket | None = None) -> AskResult:
         """Answer a question from the stored documents with citations; see `agent.answer.answer`.
+
+        Admission control (`agent.admission`, `self.admission`) comes first: with `ANSWER_MAX_IN_PROGRESS` answers in
+        progress the question waits in the queue (`request.on_event` receives `Queued` events with its position),
+        or is refused at once with `OverloadedError`, before any embedding or LLM work.
 
         Args:
             request: the question and its options (`AnswerRequest`); a plain string is the question with the
                 app's defaults (`TOP_K`, `AGENT_POLICY`).
+            admission: a place taken beforehand with `self.admission.enter()` (the HTTP API takes it before its
+                response starts, so that a refusal is a 503); closed when the answer ends. Default: taken now.
 
         Raises:
+            agent.errors.OverloadedError: refused by admission control (queue full, expected wait or queue wait
+                beyond `ANSWER_QUEUE_DEADLINE_S`); `retry_after_s` says when to retry.
             agent.errors.InputError: blank question, top_k < 1.
             agent.errors.AgentError: a limit was hit or the LLM failed (typed subclasses).
             EmbedderError / StoreError: retrieval failed.
         """
         request = AnswerRequest(request) if isinstance(request, str) else request
-        policy: Policy = request.policy or self.settings.agent_policy
-        if policy == "agentic":
-            await self._check_tools()
-        with answer_span(policy) as results:
-            results.append(await answer(self.agents[policy], self.deps, replace(request, policy=policy), self.limits))
+        ticket = admission or self.admission.enter()
+        on_event = request.on_event
+        on_position = None if on_event is None else (lambda position: on_event(Queued(position=position)))
+        async with ticket.slot(on_position):
+            policy: Policy = request.policy or self.settings.agent_policy
+            if policy == "agentic":
+                await self._check_tools()
+            with answer_span(policy) as results:
+                results.append(
+                    await answer(self.agents[policy], self.deps, replace(request, policy=policy), self.limits)
+                )
         return results[0]
 
-    async def ask_stream(self, request: AnswerRequest | str) -> AsyncIterator[AgentEvent | AskResult]:
-        """`ask` as an async iterator: `agent.events` events as they happen, then the `AskResult`.
+    async def ask_stream(
+        self, request: AnswerRequest | str, *, admission: Ticket | None = None
+    ) -> AsyncIterator[AgentEvent | AskResult]:
+        """`ask` as an async iterator: `agent.events` events as they happen (`Queued` while it waits for a slot),
+        then the `AskResult`.
 
-        Errors of `ask` are raised from the iterator. Closing the iterator early cancels the answer.
+        Errors of `ask` are raised from the iterator (`OverloadedError` first, when refused). Closing the iterator
+        early cancels the answer, and a queued answer leaves the queue.
         """
         request = AnswerRequest(request) if isinstance(request, str) else request
         queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
-        task = asyncio.create_task(self.ask(replace(request, on_event=queue.put_nowait)))
+        task = asyncio.create_task(self.ask(replace(request, on_event=queue.put_nowait), admission=admission))
         try:
             while True:
                 getter = asyncio.create_task(queue.get())

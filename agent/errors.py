@@ -76,3 +76,21 @@ class LLMRateLimitedError(LLMUnavailableError):
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
         self.retry_after_s = retry_after_s
         super().__init__(message)
+
+
+class OverloadedError(AgentError):
+    """The process refused the answer before doing any work: its admission queue is full, the expected wait exceeds
+    `ANSWER_QUEUE_DEADLINE_S`, or the answer waited in the queue past that deadline (`agent.admission`).
+
+    Attributes:
+        retry_after_s: when a retry may be admitted, seconds (from the measured service rate; the HTTP API sends it
+            as `Retry-After`).
+        reason: `queue_full`, `expected_wait` or `deadline` (the `reason` label of `rag_admission_rejections_total`).
+    """
+
+    kind = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: float, reason: str) -> None:
+        self.retry_after_s = retry_after_s
+        self.reason = reason
+        super().__init__(message)

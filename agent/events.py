@@ -3,8 +3,9 @@
 A consumer appends `TextDelta.text` to the answer it shows, clears it on `AnswerRestart` (the model began a new
 response: after a tool call, when text shown turns out to be reasoning, or when the agent replaces an unusable
 draft by a refusal), and shows tool activity
-from `ToolCall` / `ToolResult`. The final, validated answer is the `AskResult` the call returns; streamed text
-already has reasoning tags and citation markers naming no retrieved passage removed.
+from `ToolCall` / `ToolResult`; `Queued` says the answer waits for a slot, and where it stands. The final, validated
+answer is the `AskResult` the call returns; streamed text already has reasoning tags and citation markers naming
+no retrieved passage removed.
 """
 
 from __future__ import annotations
@@ -46,4 +47,12 @@ class ToolResult(BaseModel):
     summary: str
 
 
-AgentEvent = Annotated[TextDelta | AnswerRestart | ToolCall | ToolResult, Field(discriminator="type")]
+class Queued(BaseModel):
+    """The answer waits for a slot (admission control, `agent.admission`); `position` 1 is next. Sent when it joins
+    the queue and each time it moves up; nothing else happens before it is admitted."""
+
+    type: Literal["queued"] = "queued"
+    position: int
+
+
+AgentEvent = Annotated[TextDelta | AnswerRestart | ToolCall | ToolResult | Queued, Field(discriminator="type")]

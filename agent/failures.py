@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from agent.errors import AgentError, AnswerLimitError, InputError, LLMUnavailableError
+from agent.errors import AgentError, AnswerLimitError, InputError, LLMUnavailableError, OverloadedError
 from agent.settings import SettingsError, describe_validation_error
 from tools import embedder
 from tools.ingest import IngestError
@@ -31,7 +31,8 @@ class Failure:
         message: readable text for the person running the command (one line for the listed types, except service
             start-up failures, which add the service log's tail).
         retryable: a dependency is down or overloaded; the same request may succeed later.
-        retry_after_s: how long the dependency asked callers to wait, seconds, when it said (e.g. the LLM's 429).
+        retry_after_s: when a retry may succeed, seconds, where the failure knows it (admission control's refusal,
+            the LLM server's own `Retry-After` on a 429); None otherwise.
     """
 
     kind: str
@@ -62,7 +63,8 @@ def _one_line(text: str) -> str:
 def describe(exc: BaseException) -> Failure | None:
     """Classify `exc`; None when it is not one of the product's error types (a bug).
 
-    Known: `agent.errors.AgentError` (its `kind`; an answer timeout is `timeout`), `agent.errors.InputError` and
+    Known: `agent.errors.AgentError` (its `kind`; an answer timeout is `timeout`; `overloaded`, admission control's
+    refusal, is retryable after its `retry_after_s`), `agent.errors.InputError` and
     `tools.ingest.IngestError` (`bad_request`: the product's checked inputs), `EmbedderError`
     (`retrieval_unavailable`, or `embedder_overloaded` for a full Triton queue), the store's errors (a Postgres that
     is down: `postgres_unavailable`; no free pooled connection: `postgres_busy`; a failed statement:
@@ -76,6 +78,8 @@ def describe(exc: BaseException) -> Failure | None:
             if (failure := describe(inner)) is not None:
                 return failure
         return None
+    if isinstance(exc, OverloadedError):
+        return Failure(exc.kind, _one_line(str(exc)), retryable=True, retry_after_s=exc.retry_after_s)
     if isinstance(exc, AnswerLimitError) and exc.limit == "timeout":
         return Failure("timeout", _one_line(str(exc)), retryable=True)
     if isinstance(exc, AgentError):

@@ -358,6 +358,27 @@ class Settings(BaseSettings):
     answer_timeout_s: float = Field(default=180.0, gt=0, description="Wall-clock limit of one answer, seconds.")
     chat_history_turns: int = Field(default=3, ge=0, description="Earlier question/answer turns `rag chat` sends.")
 
+    # --- admission control of answers (agent/admission.py) --------------------------------------------------
+    answer_max_in_progress: int = Field(
+        default=32,
+        ge=1,
+        description="Answers in progress at once per process (embedding, search, LLM); more wait in the admission "
+        "queue. 32 for the local SmolLM2-135M on vLLM (2 CPU cores): the most answers/s measured with N concurrent "
+        "clients was at 32 (0.45/s; 0.34 at 8, and 0.34 again at 128, issue 16), and 32 answers of ~1.6k tokens "
+        "fit the 2 GiB CPU KV cache (~90k tokens at 23 KB each) so vLLM never preempts and recomputes them.",
+    )
+    answer_queue_max: int = Field(
+        default=32,
+        ge=0,
+        description="Answers waiting for a slot at most; one more is refused at once (HTTP 503, Retry-After).",
+    )
+    answer_queue_deadline_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest wait in the admission queue, seconds: an answer whose expected wait (queue position / "
+        "measured answers per second) exceeds it is refused at once, and one still queued after it is refused then.",
+    )
+
     api_key: SecretStr | None = Field(
         default=None,
         description="When set, `rag serve` requires `Authorization: Bearer <API_KEY>` on every route except `/health`, "

@@ -6,7 +6,7 @@ Each evaluation or benchmark module adds its command here with `@eval_app.comman
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 import typer
 
@@ -189,3 +189,73 @@ def bench_query(
         rebuild_scale=rebuild_scale,
     )
     run_query_bench_command(params, as_json, plot, out)
+
+
+@bench_app.command("serve")
+def bench_serve(
+    url: Annotated[str, typer.Option(help="Base URL of the running `rag serve` (loopback).")] = "http://127.0.0.1:8080",
+    api_key: Annotated[
+        str | None, typer.Option(envvar="API_KEY", help="Bearer key when the server has API_KEY (default: $API_KEY).")
+    ] = None,
+    concurrency: Annotated[
+        list[int] | None, typer.Option(min=1, help="Closed-loop concurrency levels (repeatable; default 1 8 32 128).")
+    ] = None,
+    requests: Annotated[
+        int, typer.Option(min=1, help="Requests per closed-loop level (at least twice its concurrency are sent).")
+    ] = 64,
+    max_seconds_per_level: Annotated[
+        float, typer.Option(min=1, help="Stop sending in a closed-loop level after this many seconds.")
+    ] = 600.0,
+    overload: Annotated[
+        float, typer.Option(min=0, help="Open-loop Poisson rate as a multiple of the measured capacity (0: none).")
+    ] = 4.0,
+    open_loop_seconds: Annotated[float, typer.Option(min=1, help="How long open-loop arrivals go on, s.")] = 300.0,
+    open_loop_requests: Annotated[int, typer.Option(min=1, help="Most open-loop arrivals.")] = 2000,
+    endpoint: Annotated[
+        str, typer.Option(help="`stream` (/v1/ask/stream: latency and TTFT) or `ask` (/v1/ask: latency only).")
+    ] = "stream",
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100, help="Passages per answer.")] = None,
+    timeout: Annotated[float, typer.Option(min=1, help="Client timeout of one request, seconds.")] = 600.0,
+    seed: Annotated[int, typer.Option(help="Seed of the Poisson arrivals.")] = 0,
+    llm_tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="The LLM's tokenizer.json (file or folder) for tokens/s; default the local LLM's, if any."),
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="Plot file (default DATA_DIR/bench/bench-serve.png).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only (progress on stderr).")] = False,
+) -> None:
+    """End-to-end load on a running `rag serve` over HTTP with SciFact claims: closed-loop concurrency levels, then
+    Poisson arrivals at --overload x the measured capacity; goodput, latency and TTFT p50/p95/p99, rejections and
+    their latency, errors by kind, LLM tokens/s, and the overload targets."""
+    from agent.settings import Settings
+    from evals.bench_serve import ServeBenchParams, ServerUnreachableError, run_serve_bench_command
+
+    settings = Settings()
+    if llm_tokenizer is None:
+        local = settings.data_dir / "llm" / settings.llm_model / "tokenizer.json"
+        llm_tokenizer = local if local.is_file() else None
+    if endpoint not in ("stream", "ask"):
+        raise typer.BadParameter(f"--endpoint {endpoint!r}: expected 'stream' or 'ask'")
+    try:
+        params = ServeBenchParams(
+            url=url.rstrip("/"),
+            api_key=api_key,
+            endpoint=cast('Literal["stream", "ask"]', endpoint),
+            concurrencies=tuple(concurrency or ServeBenchParams.concurrencies),
+            requests=requests,
+            max_seconds_per_level=max_seconds_per_level,
+            overload=overload,
+            open_loop_seconds=open_loop_seconds,
+            open_loop_requests=open_loop_requests,
+            timeout_s=timeout,
+            top_k=top_k,
+            seed=seed,
+            llm_tokenizer=llm_tokenizer,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    try:
+        run_serve_bench_command(params, as_json, plot or settings.data_dir / "bench" / "bench-serve.png", out)
+    except ServerUnreachableError as exc:
+        raise typer.BadParameter(f"--url {url}: {exc}; start it with `rag serve`") from None

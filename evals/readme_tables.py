@@ -384,6 +384,91 @@ def refusal_calibration(results: dict[str, Any]) -> str:
     )
 
 
+# --- rag bench serve --------------------------------------------------------------------------------------------
+
+
+def _s(stats: dict[str, Any], key: str) -> str:
+    value = stats.get(key)
+    return "–" if value is None else f"{value / 1000:.2f}"
+
+
+@table("bench-serve", "bench-serve.json")
+def bench_serve(results: dict[str, Any]) -> str:
+    """Every phase of the serving benchmark: closed-loop levels, then the open loop at its multiple of capacity;
+    goodput, total and TTFT p50/p95/p99 (s) with n, rejections with their p99 and max ms, errors by kind, tokens/s."""
+    phases = list(results["levels"]) + ([results["open_loop"]] if results.get("open_loop") else [])
+    rows = []
+    for p in phases:
+        if p["mode"] == "closed":
+            label = f"closed loop, concurrency {p['concurrency']}"
+        else:
+            label = f"open loop, {p['rate_rps']:.3g} req/s ({results['params']['overload']:g} × capacity)"
+        lat, ttft, rejected = p["latency_ms"], p["ttft_ms"], p["rejections"]
+        rejection = (
+            f"{rejected['n']} (p99 {rejected['latency_ms']['p99']:.0f} ms, max {rejected['latency_ms']['max']:.0f} ms)"
+            if rejected["n"]
+            else "0"
+        )
+        rows.append(
+            [
+                label,
+                p["requests"],
+                f"{p['goodput_rps']:.3f}",
+                f"{_s(lat, 'p50')} / {_s(lat, 'p95')} / {_s(lat, 'p99')}",
+                lat["n"],
+                f"{_s(ttft, 'p50')} / {_s(ttft, 'p95')} / {_s(ttft, 'p99')}",
+                ttft["n"],
+                rejection,
+                ", ".join(f"{kind} {n}" for kind, n in p["errors"].items()) or "0",
+                f"{p['llm_tokens_per_s']:.1f}",
+            ]
+        )
+    server, m = results.get("server", {}), results["machine"]
+    caption = (
+        f"{m['date_utc'][:10]}, {m['cores']} cores ({m['cpu']}), load average {m['load_average_1m_at_start']} → "
+        f"{m['load_average_1m_at_end']}; LLM: {server.get('llm', '?')}; store: {server.get('postgres', '?')}; "
+        f"endpoint `{results['params']['endpoint']}`.\n\n"
+    )
+    header = [
+        "phase",
+        "requests",
+        "goodput (answers/s)",
+        "total p50 / p95 / p99 s",
+        "n",
+        "TTFT p50 / p95 / p99 s",
+        "n",
+        "rejected (503)",
+        "errors",
+        "LLM tokens/s",
+    ]
+    return caption + markdown_table(header, rows)
+
+
+_SERVE_TARGET_LABELS = {
+    "goodput_over_capacity": "goodput at the overload rate / goodput at capacity",
+    "timeouts": "timeouts (504, or a stream's `timeout` error)",
+    "max_rejection_ms": "slowest rejection, ms",
+    "rejections_without_retry_after": "rejections without `Retry-After`",
+    "admitted_p99_over_capacity_p99": "admitted answers' p99 / p99 at capacity",
+    "lost": "requests neither answered nor rejected",
+}
+
+
+@table("bench-serve-targets", "bench-serve.json")
+def bench_serve_targets(results: dict[str, Any]) -> str:
+    """The open loop's figures against issue 16's targets (`targets` of the report)."""
+    rows = []
+    for key, label in _SERVE_TARGET_LABELS.items():
+        figure = (results.get("targets") or {}).get(key)
+        if figure is None:
+            continue
+        value, target = figure["value"], figure["target"]
+        shown = "–" if value is None else f"{value:g}"
+        met = "–" if value is None else _target_met(value, target)
+        rows.append([label, shown, target.replace(">=", "≥").replace("<=", "≤"), met])
+    return markdown_table(["figure", "value", "target", "met"], rows)
+
+
 # --- rewriting the README --------------------------------------------------------------------------------------------
 
 

@@ -1,9 +1,11 @@
 """The HTTP API (FastAPI), served by `rag serve`: one `APIRouter` per area, assembled by `agent.http.app.create_app`.
 
 - `ask` (`agent.http.ask`): `POST /v1/ask` `{"question": ..., "top_k": 5, "policy": "always"}` → the `AskResult`
-  JSON of `rag ask --json`; `POST /v1/ask/stream` (same body) → Server-Sent Events: `text`, `restart`,
-  `tool_call`, `tool_result` events (the `agent.events` models as JSON), then one `result` (the `AskResult`) or one
-  `error` (an `ErrorBody`). Closing the stream cancels the answer.
+  JSON of `rag ask --json`; `POST /v1/ask/stream` (same body) → Server-Sent Events: `queued` (while the answer
+  waits for a slot), `text`, `restart`, `tool_call`, `tool_result` events (the `agent.events` models as JSON), then
+  one `result` (the `AskResult`) or one `error` (an `ErrorBody`). Closing the stream cancels the answer. Admission
+  control refuses an answer it cannot start within `ANSWER_QUEUE_DEADLINE_S` with 503 `overloaded` and a
+  `Retry-After` from the measured service rate, before the response starts.
 - `documents` (`agent.http.documents`): `GET /v1/documents?limit=100&cursor=` → `{"documents": [{doc_id, title,
   source, chunks, content_hash, ingested_at}], "total", "next_cursor"}` (keyset pages by doc id);
   `DELETE /v1/documents/{doc_id}` → `{"deleted": [doc_id]}` (404 when not stored); `POST /v1/documents`

@@ -1,16 +1,22 @@
-"""The answering routes: `POST /v1/ask` (one JSON `AskResult`) and `POST /v1/ask/stream` (Server-Sent Events)."""
+"""The answering routes: `POST /v1/ask` (one JSON `AskResult`) and `POST /v1/ask/stream` (Server-Sent Events).
+
+Both take a place in admission control (`agent.http.deps.Admitted`) before the response starts: a refusal is 503
+`overloaded` with `Retry-After`. A client that disconnects cancels its answer, queued or running (Starlette cancels a
+stream by itself; `/v1/ask` watches for the disconnect).
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field, field_validator
 
 from agent.answer import AnswerRequest
-from agent.http.deps import API_KEY, Rag
+from agent.http.deps import API_KEY, Admitted, Rag
 from agent.http.errors import ERROR_RESPONSES, error_body, failure_of
 from agent.results import AskResult
 from agent.settings import Policy
@@ -44,18 +50,40 @@ class AskRequest(BaseModel):
         return AnswerRequest(self.question, top_k=self.top_k, policy=self.policy)
 
 
+async def cancelled_on_disconnect(request: Request, work: Awaitable[AskResult]) -> AskResult | Response:
+    """Await `work`, cancelling it when the client disconnects (Starlette cancels only streaming responses): a
+    question waiting for a slot leaves the queue, a running answer stops using the LLM. Returns a bare 499 (nginx's
+    "client closed request"; nobody receives it) in that case."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        task.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not task.cancelled() or watcher.cancelled():
+            raise  # the server itself is cancelling this request
+        return Response(status_code=499)
+    finally:
+        watcher.cancel()
+
+
 @router.post("/v1/ask", response_model=AskResult)
-async def ask(body: AskRequest, rag: Rag) -> AskResult:
+async def ask(body: AskRequest, rag: Rag, ticket: Admitted, request: Request) -> AskResult | Response:
     """Answer one question; the JSON `AskResult` (answer, citations, timings_ms, refused, policy, searches)."""
-    return await rag.ask(body.to_request())
+    return await cancelled_on_disconnect(request, rag.ask(body.to_request(), admission=ticket))
 
 
 @router.post("/v1/ask/stream", response_class=EventSourceResponse)
-async def ask_stream(body: AskRequest, rag: Rag) -> AsyncIterator[ServerSentEvent]:
-    """Stream one answer as Server-Sent Events: `text`, `restart`, `tool_call`, `tool_result`, then `result` or
-    `error`; closing the stream cancels the answer."""
+async def ask_stream(body: AskRequest, rag: Rag, ticket: Admitted) -> AsyncIterator[ServerSentEvent]:
+    """Stream one answer as Server-Sent Events: `queued` (with the position, while it waits for a slot), `text`,
+    `restart`, `tool_call`, `tool_result`, then `result` or `error`; closing the stream cancels the answer."""
     try:
-        async for item in rag.ask_stream(body.to_request()):
+        async for item in rag.ask_stream(body.to_request(), admission=ticket):
             if isinstance(item, AskResult):
                 yield ServerSentEvent(event="result", data=item.model_dump())
             else:

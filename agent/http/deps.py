@@ -1,4 +1,5 @@
-"""What the routes depend on, as FastAPI dependencies: the app's `RagApp`, its `Settings`, the API-key check.
+"""What the routes depend on, as FastAPI dependencies: the app's `RagApp`, its `Settings`, the API-key check, a place
+in admission control.
 
 `create_app` stores the settings on `app.state` at creation and the opened `RagApp` in its lifespan; only these
 functions read `app.state`. Tests replace them with `app.dependency_overrides[get_rag] = lambda: rag`.
@@ -7,12 +8,14 @@ functions read `app.state`. Tests replace them with `app.dependency_overrides[ge
 from __future__ import annotations
 
 import secrets
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
+from agent.admission import Ticket
 from agent.app import RagApp
 from agent.settings import Settings
 
@@ -57,3 +60,22 @@ async def require_api_key(
 
 API_KEY = Depends(require_api_key)
 """Add to a router's or route's `dependencies` to guard it with the API key."""
+
+
+async def admitted(rag: Rag) -> AsyncIterator[Ticket]:
+    """A place in the app's admission control (`agent.admission`), taken before the response starts, so that a
+    refusal is a 503 `overloaded` (never an `error` event after a 200 stream), and given back when the request ends,
+    whatever the answer did.
+
+    Raises:
+        agent.errors.OverloadedError: refused at once (queue full, or the expected wait beyond the deadline).
+    """
+    ticket = rag.admission.enter()
+    try:
+        yield ticket
+    finally:
+        ticket.close()
+
+
+Admitted = Annotated[Ticket, Depends(admitted)]
+"""A route parameter of this type holds a place in admission control for the request's answer."""

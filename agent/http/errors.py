@@ -28,6 +28,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "unauthorized": 401,
     "method_not_allowed": 405,
     "timeout": 504,
+    "overloaded": 503,
     "llm_bad_response": 502,
     "llm_unavailable": 503,
     "llm_rate_limited": 503,
@@ -63,7 +64,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "Missing or wrong API key (`API_KEY` is set)."),
         (422, "Bad input or a hit answer limit."),
         (502, "The LLM answered with something unusable."),
-        (503, "A dependency (Triton, Postgres, the LLM) is down or overloaded; see `Retry-After`."),
+        (
+            503,
+            "Overloaded (`overloaded`: admission control refused the answer) or a dependency (Triton, Postgres, the "
+            "LLM) is down or overloaded; see `Retry-After`.",
+        ),
         (504, "The answer timed out."),
     )
 }

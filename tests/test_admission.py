@@ -1,0 +1,284 @@
+"""Admission control for answers (agent/admission.py): slots, the FIFO queue, refusals with their retry time,
+deadline, cancellation while queued, service-rate estimate and metrics. Pure logic: a manual clock, no real time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from agent.admission import AdmissionController, AdmissionMetrics, ServiceRate, Ticket
+from agent.errors import OverloadedError
+from agent.failures import Failure, describe
+from agent.http_api import error_response
+
+
+class ManualClock:
+    """Time that moves only on `advance`; `sleep` returns once the clock has been advanced past its wake time."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        wake = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.t + seconds, wake))
+        if seconds <= 0:
+            wake.set_result(None)
+        await wake
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+        for at, wake in self._sleepers:
+            if at <= self.t and not wake.done():
+                wake.set_result(None)
+
+
+async def settle() -> None:
+    """Let every ready task run until none is ready (event loop turns, no time passes)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def controller(
+    max_in_progress: int = 2, queue_max: int = 3, deadline_s: float = 10.0
+) -> tuple[AdmissionController, ManualClock, AdmissionMetrics, CollectorRegistry]:
+    clock, registry = ManualClock(), CollectorRegistry()
+    metrics = AdmissionMetrics.create(registry)
+    admission = AdmissionController(max_in_progress, queue_max, deadline_s, clock=clock, metrics=metrics)
+    return admission, clock, metrics, registry
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    value = registry.get_sample_value(name, labels)
+    assert value is not None, name
+    return value
+
+
+async def complete(admission: AdmissionController, clock: ManualClock, durations_s: list[float]) -> None:
+    """Run one answer per duration through a free slot, one after another, so the service rate is measured."""
+    for duration in durations_s:
+        async with admission.admit():
+            clock.advance(duration)
+
+
+def waiting(ticket: Ticket, positions: list[int]) -> asyncio.Task[None]:
+    return asyncio.create_task(ticket.wait(positions.append))
+
+
+async def test_free_slots_admit_at_once_and_the_rest_queue_then_refuse_when_full() -> None:
+    admission, _, _, registry = controller(max_in_progress=2, queue_max=3)
+    first, second = admission.enter(), admission.enter()
+    assert first.admitted and second.admitted and admission.in_progress == 2
+    queued = [admission.enter() for _ in range(3)]
+    assert [t.admitted for t in queued] == [False] * 3
+    assert [t.position for t in queued] == [1, 2, 3]
+    with pytest.raises(OverloadedError, match="ANSWER_QUEUE_MAX=3") as refused:
+        admission.enter()
+    assert refused.value.kind == "overloaded" and refused.value.reason == "queue_full"
+    assert refused.value.retry_after_s == 10.0  # no answer completed yet: the deadline
+    assert "retry in 10 s" in str(refused.value)
+    assert sample(registry, "rag_admission_rejections_total", reason="queue_full") == 1
+    assert sample(registry, "rag_admission_queue_length") == 3
+    assert sample(registry, "rag_answers_in_progress") == 2
+
+
+async def test_a_freed_slot_goes_to_the_head_of_the_queue_in_arrival_order() -> None:
+    admission, _, _, registry = controller(max_in_progress=1, queue_max=5)
+    holder = admission.enter()
+    tickets = [admission.enter() for _ in range(3)]
+    positions: list[list[int]] = [[], [], []]
+    tasks = [waiting(t, p) for t, p in zip(tickets, positions, strict=True)]
+    await settle()
+    assert positions == [[1], [2], [3]]
+    holder.close()
+    await settle()
+    assert tasks[0].done() and not tasks[1].done() and not tasks[2].done()
+    assert positions == [[1], [2, 1], [3, 2]]
+    assert admission.in_progress == 1 and admission.queue_length == 2
+    tickets[0].close()
+    await settle()
+    assert tasks[1].done() and not tasks[2].done() and positions[2] == [3, 2, 1]
+    tickets[1].close()
+    await settle()
+    tickets[2].close()
+    assert admission.in_progress == 0 and admission.queue_length == 0
+    assert sample(registry, "rag_answers_in_progress") == 0 and sample(registry, "rag_admission_queue_length") == 0
+    # an arrival with a free slot and nobody waiting is admitted at once again
+    assert admission.enter().admitted
+
+
+async def test_expected_wait_beyond_the_deadline_is_refused_at_once_with_retry_after_from_the_service_rate() -> None:
+    admission, clock, _, registry = controller(max_in_progress=2, queue_max=100, deadline_s=10.0)
+    await complete(admission, clock, [4.0, 4.0])  # mean duration 4 s over 2 slots: 0.5 answers/s
+    assert admission.rate.per_s == pytest.approx(0.5)
+    admission.enter(), admission.enter()
+    queued = [admission.enter() for _ in range(5)]  # position 5 expects 10 s: not beyond the deadline
+    assert admission.expected_wait_s(5) == pytest.approx(10.0)
+    with pytest.raises(OverloadedError, match=r"expected wait 12\.0 s at queue position 6") as refused:
+        admission.enter()
+    assert refused.value.reason == "expected_wait"
+    assert refused.value.retry_after_s == pytest.approx(12.0)  # 6 places drain at 0.5/s
+    assert admission.queue_length == len(queued) == 5  # the refused request holds nothing
+    assert sample(registry, "rag_admission_rejections_total", reason="expected_wait") == 1
+    assert sample(registry, "rag_admission_rejections_total", reason="queue_full") == 0
+
+
+async def test_a_cancelled_waiter_leaves_the_queue_and_those_behind_move_up() -> None:
+    admission, _, _, registry = controller(max_in_progress=1, queue_max=5)
+    holder = admission.enter()
+    tickets = [admission.enter() for _ in range(3)]
+    positions: list[list[int]] = [[], [], []]
+    tasks = [waiting(t, p) for t, p in zip(tickets, positions, strict=True)]
+    await settle()
+    tasks[0].cancel()  # the client at the head disconnects
+    await settle()
+    assert tasks[0].cancelled() and tickets[0].position is None
+    assert admission.queue_length == 2 and positions[1:] == [[2, 1], [3, 2]]
+    holder.close()
+    await settle()
+    assert tasks[1].done() and tickets[1].admitted and not tickets[0].admitted
+    assert sample(registry, "rag_admission_queue_length") == 1
+    assert sample(registry, "rag_admission_rejections_total", reason="deadline") == 0
+
+
+async def test_a_slot_granted_to_a_waiter_cancelled_in_the_same_turn_passes_to_the_next() -> None:
+    admission, _, _, _ = controller(max_in_progress=1, queue_max=5)
+    holder = admission.enter()
+    first, second = admission.enter(), admission.enter()
+    tasks = [waiting(first, []), waiting(second, [])]
+    await settle()
+    tasks[0].cancel()
+    holder.close()  # grants `first` before its task sees the cancellation
+    await settle()
+    assert tasks[0].cancelled() and tasks[1].done() and second.admitted
+    assert admission.in_progress == 1 and admission.queue_length == 0
+
+
+async def test_a_waiter_past_the_deadline_is_refused_and_leaves_the_queue() -> None:
+    admission, clock, _, registry = controller(max_in_progress=1, queue_max=5, deadline_s=10.0)
+    admission.enter()
+    late, later = admission.enter(), admission.enter()
+    clock.advance(4.0)
+    task_late, task_later = waiting(late, []), waiting(later, [])
+    await settle()
+    clock.advance(5.9)
+    await settle()
+    assert not task_late.done()  # 9.9 s waited
+    clock.advance(0.1)
+    await settle()
+    with pytest.raises(OverloadedError, match=r"waited 10\.0 s in the queue") as refused:
+        task_late.result()
+    assert refused.value.reason == "deadline"
+    with pytest.raises(OverloadedError, match="ANSWER_QUEUE_DEADLINE_S=10"):
+        task_later.result()
+    assert admission.queue_length == 0 and admission.in_progress == 1
+    assert sample(registry, "rag_admission_rejections_total", reason="deadline") == 2
+    assert sample(registry, "rag_admission_queue_wait_seconds_count") == 3  # one admitted at once, two expired
+    assert sample(registry, "rag_admission_queue_wait_seconds_sum") == pytest.approx(20.0)
+
+
+async def test_admit_holds_a_slot_for_its_body_and_measures_its_duration() -> None:
+    admission, clock, _, registry = controller(max_in_progress=1, queue_max=1)
+    seen: list[int] = []
+
+    async def answer(duration: float) -> None:
+        async with admission.admit(seen.append):
+            assert admission.in_progress == 1
+            await clock.sleep(duration)
+
+    first = asyncio.create_task(answer(3.0))
+    await settle()
+    second = asyncio.create_task(answer(5.0))
+    await settle()
+    assert seen == [1] and admission.queue_length == 1
+    clock.advance(3.0)
+    await settle()
+    assert first.done() and admission.rate.mean_s == pytest.approx(3.0)
+    assert sample(registry, "rag_admission_queue_wait_seconds_sum") == pytest.approx(3.0)
+    clock.advance(5.0)
+    await settle()
+    assert second.done() and admission.in_progress == 0
+    assert admission.rate.mean_s == pytest.approx(3.0 + 0.2 * (5.0 - 3.0))
+
+
+async def test_a_cancelled_answer_frees_its_slot_without_feeding_the_service_rate() -> None:
+    admission, clock, _, _ = controller(max_in_progress=1, queue_max=0)
+    started = asyncio.Event()
+
+    async def answer() -> None:
+        async with admission.admit():
+            started.set()
+            await clock.sleep(100.0)
+
+    task = asyncio.create_task(answer())
+    await started.wait()
+    with pytest.raises(OverloadedError, match="0 answers queued"):
+        admission.enter()  # queue_max 0: all slots busy means refused
+    clock.t = 50.0
+    task.cancel()
+    await settle()
+    assert admission.in_progress == 0 and admission.rate.mean_s is None
+
+
+async def test_an_error_in_the_answer_frees_its_slot_and_counts_as_service_time() -> None:
+    admission, clock, _, _ = controller()
+
+    async def failing() -> None:
+        async with admission.admit():
+            clock.advance(2.0)
+            raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await failing()
+    assert admission.in_progress == 0 and admission.rate.mean_s == 2.0
+
+
+def test_service_rate_is_slots_over_the_moving_average_of_durations() -> None:
+    rate = ServiceRate(slots=4)
+    assert rate.per_s is None
+    rate.observe(8.0)
+    assert rate.per_s == pytest.approx(0.5)
+    rate.observe(18.0)  # 8 + 0.2 * (18 - 8) = 10
+    assert rate.mean_s == pytest.approx(10.0) and rate.per_s == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="alpha"):
+        ServiceRate(slots=1, alpha=0.0)
+
+
+@pytest.mark.parametrize(
+    ("build", "setting"),
+    [
+        (lambda: AdmissionController(0, 1, 1.0), "ANSWER_MAX_IN_PROGRESS=0"),
+        (lambda: AdmissionController(1, -1, 1.0), "ANSWER_QUEUE_MAX=-1"),
+        (lambda: AdmissionController(1, 1, 0.0), "ANSWER_QUEUE_DEADLINE_S=0"),
+    ],
+)
+def test_bounds_out_of_range_name_their_setting(build: Callable[[], object], setting: str) -> None:
+    with pytest.raises(ValueError, match=setting):
+        build()
+
+
+async def test_a_closed_ticket_cannot_wait() -> None:
+    admission, _, _, _ = controller()
+    ticket = admission.enter()
+    ticket.close()
+    ticket.close()  # idempotent
+    wait: Awaitable[None] = ticket.wait()
+    with pytest.raises(RuntimeError, match="closed"):
+        await wait
+    assert admission.in_progress == 0
+
+
+def test_an_overloaded_refusal_is_a_503_with_its_own_retry_after_and_a_one_line_message() -> None:
+    refusal = OverloadedError("overloaded: 4 answers queued (ANSWER_QUEUE_MAX=4); retry in 8 s", 7.2, "queue_full")
+    failure = describe(refusal)
+    assert failure == Failure("overloaded", str(refusal), retryable=True, retry_after_s=7.2)
+    response = error_response(failure)
+    assert response.status_code == 503 and response.headers["retry-after"] == "8"
+    assert json.loads(bytes(response.body)) == {"error": "overloaded", "detail": str(refusal)}
