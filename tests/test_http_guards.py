@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr, ValidationError
 
+from agent.admission import AdmissionController
 from agent.http_api import create_app
 from agent.http_guards import LOOPBACK_HOSTS, allowed_hosts_for, require_key_off_loopback
 from agent.settings import Settings, SettingsError
@@ -24,10 +25,11 @@ KEY = "s3cret-clé"  # non-ASCII: clients send it as UTF-8 bytes
 
 
 class MemoryDocuments:
-    """The part of `RagApp` the document routes use, over a set of stored ids."""
+    """The part of `RagApp` the document and ask routes use before any answer: stored ids and admission control."""
 
     def __init__(self, *doc_ids: str) -> None:
         self.stored = set(doc_ids)
+        self.admission = AdmissionController(max_in_progress=1, queue_max=1, deadline_s=30.0)
 
     async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
         deleted = sorted(self.stored & set(doc_ids))
