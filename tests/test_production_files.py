@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -1307,7 +1308,7 @@ def start_shipped_pgbouncer(postgres_url: str, workdir: Path) -> tuple[subproces
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), port
 
 
-async def test_search_settings_reach_queries_through_the_shipped_pgbouncer(postgres_url: str, tmp_path: Path) -> None:
+async def test_search_settings_reach_queries_through_the_shipped_pgbouncer(postgres_url: str) -> None:
     """Issue 16, end to end: the shipped pgbouncer.ini in transaction mode refuses the search settings as startup
     parameters, and the database defaults (the shipped SQL) reach every transaction on both pooled databases."""
     import asyncio
@@ -1321,9 +1322,11 @@ async def test_search_settings_reach_queries_through_the_shipped_pgbouncer(postg
         await conn.execute(search_settings_sql())
     finally:
         await conn.close()
-    proc, port = start_shipped_pgbouncer(postgres_url, tmp_path)
+    # Under /tmp itself: PgBouncer runs as the server's user, which cannot traverse pytest's private tmp folders.
+    workdir = Path(tempfile.mkdtemp(prefix="rag-pgbouncer-"))
+    proc, port = start_shipped_pgbouncer(postgres_url, workdir)
     try:
-        log = tmp_path / "pgbouncer.log"
+        log = workdir / "pgbouncer.log"
         for _ in range(100):  # PgBouncer logs this line once its socket listens
             if "listening on 127.0.0.1" in log.read_text(errors="replace") or proc.poll() is not None:
                 break
@@ -1358,3 +1361,4 @@ async def test_search_settings_reach_queries_through_the_shipped_pgbouncer(postg
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
