@@ -39,16 +39,38 @@ def log_file(run_dir: Path, name: str) -> Path:
     return run_dir / f"{name}.log"
 
 
+START_MATCH_S = 0.05
+"""Largest difference (s) between a recorded and a live start time for the two to be one process (the kernel counts
+start times in clock ticks of 10 ms)."""
+
+
 @dataclass(frozen=True)
 class PidRecord:
-    """What a PID file holds (JSON): the PID, the process start time (psutil `create_time`, seconds since the epoch)
-    and its command line. A PID alone is not enough: PID files outlive reboots and PIDs are reused, so a file is
-    trusted only while a process with that PID and start time runs (PID + start time identify one process; the
-    command line is recorded for the messages, not compared, because servers may rewrite their process title)."""
+    """What a PID file holds (JSON): the PID, the process start time (psutil `create_time`, seconds since the epoch),
+    its start time counted from boot (`since_boot_s`) and its command line. A PID alone is not enough: PID files
+    outlive reboots and PIDs are reused, so a file is trusted only while a process with that PID and start time runs
+    (PID + start time identify one process; the command line is recorded for the messages, not compared, because
+    servers may rewrite their process title).
+
+    The comparison uses `since_boot_s`: the kernel records a start in ticks since boot, and `create_time` adds the
+    boot time, which Linux recomputes from the wall clock on every read (`btime`, whole seconds), so `create_time`
+    of one process jumps by a second whenever the clock is adjusted across a boundary. Files without `since_boot_s`
+    (written before it existed) are compared by `create_time`."""
 
     pid: int
     create_time: float
     cmdline: list[str]
+    since_boot_s: float | None = None
+
+
+def _since_boot_s(pid: int) -> float | None:
+    """Start of process `pid` in seconds since boot: field 22 (`starttime`, clock ticks) of `/proc/<pid>/stat`
+    (proc(5)), which no clock adjustment changes; None where there is no such file."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _identity(pid: int) -> PidRecord | None:
@@ -61,7 +83,7 @@ def _identity(pid: int) -> PidRecord | None:
             cmdline = proc.cmdline()
         except psutil.AccessDenied:
             cmdline = []
-        return PidRecord(pid, proc.create_time(), cmdline)
+        return PidRecord(pid, proc.create_time(), cmdline, _since_boot_s(pid))
     except psutil.NoSuchProcess:
         return None
 
@@ -75,10 +97,16 @@ def read_pid(run_dir: Path, name: str) -> int | None:
     path = pid_file(run_dir, name)
     try:
         raw = json.loads(path.read_text())
-        record = PidRecord(int(raw["pid"]), float(raw["create_time"]), [str(part) for part in raw["cmdline"]])
+        since_boot = raw.get("since_boot_s")
+        record = PidRecord(
+            int(raw["pid"]),
+            float(raw["create_time"]),
+            [str(part) for part in raw["cmdline"]],
+            float(since_boot) if since_boot is not None else None,
+        )
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         text = path.read_text().strip()
         why = (
             f"the older plain-PID form ({text}), which cannot tell a reused PID from {name}"
@@ -91,7 +119,7 @@ def read_pid(run_dir: Path, name: str) -> int | None:
     live = _identity(record.pid)
     if live is None:
         log.warning("%s: stale PID file removed (%s, pid %d, is not running)", path, name, record.pid)
-    elif abs(live.create_time - record.create_time) > 0.05:
+    elif not _same_start(live, record):
         log.warning(
             "%s: stale PID file removed: pid %d is now another process (started %s, %s), not %s; not signalled",
             path,
@@ -104,6 +132,13 @@ def read_pid(run_dir: Path, name: str) -> int | None:
         return record.pid
     path.unlink(missing_ok=True)
     return None
+
+
+def _same_start(live: PidRecord, record: PidRecord) -> bool:
+    """True when `record` was written for the running process `live` (see `PidRecord`)."""
+    if record.since_boot_s is not None and live.since_boot_s is not None:
+        return abs(live.since_boot_s - record.since_boot_s) <= START_MATCH_S
+    return abs(live.create_time - record.create_time) <= START_MATCH_S
 
 
 def write_pid(run_dir: Path, name: str, pid: int) -> None:

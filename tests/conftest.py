@@ -51,6 +51,10 @@ DISTRACTORS = 200
 LOADED_MACHINE_TRITON_TIMEOUT_S = 600
 """Per-request Triton deadline (s) of the test ingests that are not about deadlines."""
 
+LOADED_MACHINE_VLLM_START_S = 840
+"""How long the `llm` tests wait for vLLM to become ready (s): 84-104 s on a quiet machine, past 7 min when other
+jobs load the CPUs; just under pytest's per-test timeout (900 s), which bounds the fixture's setup anyway."""
+
 STACK_FIXTURES = frozenset({"postgres_url", "triton_server", "llm_settings"})
 """Fixtures that start a real server; a test depending on any of them is a `stack` test."""
 
@@ -129,6 +133,7 @@ def settings(data_dir: Path) -> Settings:
         llm_base_url=f"http://127.0.0.1:{vllm_port}/v1",  # served once a test asks for `llm_settings`
         database_url=None,
         llm_max_tokens=96,
+        vllm_start_timeout_s=LOADED_MACHINE_VLLM_START_S,
     )
 
 

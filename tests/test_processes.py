@@ -1,0 +1,42 @@
+"""PID records name one process across clock adjustments, and never another process under a reused PID."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra import processes
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "120"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_pid_record_still_names_its_process_after_the_clock_moves(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    processes.write_pid(tmp_path, "svc", sleeper.pid)
+    path = processes.pid_file(tmp_path, "svc")
+    record = json.loads(path.read_text())
+    # Linux recomputes the boot time from the wall clock on every read, in whole seconds: after a clock adjustment
+    # the epoch start time of the same process reads one second off.
+    path.write_text(json.dumps(record | {"create_time": record["create_time"] + 1.0}))
+    assert processes.read_pid(tmp_path, "svc") == sleeper.pid
+
+
+def test_a_pid_record_of_another_start_names_no_process(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    processes.write_pid(tmp_path, "svc", sleeper.pid)
+    path = processes.pid_file(tmp_path, "svc")
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps(record | {"since_boot_s": record["since_boot_s"] - 30.0}))  # the PID, reused
+    assert processes.read_pid(tmp_path, "svc") is None
+    assert not path.exists()
+    assert sleeper.poll() is None
