@@ -38,6 +38,11 @@ if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ] && [ ! -x .
   dpkg-deb -x "$tmp"/pgbouncer_*.deb "$tmp/root" && mkdir -p .tools/usr/sbin
   cp "$tmp/root/usr/sbin/pgbouncer" .tools/usr/sbin/ && rm -rf "$tmp"
 fi
+# The unpacked binary links libevent and c-ares (plain libraries; installing them starts nothing).
+if [ -x .tools/usr/sbin/pgbouncer ] && ldd .tools/usr/sbin/pgbouncer | grep -q "not found"; then
+  echo "== installing pgbouncer's libraries (libevent, c-ares)"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends libevent-2.1-7 libc-ares2 >/dev/null
+fi
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports
