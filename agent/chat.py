@@ -63,7 +63,8 @@ def print_sources(console: Console, result: AskResult) -> None:
         console.print("\n[bold]Sources[/]")
         for c in result.citations:
             console.print(
-                f"  [{c.passage}] doc {c.doc_id} ({c.chunk_id}, score {c.score:.4f}) {c.title}",
+                f"  [{c.passage}] doc {c.doc_id} ({c.chunk_id}, score {c.score:.4f}) {c.title}"
+                + (f" — {c.location}" if c.location else ""),
                 highlight=False,
                 markup=False,
                 soft_wrap=True,

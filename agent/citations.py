@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agent.results import Citation
+from agent.results import Citation, location_fields
 from tools.retrieval import Passage
 
 _NUMBERS = r"\d+(?:\s*[,;]\s*\d+)*"
@@ -186,6 +186,7 @@ def extract_citations(
             score=by_number[n].score,
             passage=n,
             title=by_number[n].title,
+            **location_fields(by_number[n].metadata),
         )
         for n in cited
     ]

@@ -31,7 +31,7 @@ from agent.app import RagApp
 from agent.chat import print_sources, run_chat
 from agent.errors import InputError
 from agent.failures import Failure, describe
-from agent.ingest_cli import IngestTally, ingest_progress, one_line_pool_warnings, report_lines
+from agent.ingest_cli import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
 from agent.results import AskResult
 from agent.settings import Policy, Settings, describe_validation_error
 from agent.up_cli import UpProgress
@@ -149,12 +149,21 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON only
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help=".jsonl (BEIR corpus), .txt or .md files")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Files or folders (walked recursively): PDF, HTML, DOCX, Markdown, text, BEIR .jsonl"),
+    ],
     root: Annotated[
         Path | None,
-        typer.Option(help="Ids of .txt/.md files are their paths relative to this (default: cwd or common parent)."),
+        typer.Option(help="Ids of document files are their paths relative to this (default: cwd or common parent)."),
     ] = None,
     prefix: Annotated[str, typer.Option(help="Prepended to every document id.")] = "",
+    include: Annotated[
+        list[str] | None, typer.Option("--include", help="Only files in folders matching this glob (repeatable).")
+    ] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option("--exclude", help="Leave out files in folders matching this glob (repeatable).")
+    ] = None,
     ceiling: Annotated[
         bool,
         typer.Option(
@@ -165,16 +174,18 @@ def ingest(
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as one JSON object only.")] = False,
 ) -> None:
     """Chunk, embed and store documents; re-ingesting the same content adds nothing, an interrupted run resumes.
+    Files that cannot be read are listed with the cause and the run goes on; the exit code is 1 when any failed.
     Progress goes to stderr. `--ceiling` adds the in-process throughput ceiling benchmark."""
     settings = Settings()
     one_line_pool_warnings()
     tally = IngestTally()
+    globs = {"include": include or [], "exclude": exclude or []}
 
     async def run() -> tuple[IngestReport, int, int]:
         with ingest_progress(err_console, err_console.is_terminal) as progress:
-            return await ingest_files(settings, paths, tally.track(progress), root=root, prefix=prefix)
+            return await ingest_files(settings, paths, tally.track(progress), root=root, prefix=prefix, **globs)
 
-    plan_inputs(paths, root, prefix)
+    plan_inputs(paths, root, prefix, **globs)
     try:
         report, docs, chunks = asyncio.run(run())
     except EmbedderError as exc:
@@ -182,28 +193,17 @@ def ingest(
     except KeyboardInterrupt:
         raise ServiceError(f"interrupted; {tally.kept()}") from None
     if as_json:
-        print_json(
-            {
-                "documents": report.documents,
-                "added": report.added,
-                "skipped": report.skipped,
-                "chunks": report.chunks,
-                "failed": [
-                    {"doc_id": b.doc_id, "chunk_index": b.chunk_index, "reason": b.reason} for b in report.failed
-                ],
-                "wall_s": round(report.wall_s, 3),
-                "stored_documents": docs,
-                "stored_chunks": chunks,
-            }
-        )
-        return
-    for line in report_lines(report, settings):
-        console.print(line, markup=False, soft_wrap=True)
-    if ceiling:
-        from evals.cli import ingest_ceiling_line
+        print_json(report_json(report, docs, chunks))
+    else:
+        for line in report_lines(report, settings):
+            console.print(line, markup=False, soft_wrap=True)
+        if ceiling:
+            from evals.cli import ingest_ceiling_line
 
-        console.print(ingest_ceiling_line(report, settings), markup=False, soft_wrap=True)
-    console.print(f"store holds {docs} documents, {chunks} chunks", markup=False)
+            console.print(ingest_ceiling_line(report, settings), markup=False, soft_wrap=True)
+        console.print(f"store holds {docs} documents, {chunks} chunks", markup=False)
+    if report.any_failed:
+        raise typer.Exit(code=1)
 
 
 LIST_PAGE = 1000

@@ -1,4 +1,5 @@
-"""What `rag ingest` shows: progress while it runs, then counts and throughput.
+"""What `rag ingest` shows: progress while it runs, then the files per type (stored, unchanged, skipped, failed)
+with each failed or skipped file and its cause, PDF pages/s, counts and throughput.
 
 Progress: when stdout is a terminal, a Rich progress bar (on stderr); otherwise log lines (`logging`, stderr) every
 `LOG_EVERY_S` seconds with documents done, docs/s, chunks/s and the ETA.
@@ -113,11 +114,49 @@ def ingest_progress(console: Console, terminal: bool) -> Iterator[ProgressFn]:
     yield log_update
 
 
+def report_json(report: IngestReport, stored_documents: int, stored_chunks: int) -> dict[str, object]:
+    """The `rag ingest --json` object: documents, added, skipped, chunks, failed (chunks), files (per type:
+    stored, unchanged, skipped, failed), file_errors (path, kind, reason), pages, pages_per_s, wall_s,
+    stored_documents, stored_chunks."""
+    return {
+        "documents": report.documents,
+        "added": report.added,
+        "skipped": report.skipped,
+        "chunks": report.chunks,
+        "failed": [{"doc_id": b.doc_id, "chunk_index": b.chunk_index, "reason": b.reason} for b in report.failed],
+        "files": {kind: vars(counts) for kind, counts in sorted(report.files.items())},
+        "file_errors": [{"path": e.path, "kind": e.kind, "reason": e.reason} for e in report.file_errors],
+        "pages": report.pages,
+        "pages_per_s": round(report.pages_per_s, 1),
+        "wall_s": round(report.wall_s, 3),
+        "stored_documents": stored_documents,
+        "stored_chunks": stored_chunks,
+    }
+
+
+def file_lines(report: IngestReport) -> list[str]:
+    """Per type, the files stored, unchanged, skipped and failed; then each failed or skipped file with its
+    cause; then the PDF extraction throughput (pages/s) when PDFs were read."""
+    lines = []
+    for kind, c in sorted(report.files.items()):
+        lines.append(
+            f"{kind}: {c.stored} stored, {c.unchanged} unchanged, {c.skipped} skipped, {c.failed} failed (files)"
+        )
+    lines += [f"  {'skipped' if e.kind == 'unsupported' else 'failed'}: {e.reason}" for e in report.file_errors]
+    if report.pages:
+        lines.append(
+            f"PDF text extraction: {report.pages} pages in {report.extract_s:.2f} s, {report.pages_per_s:.1f} pages/s"
+        )
+    return lines
+
+
 def report_lines(report: IngestReport, settings: Settings) -> list[str]:
-    """The summary of one run: counts, failed chunks, docs/s and chunks/s with the settings that bound them."""
+    """The summary of one run: files per type and their errors (`file_lines`), counts, failed chunks, docs/s and
+    chunks/s with the settings that bound them."""
     lines = [
+        *file_lines(report),
         f"added {report.added} documents ({report.chunks} chunks), skipped {report.skipped} already stored"
-        + (f", {len({b.doc_id for b in report.failed})} not stored (failed chunks below)" if report.failed else "")
+        + (f", {len({b.doc_id for b in report.failed})} not stored (failed chunks below)" if report.failed else ""),
     ]
     lines += [f"  not stored: document {b.doc_id!r} chunk {b.chunk_index}: {b.reason}" for b in report.failed]
     lines.append(

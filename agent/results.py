@@ -2,17 +2,61 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from collections.abc import Mapping
+from posixpath import basename
+from typing import TypedDict
+
+from pydantic import BaseModel, Field, model_validator
+
+SECTION_SEPARATOR = " › "
 
 
 class Citation(BaseModel):
-    """A retrieved chunk the answer refers to."""
+    """A retrieved chunk the answer refers to, with where it lies in its document (page or section) when known."""
 
     doc_id: str = Field(description="Document id as ingested (e.g. a SciFact abstract id).")
     chunk_id: str = Field(description="`<doc_id>#<chunk_index>`, a chunk retrieved for this answer.")
     score: float = Field(description="Retrieval score of the chunk (RRF score in hybrid mode).")
     passage: int = Field(description="Passage number the answer uses for it, from 1.")
     title: str = Field(default="", description="Document title.")
+    page: int | None = Field(default=None, description="PDF page the chunk is on, from 1 (PDF documents only).")
+    section: list[str] = Field(
+        default_factory=list,
+        description="Headings above the chunk, outermost first (Markdown, HTML, DOCX), e.g. `Guide`, `Install`.",
+    )
+    location: str = Field(
+        default="",
+        description="Where to look, for people: `handbook.pdf p. 12` (the file name of the doc id and the page) or "
+        "`Guide › Install › Linux` (the section path); empty when neither is known.",
+    )
+
+    @model_validator(mode="after")
+    def _label(self) -> Citation:
+        if not self.location:
+            if self.page is not None:
+                self.location = f"{basename(self.doc_id)} p. {self.page}"
+            elif self.section:
+                self.location = SECTION_SEPARATOR.join(self.section)
+        return self
+
+
+class Location(TypedDict, total=False):
+    """Where a chunk lies: its PDF page or its section path."""
+
+    page: int
+    section: list[str]
+
+
+def location_fields(metadata: Mapping[str, object]) -> Location:
+    """The `Citation` fields given by a chunk's stored metadata (`{"page": 12}` or `{"section": [...]}`)."""
+    fields: Location = {}
+    page = metadata.get("page")
+    if isinstance(page, int):
+        fields["page"] = page
+    section = metadata.get("section")
+    if isinstance(section, list):
+        fields["section"] = [str(s) for s in section]
+    return fields
 
 
 class AskResult(BaseModel):
@@ -50,6 +94,6 @@ class AskResult(BaseModel):
     )
 
     def to_json_dict(self) -> dict[str, object]:
-        """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title),
-        dropped_citations, timings_ms, refused, policy, searches, truncated, dropped_passages."""
+        """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title, page, section,
+        location), dropped_citations, timings_ms, refused, policy, searches, truncated, dropped_passages."""
         return self.model_dump()

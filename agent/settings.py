@@ -322,6 +322,13 @@ class Settings(BaseSettings):
         "unpruned BM25 (0.6963 vs 0.6959).",
     )
     ingest_batch_docs: int = Field(default=64, ge=1, description="Documents per embed + insert transaction.")
+    # --- document files (tools/extract) ---
+    ingest_max_file_bytes: int = Field(
+        default=100 * 1024 * 1024,
+        ge=1,
+        description="Largest document file `rag ingest` reads, bytes; a larger one fails alone (named) and the run "
+        "goes on. Bounds the memory one extraction takes.",
+    )
     ingest_max_in_flight: int = Field(
         default=4,
         ge=1,

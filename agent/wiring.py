@@ -233,15 +233,19 @@ async def ingest_files(
     *,
     root: Path | None = None,
     prefix: str = "",
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> tuple[IngestReport, int, int]:
-    """Ingest files (.jsonl BEIR corpus, .txt, .md) through `tools.ingest.ingest`: every input is scanned first (a
+    """Ingest files and folders (PDF, HTML, DOCX, Markdown, text, BEIR JSONL; types sniffed from the content) through
+    `tools.ingest.ingest`: every input is scanned first (a
     malformed one stores nothing), then documents stream through chunking, embedding and storing in batches of
     `INGEST_BATCH_DOCS`, with an embedder limited to `INGEST_MAX_IN_FLIGHT` requests in flight. Opens only the
     store and that embedder (no LLM).
 
     Args:
         on_progress: called as `(documents handled, documents in all inputs, chunks written)` per batch.
-        root, prefix: how .txt/.md files are named (see `tools.ingest.plan_inputs`).
+        root, prefix: how document files are named (see `tools.ingest.plan_inputs`).
+        include, exclude: globs filtering the files found in folders.
 
     Returns:
         (the run's report, documents stored afterwards, chunks stored afterwards).
@@ -251,7 +255,7 @@ async def ingest_files(
             document id.
         EmbedderError / StoreError: Triton or Postgres failed; stored batches stay, re-running resumes.
     """
-    inputs = plan_inputs(paths, root, prefix)
+    inputs = plan_inputs(paths, root, prefix, include, exclude)
     embedder = build_embedder(settings, max_in_flight=settings.ingest_max_in_flight)
     spec = embedder.spec
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
@@ -263,6 +267,7 @@ async def ingest_files(
             overlap_tokens=settings.chunk_overlap_tokens,
             batch_docs=settings.ingest_batch_docs,
             on_progress=on_progress,
+            max_file_bytes=settings.ingest_max_file_bytes,
         )
         docs, chunks = await store.count()
     return report, docs, chunks

@@ -13,6 +13,7 @@ is re-tokenised: its `token_count` is the count of its own text and never exceed
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -122,3 +123,55 @@ def chunk_text(text: str, tokenizer: Tokenizer, chunk_tokens: int, overlap_token
         start = next((i for i in candidates if sentence_end(i)), 0) or next(
             (i for i in candidates if word_boundary(i)), earliest
         )
+
+
+PART_MAX_CHARS = 65_536
+"""Longest span tokenised at once by `chunk_parts`: a longer part is cut at its last paragraph break, line break or
+space before this many characters, so the memory one tokenisation takes is bounded whatever the document's size."""
+
+
+def _pieces(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """(start, end) spans covering text[start:end], each at most PART_MAX_CHARS long, cut at whitespace."""
+    spans: list[tuple[int, int]] = []
+    while end - start > PART_MAX_CHARS:
+        limit = start + PART_MAX_CHARS
+        cut = max(text.rfind("\n\n", start, limit), -1)
+        if cut <= start:
+            cut = text.rfind("\n", start, limit)
+        if cut <= start:
+            cut = text.rfind(" ", start, limit)
+        if cut <= start:
+            cut = limit
+        spans.append((start, cut))
+        start = cut
+    spans.append((start, end))
+    return spans
+
+
+def chunk_parts(
+    text: str, starts: list[int], tokenizer: Tokenizer, chunk_tokens: int, overlap_tokens: int
+) -> list[tuple[int, Chunk]]:
+    """Chunks of `text` that never cross a part boundary: `starts` are the character offsets where parts (pages,
+    heading sections) begin, ascending; text before the first start is a part of its own. Each part is chunked by
+    `chunk_text` (a part longer than `PART_MAX_CHARS` in pieces cut at whitespace) and its chunks get offsets into
+    `text` and consecutive indices across the document.
+
+    Returns:
+        (part number, chunk) pairs in text order; the part number indexes `starts` (-1 for text before the first).
+
+    Raises:
+        ValueError: see `chunk_text`; `starts` not ascending or outside the text.
+    """
+    if any(b < a for a, b in itertools.pairwise(starts)) or any(not 0 <= s <= len(text) for s in starts):
+        raise ValueError(f"part starts {starts[:5]}...: expected ascending offsets within the text")
+    bounds = [(-1, 0, starts[0] if starts else len(text))]
+    bounds += [(i, s, e) for i, (s, e) in enumerate(zip(starts, [*starts[1:], len(text)], strict=True))]
+    out: list[tuple[int, Chunk]] = []
+    for part, part_start, part_end in bounds:
+        for piece_start, piece_end in _pieces(text, part_start, part_end):
+            for chunk in chunk_text(text[piece_start:piece_end], tokenizer, chunk_tokens, overlap_tokens):
+                shifted = Chunk(
+                    len(out), chunk.text, chunk.token_count, chunk.start + piece_start, chunk.end + piece_start
+                )
+                out.append((part, shifted))
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -23,12 +24,14 @@ the query terms (`bm25_exhaustive`, cost grows with the corpus), or Postgres' `t
 
 @dataclass(frozen=True)
 class ChunkRecord:
-    """One chunk to store: its text, embedding `(dim,)` float32 and token count."""
+    """One chunk to store: its text, embedding `(dim,)` float32 and token count; `metadata` says where it lies in
+    its document (`{"page": 12}` or `{"section": ["Guide", "Install"]}`, empty when unknown)."""
 
     chunk_index: int
     text: str
     token_count: int
     embedding: npt.NDArray[np.float32]
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,8 @@ class DocumentRecord:
 
 @dataclass(frozen=True)
 class ChunkHit:
-    """A retrieved chunk. `score` is cosine similarity for dense search, BM25 or `ts_rank_cd` for full text."""
+    """A retrieved chunk. `score` is cosine similarity for dense search, BM25 or `ts_rank_cd` for full text;
+    `metadata` is the chunk's own (its page or section path, see `ChunkRecord`)."""
 
     chunk_id: str
     doc_id: str
@@ -53,6 +57,7 @@ class ChunkHit:
     text: str
     source: str
     score: float
+    metadata: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ class DocumentPage:
 
 
 def hit(row: asyncpg.Record) -> ChunkHit:
-    """The ChunkHit of a search row (columns `chunk_id, doc_id, title, text, source, score`)."""
+    """The ChunkHit of a search row (columns `chunk_id, doc_id, title, text, source, metadata, score`)."""
     return ChunkHit(
         chunk_id=row["chunk_id"],
         doc_id=row["doc_id"],
@@ -106,4 +111,5 @@ def hit(row: asyncpg.Record) -> ChunkHit:
         text=row["text"],
         source=row["source"],
         score=float(row["score"]),
+        metadata=json.loads(row["metadata"]),
     )

@@ -3,8 +3,8 @@
 - `rag_meta(key, value)`: the embedder model and dimension the table was built for;
 - `documents(id, doc_id UNIQUE, title, source, metadata jsonb, content_hash, ingested_at)`;
 - `chunks(id, chunk_id UNIQUE, document_id -> documents, chunk_index, text, token_count, embedding vector(dim),
-  tsv tsvector GENERATED from the chunk text)`, an HNSW index (`vector_cosine_ops`, pgvector 0.8) on `embedding`
-  and a GIN index on `tsv`;
+  metadata jsonb (page or section path), tsv tsvector GENERATED from the chunk text)`, an HNSW index
+  (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index on `tsv`;
 - the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings).
 """
 
@@ -58,12 +58,14 @@ async def set_up(conn: Conn, model_name: str, dim: int, k1: float, b: float) -> 
 
 async def _migrate(conn: Conn, k1: float, b: float) -> None:
     """Bring a store made by an earlier version up to this schema (inside `set_up`'s locked transaction): the
-    `ingested_at` column, the `source` index, the BM25 tables (built from the stored chunks when new)."""
+    `ingested_at` column, the chunks' `metadata` column, the `source` index, the BM25 tables (built from the
+    stored chunks when new)."""
     has_ingested_at = await conn.fetchval(
         "SELECT 1 FROM pg_attribute WHERE attrelid = 'documents'::regclass AND attname = 'ingested_at'"
     )
     if not has_ingested_at:
         await conn.execute("ALTER TABLE documents ADD COLUMN ingested_at timestamptz NOT NULL DEFAULT now()")
+    await conn.execute("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS metadata jsonb NOT NULL DEFAULT '{}'")
     if await conn.fetchval("SELECT to_regclass('documents_source')") is None:
         await conn.execute("CREATE INDEX documents_source ON documents (source)")
     if await conn.fetchval("SELECT to_regclass('bm25_corpus')") is None:
@@ -130,6 +132,7 @@ def schema_sql(dim: int) -> str:
         text text NOT NULL,
         token_count integer NOT NULL,
         embedding vector({dim}) NOT NULL,
+        metadata jsonb NOT NULL DEFAULT '{{}}',
         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
         UNIQUE (document_id, chunk_index)
     );

@@ -20,7 +20,7 @@ from tools import bm25
 from tools.store.errors import StoreError
 from tools.store.records import ChunkHit, Conn, FullTextMatch, FullTextRank, hit
 
-HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source"
+HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source, c.metadata"
 
 DENSE_SQL = f"""
 SELECT {HIT_COLUMNS}, 1 - (c.embedding <=> $1) AS score

@@ -80,14 +80,22 @@ async def add_documents(
     )
     ids = {r["doc_id"]: r["id"] for r in rows}
     records = [
-        (ids[doc.doc_id], f"{doc.doc_id}#{c.chunk_index}", c.chunk_index, c.text, c.token_count, c.embedding)
+        (
+            ids[doc.doc_id],
+            f"{doc.doc_id}#{c.chunk_index}",
+            c.chunk_index,
+            c.text,
+            c.token_count,
+            c.embedding,
+            json.dumps(c.metadata),
+        )
         for doc in new_docs.values()
         for c in doc.chunks
     ]
     await conn.copy_records_to_table(
         "chunks",
         records=records,
-        columns=["document_id", "chunk_id", "chunk_index", "text", "token_count", "embedding"],
+        columns=["document_id", "chunk_id", "chunk_index", "text", "token_count", "embedding", "metadata"],
     )
     await bm25.add_chunks(conn, list(ids.values()), k1, b)
     return IngestCounts(added=len(new_docs), skipped=skipped, chunks=len(records), missing=missing)

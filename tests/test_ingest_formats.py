@@ -1,0 +1,196 @@
+"""Document files without any server: type sniffing, text and structure of real PDF, HTML, DOCX and Markdown files,
+chunks kept to their page or section, and a clear per-file error for each kind of bad file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.document_files import GUIDE_HTML, empty_pdf, encrypted_pdf, guide_docx, print_pdf, zip_named
+from tools.extract import ExtractError, Section, extract, sniff
+from tools.ingest import plan_inputs, read_documents
+from tools.ingest.embedding import located_chunks
+from tools.tokenizer import load_tokenizer
+
+LIMIT = 10 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("documents")
+    print_pdf(GUIDE_HTML, folder / "guide.pdf")
+    (folder / "guide.html").write_text(GUIDE_HTML, encoding="utf-8")
+    guide_docx(folder / "guide.docx")
+    return folder
+
+
+def test_types_are_sniffed_from_content_not_the_name(files: Path, tmp_path: Path) -> None:
+    disguised = tmp_path / "report.txt"
+    disguised.write_bytes((files / "guide.pdf").read_bytes())
+    page = tmp_path / "page.dat"
+    page.write_text("  <!DOCTYPE html><html><body><p>hi</p></body></html>")
+    word = tmp_path / "word.bin"
+    word.write_bytes((files / "guide.docx").read_bytes())
+    beir = tmp_path / "corpus.txt"
+    beir.write_text('{"_id": "1", "title": "t", "text": "x"}\n')
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nplain")
+    image = tmp_path / "photo.jpg"
+    image.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF" + bytes(range(256)) * 8)
+    assert [sniff(p) for p in (disguised, page, word, beir, notes, image)] == [
+        "pdf",
+        "html",
+        "docx",
+        "jsonl",
+        "markdown",
+        "unsupported",
+    ]
+    assert sniff(zip_named(tmp_path / "really.pdf")) == "zip"
+    (tmp_path / "none.pdf").write_bytes(b"")
+    assert sniff(tmp_path / "none.pdf") == "empty"
+
+
+def test_pdf_text_layer_page_by_page(files: Path) -> None:
+    got = extract(files / "guide.pdf", "pdf", LIMIT)
+    assert got.pages == 2 and got.title == "Handbook"
+    assert [s.page for s in got.sections] == [1, 2]
+    page_1 = got.text[got.sections[0].start : got.sections[1].start]
+    page_2 = got.text[got.sections[1].start :]
+    assert "zebrafish" in page_1 and "quokka" not in page_1
+    assert "quokka" in page_2 and "administrator account" in page_2
+
+
+def test_html_main_content_without_boilerplate_and_with_heading_paths(files: Path) -> None:
+    got = extract(files / "guide.html", "html", LIMIT)
+    assert "zebrafish" in got.text and "quokka" in got.text
+    for boilerplate in ("About us", "Cookie settings", "Copyright"):
+        assert boilerplate not in got.text
+    paths = {s.path for s in got.sections}
+    assert ("Guide", "Install", "Linux") in paths and ("Guide", "Install", "Windows") in paths
+    linux = next(s for s in got.sections if s.path[-1:] == ("Linux",))
+    assert got.text[linux.start :].startswith("Linux")
+
+
+def test_docx_headings_paragraphs_and_tables(files: Path) -> None:
+    got = extract(files / "guide.docx", "docx", LIMIT)
+    assert got.title == "Guide"
+    assert "Distribution | Command\nDebian | apt" in got.text
+    by_path = {s.path: s.start for s in got.sections}
+    assert list(by_path) == [
+        ("Guide",),
+        ("Guide", "Install"),
+        ("Guide", "Install", "Linux"),
+        ("Guide", "Install", "Windows"),
+    ]
+    linux_part = got.text[by_path[("Guide", "Install", "Linux")] : by_path[("Guide", "Install", "Windows")]]
+    assert "zebrafish" in linux_part and "Debian | apt" in linux_part and "quokka" not in linux_part
+
+
+def test_markdown_sections_ignore_hashes_in_code(tmp_path: Path) -> None:
+    md = tmp_path / "m.md"
+    md.write_text(
+        "Intro line.\n\n# Guide\n\ntext\n\n```sh\n# not a heading\n```\n\n## Install\n\nmore\n\nSetext\n======\n\nx"
+    )
+    got = extract(md, "markdown", LIMIT)
+    assert [s.path for s in got.sections] == [(), ("Guide",), ("Guide", "Install"), ("Setext",)]
+    assert got.text[got.sections[2].start :].startswith("## Install")
+
+
+def test_chunks_never_cross_a_page_and_carry_it(files: Path) -> None:
+    doc = next(iter(read_documents(plan_inputs([files / "guide.pdf"], root=files)[0])))
+    assert doc.doc_id == "guide.pdf" and doc.metadata == {"format": "pdf", "pages": 2}
+    chunks = located_chunks(doc, load_tokenizer("all-minilm-l6-v2"), 200, 40)
+    assert [loc for _, loc in chunks] == [{"page": 1}, {"page": 2}]
+    assert "zebrafish" in chunks[0][0].text and "quokka" in chunks[1][0].text
+    assert [c.index for c, _ in chunks] == [0, 1]
+
+
+def test_chunks_of_a_long_section_keep_its_path_within_the_window(tmp_path: Path) -> None:
+    body = " ".join(f"Sentence number {i} about installing the service." for i in range(120))
+    md = tmp_path / "long.md"
+    md.write_text(f"# Guide\n\nShort intro.\n\n## Install\n\n{body}\n\n## Use\n\nRun it.")
+    doc = next(iter(read_documents(plan_inputs([md], root=tmp_path)[0])))
+    chunks = located_chunks(doc, load_tokenizer("all-minilm-l6-v2"), 64, 8)
+    sections = [loc["section"] for _, loc in chunks]
+    assert sections[0] == ["Guide"] and sections[-1] == ["Guide", "Use"]
+    install = [c for c, loc in chunks if loc["section"] == ["Guide", "Install"]]
+    assert len(install) > 5 and all(c.token_count <= 64 for c in install)
+    assert all(doc.content[c.start : c.end] == c.text for c, _ in chunks)
+
+
+def test_scanned_pdf_is_refused_as_having_no_text_layer(tmp_path: Path) -> None:
+    scan = print_pdf(
+        '<html><body><svg width="400" height="300"><rect width="400" height="300"/></svg></body></html>',
+        tmp_path / "scan.pdf",
+    )
+    with pytest.raises(ExtractError, match=r"scan\.pdf: no text layer .*no OCR here"):
+        extract(scan, "pdf", LIMIT)
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [
+        ("encrypted.pdf", "encrypted"),
+        ("empty.pdf", "no pages"),
+        ("truncated.pdf", "not a readable PDF"),
+        ("scripts.html", "no readable main content"),
+        ("zero.txt", "empty"),
+        ("archive.pdf", "a ZIP archive, not a document"),
+        ("big.md", "over the limit of 1000 bytes"),
+        ("broken.docx", "not a readable DOCX"),
+    ],
+)
+def test_bad_file_gets_an_error_naming_it_and_the_cause(files: Path, tmp_path: Path, name: str, cause: str) -> None:
+    path = tmp_path / name
+    if name == "encrypted.pdf":
+        encrypted_pdf(files / "guide.pdf", path)
+    elif name == "empty.pdf":
+        empty_pdf(path)
+    elif name == "truncated.pdf":
+        path.write_bytes((files / "guide.pdf").read_bytes()[:2000])
+    elif name == "scripts.html":
+        path.write_text("<html><head><script>var a = 1;</script></head><body><script>render()</script></body></html>")
+    elif name == "zero.txt":
+        path.write_bytes(b"")
+    elif name == "archive.pdf":
+        zip_named(path)
+    elif name == "big.md":
+        path.write_text("# Big\n\n" + "word " * 400)
+    elif name == "broken.docx":
+        data = (files / "guide.docx").read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    limit = 1000 if name == "big.md" else LIMIT
+    with pytest.raises(ExtractError, match=name.replace(".", r"\.")) as error:
+        extract(path, sniff(path), limit)
+    assert cause in str(error.value)
+
+
+def test_section_location_is_the_chunk_metadata() -> None:
+    assert Section(0, page=12).location() == {"page": 12}
+    assert Section(0, path=("Guide", "Install")).location() == {"section": ["Guide", "Install"]}
+    assert Section(0).location() == {}
+
+
+def test_citation_shows_the_page_or_the_section_path() -> None:
+    from agent.results import Citation, location_fields
+
+    pdf = Citation(
+        doc_id="docs/handbook.pdf",
+        chunk_id="docs/handbook.pdf#3",
+        score=0.5,
+        passage=1,
+        **location_fields({"page": 12}),
+    )
+    html = Citation(
+        doc_id="guide.html",
+        chunk_id="guide.html#0",
+        score=0.5,
+        passage=2,
+        **location_fields({"section": ["Guide", "Install", "Linux"]}),
+    )
+    plain = Citation(doc_id="4983", chunk_id="4983#0", score=0.5, passage=3, **location_fields({}))
+    assert (pdf.page, pdf.location) == (12, "handbook.pdf p. 12")
+    assert (html.section, html.location) == (["Guide", "Install", "Linux"], "Guide › Install › Linux")
+    assert (plain.page, plain.section, plain.location) == (None, [], "")
+    assert pdf.model_dump()["location"] == "handbook.pdf p. 12"

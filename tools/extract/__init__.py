@@ -1,0 +1,14 @@
+"""Text and structure out of document files: PDF (text layer, page by page), HTML (main content), DOCX (headings,
+paragraphs, tables), Markdown and plain text. The file type is sniffed from the content (`sniff`), never taken from
+the name; `extract` dispatches to the module of that type.
+
+Every extractor returns an `Extracted`: the document's text, its title and its `Section`s (character offsets into
+the text where a page or a heading's section starts), which the chunker keeps to the citation (`p. 12`,
+`Guide › Install › Linux`). Extraction is synchronous and CPU-bound: callers run it off the event loop (a thread).
+"""
+
+from tools.extract.base import MAX_FILE_BYTES, Extracted, ExtractError, Section
+from tools.extract.dispatch import extract
+from tools.extract.sniff import DOCUMENT_KINDS, Kind, sniff
+
+__all__ = ["DOCUMENT_KINDS", "MAX_FILE_BYTES", "ExtractError", "Extracted", "Kind", "Section", "extract", "sniff"]

@@ -1,0 +1,101 @@
+"""The type of a document file from its first bytes, never from its name.
+
+Signatures: PDF files start with `%PDF-` (ISO 32000-1 §7.5.2; readers accept it within the first 1024 bytes); DOCX is
+a ZIP (local file header `PK\\x03\\x04`) holding `word/document.xml` (ECMA-376 Part 2, Open Packaging Conventions);
+HTML is recognised as the WHATWG MIME Sniffing Standard (§7.1, "identifying a resource with an unknown MIME type")
+does: after optional whitespace, one of its tag patterns (`<!DOCTYPE HTML`, `<HTML`, `<HEAD`, `<BODY`, `<P`, ...)
+followed by a space or `>`. Other UTF-8 text is JSONL when named `.jsonl` (its reader then checks every line) or
+when its first line is a JSON object with `_id` (a BEIR corpus under another name); else Markdown when named
+`.md`/`.markdown` (both are text: the name only picks how headings are read); else plain text. A file named
+`.jsonl`, `.md` or `.txt` that is not UTF-8 keeps that kind, so that its reader names the offending byte. An OLE
+compound file (`ole`) is a legacy or password-encrypted Office document. Anything else (images, archives, other
+binary data) is `unsupported`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import zipfile
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["pdf", "docx", "html", "jsonl", "markdown", "text", "zip", "ole", "empty", "unsupported"]
+"""What `sniff` finds; the first six are ingested, the others are refused with a reason."""
+DOCUMENT_KINDS: tuple[Kind, ...] = ("pdf", "docx", "html", "jsonl", "markdown", "text")
+HEAD_BYTES = 8192
+"""Bytes read to sniff a file."""
+_HTML_TAGS = (
+    b"<!doctype html", b"<html", b"<head", b"<script", b"<iframe", b"<h1", b"<div", b"<font", b"<table", b"<a",
+    b"<style", b"<title", b"<b", b"<body", b"<br", b"<p", b"<!--",
+)  # fmt: skip
+_OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+"""OLE compound file signature ([MS-CFB] §2.2): legacy .doc/.xls, and every password-encrypted Office document."""
+_MARKDOWN_SUFFIXES = (".md", ".markdown")
+_TEXT_SUFFIXES: dict[str, Kind] = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", ".txt": "text"}
+
+
+def _is_html(head: bytes) -> bool:
+    start = head.lstrip(b" \t\n\r\x0c").lower()
+    for tag in _HTML_TAGS:
+        if start.startswith(tag):
+            after = start[len(tag) : len(tag) + 1]
+            if tag == b"<!--" or after in (b" ", b">"):
+                return True
+    return False
+
+
+def _is_docx(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return "word/document.xml" in archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _text_head(head: bytes) -> str | None:
+    """The head as text when it is UTF-8 (a character cut at the end of the head allowed), else None."""
+    if head.startswith(codecs.BOM_UTF8):
+        head = head[len(codecs.BOM_UTF8) :]
+    if head.count(b"\x00") * 10 > len(head):  # UTF-16 or binary; a few stray NULs are removed from text later
+        return None
+    try:
+        return codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return None
+
+
+def _beir_line(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(record, dict) and "_id" in record
+
+
+def sniff(path: Path) -> Kind:
+    """The kind of document in `path`, from its first `HEAD_BYTES` bytes (and, for a ZIP, its member names).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with path.open("rb") as handle:
+        head = handle.read(HEAD_BYTES)
+    if not head:
+        return "empty"
+    if b"%PDF-" in head[:1024] or head.startswith(b"%PDF"):
+        return "pdf"
+    if head.startswith(b"PK\x03\x04"):
+        return "docx" if _is_docx(path) else "zip"
+    if head.startswith(_OLE):
+        return "ole"
+    text = _text_head(head)
+    suffix = path.suffix.lower()
+    if text is None:  # a file named as text keeps its kind, so that its reader names the offending byte
+        return _TEXT_SUFFIXES.get(suffix, "unsupported")
+    if _is_html(head.removeprefix(codecs.BOM_UTF8)):
+        return "html"
+    if suffix == ".jsonl" or _beir_line(text):
+        return "jsonl"
+    return "markdown" if suffix in _MARKDOWN_SUFFIXES else "text"

@@ -1,0 +1,33 @@
+"""Ingestion: read files and folders, extract text and structure, chunk by embedder tokens, embed on Triton, store in
+batches keyed by content hash.
+
+Modules, in the order a file travels: `inputs` (walk folders, sniff types, name documents), `readers` (documents out
+of JSONL records and extracted files), `documents` (the document and its text rules), `embedding` (chunk and embed
+one batch), `pipeline` (the streaming run), `report` (what a run did).
+"""
+
+from tools.ingest.documents import IngestError, SourceDocument, clean_text
+from tools.ingest.embedding import BadChunk
+from tools.ingest.inputs import InputFile, check_paths, default_root, plan_inputs
+from tools.ingest.pipeline import ingest, ingest_documents
+from tools.ingest.readers import read_documents, scan_inputs
+from tools.ingest.report import FileCounts, FileError, IngestReport, ProgressFn
+
+__all__ = [
+    "BadChunk",
+    "FileCounts",
+    "FileError",
+    "IngestError",
+    "IngestReport",
+    "InputFile",
+    "ProgressFn",
+    "SourceDocument",
+    "check_paths",
+    "clean_text",
+    "default_root",
+    "ingest",
+    "ingest_documents",
+    "plan_inputs",
+    "read_documents",
+    "scan_inputs",
+]

@@ -1,0 +1,149 @@
+"""Chunk and embed one batch of documents: chunks never cross a page or heading section, carry their location, and
+a chunk that cannot be embedded fails only its own document."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer
+from tritonclient.utils import InferenceServerException
+
+from tools.chunking import Chunk, chunk_parts, fit_window
+from tools.embedder import EmbedderError, EmbedderOverloadedError, TritonEmbedder
+from tools.ingest.documents import SourceDocument
+from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError, VectorStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BadChunk:
+    """A chunk that could not be embedded; its document was not stored."""
+
+    doc_id: str
+    chunk_index: int
+    reason: str
+
+
+@dataclass
+class Prepared:
+    """One batch ready to store: `records` to write, `documents` in the batch, `unchanged` (stored with the same
+    content when prepared, so not embedded; checked again under the write lock), `failed` chunks (their documents
+    are not in `records`)."""
+
+    records: list[DocumentRecord]
+    documents: int
+    unchanged: list[SourceDocument]
+    failed: list[BadChunk]
+
+    @property
+    def skipped(self) -> int:
+        """Documents not embedded because they were stored unchanged."""
+        return len(self.unchanged)
+
+
+def located_chunks(
+    doc: SourceDocument, tokenizer: Tokenizer, window: int, overlap: int
+) -> list[tuple[Chunk, dict[str, object]]]:
+    """The chunks of `doc.content` (never crossing a section) with the location metadata of their section."""
+    sections = doc.content_sections()
+    parts = chunk_parts(doc.content, [s.start for s in sections], tokenizer, window, overlap)
+    return [(chunk, sections[part].location() if part >= 0 else {}) for part, chunk in parts]
+
+
+def _server_failure(exc: EmbedderError) -> bool:
+    """Triton failed or refused (unreachable, overloaded, timed out), rather than these texts."""
+    return isinstance(exc, EmbedderOverloadedError) or isinstance(exc.__cause__, InferenceServerException)
+
+
+async def embed_isolating(embedder: TritonEmbedder, texts: list[str]) -> npt.NDArray[np.float32]:
+    """`(len(texts), dim)` float32; a row whose text cannot be embedded is NaN.
+
+    One call for all texts; when it fails for a reason other than the server (e.g. a non-finite output), each
+    text is embedded alone so that only the failing ones are lost. Server failures (Triton unreachable,
+    overloaded, timed out), and a batch of which no text embeds alone, raise `EmbedderError`.
+    """
+    try:
+        return await embedder.embed(texts, kind="document")
+    except EmbedderError as exc:
+        if _server_failure(exc):
+            raise
+        batch_error = exc
+        log.warning("embedding a batch of %d chunks failed (%s); embedding its chunks one by one", len(texts), exc)
+    out = np.full((len(texts), embedder.spec.dim), np.nan, dtype=np.float32)
+    failures = 0
+    for i, text in enumerate(texts):
+        try:
+            out[i] = (await embedder.embed([text], kind="document"))[0]
+        except EmbedderError as exc:
+            if _server_failure(exc):
+                raise
+            failures += 1
+    if failures == len(texts) > 1:  # not one chunk embeds: the client or server is broken, not the chunks
+        raise batch_error
+    return out
+
+
+async def prepare(
+    documents: list[SourceDocument],
+    embedder: TritonEmbedder,
+    store: VectorStore,
+    chunk_tokens: int,
+    overlap_tokens: int,
+) -> Prepared:
+    """Chunk and embed the documents of one batch not already stored with the same content."""
+    stored = await store.stored_versions([d.doc_id for d in documents])
+    todo = [d for d in documents if stored.get(d.doc_id) != d.content_hash]
+    window, overlap = fit_window(chunk_tokens, overlap_tokens, embedder.spec.max_tokens)
+    tokenizer = embedder.tokenizer
+    pieces = await asyncio.to_thread(lambda: [located_chunks(d, tokenizer, window, overlap) for d in todo])
+    texts = [c.text for chunks in pieces for c, _ in chunks]
+    vectors = await embed_isolating(embedder, texts) if texts else np.zeros((0, embedder.spec.dim), np.float32)
+    finite: npt.NDArray[np.bool_] = np.asarray(np.isfinite(vectors).all(axis=1))
+    records: list[DocumentRecord] = []
+    failed: list[BadChunk] = []
+    row = 0
+    for doc, chunks in zip(todo, pieces, strict=True):
+        rows = range(row, row + len(chunks))
+        row += len(chunks)
+        bad = [c.index for (c, _), r in zip(chunks, rows, strict=True) if not finite[r]]
+        if bad:
+            for index in bad:
+                failed.append(BadChunk(doc.doc_id, index, "non-finite or failed embedding"))
+                log.warning("document %r chunk %d: no finite embedding; document not stored", doc.doc_id, index)
+            continue
+        chunk_records = [
+            ChunkRecord(c.index, c.text, c.token_count, vectors[r], location)
+            for (c, location), r in zip(chunks, rows, strict=True)
+        ]
+        records.append(DocumentRecord(doc.doc_id, doc.title, doc.source, doc.content_hash, chunk_records, doc.metadata))
+    unchanged = [d for d in documents if stored.get(d.doc_id) == d.content_hash]
+    return Prepared(records, len(documents), unchanged, failed)
+
+
+async def store_prepared(
+    prepared: Prepared, embedder: TritonEmbedder, store: VectorStore, chunk_tokens: int, overlap_tokens: int
+) -> IngestCounts:
+    """Store a prepared batch in one transaction. The documents skipped before embedding are skipped only if the
+    write transaction still finds them stored unchanged (under the write lock); one deleted or replaced meanwhile
+    is embedded and stored by the next transaction.
+
+    Raises:
+        StoreError: the same documents went missing three times in a row (deleted again each time).
+    """
+    sources = {d.doc_id: d for d in prepared.unchanged}
+    hashes = {d.doc_id: d.content_hash for d in prepared.unchanged}
+    counts = await store.add_documents(prepared.records, hashes)
+    for _ in range(3):
+        if not counts.missing:
+            return counts
+        again = await prepare([sources[i] for i in counts.missing], embedder, store, chunk_tokens, overlap_tokens)
+        more = await store.add_documents(again.records, {d.doc_id: d.content_hash for d in again.unchanged})
+        counts = IngestCounts(
+            counts.added + more.added, counts.skipped + more.skipped, counts.chunks + more.chunks, more.missing
+        )
+    raise StoreError(f"documents {list(counts.missing)} were deleted or replaced while being stored; try again")

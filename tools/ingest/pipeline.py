@@ -1,0 +1,212 @@
+"""The ingest pipeline: scan, then stream documents read -> chunk -> embed -> store in batches keyed by content
+hash.
+
+Every input is first scanned (JSONL line by line: validation, ids; memory bounded by one line and the id set), then
+documents stream in batches of `batch_docs`: the next batch is chunked and embedded (an asyncio task, input order
+kept) while the current one is stored, so memory holds at most `prefetch + 1` batches. Files are read and extracted
+in a worker thread, off the event loop. Each batch is one transaction; a document already stored with the same
+(doc id, sha256 of the content) is skipped before embedding, so an interrupted run (Ctrl-C, Triton killed, Postgres
+restarted) finishes when re-run, with no chunk lost or duplicated. A chunk whose embedding is not finite fails only
+its own document (reported by doc id and chunk index); the rest of the batch is stored. A document file that cannot
+be extracted (corrupt, encrypted, no text layer, ...) fails alone: the run records its error and goes on; a file of
+an unsupported type is listed as skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import asyncpg
+
+from tools.embedder import TritonEmbedder
+from tools.extract import MAX_FILE_BYTES
+from tools.ingest.documents import IngestError, SourceDocument
+from tools.ingest.embedding import Prepared, prepare, store_prepared
+from tools.ingest.inputs import InputFile
+from tools.ingest.readers import jsonl_documents, read_file_document, scan_inputs
+from tools.ingest.report import FileError, IngestReport, ProgressFn
+from tools.store import IngestCounts, StoreError, VectorStore
+
+
+@dataclass
+class _Batch:
+    documents: list[SourceDocument]
+    kinds: dict[str, str]
+    """doc id -> sniffed type of the file it came from, for document files (JSONL records are counted per file)."""
+
+
+def _batches(inputs: list[InputFile], size: int, report: IngestReport, max_bytes: int) -> Iterator[_Batch]:
+    """Batches of documents in input order; unsupported and failing files are recorded in `report` and skipped."""
+    batch = _Batch([], {})
+    for inp in inputs:
+        if not inp.supported:
+            report.count("unsupported").skipped += 1
+            report.file_errors.append(FileError(str(inp.path), inp.kind, f"{inp.path}: unsupported type, skipped"))
+            continue
+        if inp.doc_id is None:
+            report.count("jsonl").stored += 1
+            documents: Iterable[SourceDocument] = (doc for _, doc in jsonl_documents(inp))
+        else:
+            try:
+                read = read_file_document(inp, max_bytes)
+            except IngestError as exc:
+                report.count(inp.kind).failed += 1
+                report.file_errors.append(FileError(str(inp.path), inp.kind, str(exc)))
+                continue
+            if inp.kind == "pdf":
+                report.pages += read.pages
+                report.extract_s += read.extract_s
+            if read.document is None:
+                report.count(inp.kind).unchanged += 1
+                continue
+            batch.kinds[read.document.doc_id] = inp.kind
+            documents = [read.document]
+        for doc in documents:
+            batch.documents.append(doc)
+            if len(batch.documents) == size:
+                yield batch
+                batch = _Batch([], {})
+    if batch.documents:
+        yield batch
+
+
+async def ingest_documents(
+    documents: list[SourceDocument],
+    embedder: TritonEmbedder,
+    store: VectorStore,
+    chunk_tokens: int,
+    overlap_tokens: int,
+) -> IngestCounts:
+    """Chunk, embed and store one batch of documents in one transaction; documents stored with the same
+    content hash are skipped before embedding.
+
+    Args:
+        documents: the batch (a repeated doc id: the last one wins).
+        chunk_tokens, overlap_tokens: chunk window in embedder tokens; a window above the model limit minus 2 is
+            clamped to it and the overlap shrinks in proportion (`tools.chunking.fit_window`).
+    """
+    documents = list({d.doc_id: d for d in documents}.values())
+    prepared = await prepare(documents, embedder, store, chunk_tokens, overlap_tokens)
+    return await store_prepared(prepared, embedder, store, chunk_tokens, overlap_tokens)
+
+
+def _count_files(report: IngestReport, batch: _Batch, prepared: Prepared) -> None:
+    failed = {b.doc_id for b in prepared.failed}
+    for record in prepared.records:
+        if record.doc_id in batch.kinds:
+            report.count(batch.kinds[record.doc_id]).stored += 1
+    for doc_id in (d.doc_id for d in prepared.unchanged):
+        if doc_id in batch.kinds:
+            report.count(batch.kinds[doc_id]).unchanged += 1
+    for doc_id in failed:
+        if doc_id in batch.kinds:
+            report.count(batch.kinds[doc_id]).failed += 1
+
+
+async def ingest(
+    inputs: list[InputFile],
+    embedder: TritonEmbedder,
+    store: VectorStore,
+    *,
+    chunk_tokens: int,
+    overlap_tokens: int,
+    batch_docs: int = 64,
+    on_progress: ProgressFn | None = None,
+    sample_size: int = 256,
+    prefetch: int = 1,
+    max_file_bytes: int = MAX_FILE_BYTES,
+) -> IngestReport:
+    """Scan, then stream the inputs into the store: the next `prefetch` batches are chunked and embedded while
+    the current one is stored (one transaction per batch, in input order).
+
+    Args:
+        inputs: from `plan_inputs`.
+        embedder: connected; its `max_in_flight` bounds the requests this run keeps at Triton.
+        store: connected.
+        chunk_tokens, overlap_tokens: chunk window in embedder tokens.
+        batch_docs: documents per embed call and per store transaction.
+        on_progress: see `ProgressFn`.
+        sample_size: how many embedded chunk texts to keep in `IngestReport.sample`.
+        prefetch: batches chunked and embedded ahead of the one being stored (>= 1); memory holds at most
+            prefetch + 1 batches.
+        max_file_bytes: a larger document file fails (its error is recorded) and the run goes on.
+
+    Returns:
+        The run's counts, per-file outcomes and timing.
+
+    Raises:
+        IngestError: a malformed JSONL input or a repeated document id (nothing is stored: every input is scanned
+            first). A document file that cannot be extracted does not raise: it is in `IngestReport.file_errors`.
+        EmbedderError: Triton failed; StoreError: Postgres failed. Batches stored before the failure stay
+            stored; re-running the same ingest completes the rest.
+    """
+    if batch_docs < 1 or prefetch < 1:
+        raise ValueError(f"batch_docs={batch_docs}, prefetch={prefetch}; expected both >= 1")
+    start = time.perf_counter()
+    total = await asyncio.to_thread(scan_inputs, inputs)
+    report = IngestReport()
+    rng = random.Random(0)
+    seen_chunks = 0
+    # Batches being chunked, embedded or stored, in input order: at most `prefetch` + 1 at a time.
+    slots = asyncio.Semaphore(prefetch + 1)
+    queue: asyncio.Queue[tuple[_Batch, asyncio.Task[Prepared]] | None] = asyncio.Queue()
+    pending: set[asyncio.Task[Prepared]] = set()
+
+    async def produce() -> None:
+        batches = _batches(inputs, batch_docs, report, max_file_bytes)
+        while True:
+            await slots.acquire()
+            batch = await asyncio.to_thread(next, batches, None)
+            if batch is None:
+                break
+            task = asyncio.create_task(prepare(batch.documents, embedder, store, chunk_tokens, overlap_tokens))
+            pending.add(task)
+            queue.put_nowait((batch, task))
+        queue.put_nowait(None)
+
+    async def consume() -> None:
+        nonlocal seen_chunks
+        while (item := await queue.get()) is not None:
+            batch, task = item
+            prepared = await task
+            pending.discard(task)
+            counts = await store_prepared(prepared, embedder, store, chunk_tokens, overlap_tokens)
+            slots.release()
+            for record in prepared.records:
+                for chunk in record.chunks:
+                    seen_chunks += 1
+                    if len(report.sample) < sample_size:
+                        report.sample.append(chunk.text)
+                    elif (slot := rng.randrange(seen_chunks)) < sample_size:
+                        report.sample[slot] = chunk.text
+            report.documents += prepared.documents
+            report.added += counts.added
+            report.skipped += counts.skipped
+            report.chunks += counts.chunks
+            report.failed += prepared.failed
+            _count_files(report, batch, prepared)
+            if on_progress is not None:
+                on_progress(report.documents, total, report.chunks)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(produce())
+            group.create_task(consume())
+    except BaseExceptionGroup as errors:  # the first failure, as itself (EmbedderError, StoreError, ...)
+        first = errors.exceptions[0]
+        if isinstance(first, OSError | asyncpg.PostgresError | asyncpg.InterfaceError):
+            raise StoreError(
+                f"Postgres failed during ingestion ({type(first).__name__}: {first}); the batches stored before "
+                f"are kept: run the same ingest again to resume"
+            ) from first
+        raise first from None
+    finally:  # a failure or Ctrl-C: batches not stored yet are dropped (a re-run embeds them again)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    report.wall_s = time.perf_counter() - start
+    return report
