@@ -114,3 +114,19 @@ def test_english_abstracts_are_cut_at_sentence_ends() -> None:
     # Default window: a sentence end lies within the last 40 tokens of most windows (measured 87 % of 352 cuts).
     ends = [c.text[-1] for a in scifact_abstracts(300) for c in chunk_text(a, TOKENIZER, 200, 40)[:-1]]
     assert len(ends) > 300 and sum(ch in ".!?" for ch in ends) >= 0.8 * len(ends)
+
+
+def test_chunk_parts_never_cross_a_part_and_equal_chunk_text_without_parts() -> None:
+    from tools.chunking import chunk_parts
+
+    tokenizer = TOKENIZER
+    text = "First part, about cats. " * 30 + "Second part, about dogs. " * 30
+    whole = chunk_parts(text, [], tokenizer, 40, 8)
+    assert [c for _, c in whole] == chunk_text(text, tokenizer, 40, 8) and {p for p, _ in whole} == {-1}
+    cut = text.index("Second")
+    parts = chunk_parts(text, [cut], tokenizer, 40, 8)
+    assert all(c.end <= cut for p, c in parts if p == -1) and all(c.start >= cut for p, c in parts if p == 0)
+    assert [c.index for _, c in parts] == list(range(len(parts)))
+    assert all(text[c.start : c.end] == c.text for _, c in parts)
+    with pytest.raises(ValueError, match="ascending"):
+        chunk_parts(text, [cut, 3], tokenizer, 40, 8)

@@ -165,7 +165,8 @@ def chunk_parts(
     if any(b < a for a, b in itertools.pairwise(starts)) or any(not 0 <= s <= len(text) for s in starts):
         raise ValueError(f"part starts {starts[:5]}...: expected ascending offsets within the text")
     bounds = [(-1, 0, starts[0] if starts else len(text))]
-    bounds += [(i, s, e) for i, (s, e) in enumerate(zip(starts, [*starts[1:], len(text)], strict=True))]
+    ends = [*starts[1:], len(text)] if starts else []
+    bounds += [(i, s, e) for i, (s, e) in enumerate(zip(starts, ends, strict=True))]
     out: list[tuple[int, Chunk]] = []
     for part, part_start, part_end in bounds:
         for piece_start, piece_end in _pieces(text, part_start, part_end):
