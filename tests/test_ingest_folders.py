@@ -94,7 +94,8 @@ async def stored(url: str) -> dict[str, int]:
     conn = await asyncpg.connect(url)
     try:
         rows = await conn.fetch(
-            "SELECT d.doc_id, count(c.id) AS n FROM documents d LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.doc_id"
+            "SELECT d.doc_id, count(c.id) AS n FROM documents d LEFT JOIN chunks c ON c.document_id = d.id "
+            "GROUP BY d.doc_id"
         )
     finally:
         await conn.close()
