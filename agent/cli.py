@@ -32,6 +32,7 @@ from agent.chat import print_sources, run_chat
 from agent.errors import InputError
 from agent.failures import Failure, describe
 from agent.ingest_cli import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
+from agent.jobs_cli import jobs_app, worker
 from agent.results import AskResult
 from agent.settings import Policy, Settings, describe_validation_error
 from agent.up_cli import UpProgress
@@ -77,6 +78,8 @@ err_console = Console(stderr=True, soft_wrap=True, highlight=False)
 app.add_typer(eval_app, name="eval")
 app.add_typer(bench_app, name="bench")
 app.add_typer(docs_app, name="docs")
+app.add_typer(jobs_app, name="jobs")
+app.command("worker")(worker)
 
 
 def print_json(payload: object) -> None:

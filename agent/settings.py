@@ -329,6 +329,13 @@ class Settings(BaseSettings):
         description="Largest document file `rag ingest` reads, bytes; a larger one fails alone (named) and the run "
         "goes on. Bounds the memory one extraction takes.",
     )
+    jobs_lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Ingestion job lease, seconds: a worker renews it every third of it; a job whose worker died is "
+        "claimed again by another once it has expired.",
+    )
+    jobs_poll_s: float = Field(default=1.0, gt=0, description="How often an idle job worker looks for a job, s.")
     ingest_max_in_flight: int = Field(
         default=4,
         ge=1,

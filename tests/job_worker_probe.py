@@ -1,0 +1,43 @@
+"""A job worker (the product's `tools.jobs.work` over the real stack named by the environment) that stops at a point
+the test controls: after the first file of a job it prints `paused <job id>` and waits forever, holding the job's
+lease, until the test kills it by PID."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from agent.app import build_embedder, build_store
+from agent.settings import Settings
+from tools.jobs import Job, JobQueue, work
+from tools.model_specs import get_spec
+
+
+async def main() -> None:
+    settings = Settings()
+    spec = get_spec(settings.embedder_model)
+
+    async def pause(job: Job, done: int) -> None:
+        print(f"paused {job.id}", flush=True)
+        await asyncio.Event().wait()
+
+    async with (
+        build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store,
+        build_embedder(settings, max_in_flight=2) as embedder,
+    ):
+        await work(
+            JobQueue(store.pool),
+            embedder,
+            store,
+            chunk_tokens=settings.chunk_tokens,
+            overlap_tokens=settings.chunk_overlap_tokens,
+            lease_s=settings.jobs_lease_s,
+            poll_s=0.2,
+            max_file_bytes=settings.ingest_max_file_bytes,
+            worker="probe",
+            after_file=pause,
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,216 @@
+"""The jobs table and its statements, over the store's asyncpg pool.
+
+Schema (created idempotently by `JobQueue.setup`):
+- `ingest_jobs(id, status, created_at, started_at, finished_at, lease_until, worker, attempts, files_total,
+  files_done, chunks, errors jsonb, timings jsonb)`; status is `queued`, `running`, `done` or `failed`;
+- `ingest_job_files(job_id -> ingest_jobs, idx, name, data bytea)`: the uploaded bytes, so that any worker (any
+  process, any machine) can run any job and a job outlives the process that accepted it.
+
+Claiming (`claim`): one statement picks the oldest job that is queued, or running with an expired lease (its worker
+died), with `FOR UPDATE SKIP LOCKED`, so concurrent workers never take the same job, and marks it running under a new
+lease of `lease_s` seconds. A running worker renews the lease (`heartbeat`) more often than it expires.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import asyncpg
+
+JobStatus = Literal["queued", "running", "done", "failed"]
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS ingest_jobs (
+    id bigserial PRIMARY KEY,
+    status text NOT NULL DEFAULT 'queued' CHECK (status IN ('queued', 'running', 'done', 'failed')),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    started_at timestamptz,
+    finished_at timestamptz,
+    lease_until timestamptz,
+    worker text,
+    attempts integer NOT NULL DEFAULT 0,
+    prefix text NOT NULL DEFAULT '',
+    files_total integer NOT NULL,
+    files_done integer NOT NULL DEFAULT 0,
+    chunks integer NOT NULL DEFAULT 0,
+    errors jsonb NOT NULL DEFAULT '[]',
+    timings jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS ingest_jobs_claim ON ingest_jobs (id) WHERE status IN ('queued', 'running');
+CREATE TABLE IF NOT EXISTS ingest_job_files (
+    job_id bigint NOT NULL REFERENCES ingest_jobs(id) ON DELETE CASCADE,
+    idx integer NOT NULL,
+    name text NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (job_id, idx)
+);
+"""
+
+_JOB_COLUMNS = (
+    "id, status, created_at, started_at, finished_at, worker, attempts, prefix, files_total, files_done, chunks, "
+    "errors, timings"
+)
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """One file of a job: `name` is the uploaded file name (a display name and the document id's last part, never
+    a path), `data` its bytes."""
+
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job's state: files done of `files_total`, `chunks` its documents hold in the store, per-file `errors`
+    (`{"file", "error"}`),
+    `timings` (seconds: `wall_s` of the last attempt), `attempts` (claims so far)."""
+
+    id: int
+    status: JobStatus
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None
+    attempts: int
+    prefix: str
+    files_total: int
+    files_done: int
+    chunks: int
+    errors: list[dict[str, str]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as JSON (`GET /v1/jobs/{id}`, `rag jobs show --json`): times as ISO 8601 UTC."""
+        out: dict[str, Any] = dict(vars(self))
+        for key in ("created_at", "started_at", "finished_at"):
+            value = out[key]
+            out[key] = value.isoformat() if value is not None else None
+        return out
+
+
+def _job(row: asyncpg.Record) -> Job:
+    values = dict(row)
+    values["errors"] = json.loads(values["errors"])
+    values["timings"] = json.loads(values["timings"])
+    return Job(**values)
+
+
+class JobQueue:
+    """Jobs in Postgres over an asyncpg pool (the store's).
+
+    Args:
+        pool: a connected asyncpg pool on the store's database.
+    """
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def setup(self) -> None:
+        """Create the tables when missing (idempotent; concurrent callers serialised by an advisory lock)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(4244)")
+            await conn.execute(SCHEMA_SQL)
+
+    async def submit(self, files: list[JobFile], prefix: str = "") -> int:
+        """Queue a job ingesting `files` (document ids: `prefix` + file name); returns its id.
+
+        Raises:
+            ValueError: no files, or a file name that is blank or holds a path separator.
+        """
+        if not files:
+            raise ValueError("a job needs at least one file")
+        for f in files:
+            if not f.name.strip() or "/" in f.name or "\\" in f.name or f.name in (".", ".."):
+                raise ValueError(f"file name {f.name!r}: expected a plain name without path separators")
+        async with self.pool.acquire() as conn, conn.transaction():
+            job_id: int = await conn.fetchval(
+                "INSERT INTO ingest_jobs (files_total, prefix) VALUES ($1, $2) RETURNING id", len(files), prefix
+            )
+            await conn.copy_records_to_table(
+                "ingest_job_files",
+                records=[(job_id, i, f.name, f.data) for i, f in enumerate(files)],
+                columns=["job_id", "idx", "name", "data"],
+            )
+        return job_id
+
+    async def claim(self, worker: str, lease_s: float) -> Job | None:
+        """The oldest claimable job (queued, or running with an expired lease), now running for `worker` under a
+        lease of `lease_s` seconds; None when there is none."""
+        row = await self.pool.fetchrow(
+            f"""
+            UPDATE ingest_jobs j SET status = 'running', worker = $1, attempts = j.attempts + 1,
+                started_at = now(), lease_until = now() + make_interval(secs => $2), files_done = 0, chunks = 0,
+                errors = '[]'
+            WHERE j.id = (
+                SELECT id FROM ingest_jobs
+                WHERE status = 'queued' OR (status = 'running' AND lease_until < now())
+                ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1
+            )
+            RETURNING {_JOB_COLUMNS}
+            """,
+            worker,
+            lease_s,
+        )
+        return _job(row) if row is not None else None
+
+    async def heartbeat(self, job_id: int, worker: str, lease_s: float) -> bool:
+        """Renew `worker`'s lease on job `job_id`; False when the job is no longer this worker's."""
+        status = await self.pool.execute(
+            "UPDATE ingest_jobs SET lease_until = now() + make_interval(secs => $3) "
+            "WHERE id = $1 AND worker = $2 AND status = 'running'",
+            job_id,
+            worker,
+            lease_s,
+        )
+        return status.endswith(" 1")
+
+    async def files(self, job_id: int) -> list[JobFile]:
+        """The files of job `job_id`, in upload order."""
+        rows = await self.pool.fetch("SELECT name, data FROM ingest_job_files WHERE job_id = $1 ORDER BY idx", job_id)
+        return [JobFile(r["name"], bytes(r["data"])) for r in rows]
+
+    async def progress(
+        self, job_id: int, worker: str, files_done: int, chunks: int, errors: list[dict[str, str]]
+    ) -> None:
+        """Record `worker`'s progress on job `job_id`."""
+        await self.pool.execute(
+            "UPDATE ingest_jobs SET files_done = $3, chunks = $4, errors = $5::jsonb WHERE id = $1 AND worker = $2",
+            job_id,
+            worker,
+            files_done,
+            chunks,
+            json.dumps(errors),
+        )
+
+    async def finish(self, job_id: int, worker: str, status: JobStatus, timings: dict[str, float]) -> None:
+        """Mark job `job_id` `done` or `failed` (if still `worker`'s)."""
+        await self.pool.execute(
+            "UPDATE ingest_jobs SET status = $3, finished_at = now(), lease_until = NULL, timings = $4::jsonb "
+            "WHERE id = $1 AND worker = $2",
+            job_id,
+            worker,
+            status,
+            json.dumps(timings),
+        )
+
+    async def document_chunks(self, doc_id: str) -> int:
+        """Chunks stored for document `doc_id` (0 when it is not stored)."""
+        count = await self.pool.fetchval(
+            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.doc_id = $1", doc_id
+        )
+        return int(count or 0)
+
+    async def get(self, job_id: int) -> Job | None:
+        """Job `job_id`, or None when there is no such job."""
+        row = await self.pool.fetchrow(f"SELECT {_JOB_COLUMNS} FROM ingest_jobs WHERE id = $1", job_id)
+        return _job(row) if row is not None else None
+
+    async def list(self, limit: int = 50) -> list[Job]:
+        """The `limit` most recent jobs, newest first."""
+        rows = await self.pool.fetch(f"SELECT {_JOB_COLUMNS} FROM ingest_jobs ORDER BY id DESC LIMIT $1", limit)
+        return [_job(r) for r in rows]

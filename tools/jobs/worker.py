@@ -1,0 +1,156 @@
+"""The worker loop: claim a job, write its files to a private temporary folder under numbered names (an uploaded
+file name is never used as a path; only a plain extension of it is kept), ingest them through `tools.ingest` with the
+job's document ids, record progress, renew the lease, and mark the job done or failed.
+
+A job is `done` when every file was handled (a file that cannot be extracted is an error of the job, listed per
+file, and the other files are stored), `failed` when ingestion itself failed (Triton or Postgres down); a failed job
+is not retried by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import socket
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path, PurePath
+
+from tools.embedder import TritonEmbedder
+from tools.extract import sniff
+from tools.ingest import InputFile, ingest
+from tools.jobs.queue import Job, JobQueue, JobStatus
+from tools.store import VectorStore
+
+log = logging.getLogger(__name__)
+
+JobHook = Callable[[Job, int], Awaitable[None]]
+"""Awaited after each file of a job is handled, with the files done so far (a test's control point)."""
+
+
+_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}")
+
+
+def safe_suffix(name: str) -> str:
+    """The extension of an uploaded file name when it is a plain one (`.pdf`, `.md`), else empty: the only part of
+    the name the worker's file takes (Markdown is told from text by it, and a `.pdf` that is a ZIP is a failure)."""
+    suffix = PurePath(name).suffix
+    return suffix.lower() if _SUFFIX.fullmatch(suffix) else ""
+
+
+def worker_name() -> str:
+    """`host:pid`, the worker's name in the jobs table."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def run_job(
+    job: Job,
+    queue: JobQueue,
+    embedder: TritonEmbedder,
+    store: VectorStore,
+    *,
+    worker: str,
+    chunk_tokens: int,
+    overlap_tokens: int,
+    lease_s: float,
+    max_file_bytes: int,
+    after_file: JobHook | None = None,
+) -> Job | None:
+    """Run one claimed job to the end; returns its final state.
+
+    Files are ingested one at a time (each its own ingest run, so progress and the lease advance per file). The
+    lease is renewed every `lease_s / 3` seconds by a background task while the job runs.
+    """
+    start = time.perf_counter()
+    errors: list[dict[str, str]] = []
+    chunks = 0
+
+    async def keep_lease() -> None:
+        while True:
+            await asyncio.sleep(lease_s / 3)
+            await queue.heartbeat(job.id, worker, lease_s)
+
+    lease = asyncio.create_task(keep_lease())
+    status: JobStatus = "done"
+    try:
+        files = await queue.files(job.id)
+        with tempfile.TemporaryDirectory(prefix=f"rag-job-{job.id}-") as folder:
+            for done, f in enumerate(files, 1):
+                path = Path(folder) / f"{done:06d}{safe_suffix(f.name)}"
+                await asyncio.to_thread(path.write_bytes, f.data)
+                kind = await asyncio.to_thread(sniff, path)
+                inp = InputFile(path, job.prefix + f.name, kind=kind)
+                report = await ingest(
+                    [inp],
+                    embedder,
+                    store,
+                    chunk_tokens=chunk_tokens,
+                    overlap_tokens=overlap_tokens,
+                    max_file_bytes=max_file_bytes,
+                )
+                if inp.kind == "jsonl":  # many documents: the chunks this run wrote
+                    chunks += report.chunks
+                else:  # the document's chunks, whether this attempt or a killed one stored them
+                    chunks += await queue.document_chunks(inp.doc_id or "")
+                for error in report.file_errors:
+                    errors.append({"file": f.name, "error": error.reason.replace(str(path), f.name)})
+                for bad in report.failed:
+                    errors.append({"file": f.name, "error": f"chunk {bad.chunk_index}: {bad.reason}"})
+                await asyncio.to_thread(path.unlink)
+                await queue.progress(job.id, worker, done, chunks, errors)
+                if after_file is not None:
+                    await after_file(job, done)
+    except Exception as exc:  # noqa: BLE001 (any failure of the run is the job's outcome, recorded)
+        status = "failed"
+        errors.append({"file": "", "error": f"{type(exc).__name__}: {exc}"})
+        await queue.progress(job.id, worker, job.files_done, chunks, errors)
+        log.warning("job %d failed: %s", job.id, exc)
+    finally:
+        lease.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await lease
+    await queue.finish(job.id, worker, status, {"wall_s": round(time.perf_counter() - start, 3)})
+    return await queue.get(job.id)
+
+
+async def work(
+    queue: JobQueue,
+    embedder: TritonEmbedder,
+    store: VectorStore,
+    *,
+    chunk_tokens: int,
+    overlap_tokens: int,
+    lease_s: float,
+    poll_s: float,
+    max_file_bytes: int,
+    stop: asyncio.Event | None = None,
+    worker: str | None = None,
+    after_file: JobHook | None = None,
+) -> None:
+    """Claim and run jobs until `stop` is set (forever when None), polling every `poll_s` seconds when idle."""
+    name = worker or worker_name()
+    await queue.setup()
+    stop = stop or asyncio.Event()
+    while not stop.is_set():
+        job = await queue.claim(name, lease_s)
+        if job is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), poll_s)
+            continue
+        log.info("job %d claimed by %s (attempt %d)", job.id, name, job.attempts)
+        await run_job(
+            job,
+            queue,
+            embedder,
+            store,
+            worker=name,
+            chunk_tokens=chunk_tokens,
+            overlap_tokens=overlap_tokens,
+            lease_s=lease_s,
+            max_file_bytes=max_file_bytes,
+            after_file=after_file,
+        )
