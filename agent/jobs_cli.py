@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.app import build_embedder, build_store
+from agent.errors import InputError
 from agent.settings import Settings
+from agent.wiring import build_embedder, build_store
 from tools.jobs import Job, JobFile, JobQueue, work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
@@ -146,7 +147,7 @@ def show(
 
     job = asyncio.run(run())
     if job is None:
-        raise ValueError(f"no job {job_id}; `rag jobs list` shows the jobs")
+        raise InputError(f"no job {job_id}; `rag jobs list` shows the jobs")
     if as_json:
         print(json.dumps(job.to_json()))
     else:
