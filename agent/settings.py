@@ -336,6 +336,16 @@ class Settings(BaseSettings):
         "claimed again by another once it has expired.",
     )
     jobs_poll_s: float = Field(default=1.0, gt=0, description="How often an idle job worker looks for a job, s.")
+    jobs_serve_workers: int = Field(
+        default=1,
+        ge=0,
+        description="Job workers `rag serve` runs beside the HTTP API (0: only `rag worker` runs jobs).",
+    )
+    upload_max_file_bytes: int = Field(
+        default=50 * 1024 * 1024,
+        ge=1,
+        description="Largest file `POST /v1/documents/files` accepts, bytes; a larger one answers 413 naming it.",
+    )
     ingest_max_in_flight: int = Field(
         default=4,
         ge=1,

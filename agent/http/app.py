@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 
 from fastapi import FastAPI
 
 from agent.app import RagApp
-from agent.http import ask, documents, service
+from agent.http import ask, documents, jobs, service
 from agent.http.errors import install_error_handlers
 from agent.http_guards import install_guards
 from agent.metrics_route import metrics_route
@@ -29,9 +29,12 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # a given (test) app runs without the jobs queue, which needs the real store
+        job_queue = jobs.serve_jobs(settings) if rag is None else nullcontext(None)
         try:
-            async with rag or RagApp(settings) as opened:
+            async with rag or RagApp(settings) as opened, job_queue as queue:
                 app.state.rag = opened
+                app.state.jobs = queue
                 yield
         finally:
             flush_telemetry()
@@ -52,5 +55,6 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.state.drain = install_drain(app)
     app.include_router(ask.router)
     app.include_router(documents.router)
+    app.include_router(jobs.router)
     app.include_router(service.router)
     return app

@@ -9,6 +9,16 @@ the text where a page or a heading's section starts), which the chunker keeps to
 
 from tools.extract.base import MAX_FILE_BYTES, Extracted, ExtractError, Section
 from tools.extract.dispatch import extract
-from tools.extract.sniff import DOCUMENT_KINDS, Kind, sniff
+from tools.extract.sniff import DOCUMENT_KINDS, Kind, sniff, sniff_bytes
 
-__all__ = ["DOCUMENT_KINDS", "MAX_FILE_BYTES", "ExtractError", "Extracted", "Kind", "Section", "extract", "sniff"]
+__all__ = [
+    "DOCUMENT_KINDS",
+    "MAX_FILE_BYTES",
+    "ExtractError",
+    "Extracted",
+    "Kind",
+    "Section",
+    "extract",
+    "sniff",
+    "sniff_bytes",
+]

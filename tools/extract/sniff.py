@@ -15,8 +15,10 @@ binary data) is `unsupported`.
 from __future__ import annotations
 
 import codecs
+import io
 import json
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -45,7 +47,7 @@ def _is_html(head: bytes) -> bool:
     return False
 
 
-def _is_docx(path: Path) -> bool:
+def _is_docx(path: Path | io.BytesIO) -> bool:
     try:
         with zipfile.ZipFile(path) as archive:
             return "word/document.xml" in archive.namelist()
@@ -82,16 +84,24 @@ def sniff(path: Path) -> Kind:
     """
     with path.open("rb") as handle:
         head = handle.read(HEAD_BYTES)
+    return _kind(head, path.suffix.lower(), lambda: _is_docx(path))
+
+
+def sniff_bytes(data: bytes, name: str) -> Kind:
+    """`sniff` for content held in memory (an upload): `name` only picks among text kinds, as for a file."""
+    return _kind(data[:HEAD_BYTES], Path(name).suffix.lower(), lambda: _is_docx(io.BytesIO(data)))
+
+
+def _kind(head: bytes, suffix: str, is_docx: Callable[[], bool]) -> Kind:
     if not head:
         return "empty"
     if b"%PDF-" in head[:1024] or head.startswith(b"%PDF"):
         return "pdf"
     if head.startswith(b"PK\x03\x04"):
-        return "docx" if _is_docx(path) else "zip"
+        return "docx" if is_docx() else "zip"
     if head.startswith(_OLE):
         return "ole"
     text = _text_head(head)
-    suffix = path.suffix.lower()
     if text is None:  # a file named as text keeps its kind, so that its reader names the offending byte
         return _TEXT_SUFFIXES.get(suffix, "unsupported")
     if _is_html(head.removeprefix(codecs.BOM_UTF8)):

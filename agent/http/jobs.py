@@ -1,0 +1,157 @@
+"""Uploads as ingestion jobs: `POST /v1/documents/files` (multipart, one or many files) queues a job and answers 202
+with its id; `GET /v1/jobs/{id}` and `GET /v1/jobs` report jobs. `serve_jobs` runs `JOBS_SERVE_WORKERS` job workers
+inside `rag serve`.
+
+Upload rules: the request's `Content-Length` is required and checked against `UPLOAD_MAX_REQUEST_BYTES` before the
+body is read (411 / 413); each file against `UPLOAD_MAX_FILE_BYTES` (413 naming it); each file's type is sniffed
+from its content (`tools.extract.sniff_bytes`), never trusted from its name or content type (415 naming the file and
+the cause); the file name is never used as a path: only its last component is kept, as the document id (after the
+optional `prefix` form field). Starlette spools uploaded files to disk past 1 MiB while it parses, so memory holds
+one file at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, Field
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+
+from agent.errors import InputError
+from agent.http.deps import API_KEY, AppSettings
+from agent.http.errors import ERROR_RESPONSES
+from agent.settings import Settings
+from agent.wiring import build_embedder, build_store
+from tools.extract import sniff_bytes
+from tools.extract.dispatch import REFUSED
+from tools.jobs import Job, JobFile, JobQueue, work
+from tools.jobs.worker import worker_name
+from tools.model_specs import get_spec
+
+router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
+MAX_FILES = 1000
+"""Most files in one upload request."""
+
+
+def get_jobs(request: Request) -> JobQueue:
+    """The jobs queue `serve_jobs` opened.
+
+    Raises:
+        HTTPException: 503 when this server runs without a jobs queue.
+    """
+    queue: JobQueue | None = getattr(request.app.state, "jobs", None)
+    if queue is None:
+        raise HTTPException(503, "this server has no ingestion jobs queue", headers={"Retry-After": "5"})
+    return queue
+
+
+Jobs = Annotated[JobQueue, Depends(get_jobs)]
+
+
+class JobAccepted(BaseModel):
+    """A queued upload: the job's id, its files and where to follow it."""
+
+    job_id: int
+    files: list[str] = Field(description="Document ids the files will be stored under, in upload order.")
+    status_url: str = Field(description="`GET` it for the job's progress.")
+
+
+def upload_name(filename: str | None, index: int) -> str:
+    """The last component of an uploaded file name (POSIX or Windows separators), never a path; `upload-<n>` when
+    nothing usable is left."""
+    name = PureWindowsPath(PurePosixPath(filename or "").name).name.strip()
+    return name if name and name not in (".", "..") else f"upload-{index}"
+
+
+@router.post("/v1/documents/files", status_code=202)
+async def upload(request: Request, jobs: Jobs, settings: AppSettings) -> JobAccepted:
+    """Queue one job ingesting the uploaded files (multipart field `files`, repeatable; optional field `prefix`).
+    Answers 202 with the job id at once; a worker ingests them (`GET /v1/jobs/{id}`)."""
+    length = request.headers.get("content-length")
+    if length is None or not length.isdigit():
+        raise HTTPException(411, "an upload needs a Content-Length header")
+    if int(length) > settings.upload_max_request_bytes:
+        raise HTTPException(
+            413, f"request of {length} bytes, over UPLOAD_MAX_REQUEST_BYTES={settings.upload_max_request_bytes}"
+        )
+    async with request.form(max_files=MAX_FILES, max_fields=10) as form:
+        uploads = [v for k, v in form.multi_items() if k == "files" and isinstance(v, UploadFile)]
+        prefix = str(form.get("prefix") or "")
+        if not uploads:
+            raise InputError("no files: expected one or more multipart fields named `files`")
+        files: list[JobFile] = []
+        for index, item in enumerate(uploads, 1):
+            name = upload_name(item.filename, index)
+            data = await item.read(settings.upload_max_file_bytes + 1)
+            if len(data) > settings.upload_max_file_bytes:
+                raise HTTPException(413, f"{name}: over UPLOAD_MAX_FILE_BYTES={settings.upload_max_file_bytes} bytes")
+            kind = await asyncio.to_thread(sniff_bytes, data, name)
+            if kind in REFUSED:
+                raise HTTPException(415, f"{name}: {REFUSED[kind]}")
+            files.append(JobFile(name, data))
+    if len({f.name for f in files}) != len(files):
+        raise InputError("two files have the same name; expected distinct names (they become document ids)")
+    job_id = await jobs.submit(files, prefix)
+    return JobAccepted(job_id=job_id, files=[prefix + f.name for f in files], status_url=f"/v1/jobs/{job_id}")
+
+
+@router.get("/v1/jobs/{job_id}")
+async def job_status(job_id: int, jobs: Jobs) -> dict[str, Any]:
+    """One job: status (`queued`, `running`, `done`, `failed`), files done of files_total, chunks, errors per file
+    (`{"file", "error"}`), attempts, worker, timings (`wall_s`), times (ISO 8601 UTC)."""
+    job = await jobs.get(job_id)
+    if job is None:
+        raise HTTPException(404, f"no job {job_id}")
+    return job.to_json()
+
+
+@router.get("/v1/jobs")
+async def job_list(jobs: Jobs, limit: int = 50) -> dict[str, list[dict[str, Any]]]:
+    """The most recent jobs, newest first."""
+    listed: list[Job] = await jobs.list(max(1, min(limit, 500)))
+    return {"jobs": [j.to_json() for j in listed]}
+
+
+@asynccontextmanager
+async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
+    """The jobs queue on the configured store, with `JOBS_SERVE_WORKERS` worker loops running until exit (a job in
+    progress at shutdown is claimed again by a worker once its lease expires)."""
+    spec = get_spec(settings.embedder_model)
+    async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
+        queue = JobQueue(store.pool)
+        await queue.setup()
+        if settings.jobs_serve_workers == 0:
+            yield queue
+            return
+        stop = asyncio.Event()
+        async with build_embedder(settings, max_in_flight=settings.ingest_max_in_flight) as embedder:
+            workers = [
+                asyncio.create_task(
+                    work(
+                        queue,
+                        embedder,
+                        store,
+                        chunk_tokens=settings.chunk_tokens,
+                        overlap_tokens=settings.chunk_overlap_tokens,
+                        lease_s=settings.jobs_lease_s,
+                        poll_s=settings.jobs_poll_s,
+                        max_file_bytes=settings.ingest_max_file_bytes,
+                        stop=stop,
+                        worker=f"{worker_name()}:serve{i}",
+                    )
+                )
+                for i in range(settings.jobs_serve_workers)
+            ]
+            try:
+                yield queue
+            finally:
+                stop.set()
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
