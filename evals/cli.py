@@ -259,3 +259,40 @@ def bench_serve(
         run_serve_bench_command(params, as_json, plot or settings.data_dir / "bench" / "bench-serve.png", out)
     except ServerUnreachableError as exc:
         raise typer.BadParameter(f"--url {url}: {exc}; start it with `rag serve`") from None
+
+
+@eval_app.command("fidelity")
+def fidelity(
+    claims: Annotated[int, typer.Option(min=1, help="First N judged SciFact test claims.")] = 100,
+    distractors: Annotated[int, typer.Option(min=0, help="Abstracts added besides the claims' gold ones.")] = 300,
+    book_docs: Annotated[int, typer.Option(min=1, help="Documents printed one per page for the page check.")] = 20,
+    output: Annotated[
+        Path, typer.Option(help="Results file (the README's table reads evals/results/fidelity.json).")
+    ] = Path(".rag/evals/fidelity.json"),
+) -> None:
+    """Format fidelity: SciFact documents rendered as PDF (headless Chromium), HTML and DOCX, each ingested into a
+    fresh database of the configured Postgres; nDCG@10 on the claims against the JSONL ingest of the same documents
+    (target within 0.01), and cited PDF pages against where the text is printed."""
+    from evals.fidelity_cli import run_fidelity_command
+
+    run_fidelity_command(claims, distractors, book_docs, output)
+
+
+@bench_app.command("extract")
+def extract(
+    docs: Annotated[int, typer.Option(min=1, help="SciFact abstracts rendered as PDF, HTML and DOCX.")] = 200,
+    output: Annotated[
+        Path, typer.Option(help="Results file (the README reads evals/results/extract-bench.json).")
+    ] = Path(".rag/evals/extract-bench.json"),
+) -> None:
+    """Extraction libraries on real files: pages/s of pypdfium2 and pypdf on Debian's PDFs and on printed SciFact
+    abstracts, word fidelity against the source text; trafilatura vs markitdown on web pages (boilerplate leaks);
+    python-docx on Word files. Writes the results JSON and prints it."""
+    import json
+
+    from evals.extract_bench import run_extract_bench
+
+    results = run_extract_bench(docs)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(results, indent=2))

@@ -472,6 +472,67 @@ def bench_serve_targets(results: dict[str, Any]) -> str:
 # --- rewriting the README --------------------------------------------------------------------------------------------
 
 
+# --- rag eval fidelity / rag bench extract ------------------------------------------------------------------
+
+
+@table("fidelity", "fidelity.json")
+def fidelity(results: dict[str, Any]) -> str:
+    """Per format: nDCG@10 on the claims, the difference to the JSONL ingest (target within 0.01), documents,
+    chunks, ingest chunks/s; then the PDF page check as a last row."""
+    rows = []
+    for name, row in results["formats"].items():
+        delta = f"{row['delta_vs_jsonl']:+.4f}" if "delta_vs_jsonl" in row else "–"
+        verdict = ("met" if row["within_target"] else "not met") if "within_target" in row else "–"
+        rows.append(
+            [name, f"{row['ndcg@10']:.4f}", delta, verdict, row["documents"], row["chunks"], row["chunks_per_s"]]
+        )
+    page = results["page_check"]
+    rows.append(
+        [
+            f"PDF page check ({page['pages']} pages)",
+            f"{page['page_correct']}/{page['located']} chunks on the cited page",
+            "–",
+            "met" if page["located"] and page["page_correct"] == page["located"] else "not met",
+            "–",
+            page["chunks"],
+            "–",
+        ]
+    )
+    header = ["rendering", "nDCG@10", "Δ vs JSONL", f"within {results['target_delta']}", "docs", "chunks", "chunks/s"]
+    return markdown_table(header, rows)
+
+
+@table("extract-bench", "extract-bench.json")
+def extract_bench(results: dict[str, Any]) -> str:
+    """Per format and library: speed, word fidelity against the source (difflib ratio), boilerplate leaked."""
+    pdf, html, docx = results["pdf"], results["html"], results["docx"]
+    rows = [
+        [
+            "PDF",
+            name,
+            f"{pdf[name]['debian_pages_per_s']} pages/s (Debian manuals), {pdf[name]['printed_pages_per_s']} (printed)",
+            f"{pdf[name]['word_ratio_mean']:.4f}",
+            "–",
+        ]
+        for name in ("pypdfium2", "pypdf")
+    ]
+    rows += [
+        ["HTML", name, f"{html[name]['docs_per_s']} docs/s", f"{html[name]['word_ratio_mean']:.4f}",
+         f"{html[name]['boilerplate_leaked']:.0%}"]
+        for name in ("trafilatura", "markitdown")
+    ]  # fmt: skip
+    rows.append(
+        [
+            "DOCX",
+            "python-docx",
+            f"{docx['python-docx']['docs_per_s']} docs/s",
+            f"{docx['python-docx']['word_ratio_mean']:.4f}",
+            "–",
+        ]
+    )
+    return markdown_table(["format", "library", "speed", "word ratio", "boilerplate leaked"], rows)
+
+
 def render_table(name: str, results_dir: Path = RESULTS_DIR) -> str:
     """The Markdown of table `name` from its results file.
 

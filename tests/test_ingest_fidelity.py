@@ -1,0 +1,50 @@
+"""The format-fidelity eval's pure parts, without servers: the SciFact subset, stored ids back to SciFact ids, the
+word-fidelity measure, the renderings, and the README tables rendered from their results files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evals.extract_bench import word_ratio
+from evals.fidelity import _scifact_id, subset
+from evals.readme_tables import RESULTS_DIR, TABLES
+from evals.render_docs import article_html, write_docx
+from evals.scifact import load_corpus
+from tools.extract import extract, sniff
+
+
+def test_subset_holds_every_gold_abstract_of_its_claims() -> None:
+    chosen = subset(claims=10, distractors=5)
+    ids = {d.doc_id for d in chosen.docs}
+    assert len(chosen.queries) == 10 and set(chosen.qrels) == set(chosen.queries)
+    assert all(set(gold) <= ids for gold in chosen.qrels.values())
+    assert len(ids) == len(chosen.docs) >= 10
+
+
+def test_rendered_file_ids_map_back_to_scifact_ids() -> None:
+    assert [_scifact_id(i) for i in ("4983.pdf", "html/4983.html", "4983")] == ["4983", "4983", "4983"]
+
+
+def test_word_ratio_is_one_for_the_same_words_and_drops_with_boilerplate() -> None:
+    assert word_ratio("Vitamin B12, and homocysteine.", "vitamin b12 AND homocysteine") == 1.0
+    assert word_ratio("a b c d", "a b c d Cookie settings Privacy policy") < 0.7
+
+
+def test_renderings_extract_to_the_source_words(tmp_path: Path) -> None:
+    doc = next(iter(load_corpus().values()))  # a real abstract (a page of one sentence keeps its navigation)
+    page = tmp_path / "42.html"
+    page.write_text(article_html(doc, boilerplate=True))
+    write_docx(doc, tmp_path / "42.docx")
+    for path in (page, tmp_path / "42.docx"):
+        got = extract(path, sniff(path), 10_000_000)
+        assert word_ratio(f"{doc.title} {doc.text}", got.text) == 1.0, got.text
+        assert "Cookie" not in got.text and got.title.strip() == doc.title.strip()
+
+
+def test_fidelity_and_extraction_tables_render_from_their_results() -> None:
+    fidelity = json.loads((RESULTS_DIR / "fidelity.json").read_text())
+    table = TABLES["fidelity"].render(fidelity)
+    assert "| pdf | " in table and "PDF page check" in table
+    bench = json.loads((RESULTS_DIR / "extract-bench.json").read_text())
+    assert "| PDF | pypdfium2 |" in TABLES["extract-bench"].render(bench)
