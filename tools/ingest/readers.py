@@ -141,9 +141,11 @@ def scan_inputs(inputs: list[InputFile]) -> int:
     for inp in inputs:
         if not inp.supported:
             continue
-        located = jsonl_documents(inp) if inp.doc_id is None else iter([(str(inp.path), inp.doc_id)])
-        for where, doc in located:
-            doc_id = doc if isinstance(doc, str) else doc.doc_id
+        if inp.doc_id is None:
+            located: Iterator[tuple[str, str]] = ((where, doc.doc_id) for where, doc in jsonl_documents(inp))
+        else:
+            located = iter([(str(inp.path), inp.doc_id)])
+        for where, doc_id in located:
             other = first_seen.setdefault(doc_id, where)
             if other != where:
                 raise IngestError(
