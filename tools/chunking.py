@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer
@@ -151,13 +152,21 @@ def _pieces(text: str, start: int, end: int) -> list[tuple[int, int]]:
 def chunk_parts(
     text: str, starts: list[int], tokenizer: Tokenizer, chunk_tokens: int, overlap_tokens: int
 ) -> list[tuple[int, Chunk]]:
+    """All of `iter_chunk_parts` as a list."""
+    return list(iter_chunk_parts(text, starts, tokenizer, chunk_tokens, overlap_tokens))
+
+
+def iter_chunk_parts(
+    text: str, starts: list[int], tokenizer: Tokenizer, chunk_tokens: int, overlap_tokens: int
+) -> Iterator[tuple[int, Chunk]]:
     """Chunks of `text` that never cross a part boundary: `starts` are the character offsets where parts (pages,
     heading sections) begin, ascending; text before the first start is a part of its own. Each part is chunked by
     `chunk_text` (a part longer than `PART_MAX_CHARS` in pieces cut at whitespace) and its chunks get offsets into
     `text` and consecutive indices across the document.
 
-    Returns:
+    Yields:
         (part number, chunk) pairs in text order; the part number indexes `starts` (-1 for text before the first).
+        Lazily: memory holds one piece's tokens and chunks, whatever the text's length.
 
     Raises:
         ValueError: see `chunk_text`; `starts` not ascending or outside the text.
@@ -167,12 +176,12 @@ def chunk_parts(
     bounds = [(-1, 0, starts[0] if starts else len(text))]
     ends = [*starts[1:], len(text)] if starts else []
     bounds += [(i, s, e) for i, (s, e) in enumerate(zip(starts, ends, strict=True))]
-    out: list[tuple[int, Chunk]] = []
+    index = 0
     for part, part_start, part_end in bounds:
         for piece_start, piece_end in _pieces(text, part_start, part_end):
             for chunk in chunk_text(text[piece_start:piece_end], tokenizer, chunk_tokens, overlap_tokens):
-                shifted = Chunk(
-                    len(out), chunk.text, chunk.token_count, chunk.start + piece_start, chunk.end + piece_start
+                yield (
+                    part,
+                    Chunk(index, chunk.text, chunk.token_count, chunk.start + piece_start, chunk.end + piece_start),
                 )
-                out.append((part, shifted))
-    return out
+                index += 1

@@ -6,8 +6,11 @@ documents stream in batches of `batch_docs`: the next batch is chunked and embed
 kept) while the current one is stored, so memory holds at most `prefetch + 1` batches. Files are read and extracted
 in a worker thread, off the event loop. Each batch is one transaction; a document already stored with the same
 (doc id, sha256 of the content) is skipped before embedding, so an interrupted run (Ctrl-C, Triton killed, Postgres
-restarted) finishes when re-run, with no chunk lost or duplicated. A chunk whose embedding is not finite fails only
-its own document (reported by doc id and chunk index); the rest of the batch is stored. A document file that cannot
+restarted) finishes when re-run, with no chunk lost or duplicated. A document over `LARGE_DOC_CHARS` characters is
+embedded and staged in sub-batches of chunks and stored at the end in one transaction (`tools.ingest.staging`): memory
+stays bounded whatever its size, progress is reported per sub-batch, and a re-run resumes from its staged chunks.
+A chunk whose embedding is not finite fails only its own document (reported by doc id and chunk index); the rest of
+the batch is stored. A document file that cannot
 be extracted (corrupt, encrypted, no text layer, ...) fails alone: the run records its error and goes on; a file of
 an unsupported type is listed as skipped.
 """
@@ -17,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -29,6 +32,7 @@ from tools.ingest.embedding import Prepared, prepare, store_prepared
 from tools.ingest.inputs import InputFile
 from tools.ingest.readers import jsonl_documents, read_file_document, scan_inputs
 from tools.ingest.report import FileError, IngestReport, ProgressFn
+from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
 from tools.store import IngestCounts, StoreError, VectorStore
 
 
@@ -74,6 +78,49 @@ def _batches(inputs: list[InputFile], size: int, report: IngestReport, max_bytes
         yield batch
 
 
+@dataclass
+class _Done:
+    """A batch handled: `prepared` (small documents to store in one transaction) and the large documents already
+    stored through staging (`tools.ingest.staging`)."""
+
+    prepared: Prepared
+    large_added: list[str] = field(default_factory=list)
+    large_unchanged: list[str] = field(default_factory=list)
+    large_chunks: int = 0
+    resumed_chunks: int = 0
+
+
+async def _prepare_batch(
+    documents: list[SourceDocument],
+    embedder: TritonEmbedder,
+    store: VectorStore,
+    chunk_tokens: int,
+    overlap_tokens: int,
+    on_staged: Callable[[int], None] | None = None,
+) -> _Done:
+    """Small documents chunked and embedded for one transaction; large ones (over `LARGE_DOC_CHARS`) not stored
+    with the same content are staged and stored one by one, `SUB_BATCH_CHUNKS` chunks at a time."""
+    large = [d for d in documents if len(d.content) > LARGE_DOC_CHARS]
+    small = [d for d in documents if len(d.content) <= LARGE_DOC_CHARS]
+    prepared = await prepare(small, embedder, store, chunk_tokens, overlap_tokens)
+    done = _Done(prepared)
+    if not large:
+        return done
+    stored = await store.stored_versions([d.doc_id for d in large])
+    for doc in large:
+        prepared.documents += 1
+        if stored.get(doc.doc_id) == doc.content_hash:
+            done.large_unchanged.append(doc.doc_id)
+            continue
+        result = await ingest_large(doc, embedder, store, chunk_tokens, overlap_tokens, on_staged=on_staged)
+        prepared.failed += result.failed
+        done.resumed_chunks += result.resumed
+        if not result.failed:
+            done.large_added.append(doc.doc_id)
+            done.large_chunks += result.chunks
+    return done
+
+
 async def ingest_documents(
     documents: list[SourceDocument],
     embedder: TritonEmbedder,
@@ -90,16 +137,22 @@ async def ingest_documents(
             clamped to it and the overlap shrinks in proportion (`tools.chunking.fit_window`).
     """
     documents = list({d.doc_id: d for d in documents}.values())
-    prepared = await prepare(documents, embedder, store, chunk_tokens, overlap_tokens)
-    return await store_prepared(prepared, embedder, store, chunk_tokens, overlap_tokens)
+    done = await _prepare_batch(documents, embedder, store, chunk_tokens, overlap_tokens)
+    counts = await store_prepared(done.prepared, embedder, store, chunk_tokens, overlap_tokens)
+    return IngestCounts(
+        added=counts.added + len(done.large_added),
+        skipped=counts.skipped + len(done.large_unchanged),
+        chunks=counts.chunks + done.large_chunks,
+    )
 
 
-def _count_files(report: IngestReport, batch: _Batch, prepared: Prepared) -> None:
+def _count_files(report: IngestReport, batch: _Batch, done: _Done) -> None:
+    prepared = done.prepared
     failed = {b.doc_id for b in prepared.failed}
-    for record in prepared.records:
-        if record.doc_id in batch.kinds:
-            report.count(batch.kinds[record.doc_id]).stored += 1
-    for doc_id in (d.doc_id for d in prepared.unchanged):
+    for doc_id in [r.doc_id for r in prepared.records] + done.large_added:
+        if doc_id in batch.kinds:
+            report.count(batch.kinds[doc_id]).stored += 1
+    for doc_id in [d.doc_id for d in prepared.unchanged] + done.large_unchanged:
         if doc_id in batch.kinds:
             report.count(batch.kinds[doc_id]).unchanged += 1
     for doc_id in failed:
@@ -153,8 +206,12 @@ async def ingest(
     seen_chunks = 0
     # Batches being chunked, embedded or stored, in input order: at most `prefetch` + 1 at a time.
     slots = asyncio.Semaphore(prefetch + 1)
-    queue: asyncio.Queue[tuple[_Batch, asyncio.Task[Prepared]] | None] = asyncio.Queue()
-    pending: set[asyncio.Task[Prepared]] = set()
+    queue: asyncio.Queue[tuple[_Batch, asyncio.Task[_Done]] | None] = asyncio.Queue()
+    pending: set[asyncio.Task[_Done]] = set()
+
+    def on_staged(staged: int) -> None:  # a large document's progress, chunk sub-batch by sub-batch
+        if on_progress is not None:
+            on_progress(report.documents, total, report.chunks + staged)
 
     async def produce() -> None:
         batches = _batches(inputs, batch_docs, report, max_file_bytes)
@@ -163,7 +220,9 @@ async def ingest(
             batch = await asyncio.to_thread(next, batches, None)
             if batch is None:
                 break
-            task = asyncio.create_task(prepare(batch.documents, embedder, store, chunk_tokens, overlap_tokens))
+            task = asyncio.create_task(
+                _prepare_batch(batch.documents, embedder, store, chunk_tokens, overlap_tokens, on_staged)
+            )
             pending.add(task)
             queue.put_nowait((batch, task))
         queue.put_nowait(None)
@@ -172,7 +231,8 @@ async def ingest(
         nonlocal seen_chunks
         while (item := await queue.get()) is not None:
             batch, task = item
-            prepared = await task
+            done = await task
+            prepared = done.prepared
             pending.discard(task)
             counts = await store_prepared(prepared, embedder, store, chunk_tokens, overlap_tokens)
             slots.release()
@@ -184,11 +244,12 @@ async def ingest(
                     elif (slot := rng.randrange(seen_chunks)) < sample_size:
                         report.sample[slot] = chunk.text
             report.documents += prepared.documents
-            report.added += counts.added
-            report.skipped += counts.skipped
-            report.chunks += counts.chunks
+            report.added += counts.added + len(done.large_added)
+            report.skipped += counts.skipped + len(done.large_unchanged)
+            report.chunks += counts.chunks + done.large_chunks
+            report.resumed_chunks += done.resumed_chunks
             report.failed += prepared.failed
-            _count_files(report, batch, prepared)
+            _count_files(report, batch, done)
             if on_progress is not None:
                 on_progress(report.documents, total, report.chunks)
 

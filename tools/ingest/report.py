@@ -42,6 +42,7 @@ class IngestReport:
             files stored, unchanged, skipped and failed.
         file_errors: files that failed (extraction or read errors) and files skipped as unsupported.
         pages: PDF pages extracted; extract_s: seconds spent extracting PDFs (wall time, in a worker thread).
+        resumed_chunks: chunks of large documents found staged by an interrupted run, not embedded again.
         wall_s: wall time of the run, seconds.
         sample: up to `sample_size` chunk texts embedded in this run, drawn uniformly (reservoir sampling,
             Vitter 1985, algorithm R), for measuring the in-process ceiling on the same text lengths.
@@ -56,6 +57,7 @@ class IngestReport:
     file_errors: list[FileError] = field(default_factory=list)
     pages: int = 0
     extract_s: float = 0.0
+    resumed_chunks: int = 0
     wall_s: float = 0.0
     sample: list[str] = field(default_factory=list)
 
