@@ -112,7 +112,7 @@ def queue_length_is(client: httpx.AsyncClient, expected: float) -> Callable[[], 
     """A check of the server's `rag_admission_queue_length` metric."""
 
     async def check() -> bool:
-        text = (await client.get("/metrics/")).text
+        text = (await client.get("/metrics")).text
         match = re.search(r"^rag_admission_queue_length (\S+)$", text, re.MULTILINE)
         assert match, text[:500]
         return float(match.group(1)) == expected
@@ -186,7 +186,7 @@ async def test_overload_is_refused_at_once_with_retry_after_and_no_llm_work(
         kinds = [e.event async for e in events]
         assert kinds[-1] == "result" and "text" in kinds and "error" not in kinds, kinds
     assert llm.arrived == 2
-    metrics = (await client.get("/metrics/")).text
+    metrics = (await client.get("/metrics")).text
     assert 'rag_admission_rejections_total{reason="queue_full"} 2.0' in metrics
     assert re.search(r"^rag_answers_in_progress 0\.0$", metrics, re.MULTILINE), metrics
 
