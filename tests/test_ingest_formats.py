@@ -97,6 +97,16 @@ def test_markdown_sections_ignore_hashes_in_code(tmp_path: Path) -> None:
     assert got.text[got.sections[2].start :].startswith("## Install")
 
 
+def test_a_heading_with_no_body_joins_the_next_section_so_no_chunk_is_a_heading_alone(tmp_path: Path) -> None:
+    md = tmp_path / "handbook.md"
+    md.write_text("# Quokka Handbook\n\n## Installation\n\nRun the installer on Linux.\n\n## Usage\n\nStart it.")
+    doc = next(iter(read_documents(plan_inputs([md], root=tmp_path)[0])))
+    chunks = located_chunks(doc, load_tokenizer("all-minilm-l6-v2"), 200, 40)
+    assert [loc["section"] for _, loc in chunks] == [["Quokka Handbook", "Installation"], ["Quokka Handbook", "Usage"]]
+    assert "Run the installer" in chunks[0][0].text and "## Installation" in chunks[0][0].text
+    assert all(len(c.text.split()) > 3 for c, _ in chunks)
+
+
 def test_chunks_never_cross_a_page_and_carry_it(files: Path) -> None:
     doc = next(iter(read_documents(plan_inputs([files / "guide.pdf"], root=files)[0])))
     assert doc.doc_id == "guide.pdf" and doc.metadata == {"format": "pdf", "pages": 2}

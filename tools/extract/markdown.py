@@ -12,13 +12,18 @@ _PARSER = MarkdownIt("commonmark")
 
 def heading_sections(text: str) -> list[Section]:
     """A `Section` at the start of each heading line of Markdown `text`, with the heading path down to it (a
-    heading of level n closes those of level >= n)."""
+    heading of level n closes those of level >= n).
+
+    A heading with nothing under it but the next heading (`# Guide` directly followed by `## Install`) starts no
+    section of its own: its line joins the next section, so no chunk holds a heading alone."""
     line_starts = [0]
     for line in text.splitlines(keepends=True):
         line_starts.append(line_starts[-1] + len(line))
     tokens = _PARSER.parse(text)
     sections: list[Section] = []
     stack: list[tuple[int, str]] = []
+    pending: int | None = None  # start of a heading with no body yet, to move into the next section
+    body_from = 0  # where the text under the last heading begins
     for i, token in enumerate(tokens):
         if token.type != "heading_open" or token.map is None:
             continue
@@ -26,10 +31,15 @@ def heading_sections(text: str) -> list[Section]:
         title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
         if not title:
             continue
+        start = line_starts[token.map[0]]
+        if sections and not text[body_from:start].strip():
+            pending = sections.pop().start if pending is None else pending
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, title))
-        sections.append(Section(line_starts[token.map[0]], path=tuple(t for _, t in stack)))
+        sections.append(Section(start if pending is None else pending, path=tuple(t for _, t in stack)))
+        pending = None
+        body_from = line_starts[min(token.map[1], len(line_starts) - 1)]
     return sections
 
 
