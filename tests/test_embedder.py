@@ -363,13 +363,17 @@ async def test_time_waiting_for_an_in_flight_slot_is_the_slot_wait_histogram(tri
 
 
 async def test_status_reports_triton_metrics(embedder: TritonEmbedder, settings: Settings) -> None:
+    """`rag status` reads Triton's Prometheus counters: they lie between two reads of the statistics extension
+    taken around it (a request another test left in flight may land in between, so equality would be a race)."""
     await embedder.embed(["metrics probe"])
     inferences, executions = await model_statistics(embedder)
     (triton_row,) = [s for s in stack.status(StackConfig.of(settings)) if s.name == "triton"]
+    inferences_after, executions_after = await model_statistics(embedder)
     assert triton_row.healthy
     figures = triton_row.metrics["models"][settings.embedder_model]
-    assert figures["inferences"] == inferences and figures["executions"] == executions
-    assert figures["mean_batch"] == round(inferences / executions, 2) >= 1.0
+    assert inferences <= figures["inferences"] <= inferences_after
+    assert executions <= figures["executions"] <= executions_after
+    assert figures["mean_batch"] == round(figures["inferences"] / figures["executions"], 2) >= 1.0
     assert "mean batch" in triton_row.detail
 
 
