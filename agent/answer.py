@@ -46,6 +46,7 @@ from agent.prompts import REFUSAL, SYSTEM_PROMPT, user_prompt
 from agent.rag_agent import RagDeps, search_passages
 from agent.results import AskResult, Citation
 from agent.settings import Policy
+from tools.scope import SearchScope
 
 # pydantic-ai warns, as a raw Python warning with its site-packages path, on every run whose LLM server sent no token
 # usage: ANSWER_TOKEN_BUDGET then counts only the usage that was reported.
@@ -67,6 +68,7 @@ class AnswerRequest:
         on_event: receives `agent.events` events while the answer runs (tool activity, text deltas, restarts).
         on_text: receives each new piece of visible answer text (reasoning and invalid citation markers removed);
             the text sent after the last restart equals `AskResult.answer`.
+        scope: the documents the answer may search and cite (collections, filters; `tools.scope`); None: all.
 
     Raises:
         agent.errors.InputError: blank question or top_k < 1.
@@ -77,6 +79,7 @@ class AnswerRequest:
     policy: Policy | None = None
     history: Sequence[ModelMessage] = ()
     retrieval_query: str | None = None
+    scope: SearchScope | None = None
     on_event: Callable[[AgentEvent], None] | None = field(default=None, compare=False)
     on_text: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -121,7 +124,8 @@ async def answer(
         tools.embedder.EmbedderError / tools.store.StoreError: retrieval failed.
     """
     limits = limits or AnswerLimits()
-    deps = replace(deps, on_event=request.on_event or deps.on_event)  # a fresh RunState too (not an init field)
+    # a fresh RunState too (not an init field)
+    deps = replace(deps, on_event=request.on_event or deps.on_event, scope=request.scope)
     clock = asyncio.timeout(limits.timeout_s)
     try:
         async with clock:

@@ -56,9 +56,7 @@ class RagApp:
         self.services = services or build_services(self.settings)
         self.agents = build_agents(self.services.model, self.settings)
         self.limits = answer_limits(self.settings)
-        self.deps = RagDeps(
-            self.services.search, self.settings.top_k, refusal_min_score, context=self.services.context
-        )
+        self.deps = RagDeps(self.services.search, self.settings.top_k, refusal_min_score, context=self.services.context)
         self.admission = AdmissionController(
             self.settings.answer_max_in_progress, self.settings.answer_queue_max, self.settings.answer_queue_deadline_s
         )

@@ -90,7 +90,7 @@ def _print_job(job: Job) -> None:
 def submit(
     paths: Annotated[list[Path], typer.Argument(help="Files to ingest in one job (stored in Postgres with it).")],
     prefix: Annotated[str, typer.Option(help="Prepended to every document id (the file name).")] = "",
-    as_json: Annotated[bool, typer.Option("--json", help="Print {\"job_id\": N} only.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"job_id": N} only.')] = False,
 ) -> None:
     """Queue one job ingesting `paths`; a worker (`rag worker`, `rag serve`) runs it. Document ids are the
     prefix and the file names."""

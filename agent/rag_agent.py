@@ -33,6 +33,7 @@ from agent.events import AgentEvent, ToolCall, ToolResult
 from agent.prompts import AGENTIC_SYSTEM_PROMPT, SYSTEM_PROMPT, format_passages
 from agent.settings import Policy
 from tools.retrieval import Passage, PassageSearch
+from tools.scope import SearchScope
 from tools.timing import StageTimings
 
 MAX_TOOL_TOP_K = 10
@@ -81,6 +82,7 @@ class RagDeps:
             below it the agent refuses. `-1.0` turns refusal off.
         on_event: receives `agent.events` events while the answer runs (tool activity, text deltas).
         context: fits the `always` policy's passages to the LLM's context window; None sends them all.
+        scope: the documents this run may see (collections, filters); None: every document.
         state: filled during the run; `answer` gives each run a fresh one.
     """
 
@@ -89,6 +91,7 @@ class RagDeps:
     refusal_min_score: float = -1.0
     on_event: Callable[[AgentEvent], None] | None = None
     context: ContextFitter | None = None
+    scope: SearchScope | None = None
     state: RunState = field(default_factory=RunState, init=False)
 
     def emit(self, event: AgentEvent) -> None:
@@ -113,7 +116,7 @@ async def search_passages(deps: RagDeps, query: str, top_k: int) -> list[Passage
         tools.embedder.EmbedderError / tools.store.StoreError: retrieval failed.
     """
     deps.emit(ToolCall(tool="search_documents", args={"query": query, "top_k": top_k}))
-    result = await deps.search.search(query, top_k)
+    result = await deps.search.search(query, top_k, deps.scope)
     deps.state.timings.add(result.timings_ms)
     deps.state.queries.append(query)
     passages = deps.state.register(result.passages)
@@ -157,7 +160,7 @@ async def get_document(ctx: RunContext[RagDeps], doc_id: str) -> str:
         shown = ", ".join(sorted(known)) or "none yet: call search_documents first"
         raise ModelRetry(f"doc_id {doc_id!r} was not in your search results; ids you can read: {shown}")
     ctx.deps.emit(ToolCall(tool="get_document", args={"doc_id": doc_id}))
-    found = await ctx.deps.search.get_document(doc_id)
+    found = await ctx.deps.search.get_document(doc_id, ctx.deps.scope)
     if found is None:  # deleted since it was retrieved
         raise ModelRetry(f"document {doc_id} is no longer stored")
     title, text = found

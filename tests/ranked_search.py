@@ -4,6 +4,7 @@ with passages (fitting them to the context window, how an answer ends) where the
 from __future__ import annotations
 
 from tools.retrieval import Passage, RetrievalResult
+from tools.scope import SearchScope
 from tools.store import ChunkHit
 
 B12 = "Vitamin B12 deficiency raises plasma homocysteine in older adults."
@@ -20,7 +21,7 @@ class RankedSearch:
     def __init__(self, passages: list[Passage] | None = None) -> None:
         self.passages = passages if passages is not None else [passage(n) for n in (1, 2, 3)]
 
-    async def search(self, query: str, top_k: int) -> RetrievalResult:
+    async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
         """The first `top_k` passages.
 
         Raises:
@@ -30,7 +31,7 @@ class RankedSearch:
             raise ValueError(f"query {query!r}, top_k={top_k}; expected a non-blank query and top_k >= 1")
         return RetrievalResult(query, self.passages[:top_k], {"embed": 0.0, "search": 0.0})
 
-    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+    async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
         """The title and text of `doc_id`'s passage; None when the list has none."""
         found = next((p for p in self.passages if p.doc_id == doc_id), None)
         return (found.title, found.text) if found is not None else None

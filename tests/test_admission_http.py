@@ -26,6 +26,7 @@ from tests.test_agent_logic import COVERED, DOCUMENTS
 from tests.test_http_contract import sse_events
 from tools.in_memory import InMemoryCollection
 from tools.retrieval import RetrievalResult
+from tools.scope import SearchScope
 
 
 class CountingCollection(InMemoryCollection):
@@ -33,9 +34,9 @@ class CountingCollection(InMemoryCollection):
 
     search_calls = 0
 
-    async def search(self, query: str, top_k: int) -> RetrievalResult:
+    async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
         self.search_calls += 1
-        return await super().search(query, top_k)
+        return await super().search(query, top_k, scope)
 
 
 class GatedModel:

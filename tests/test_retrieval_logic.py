@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from tools.retrieval import CandidateLists, RetrievalMode, Retriever, rank_candidates, reciprocal_rank_fusion, text_key
+from tools.scope import SearchScope
 from tools.store import ChunkHit, FullTextMatch, FullTextRank, StoreError
 
 
@@ -44,6 +45,7 @@ class FakeStore:
         ef_search: int | None = None,
         metadata_filter: dict[str, Any] | None = None,
         exact: bool = False,
+        scope: SearchScope | None = None,
     ) -> list[ChunkHit]:
         return self.dense[:top_k]
 
@@ -55,13 +57,14 @@ class FakeStore:
         rank: FullTextRank = "ts_rank_cd",
         k1: float | None = None,
         b: float | None = None,
+        scope: SearchScope | None = None,
     ) -> list[ChunkHit]:
         self.release.set()
         if self.fail_full_text:
             raise StoreError("full-text search failed")
         return self.full_text[:top_k]
 
-    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+    async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
         return None
 
     async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from tools.ingest import SourceDocument
 from tools.retrieval import CandidateLists, Passage, RetrievalMode, RetrievalResult, rank_candidates
+from tools.scope import SearchScope
 from tools.store import ChunkHit, DocumentPage, IngestCounts, StoredDocument
 from tools.store.listing import decode_cursor, encode_cursor
 
@@ -85,7 +86,7 @@ class InMemoryCollection:
         words = frozenset(_WORD.findall(doc.content.lower()))
         self._entries[doc.doc_id] = _Entry(doc, hashed_vector(doc.content), words, datetime.now(UTC))
 
-    async def search(self, query: str, top_k: int) -> RetrievalResult:
+    async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
         """Up to `top_k` passages for `query` in this collection's mode, each with its dense cosine (see
         `tools.retrieval.PassageSearch.search`); timings are 0.
 
@@ -96,12 +97,11 @@ class InMemoryCollection:
             raise ValueError("query is empty; expected a non-blank question")
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
+        _unscoped(scope)
         self.searches.append(query)
         vector = hashed_vector(query)
         cosine = {e.hit.chunk_id: float(e.vector @ vector) for e in self._entries.values()}
-        dense = sorted(
-            (_scored(e.hit, cosine[e.hit.chunk_id]) for e in self._entries.values()), key=lambda h: -h.score
-        )
+        dense = sorted((_scored(e.hit, cosine[e.hit.chunk_id]) for e in self._entries.values()), key=lambda h: -h.score)
         terms = set(_WORD.findall(query.lower()))
         full_text = sorted(
             (
@@ -116,8 +116,9 @@ class InMemoryCollection:
         passages = [Passage.of(n, h, score, cosine[h.chunk_id]) for n, (h, score) in enumerate(ranked, 1)]
         return RetrievalResult(query, passages, dict(lists.timings_ms))
 
-    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+    async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
         """(title, text) of a stored document; None when it is not stored."""
+        _unscoped(scope)
         entry = self._entries.get(doc_id)
         return None if entry is None else (entry.document.title, entry.document.text)
 
@@ -169,3 +170,9 @@ class InMemoryCollection:
 
 def _scored(hit: ChunkHit, score: float) -> ChunkHit:
     return ChunkHit(hit.chunk_id, hit.doc_id, hit.title, hit.text, hit.source, score)
+
+
+def _unscoped(scope: SearchScope | None) -> None:
+    """Interim guard until scopes land here: a scope that narrows anything is refused, never silently ignored."""
+    if scope is not None and not scope.is_everything:
+        raise ValueError("scoped search (collections, filters) is not supported by the in-memory collection yet")

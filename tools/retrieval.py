@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tools.embedder import TextKind
+from tools.scope import SearchScope
 from tools.store import ChunkHit, FullTextMatch, FullTextRank
 from tools.timing import StageTimings
 
@@ -45,8 +46,9 @@ class SearchStore(Protocol):
         ef_search: int | None = None,
         metadata_filter: dict[str, Any] | None = None,
         exact: bool = False,
+        scope: SearchScope | None = None,
     ) -> list[ChunkHit]:
-        """Nearest chunks by cosine similarity, best first."""
+        """Nearest chunks by cosine similarity, best first, only from documents in `scope` (None: all)."""
         ...
 
     async def full_text_search(
@@ -57,12 +59,13 @@ class SearchStore(Protocol):
         rank: FullTextRank = "ts_rank_cd",
         k1: float | None = None,
         b: float | None = None,
+        scope: SearchScope | None = None,
     ) -> list[ChunkHit]:
-        """Chunks by full-text score, best first."""
+        """Chunks by full-text score, best first, only from documents in `scope` (None: all)."""
         ...
 
-    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
-        """(title, full text) of a stored document, None when not stored."""
+    async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
+        """(title, full text) of a stored document in `scope` (None: any), None when not stored there."""
         ...
 
     async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
@@ -104,9 +107,10 @@ class PassageSearch(Protocol):
     Implementations: `Retriever` (Triton + Postgres), `tools.in_memory.InMemoryCollection` (in memory, tests).
     """
 
-    async def search(self, query: str, top_k: int) -> RetrievalResult:
-        """Up to `top_k` passages for `query`, numbered from 1, best first, each with its `dense_score` (the
-        query's cosine similarity to the chunk, whatever the ranking mode).
+    async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
+        """Up to `top_k` passages for `query` from the documents in `scope` (None: every document), numbered from
+        1, best first, each with its `dense_score` (the query's cosine similarity to the chunk, whatever the
+        ranking mode). A document outside `scope` never contributes a passage, a score or a count.
 
         Raises:
             ValueError: blank query or top_k < 1.
@@ -114,8 +118,9 @@ class PassageSearch(Protocol):
         """
         ...
 
-    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
-        """(title, full text) of a stored document; None when it is not stored."""
+    async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
+        """(title, full text) of a stored document in `scope` (None: any); None when it is not stored there (a
+        document outside the scope reads exactly like a missing one)."""
         ...
 
 
@@ -267,11 +272,17 @@ class Retriever:
         self.bm25_b = bm25_b
 
     async def candidate_lists(
-        self, query: str, size: int, mode: RetrievalMode | None = None, *, embed_query: bool = False
+        self,
+        query: str,
+        size: int,
+        mode: RetrievalMode | None = None,
+        *,
+        embed_query: bool = False,
+        scope: SearchScope | None = None,
     ) -> CandidateLists:
         """The dense and full-text lists of `size` hits each that `mode` (default: this retriever's) needs;
         a list the mode does not use is empty. The query is embedded for dense search, or when `embed_query`
-        (then concurrently with full-text search).
+        (then concurrently with full-text search). Both legs search only the documents in `scope` (None: all).
 
         Raises:
             ValueError: blank query or size < 1.
@@ -294,13 +305,19 @@ class Retriever:
                 vector = (await self.embedder.embed([query], kind="query"))[0]
             if mode != "full_text":
                 with legs.stage("dense_search", size=size):
-                    dense = await self.store.dense_search(vector, size, ef_search=self.ef_search)
+                    dense = await self.store.dense_search(vector, size, ef_search=self.ef_search, scope=scope)
 
         async def full_text_leg() -> None:
             nonlocal full_text
             with legs.stage("full_text_search", size=size):
                 full_text = await self.store.full_text_search(
-                    query, size, match=self.full_text_match, rank=self.full_text_rank, k1=self.bm25_k1, b=self.bm25_b
+                    query,
+                    size,
+                    match=self.full_text_match,
+                    rank=self.full_text_rank,
+                    k1=self.bm25_k1,
+                    b=self.bm25_b,
+                    scope=scope,
                 )
 
         try:
@@ -318,9 +335,9 @@ class Retriever:
         """(hit, score) best first for `mode` (default: this retriever's); see `rank_candidates`."""
         return rank_candidates(lists, mode or self.mode, self.rrf_k, self.weights)
 
-    async def search(self, query: str, top_k: int) -> RetrievalResult:
-        """Retrieve up to `top_k` passages for `query`, numbered from 1 for citation, no chunk text twice, each
-        with its dense cosine similarity to the query (`PassageSearch.search`).
+    async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
+        """Retrieve up to `top_k` passages for `query` from the documents in `scope` (None: all), numbered from 1
+        for citation, no chunk text twice, each with its dense cosine similarity to the query (`PassageSearch.search`).
 
         A passage that dense search did not return (full-text mode, or a hybrid hit only full-text search found)
         gets its cosine from its stored embedding and the query vector this search embedded (one indexed lookup,
@@ -332,7 +349,7 @@ class Retriever:
         """
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
-        lists = await self.candidate_lists(query, max(top_k, self.candidates), embed_query=True)
+        lists = await self.candidate_lists(query, max(top_k, self.candidates), embed_query=True, scope=scope)
         dense_scores = {h.chunk_id: h.score for h in lists.dense}
         ranked = self.rank(lists)[:top_k]
         timings = StageTimings()
@@ -344,10 +361,10 @@ class Retriever:
         passages = [Passage.of(n, h, score, dense_scores.get(h.chunk_id)) for n, (h, score) in enumerate(ranked, 1)]
         return RetrievalResult(query, passages, timings.as_dict())
 
-    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
-        """(title, full text) of a stored document; None when it is not stored.
+    async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
+        """(title, full text) of a stored document in `scope` (None: any); None when it is not stored there.
 
         Raises:
             StoreError: the store failed.
         """
-        return await self.store.get_document(doc_id)
+        return await self.store.get_document(doc_id, scope)

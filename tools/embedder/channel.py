@@ -67,9 +67,7 @@ def split_endpoints(url: str) -> list[str]:
             continue
         host, sep, port = endpoint.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(
-                f"{endpoint!r} is not host:port (port 1..65535) or a gRPC target such as dns:///host:port"
-            )
+            raise ValueError(f"{endpoint!r} is not host:port (port 1..65535) or a gRPC target such as dns:///host:port")
     return endpoints
 
 

@@ -1,7 +1,7 @@
 """The store's schema, created idempotently and migrated when the store connects.
 
 - `rag_meta(key, value)`: the embedder model and dimension the table was built for;
-- `documents(id, doc_id UNIQUE, title, source, metadata jsonb, content_hash, ingested_at)`;
+- `documents(id, doc_id UNIQUE, title, source, metadata jsonb, content_hash, ingested_at, collection)`;
 - `chunks(id, chunk_id UNIQUE, document_id -> documents, chunk_index, text, token_count, embedding vector(dim),
   metadata jsonb (page or section path), tsv tsvector GENERATED from the chunk text)`, an HNSW index
   (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index on `tsv`;
@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from tools import bm25
+from tools.scope import DEFAULT_COLLECTION
 from tools.store.errors import StoreError
 from tools.store.records import Conn
 
@@ -58,7 +59,8 @@ async def set_up(conn: Conn, model_name: str, dim: int, k1: float, b: float) -> 
 
 async def _migrate(conn: Conn, k1: float, b: float) -> None:
     """Bring a store made by an earlier version up to this schema (inside `set_up`'s locked transaction): the
-    `ingested_at` column, the chunks' `metadata` column, the `source` index, the BM25 tables (built from the
+    `ingested_at` column, the chunks' `metadata` column, the `source` index, the documents' `collection` column
+    (`tools.scope.DEFAULT_COLLECTION` for every stored document) and its index, the BM25 tables (built from the
     stored chunks when new)."""
     has_ingested_at = await conn.fetchval(
         "SELECT 1 FROM pg_attribute WHERE attrelid = 'documents'::regclass AND attname = 'ingested_at'"
@@ -68,6 +70,10 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
     await conn.execute("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS metadata jsonb NOT NULL DEFAULT '{}'")
     if await conn.fetchval("SELECT to_regclass('documents_source')") is None:
         await conn.execute("CREATE INDEX documents_source ON documents (source)")
+    await conn.execute(
+        f"ALTER TABLE documents ADD COLUMN IF NOT EXISTS collection text NOT NULL DEFAULT '{DEFAULT_COLLECTION}'"
+    )
+    await conn.execute("CREATE INDEX IF NOT EXISTS documents_collection ON documents (collection)")
     if await conn.fetchval("SELECT to_regclass('bm25_corpus')") is None:
         await conn.execute(bm25.SCHEMA_SQL)
         await bm25.rebuild(conn, k1, b)

@@ -14,6 +14,7 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
+from tools.scope import SearchScope
 from tools.store import listing, pools, replicas, schema, search, writes
 from tools.store.errors import StoreError, translated
 from tools.store.records import (
@@ -314,6 +315,7 @@ class VectorStore:
         ef_search: int | None = None,
         metadata_filter: dict[str, Any] | None = None,
         exact: bool = False,
+        scope: SearchScope | None = None,
     ) -> list[ChunkHit]:
         """Nearest chunks by cosine distance through the HNSW index (or an exact scan).
 
@@ -337,6 +339,7 @@ class VectorStore:
         """
         search.check_query(query, self.dim)
         search.check_top_k(top_k)
+        _unscoped(scope)
         ef = min(max(int(ef_search or self.ef_search), int(top_k)), 1000)
         return await self._read_only(
             "dense search", self.search_settings(ef, exact), lambda c: search.dense(c, query, top_k, metadata_filter)
@@ -370,6 +373,7 @@ class VectorStore:
         rank: FullTextRank = "ts_rank_cd",
         k1: float | None = None,
         b: float | None = None,
+        scope: SearchScope | None = None,
     ) -> list[ChunkHit]:
         """Chunks matching the query's `english` lexemes (stored `tsvector`), ranked.
 
@@ -393,6 +397,7 @@ class VectorStore:
         """
         search.check_top_k(top_k)
         search.check_full_text(match, rank)
+        _unscoped(scope)
         k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
         return await self._read_only(
             "full-text search",
@@ -400,9 +405,10 @@ class VectorStore:
             lambda c: search.full_text(c, query, top_k, match, rank, k1_, b_, self.postings_per_term),
         )
 
-    async def get_document(self, doc_id: str) -> tuple[str, str] | None:
+    async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
         """(title, full text) of document `doc_id`, its chunks joined in order without overlap markers; None when
         it is not stored."""
+        _unscoped(scope)
         return await self._read_only("reading a document", "", lambda c: search.get_document(c, doc_id))
 
     def search_session(
@@ -425,3 +431,9 @@ class VectorStore:
         """After a write: wait (bounded) until the read replicas have replayed it (`replicas.replicated`)."""
         if self._replicas is not None:
             await replicas.replicated(self.pool, self._replicas, self.acquire_timeout_s)
+
+
+def _unscoped(scope: SearchScope | None) -> None:
+    """Interim guard until scoped SQL lands: a scope that narrows anything is refused, never silently ignored."""
+    if scope is not None and not scope.is_everything:
+        raise StoreError("scoped search (collections, filters) is not supported by this store yet")
