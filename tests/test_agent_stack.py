@@ -106,7 +106,7 @@ async def test_answer_timeout_covers_retrieval(store: VectorStore, embedder: Tri
         start = time.perf_counter()
         with pytest.raises(AnswerLimitError, match=r"longer than 1.0 s .*retrieval included") as exc:
             await run("never asked", Retriever(embedder, store), timeout_s=1.0)
-        assert exc.value.limit == "timeout" and time.perf_counter() - start < 5
+        assert exc.value.limit == "timeout" and time.perf_counter() - start < 60  # not held until the lock goes
         await transaction.rollback()
     finally:
         await locker.close()

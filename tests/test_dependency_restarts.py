@@ -93,15 +93,18 @@ def assert_unavailable(response: httpx.Response, kinds: set[str]) -> None:
     assert int(response.headers["retry-after"]) > 0
 
 
-def eventually_ok(server: RagServe, kinds: set[str], attempts: int = 30) -> httpx.Response:
-    """Ask until 200; every failure on the way must be a JSON 503 of one of `kinds`."""
-    for _ in range(attempts):
+def eventually_ok(server: RagServe, kinds: set[str], within_s: float = 180.0) -> httpx.Response:
+    """Ask until 200 (a safety net of `within_s` seconds, for a loaded machine); every failure on the way must be a
+    JSON 503 of one of `kinds`."""
+    deadline = time.monotonic() + within_s
+    while True:
         response = ask(server)
         if response.status_code == 200:
             return response
         assert_unavailable(response, kinds)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still failing after {within_s:.0f} s: {response.text}")
         time.sleep(1.0)
-    raise AssertionError(f"still failing after {attempts} attempts: {response.text}")
 
 
 def rag(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
@@ -134,7 +137,7 @@ def test_postgres_in_smart_shutdown_is_reported_then_stopped_fast(
     pid = processes.read_pid(own_stack.run_dir.resolve(), "postgres")
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a safety net: the shutdown begins at once
     data = postgres.pgdata(StackConfig.of(own_stack))
     while (info := PostmasterInfo.read_from_pgdata(data)) is None or info.status != "stopping":
         assert time.monotonic() < deadline, "Postgres did not enter its shutdown"

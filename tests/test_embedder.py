@@ -339,7 +339,7 @@ async def test_concurrent_single_text_requests_are_batched_on_the_server(embedde
     before_inferences, before_executions = await model_statistics(embedder)
     texts = [f"claim number {i} about cells" for i in range(32)]
     vectors = await asyncio.gather(*(embedder.embed([t], "query") for t in texts))
-    inferences, executions = await model_statistics(embedder)
+    inferences, executions = await settled_statistics(embedder, at_least=before_inferences + 32)
     assert inferences - before_inferences == 32
     assert executions - before_executions < 32  # at least one server batch held more than one request
     alone = await embedder.embed([texts[5]], "query")
@@ -363,18 +363,31 @@ async def test_time_waiting_for_an_in_flight_slot_is_the_slot_wait_histogram(tri
 
 
 async def test_status_reports_triton_metrics(embedder: TritonEmbedder, settings: Settings) -> None:
-    """`rag status` reads Triton's Prometheus counters: they lie between two reads of the statistics extension
-    taken around it (a request another test left in flight may land in between, so equality would be a race)."""
+    """`rag status` reads Triton's Prometheus counters: they count the probe, and the statistics extension reaches
+    them. Triton updates both after the response is sent, and a request another test left in flight may land at any
+    time, so the check is a lower bound and a bounded wait for the statistics to catch up, never an equality."""
+    before, _ = await model_statistics(embedder)
     await embedder.embed(["metrics probe"])
-    inferences, executions = await model_statistics(embedder)
+    inferences, executions = await settled_statistics(embedder, at_least=before + 1)
     (triton_row,) = [s for s in stack.status(StackConfig.of(settings)) if s.name == "triton"]
-    inferences_after, executions_after = await model_statistics(embedder)
     assert triton_row.healthy
     figures = triton_row.metrics["models"][settings.embedder_model]
-    assert inferences <= figures["inferences"] <= inferences_after
-    assert executions <= figures["executions"] <= executions_after
+    assert figures["inferences"] >= inferences and figures["executions"] >= executions
+    caught_up, _ = await settled_statistics(embedder, at_least=int(figures["inferences"]))
+    assert caught_up >= figures["inferences"]
     assert figures["mean_batch"] == round(figures["inferences"] / figures["executions"], 2) >= 1.0
     assert "mean batch" in triton_row.detail
+
+
+async def settled_statistics(embedder: TritonEmbedder, at_least: int, wait_s: float = 30.0) -> tuple[int, int]:
+    """(inference_count, execution_count) once the inference count reaches `at_least`, polled every 0.1 s for at
+    most `wait_s` seconds (then the last read, for the caller's assertion to report)."""
+    deadline = time.monotonic() + wait_s
+    counts = await model_statistics(embedder)
+    while counts[0] < at_least and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        counts = await model_statistics(embedder)
+    return counts
 
 
 async def test_int8_variant_is_close_to_fp32(embedder: TritonEmbedder, settings: Settings) -> None:
@@ -460,8 +473,12 @@ async def test_app_with_shipped_settings_batches_concurrent_queries(triton_serve
         assert app.embedder.max_in_flight == shipped.triton_max_in_flight
         before = await app.embedder.inference_statistics()
         vectors = await asyncio.gather(*(app.embedder.embed([c], "query") for c in claims))
-        await asyncio.sleep(1.0)  # Triton updates its statistics after the responses are sent
+        # Triton updates its statistics after the responses are sent: wait (bounded) until they count all 32
+        deadline = time.monotonic() + 30.0
         after = await app.embedder.inference_statistics()
+        while after["inference_count"] - before["inference_count"] < 32 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            after = await app.embedder.inference_statistics()
     assert all(v.shape == (1, 384) for v in vectors)
     inferences = after["inference_count"] - before["inference_count"]
     executions = after["execution_count"] - before["execution_count"]
