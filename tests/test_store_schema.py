@@ -11,8 +11,6 @@ import pytest
 from evals.retrieval_eval import ensure_database
 from tools.store import ChunkRecord, DocumentRecord, StoreError, VectorStore
 
-pytestmark = pytest.mark.stack
-
 
 async def fresh_database(postgres_url: str, name: str, *setup: str) -> str:
     """Database `name` dropped and re-created, then `setup` statements run in it; returns its URL."""
