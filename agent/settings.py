@@ -274,7 +274,11 @@ class Settings(BaseSettings):
     vllm_port: Port = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
     vllm_kvcache_space_gib: int = Field(default=2, description="VLLM_CPU_KVCACHE_SPACE for the local vLLM, GiB.")
     vllm_max_model_len: int = Field(default=4096, description="Context length the local vLLM serves, tokens.")
-    vllm_start_timeout_s: float = Field(default=420.0, description="How long `rag up` waits for vLLM, seconds.")
+    vllm_start_timeout_s: float = Field(
+        default=900.0,
+        description="How long `rag up` waits for vLLM, seconds: its first start on a machine compiles the model "
+        "(torch.compile, cached in ~/.cache/vllm afterwards), measured at 6 min on a busy 2-core machine.",
+    )
 
     # --- retrieval and chunking ----------------------------------------------------------------------------
     top_k: int = Field(default=5, ge=1, le=100, description="Passages retrieved per question.")
