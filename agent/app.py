@@ -31,6 +31,7 @@ from agent.wiring import build_retriever as build_retriever
 from agent.wiring import build_store as build_store
 from tools.ingest import SourceDocument
 from tools.retrieval import RetrievalResult
+from tools.scope import SearchScope
 from tools.store import DocumentPage, IngestCounts, StoredDocument, StoreError
 from tools.store.listing import MAX_PAGE, decode_cursor
 
@@ -160,8 +161,9 @@ class RagApp:
         results = await asyncio.gather(*(run_check(self.services.checks[name]) for name in names))
         return dict(zip(names, results, strict=True))
 
-    async def search(self, query: str, top_k: int | None = None) -> RetrievalResult:
-        """Retrieve numbered passages for `query` without the LLM (default `TOP_K` of them).
+    async def search(self, query: str, top_k: int | None = None, scope: SearchScope | None = None) -> RetrievalResult:
+        """Retrieve numbered passages for `query` without the LLM (default `TOP_K` of them), only from the documents
+        in `scope` (None: all).
 
         Raises:
             agent.errors.InputError: blank query or top_k < 1.
@@ -170,7 +172,19 @@ class RagApp:
             raise InputError("query is empty; expected a non-blank query")
         if top_k is not None and top_k < 1:
             raise InputError(f"top_k={top_k}; expected >= 1")
-        return await self.services.search.search(query, top_k or self.settings.top_k)
+        return await self.services.search.search(query, top_k or self.settings.top_k, scope)
+
+    async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
+        """(title, full text) of the stored document `doc_id` in `scope` (None: any); None when it is not stored
+        there.
+
+        Raises:
+            agent.errors.InputError: blank doc id.
+            StoreError: the store failed.
+        """
+        if not doc_id.strip():
+            raise InputError("doc_id is empty; expected a stored document's id")
+        return await self.services.search.get_document(doc_id, scope)
 
     async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
         """Chunk, embed and store `documents` (e.g. from the HTTP API), `INGEST_BATCH_DOCS` per transaction; a

@@ -1,4 +1,4 @@
-"""The `rag` command line: `up`, `down`, `status`, `ingest`, `docs`, `ask`, `chat`, `serve` (Typer + Rich).
+"""The `rag` command line: `up`, `down`, `status`, `ingest`, `docs`, `ask`, `chat`, `serve`, `mcp` (Typer + Rich).
 
 Output: results go to stdout; progress, spinners, warnings and errors go to stderr, so with `--json` stdout holds
 the JSON object and nothing else. Model and document text is printed as plain text, never as Rich markup.
@@ -365,3 +365,13 @@ def serve(
     processes.require_free_ports("rag serve", {"--port": port})
     api = create_app(settings.model_copy(update={"allowed_hosts": allowed_hosts_for(settings, host)}))
     serve_drained(api, api.state.drain, host, port, settings.shutdown_grace_s)
+
+
+@app.command()
+def mcp() -> None:
+    """Serve the MCP tools `search`, `get_document` and `ask` over stdio, for an MCP host (e.g. Claude Desktop) that
+    starts this command; stdout carries only MCP messages, logs and errors go to stderr. The same tools are served
+    over HTTP at `/mcp` by `rag serve`."""
+    from agent.mcp_server import serve_stdio
+
+    asyncio.run(serve_stdio(Settings()))

@@ -14,6 +14,8 @@
   "detail", "ms"}}}`, 503 unless all pass; `/openapi.json`, `/docs`; `GET /` → the web chat page
   (`agent/web/index.html`). `GET /metrics` (Prometheus) is routed by `create_app`; the request guards
   (`agent.http_guards`) and the shutdown drain (`agent.shutdown`) are its middleware.
+- `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.mcp_server`: tools `search`, `get_document`, `ask`) over
+  streamable HTTP, behind the API key like every other route.
 
 Routes get what they need through FastAPI dependencies (`agent.http.deps`: `Rag`, `AppSettings`, `require_api_key`);
 tests swap the `RagApp` with `app.dependency_overrides[get_rag]`. A new area is a module with its own `APIRouter`,

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from agent.app import RagApp
 from agent.http import ask, documents, jobs, service
 from agent.http.errors import install_error_handlers
+from agent.http.mcp import McpEndpoint
 from agent.http_guards import install_guards
 from agent.metrics_route import metrics_route
 from agent.settings import Settings
@@ -32,7 +33,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
         # a given (test) app runs without the jobs queue, which needs the real store
         job_queue = jobs.serve_jobs(settings) if rag is None else nullcontext(None)
         try:
-            async with rag or RagApp(settings) as opened, job_queue as queue:
+            async with rag or RagApp(settings) as opened, job_queue as queue, mcp.running():
                 app.state.rag = opened
                 app.state.jobs = queue
                 yield
@@ -48,6 +49,8 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
         redoc_url=None,
     )
     app.state.settings = settings
+    mcp = McpEndpoint(lambda: app.state.rag)
+    app.router.routes.extend(mcp.routes)
     configure_tracing(settings.otel_exporter_otlp_endpoint)
     app.router.routes.append(metrics_route(metrics_app()))
     install_error_handlers(app)
