@@ -1,0 +1,220 @@
+"""The MCP tools in-process, without servers, through the SDK's own client: the server of `agent.mcp_server` over a
+`RagApp` of the in-memory collection and a pydantic-ai FunctionModel, connected directly (`mcp.Client(server)`) and
+over streamable HTTP through the `rag serve` app (`agent.http.create_app`, ASGI transport, its lifespan run).
+Tool listing, results (text and structured content), argument errors, overload and LLM failures, the API key.
+Over the real transports and the real stack: test_mcp_stack.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, TextContent
+from pydantic import SecretStr
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from agent.app import RagApp
+from agent.http import create_app
+from agent.mcp_server import build_mcp_server
+from agent.settings import Settings
+from agent.wiring import Services
+from tests.test_agent_logic import COVERED, DOCUMENTS
+from tools.in_memory import InMemoryCollection
+
+TOOLS = {"search", "get_document", "ask"}
+
+
+class Model:
+    """The fake LLM: streams `text` (after `gate` opens, when set) or raises `error`; `started` is set on a call."""
+
+    def __init__(self) -> None:
+        self.text = "It does [1]."
+        self.error: Exception | None = None
+        self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
+
+    async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        yield self.text
+
+
+def rag_app(model: Model, **update: Any) -> RagApp:
+    """A `RagApp` over the in-memory `DOCUMENTS` and `model`."""
+    settings = Settings.model_validate({"refusal_min_score": 0.3, "answer_timeout_s": 10.0} | update)
+    collection = InMemoryCollection(DOCUMENTS)
+    return RagApp(settings, Services(collection, collection, FunctionModel(stream_function=model.stream)))
+
+
+@pytest.fixture
+def model() -> Iterator[Model]:
+    yield Model()
+
+
+@asynccontextmanager
+async def connected(rag: RagApp) -> AsyncIterator[Client]:
+    """The SDK's client connected in-process to the MCP server over the opened `rag`."""
+    async with rag, Client(build_mcp_server(lambda: rag)) as client:
+        yield client
+
+
+def text_of(result: CallToolResult) -> str:
+    """The text of a result's single text block."""
+    assert len(result.content) == 1 and isinstance(result.content[0], TextContent), result.content
+    return result.content[0].text
+
+
+async def test_the_tools_are_listed_with_descriptions_and_schemas(model: Model) -> None:
+    async with connected(rag_app(model)) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description and len(tool.description) > 100 and tool.output_schema is not None
+        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+    search = tools["search"].input_schema["properties"]
+    assert set(search) == {"query", "top_k", "filter", "collection"}
+    assert all(field.get("description") for field in search.values())
+    assert tools["search"].input_schema["required"] == ["query"]
+    assert set(tools["ask"].input_schema["properties"]) == {"question", "top_k", "filter", "collection"}
+    assert tools["get_document"].input_schema["required"] == ["doc_id"]
+    assert set(tools["search"].output_schema["properties"]) == {"query", "passages"}  # type: ignore[index]
+
+
+async def test_search_returns_numbered_passages_as_text_and_structured_content(model: Model) -> None:
+    async with connected(rag_app(model)) as client:
+        result = await client.call_tool("search", {"query": COVERED, "top_k": 2})
+    assert result.is_error is False
+    structured = result.structured_content
+    assert structured is not None and structured["query"] == COVERED
+    passages = structured["passages"]
+    assert [p["number"] for p in passages] == [1, 2] and passages[0]["doc_id"] == "b12"
+    assert set(passages[0]) == {"number", "doc_id", "chunk_id", "title", "text", "score", "source"}
+    assert "homocysteine" in passages[0]["text"] and passages[0]["score"] >= passages[1]["score"]
+    text = text_of(result)
+    assert text.startswith("[1] Vitamin B12 (doc_id b12, score ") and "\n\n[2] " in text
+    assert passages[0]["text"] in text and passages[1]["text"] in text
+
+
+async def test_get_document_returns_the_title_and_whole_text(model: Model) -> None:
+    async with connected(rag_app(model)) as client:
+        result = await client.call_tool("get_document", {"doc_id": "folate"})
+    assert result.is_error is False
+    assert result.structured_content == {
+        "doc_id": "folate",
+        "title": "Folate",
+        "text": "Folate intake lowers homocysteine levels in adults.",
+    }
+    assert text_of(result) == "# Folate\n\nFolate intake lowers homocysteine levels in adults."
+
+
+async def test_ask_returns_the_answer_with_markers_and_citations(model: Model) -> None:
+    async with connected(rag_app(model)) as client:
+        result = await client.call_tool("ask", {"question": COVERED, "top_k": 2})
+    assert result.is_error is False
+    structured = result.structured_content
+    assert structured is not None and structured["answer"] == "It does [1]."
+    assert structured["refused"] is False and structured["truncated"] is False
+    assert [(c["passage"], c["doc_id"]) for c in structured["citations"]] == [(1, "b12")]
+    assert text_of(result) == "It does [1].\n\nSources:\n[1] Vitamin B12 (doc_id b12)"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "named"),
+    [
+        ("search", {"query": COVERED, "top_k": 0}, "top_k"),
+        ("search", {"query": COVERED, "top_k": "many"}, "top_k"),
+        ("search", {}, "query"),
+        ("search", {"query": "   "}, "query"),
+        ("search", {"query": COVERED, "collection": "Not A Name"}, "collection"),
+        ("search", {"query": COVERED, "filter": "team=bio"}, "filter"),
+        ("search", {"query": COVERED, "filter": {"ingested_after": "yesterday"}}, "ingested_after"),
+        ("ask", {"question": COVERED, "filter": {"source": ["a", {"b": 1}]}}, "source"),
+        ("ask", {"question": ""}, "question"),
+        ("get_document", {"doc_id": "no-such-doc"}, "doc_id"),
+        ("get_document", {"doc_id": "  "}, "doc_id"),
+    ],
+)
+async def test_bad_arguments_are_tool_errors_naming_the_argument(
+    model: Model, tool: str, arguments: dict[str, Any], named: str
+) -> None:
+    async with connected(rag_app(model)) as client:
+        result = await client.call_tool(tool, arguments)
+        assert (await client.call_tool("search", {"query": COVERED})).is_error is False  # the server carries on
+    assert result.is_error is True and result.structured_content is None
+    assert text_of(result).startswith(f"Error executing tool {tool}: ") and named in text_of(result)
+
+
+async def test_an_overloaded_service_refuses_ask_as_a_tool_error_with_the_message(model: Model) -> None:
+    model.gate = asyncio.Event()
+    async with connected(rag_app(model, answer_max_in_progress=1, answer_queue_max=0)) as client:
+        holder = asyncio.create_task(client.call_tool("ask", {"question": COVERED}))
+        await asyncio.wait_for(model.started.wait(), 30)
+        refused = await client.call_tool("ask", {"question": COVERED})
+        model.gate.set()
+        held = await holder
+    assert refused.is_error is True and held.is_error is False
+    text = text_of(refused)
+    assert "overloaded" in text and "ANSWER_MAX_IN_PROGRESS=1" in text and "retry in" in text and "retryable" in text
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [(ModelHTTPError(500, "fake", "boom"), "llm_unavailable"), (ModelHTTPError(400, "fake", "bad"), "llm_bad")],
+)
+async def test_an_llm_failure_is_a_tool_error_with_the_message(model: Model, error: Exception, kind: str) -> None:
+    model.error = error
+    async with connected(rag_app(model, llm_max_retries=0)) as client:
+        result = await client.call_tool("ask", {"question": COVERED})
+        searched = await client.call_tool("search", {"query": COVERED})
+    assert result.is_error is True and f"Error executing tool ask: {kind}" in text_of(result)
+    assert searched.is_error is False  # retrieval does not need the LLM
+
+
+@asynccontextmanager
+async def over_http(rag: RagApp, key: str, mode: str) -> AsyncIterator[Client]:
+    """The SDK's client (connecting in `mode`) over streamable HTTP to `/mcp` of the `rag serve` app with `API_KEY`
+    `key` (its lifespan run, `rag` its app), sending `Authorization: Bearer <key>`."""
+    app = create_app(rag.settings.model_copy(update={"api_key": SecretStr(key)}), rag)
+    headers = {"Authorization": f"Bearer {key}"}
+    transport = httpx2.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(transport=transport, base_url="http://localhost", headers=headers) as http,
+        Client(streamable_http_client("http://localhost/mcp", http_client=http), mode=mode) as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_http_app_serves_the_tools_at_mcp_behind_its_api_key(model: Model, mode: str) -> None:
+    async with over_http(rag_app(model), "s3cret", mode) as client:
+        assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
+        found = await client.call_tool("search", {"query": COVERED, "top_k": 1})
+        answered = await client.call_tool("ask", {"question": COVERED})
+    assert found.structured_content is not None and found.structured_content["passages"][0]["doc_id"] == "b12"
+    assert answered.structured_content is not None and answered.structured_content["answer"] == "It does [1]."
+
+
+@pytest.mark.parametrize("sent", [None, "wrong"])
+async def test_the_http_app_refuses_mcp_without_the_api_key(model: Model, sent: str | None) -> None:
+    rag = rag_app(model)
+    app = create_app(rag.settings.model_copy(update={"api_key": SecretStr("s3cret")}), rag)
+    headers = {"Authorization": f"Bearer {sent}"} if sent else {}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with app.router.lifespan_context(app):
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+            response = await http.post("/mcp", json=body, headers=headers)
+    assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+    assert response.json() == {"error": "unauthorized", "detail": "missing or wrong API key"}
