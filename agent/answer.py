@@ -35,6 +35,7 @@ from pydantic_ai.messages import (
     TextPartDelta,
 )
 from pydantic_ai.run import AgentRunResultEvent
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import UsageLimits
 
 from agent.citations import extract_citations, stream_text
@@ -44,7 +45,7 @@ from agent.events import AgentEvent, AnswerRestart, TextDelta
 from agent.llm_finish import is_truncated, rate_limit_error, require_finish_reason
 from agent.prompts import REFUSAL, SYSTEM_PROMPT, user_prompt
 from agent.rag_agent import RagDeps, search_passages
-from agent.results import AskResult, Citation
+from agent.results import AskResult, Citation, TokenUsage
 from agent.settings import Policy
 from tools.scope import SearchScope
 
@@ -69,6 +70,8 @@ class AnswerRequest:
         on_text: receives each new piece of visible answer text (reasoning and invalid citation markers removed);
             the text sent after the last restart equals `AskResult.answer`.
         scope: the documents the answer may search and cite (collections, filters; `tools.scope`); None: all.
+        model_settings: LLM request settings of this answer over the app's (e.g. `max_tokens`, `temperature`;
+            pydantic-ai `ModelSettings`, merged key by key over the agent's); None: the app's alone.
 
     Raises:
         agent.errors.InputError: blank question or top_k < 1.
@@ -80,6 +83,7 @@ class AnswerRequest:
     history: Sequence[ModelMessage] = ()
     retrieval_query: str | None = None
     scope: SearchScope | None = None
+    model_settings: ModelSettings | None = None
     on_event: Callable[[AgentEvent], None] | None = field(default=None, compare=False)
     on_text: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -174,6 +178,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     timings = deps.state.timings
     timings.add({"embed": 0.0, "search": 0.0})
     truncated = False  # the final response stopped at max_tokens
+    usage = TokenUsage()  # tokens the LLM server reported for the run
     left_out: list[str] = []  # chunk ids of passages dropped to fit the context window
 
     def finish(
@@ -190,6 +195,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             searches=list(deps.state.queries),
             truncated=truncated and not refused,
             dropped_passages=left_out,
+            usage=usage,
         )
 
     if policy == "always":
@@ -214,7 +220,11 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     output = ""  # text of the current model response
     try:
         async with agent.run_stream_events(
-            prompt, deps=deps, usage_limits=limits.usage, message_history=request.history or None
+            prompt,
+            deps=deps,
+            usage_limits=limits.usage,
+            message_history=request.history or None,
+            model_settings=request.model_settings,
         ) as events:
             async for event in events:
                 if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
@@ -233,6 +243,12 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
                     output = event.result.output
                     require_finish_reason(event.result.response)  # a stream cut short is an error
                     truncated = is_truncated(event.result.response)
+                    run_usage = event.result.usage
+                    usage = TokenUsage(
+                        input_tokens=run_usage.input_tokens,
+                        output_tokens=run_usage.output_tokens,
+                        requests=run_usage.requests,
+                    )
                 else:
                     continue
                 stream.show(stream_text(output, deps.state.passages))

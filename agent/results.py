@@ -59,6 +59,15 @@ def location_fields(metadata: Mapping[str, object]) -> Location:
     return fields
 
 
+class TokenUsage(BaseModel):
+    """Tokens the LLM server reported for one answer, all its LLM requests summed (pydantic-ai's `RunUsage`); zeros
+    when no LLM request was made (a refusal before the LLM) or the server reported no usage."""
+
+    input_tokens: int = Field(default=0, description="Prompt tokens of every LLM request of the answer.")
+    output_tokens: int = Field(default=0, description="Generated tokens of every LLM request of the answer.")
+    requests: int = Field(default=0, description="LLM requests made.")
+
+
 class AskResult(BaseModel):
     """One answer: text, validated citations and per-stage timings in ms.
 
@@ -91,6 +100,12 @@ class AskResult(BaseModel):
         default_factory=list,
         description="Chunk ids of retrieved passages left out of the prompt, lowest-ranked first dropped, so that the "
         "prompt fits the LLM's context window (`agent.context_window`); empty when all fitted.",
+    )
+    usage: TokenUsage = Field(
+        default_factory=TokenUsage,
+        exclude=True,
+        description="Token usage of the answer's LLM requests; for the Python API and the OpenAI-compatible route "
+        "(`usage`), left out of the `/v1/ask` and `rag ask --json` object.",
     )
 
     def to_json_dict(self) -> dict[str, object]:

@@ -8,9 +8,10 @@ from contextlib import asynccontextmanager, nullcontext
 from fastapi import FastAPI
 
 from agent.app import RagApp
-from agent.http import ask, documents, jobs, service
+from agent.http import ask, documents, jobs, openai_chat, service
 from agent.http.errors import install_error_handlers
 from agent.http.mcp import McpEndpoint
+from agent.http.openai_errors import OpenAIErrorShape
 from agent.http_guards import install_guards
 from agent.metrics_route import metrics_route
 from agent.settings import Settings
@@ -56,8 +57,10 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     install_error_handlers(app)
     install_guards(app, settings, settings.allowed_hosts or ("*",))
     app.state.drain = install_drain(app)
+    app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)
     app.include_router(documents.router)
     app.include_router(jobs.router)
     app.include_router(service.router)
+    app.include_router(openai_chat.router)
     return app
