@@ -22,7 +22,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agent.app import RagApp
 from agent.followup import condensed_query
-from agent.http import create_app
+from agent.http import create_app, openai_chat
 from agent.http.deps import get_rag
 from agent.http.openai_chat import completion_of
 from agent.prompts import REFUSAL
@@ -105,9 +105,12 @@ class Rig:
 
 
 def chunks(text: str) -> list[Any]:
-    """The `data:` payloads of an SSE body, JSON-decoded (`[DONE]` kept as the string); comments skipped."""
+    """The `data:` payloads of an SSE body, JSON-decoded (`[DONE]` kept as the string); keep-alive comments
+    skipped."""
     events = []
     for block in text.strip().split("\n\n"):
+        if block == ": ping":
+            continue
         data = [line.removeprefix("data: ") for line in block.splitlines() if line.startswith("data: ")]
         assert len(data) == 1 and not any(line.startswith("event:") for line in block.splitlines()), block
         events.append(data[0] if data[0] == "[DONE]" else json.loads(data[0]))
@@ -200,6 +203,7 @@ async def test_stream_frames_role_text_finish_usage_then_done(rig: Rig) -> None:
     async with rig.http() as client:
         response = await client.post("/v1/chat/completions", json=request)
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["cache-control"] == "no-cache" and response.headers["x-accel-buffering"] == "no"
     events = chunks(response.text)
     assert events[-1] == "[DONE]"
     role, text, finish, usage = events[:-1]
@@ -326,7 +330,7 @@ async def test_filter_and_collection_become_the_search_scope(rig: Rig) -> None:
         (ask() | {"messages": [{"role": "assistant", "content": "hi"}]}, "messages[0]", "last message"),
         (ask("   "), "messages[0].content", "blank"),
         (ask("a\u0000b"), "messages[0].content", "NUL"),
-        (ask("x" * 4001), "messages[0]", "4000"),
+        (ask("x" * 4001), "messages[0].content", "4000"),
         (ask(temperature=3), "temperature", "less than or equal to 2"),
         (ask(n=2), "n", "one choice"),
         (ask(logprobs=True), "logprobs", "log probabilities"),
@@ -422,42 +426,69 @@ async def test_overload_is_a_503_before_any_stream_starts() -> None:
     assert len(rig.model.seen) == 1
 
 
-async def test_closing_the_stream_cancels_the_answer(rig: Rig) -> None:
-    rig.model.gate = asyncio.Event()  # the model writes only when told to
-    body = json.dumps(ask(stream=True)).encode()
-    disconnect = asyncio.Event()
-    sent: list[MutableMapping[str, Any]] = []
-    delivered = False
+class RawCall:
+    """One streamed completion called through raw ASGI: `sent` records what the app sent; `disconnect` makes the
+    client go away."""
 
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await disconnect.wait()
+    def __init__(self, rig: Rig) -> None:
+        self.body = json.dumps(ask(stream=True)).encode()
+        self.disconnect = asyncio.Event()
+        self.sent: list[MutableMapping[str, Any]] = []
+        self.delivered = False
+        self.task = asyncio.create_task(rig.app(self.scope(), self.receive, self.send))
+        self.body_sent = asyncio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        if not self.delivered:
+            self.delivered = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await self.disconnect.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: MutableMapping[str, Any]) -> None:
-        sent.append(message)
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        self.sent.append(message)
+        self.body_sent.set()
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"rag"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("rag", 80),
-    }
-    call = asyncio.create_task(rig.app(scope, receive, send))
+    def scope(self) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/chat/completions",
+            "raw_path": b"/v1/chat/completions",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"host", b"rag"), (b"content-type", b"application/json")],
+            "client": ("127.0.0.1", 1),
+            "server": ("rag", 80),
+        }
+
+    def text(self) -> str:
+        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body").decode()
+
+
+async def test_keep_alive_comments_flow_while_the_answer_runs(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_chat, "KEEPALIVE_S", 0.01)
+    rig.model.gate = asyncio.Event()  # the model writes only when told to
+    call = RawCall(rig)
+    while ": ping" not in call.text():  # bounded by the pytest timeout; each ping is a 10 ms wait
+        call.body_sent.clear()
+        await call.body_sent.wait()
+    rig.model.gate.set()
+    await asyncio.wait_for(call.task, 10)
+    events = chunks(call.text())
+    assert events[-1] == "[DONE]" and events[1]["choices"][0]["delta"] == {"content": "It does [1]."}
+
+
+async def test_closing_the_stream_cancels_the_answer(rig: Rig) -> None:
+    rig.model.gate = asyncio.Event()  # the model writes only when told to
+    call = RawCall(rig)
     await asyncio.wait_for(rig.model.started.wait(), 10)  # retrieval done, the model is writing
-    disconnect.set()
-    await asyncio.wait_for(call, 10)
+    call.disconnect.set()
+    await asyncio.wait_for(call.task, 10)
     assert rig.model.cancelled  # the answer stopped with the client
-    streamed = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode()
+    streamed = call.text()
     assert '"role":"assistant"' in streamed and "finish_reason\":\"stop" not in streamed and "[DONE]" not in streamed
+

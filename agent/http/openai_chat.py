@@ -105,7 +105,8 @@ def conversation(messages: list[ChatMessage], max_turns: int) -> tuple[str, list
     if not question.strip():
         raise _bad(f"{where}.content is blank; expected a non-blank question", f"{where}.content")
     if len(question) > MAX_QUESTION_CHARS:
-        raise _bad(f"{where}.content has {len(question)} characters; expected at most {MAX_QUESTION_CHARS}", where)
+        too_long = f"{where}.content has {len(question)} characters; expected at most {MAX_QUESTION_CHARS}"
+        raise _bad(too_long, f"{where}.content")
     try:
         no_nul(question, f"{where}.content")
     except ValueError as exc:
@@ -229,7 +230,9 @@ async def chat_completions(
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         chunks = ChunkStream(completion_id, created, body.model)
-        return EventSourceResponse(chunks.events(lambda: rag.ask(question, admission=ticket), include_usage))
+        events = chunks.events(lambda: rag.ask(question, admission=ticket), include_usage)
+        # as FastAPI's own SSE responses: no caching, no buffering by an nginx in front
+        return EventSourceResponse(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     result = await cancelled_on_disconnect(request, rag.ask(question, admission=ticket))
     if isinstance(result, Response):
         return result
