@@ -320,6 +320,10 @@ async def test_filter_and_collection_become_the_search_scope(rig: Rig) -> None:
         assert "year" in assert_openai_error(bad, 422, "bad_request", "filter")
         bad = await client.post("/v1/chat/completions", json=ask(collection="Not A Name"))
         assert_openai_error(bad, 422, "bad_request", "collection")
+        bad = await client.post("/v1/chat/completions", json=ask(collections=["ok", "Not ok"]))
+        assert "Not ok" in assert_openai_error(bad, 422, "bad_request", "collections")
+        bad = await client.post("/v1/chat/completions", json=ask(collection="a", collections=["b"]))
+        assert_openai_error(bad, 422, "bad_request", "collection")
     assert rig.collection.scopes == [SearchScope.from_filter({"source": "t", "year": [2019, 2020]}, ["papers"])]
 
 

@@ -53,7 +53,7 @@ from agent.http.openai_schema import (
 )
 from agent.results import AskResult
 from agent.settings import Policy, Settings
-from tools.scope import ScopeError, SearchScope
+from tools.scope import ScopeError, SearchScope, check_collection
 
 MODELS: dict[str, Policy | None] = {"triton-rag": None, "triton-rag-always": "always", "triton-rag-agentic": "agentic"}
 """The served model ids and the retrieval policy of each (None: the server's `AGENT_POLICY`)."""
@@ -160,9 +160,14 @@ def scope_of(body: ChatCompletionRequest) -> SearchScope | None:
         raise _bad("both collection and collections given; expected one of them", "collection")
     collections = [body.collection] if body.collection is not None else body.collections
     try:
+        for name in collections or ():
+            check_collection(name)
+    except ScopeError as exc:
+        raise _bad(str(exc), "collection" if body.collection is not None else "collections") from None
+    try:
         return SearchScope.from_filter(body.filter, collections)  # scoped by Caller when tenancy lands
     except ScopeError as exc:
-        raise _bad(str(exc), "filter" if str(exc).startswith("filter") else "collection") from None
+        raise _bad(str(exc), "filter") from None
 
 
 def answer_request(body: ChatCompletionRequest, settings: Settings) -> AnswerRequest:
