@@ -169,14 +169,24 @@ ORDER BY sc.score DESC, c.id
 """
 
 
-def pruned_sql(hit_columns: str) -> str:
-    """The pruned query: $1 query text, $2 top_k, $3 k1, $4 b, $5 M (postings read per query term)."""
+def pruned_sql(hit_columns: str, where: str | None = None) -> str:
+    """The pruned query: $1 query text, $2 top_k, $3 k1, $4 b, $5 M (postings read per query term).
+
+    With `where` (a condition on the chunk's document `d`, its parameters from $6; `tools.store.filters`), a
+    term's top M are its top M postings of chunks that pass it: the impact-ordered read skips the others, so the
+    candidates are as many as without a filter (reading about M / selectivity postings per term)."""
+    read = "SELECT p.chunk FROM bm25_postings p WHERE p.lexeme = idf.lexeme"
+    if where is not None:
+        read = (
+            "SELECT p.chunk FROM bm25_postings p JOIN chunks c ON c.id = p.chunk"
+            f" JOIN documents d ON d.id = c.document_id WHERE p.lexeme = idf.lexeme AND {where}"
+        )
     return _hits_sql(
         f"""
 cand AS MATERIALIZED (
     SELECT DISTINCT top.chunk FROM idf
     CROSS JOIN LATERAL (
-        SELECT p.chunk FROM bm25_postings p WHERE p.lexeme = idf.lexeme ORDER BY p.impact DESC, p.chunk LIMIT $5
+        {read} ORDER BY p.impact DESC, p.chunk LIMIT $5
     ) AS top
 ), scored AS (
     SELECT cand.chunk, (
@@ -191,14 +201,26 @@ cand AS MATERIALIZED (
     )
 
 
-def exhaustive_sql(hit_columns: str) -> str:
+def exhaustive_sql(hit_columns: str, where: str | None = None) -> str:
     """Every posting of every query term scored (exact BM25, cost grows with the corpus): $1 query text,
-    $2 top_k, $3 k1, $4 b."""
+    $2 top_k, $3 k1, $4 b.
+
+    With `where` (a condition on the chunk's document `d`, its parameters from $5; `tools.store.filters`), only the
+    postings of chunks that pass it are scored: exact BM25 over the filtered set, read through the filtered
+    chunks' (chunk, lexeme) keys when the filter is selective. The corpus statistics (N, df, avgdl) stay the
+    whole store's, so a chunk scores the same with or without a filter."""
+    if where is None:
+        postings = "idf i JOIN bm25_postings p ON p.lexeme = i.lexeme CROSS JOIN s"
+    else:
+        postings = (
+            "documents d JOIN chunks c ON c.document_id = d.id JOIN bm25_postings p ON p.chunk = c.id"
+            f" JOIN idf i ON i.lexeme = p.lexeme CROSS JOIN s WHERE {where}"
+        )
     return _hits_sql(
         f"""
 scored AS (
     SELECT p.chunk, sum({_TERM_SCORE}) AS score
-    FROM idf i JOIN bm25_postings p ON p.lexeme = i.lexeme CROSS JOIN s
+    FROM {postings}
     GROUP BY p.chunk ORDER BY score DESC, p.chunk LIMIT $2
 )""",
         hit_columns,

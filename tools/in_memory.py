@@ -18,13 +18,14 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tools.ingest import SourceDocument
 from tools.retrieval import CandidateLists, Passage, RetrievalMode, RetrievalResult, rank_candidates
-from tools.scope import SearchScope
+from tools.scope import DEFAULT_COLLECTION, Scalar, SearchScope, check_collection
 from tools.store import ChunkHit, DocumentPage, IngestCounts, StoredDocument
 from tools.store.listing import decode_cursor, encode_cursor
 
@@ -48,6 +49,24 @@ class _Entry:
     vector: npt.NDArray[np.float32]
     words: frozenset[str]
     ingested_at: datetime
+    collection: str = DEFAULT_COLLECTION
+
+    def within(self, scope: SearchScope | None) -> bool:
+        """True when this document lies in `scope` (None: everything), with the store's semantics
+        (`tools.store.filters`): JSON equality of metadata values, `ingested_at` in [after, before)."""
+        if scope is None:
+            return True
+        doc = self.document
+        return (
+            (scope.collections is None or self.collection in scope.collections)
+            and all(
+                key in doc.metadata and any(_json_equal(doc.metadata[key], v) for v in values)
+                for key, values in scope.metadata.items()
+            )
+            and (not scope.sources or doc.source in scope.sources)
+            and (scope.ingested_after is None or self.ingested_at >= scope.ingested_after)
+            and (scope.ingested_before is None or self.ingested_at < scope.ingested_before)
+        )
 
     @property
     def hit(self) -> ChunkHit:
@@ -59,7 +78,7 @@ class InMemoryCollection:
     """Documents in memory, searched like the store (see the module docstring).
 
     Args:
-        documents: the initial documents (a repeated doc id: the last one wins).
+        documents: the initial documents (a repeated doc id: the last one wins), in `collection`.
         mode: `dense`, `full_text` or `hybrid`, as `Retriever`.
         rrf_k, weights: RRF constant and (dense, full-text) weights for `hybrid`.
 
@@ -73,6 +92,7 @@ class InMemoryCollection:
         mode: RetrievalMode = "hybrid",
         rrf_k: float = 5.0,
         weights: tuple[float, float] = (0.75, 1.0),
+        collection: str = DEFAULT_COLLECTION,
     ) -> None:
         self.mode = mode
         self.rrf_k = rrf_k
@@ -80,15 +100,17 @@ class InMemoryCollection:
         self.searches: list[str] = []
         self._entries: dict[str, _Entry] = {}
         for doc in documents:
-            self._put(doc)
+            self._put(doc, collection)
 
-    def _put(self, doc: SourceDocument) -> None:
+    def _put(self, doc: SourceDocument, collection: str) -> None:
         words = frozenset(_WORD.findall(doc.content.lower()))
-        self._entries[doc.doc_id] = _Entry(doc, hashed_vector(doc.content), words, datetime.now(UTC))
+        self._entries[doc.doc_id] = _Entry(
+            doc, hashed_vector(doc.content), words, datetime.now(UTC), check_collection(collection)
+        )
 
     async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
-        """Up to `top_k` passages for `query` in this collection's mode, each with its dense cosine (see
-        `tools.retrieval.PassageSearch.search`); timings are 0.
+        """Up to `top_k` passages for `query` in this collection's mode from the documents in `scope` (None: all),
+        each with its dense cosine (see `tools.retrieval.PassageSearch.search`); timings are 0.
 
         Raises:
             ValueError: blank query or top_k < 1.
@@ -97,18 +119,14 @@ class InMemoryCollection:
             raise ValueError("query is empty; expected a non-blank question")
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
-        _unscoped(scope)
         self.searches.append(query)
         vector = hashed_vector(query)
-        cosine = {e.hit.chunk_id: float(e.vector @ vector) for e in self._entries.values()}
-        dense = sorted((_scored(e.hit, cosine[e.hit.chunk_id]) for e in self._entries.values()), key=lambda h: -h.score)
+        entries = [e for e in self._entries.values() if e.within(scope)]
+        cosine = {e.hit.chunk_id: float(e.vector @ vector) for e in entries}
+        dense = sorted((_scored(e.hit, cosine[e.hit.chunk_id]) for e in entries), key=lambda h: -h.score)
         terms = set(_WORD.findall(query.lower()))
         full_text = sorted(
-            (
-                _scored(e.hit, len(terms & e.words) / len(terms))
-                for e in self._entries.values()
-                if terms and terms & e.words
-            ),
+            (_scored(e.hit, len(terms & e.words) / len(terms)) for e in entries if terms and terms & e.words),
             key=lambda h: -h.score,
         )
         lists = CandidateLists(dense, full_text, {"embed": 0.0, "search": 0.0})
@@ -117,21 +135,27 @@ class InMemoryCollection:
         return RetrievalResult(query, passages, dict(lists.timings_ms))
 
     async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
-        """(title, text) of a stored document; None when it is not stored."""
-        _unscoped(scope)
+        """(title, text) of a stored document in `scope` (None: any); None when it is not stored there."""
         entry = self._entries.get(doc_id)
-        return None if entry is None else (entry.document.title, entry.document.text)
+        return None if entry is None or not entry.within(scope) else (entry.document.title, entry.document.text)
 
-    async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
-        """Store `documents`: the same content under a stored id is skipped, other content replaces it (one chunk
-        each)."""
+    async def add_documents(
+        self, documents: Sequence[SourceDocument], collection: str = DEFAULT_COLLECTION
+    ) -> IngestCounts:
+        """Store `documents` in `collection`: the same content under a stored id is skipped, other content replaces
+        it (one chunk each).
+
+        Raises:
+            tools.scope.ScopeError: an invalid collection name.
+        """
+        check_collection(collection)
         added = skipped = 0
         for doc in documents:
             stored = self._entries.get(doc.doc_id)
             if stored is not None and stored.document.content_hash == doc.content_hash:
                 skipped += 1
                 continue
-            self._put(doc)
+            self._put(doc, collection)
             added += 1
         return IngestCounts(added=added, skipped=skipped, chunks=added)
 
@@ -172,7 +196,12 @@ def _scored(hit: ChunkHit, score: float) -> ChunkHit:
     return ChunkHit(hit.chunk_id, hit.doc_id, hit.title, hit.text, hit.source, score)
 
 
-def _unscoped(scope: SearchScope | None) -> None:
-    """Interim guard until scopes land here: a scope that narrows anything is refused, never silently ignored."""
-    if scope is not None and not scope.is_everything:
-        raise ValueError("scoped search (collections, filters) is not supported by the in-memory collection yet")
+
+def _json_equal(stored: Any, wanted: Scalar) -> bool:
+    """JSON equality of a stored metadata value and a filter value: booleans equal only booleans, numbers only
+    numbers (`2019 == 2019.0`), strings only strings."""
+    if isinstance(wanted, bool) or isinstance(stored, bool):
+        return isinstance(wanted, bool) and isinstance(stored, bool) and stored == wanted
+    if isinstance(wanted, int | float):
+        return isinstance(stored, int | float) and stored == wanted
+    return isinstance(stored, str) and stored == wanted

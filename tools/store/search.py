@@ -10,33 +10,61 @@ plan that ignores `LIMIT` and drops the HNSW index scan (measured: FACTS.md, "Me
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tools import bm25
+from tools.scope import SearchScope
+from tools.store import filters
 from tools.store.errors import StoreError
 from tools.store.records import ChunkHit, Conn, FullTextMatch, FullTextRank, hit
 
 HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source, c.metadata"
 
-DENSE_SQL = f"""
+EXACT_BELOW_CHUNKS = 1000
+"""A filtered dense search ranks every matching chunk exactly (index scans off, so no HNSW scan) when fewer than
+this many chunks pass the filter (a capped count that stops here); above, pgvector's iterative HNSW scan. Measured
+on a synthetic 8.9k-chunk store (and checked by `rag bench query --filter-selectivity`) (README "Filters"): up to
+~1,000 matching chunks the exact ranking costs about what the filtered HNSW scan does, and it cannot miss a match
+or under-fill, which an HNSW scan of a selective filter can (`hnsw.max_scan_tuples`)."""
+
+BM25_EXHAUSTIVE_BELOW_CHUNKS = 3000
+"""A filtered pruned BM25 search scores every posting of the matching chunks (`bm25_exhaustive` over the filtered
+set) when fewer than this many chunks pass the filter; above, it reads each term's top M postings among them.
+Measured (README "Filters"): reading a term's top M postings that pass a filter reads about M / selectivity
+postings, which cost more than scoring the filtered chunks directly up to ~3,000 matching chunks."""
+
+
+def dense_sql(where: str | None = None) -> str:
+    """Dense search: $1 query vector, $2 top_k; with `where` (a condition on the document `d`, its parameters
+    from $3) only chunks of documents that pass it."""
+    condition = f"WHERE {where}" if where else ""
+    return f"""
 SELECT {HIT_COLUMNS}, 1 - (c.embedding <=> $1) AS score
 FROM chunks c JOIN documents d ON d.id = c.document_id
+{condition}
 ORDER BY c.embedding <=> $1
 LIMIT $2
 """
+
+
+def matching_chunks_sql(where: str) -> str:
+    """How many chunks pass `where` (parameters from $2), counting at most $1: a capped count, whose cost is
+    bounded by the cap on a filter that many chunks pass."""
+    return f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM documents d JOIN chunks c ON c.document_id = d.id WHERE {where} LIMIT $1
+) AS matching
+"""
+
+
+DENSE_SQL = dense_sql()
 """Dense search: $1 query vector, $2 top_k."""
 
-DENSE_FILTERED_SQL = f"""
-SELECT {HIT_COLUMNS}, 1 - (c.embedding <=> $1) AS score
-FROM chunks c JOIN documents d ON d.id = c.document_id
-WHERE d.metadata @> $3::jsonb
-ORDER BY c.embedding <=> $1
-LIMIT $2
-"""
+DENSE_FILTERED_SQL = dense_sql(filters.where_sql(None, 3, {}).sql)
 """Dense search with a metadata filter: $1 query vector, $2 top_k, $3 JSON object the metadata must contain."""
 
 BM25_SQL = bm25.pruned_sql(HIT_COLUMNS)
@@ -89,14 +117,46 @@ def check_full_text(match: str, rank: str) -> None:
         )
 
 
+async def fewer_match(
+    conn: Conn, scope: SearchScope | None, contains: Mapping[str, Any] | None, below: int
+) -> bool:
+    """True when fewer than `below` chunks pass the filter (a capped count: it stops counting at `below`)."""
+    where = filters.where_sql(scope, 2, contains)
+    cap = below
+    return int(await conn.fetchval(matching_chunks_sql(where.sql), cap, *where.params)) < cap
+
+
+async def exact_scans(conn: Conn) -> None:
+    """No index scans for the rest of this search's transaction: a filtered dense search ranks every chunk that
+    passes the filter (through the documents' and chunks' bitmap scans, never the HNSW index)."""
+    await conn.execute("SET LOCAL enable_indexscan = off")
+
+
 async def dense(
-    conn: Conn, query: npt.NDArray[np.float32], top_k: int, metadata_filter: dict[str, Any] | None
+    conn: Conn,
+    query: npt.NDArray[np.float32],
+    top_k: int,
+    metadata_filter: Mapping[str, Any] | None,
+    scope: SearchScope | None = None,
+    exact: bool = False,
 ) -> list[ChunkHit]:
-    """Nearest chunks by cosine distance (see `VectorStore.dense_search`)."""
-    if metadata_filter is None:
-        rows = await conn.fetch(DENSE_SQL, query, top_k)
-    else:
-        rows = await conn.fetch(DENSE_FILTERED_SQL, query, top_k, json.dumps(metadata_filter))
+    """Nearest chunks by cosine distance of the documents in `scope` whose metadata contains `metadata_filter`
+    (see `VectorStore.dense_search`); `exact`: this transaction already has index scans off.
+
+    A filtered search never under-fills: below `EXACT_BELOW_CHUNKS` matching chunks it ranks them all exactly;
+    above, it takes pgvector's iterative HNSW scan, and ranks exactly after all when that scan returned fewer than
+    `top_k` rows (it stops at `hnsw.max_scan_tuples`), since at least `top_k` chunks match."""
+    where = filters.where_sql(scope, 3, metadata_filter)
+    if not where.narrows:
+        return [hit(r) for r in await conn.fetch(DENSE_SQL, query, top_k)]
+    sql = dense_sql(where.sql)
+    if not exact and await fewer_match(conn, scope, metadata_filter, max(EXACT_BELOW_CHUNKS, top_k)):
+        await exact_scans(conn)
+        exact = True
+    rows = await conn.fetch(sql, query, top_k, *where.params)
+    if not exact and len(rows) < top_k:
+        await exact_scans(conn)
+        rows = await conn.fetch(sql, query, top_k, *where.params)
     return [hit(r) for r in rows]
 
 
@@ -109,23 +169,38 @@ async def full_text(
     k1: float,
     b: float,
     postings_per_term: int,
+    scope: SearchScope | None = None,
 ) -> list[ChunkHit]:
-    """Chunks matching the query's `english` lexemes, ranked (see `VectorStore.full_text_search`)."""
+    """Chunks matching the query's `english` lexemes of the documents in `scope`, ranked (see
+    `VectorStore.full_text_search`).
+
+    With a filter, pruned BM25 reads each term's top M postings among the chunks that pass it, or, when fewer
+    than `BM25_EXHAUSTIVE_BELOW_CHUNKS` chunks pass, scores every posting of the filtered chunks
+    (`bm25_exhaustive`)."""
+    narrows = filters.where_sql(scope, 1).narrows
+    if rank == "bm25" and narrows and await fewer_match(conn, scope, None, BM25_EXHAUSTIVE_BELOW_CHUNKS):
+        rank = "bm25_exhaustive"
     if rank == "bm25":
-        rows = await conn.fetch(BM25_SQL, query, top_k, k1, b, max(postings_per_term, top_k))
+        where = filters.where_sql(scope, 6)
+        sql = bm25.pruned_sql(HIT_COLUMNS, where.sql) if narrows else BM25_SQL
+        rows = await conn.fetch(sql, query, top_k, k1, b, max(postings_per_term, top_k), *where.params)
     elif rank == "bm25_exhaustive":
-        rows = await conn.fetch(BM25_EXHAUSTIVE_SQL, query, top_k, k1, b)
+        where = filters.where_sql(scope, 5)
+        sql = bm25.exhaustive_sql(HIT_COLUMNS, where.sql) if narrows else BM25_EXHAUSTIVE_SQL
+        rows = await conn.fetch(sql, query, top_k, k1, b, *where.params)
     else:
+        where = filters.where_sql(scope, 3)
         rows = await conn.fetch(
             f"""
             SELECT {HIT_COLUMNS}, ts_rank_cd(c.tsv, query.q) AS score
             FROM chunks c JOIN documents d ON d.id = c.document_id, (SELECT {_TSQUERY[match]} AS q) AS query
-            WHERE c.tsv @@ query.q
+            WHERE c.tsv @@ query.q AND {where.sql}
             ORDER BY score DESC, c.id
             LIMIT $2
             """,
             query,
             top_k,
+            *where.params,
         )
     return [hit(r) for r in rows]
 
@@ -140,14 +215,16 @@ async def cosine_similarities(conn: Conn, query: npt.NDArray[np.float32], chunk_
     return {r["chunk_id"]: float(r["score"]) for r in rows}
 
 
-async def get_document(conn: Conn, doc_id: str) -> tuple[str, str] | None:
-    """(title, full text) of `doc_id`, its chunks joined in order; None when not stored."""
+async def get_document(conn: Conn, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
+    """(title, full text) of `doc_id`, its chunks joined in order; None when not stored or outside `scope`."""
+    where = filters.where_sql(scope, 2)
     rows = await conn.fetch(
-        """
+        f"""
         SELECT d.title, c.text FROM documents d JOIN chunks c ON c.document_id = d.id
-        WHERE d.doc_id = $1 ORDER BY c.chunk_index
+        WHERE d.doc_id = $1 AND {where.sql} ORDER BY c.chunk_index
         """,
         doc_id,
+        *where.params,
     )
     if not rows:
         return None

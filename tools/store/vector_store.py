@@ -330,19 +330,24 @@ class VectorStore:
                 default, are visited), so the result has min(top_k, matching chunks) rows in exact distance order.
             exact: disable index scans (`enable_indexscan = off`): a sequential scan ranks every chunk, the
                 ground truth for HNSW recall.
+            scope: only chunks of documents in this scope (collections, metadata, source, ingest time;
+                `tools.scope`); None: every document. A filter (scope or `metadata_filter`) never under-fills:
+                below `search.EXACT_BELOW_CHUNKS` matching chunks (a capped count) they are ranked exactly (index
+                scans off); above, by the iterative HNSW scan, then exactly if that returned fewer than `top_k`.
 
         Returns:
-            Up to `top_k` hits, best first; `score` = cosine similarity in [-1, 1].
+            min(top_k, chunks passing the filter) hits, best first; `score` = cosine similarity in [-1, 1].
 
         Raises:
             StoreError: wrong query shape, non-finite values, or top_k outside 1..1000.
         """
         search.check_query(query, self.dim)
         search.check_top_k(top_k)
-        _unscoped(scope)
         ef = min(max(int(ef_search or self.ef_search), int(top_k)), 1000)
         return await self._read_only(
-            "dense search", self.search_settings(ef, exact), lambda c: search.dense(c, query, top_k, metadata_filter)
+            "dense search",
+            self.search_settings(ef, exact),
+            lambda c: search.dense(c, query, top_k, metadata_filter, scope, exact),
         )
 
     async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
@@ -388,6 +393,10 @@ class VectorStore:
                 BM25, pruned: the top max(M, top_k) postings of each query term by stored impact, candidates
                 scored exactly; see `tools.bm25`) or `bm25_exhaustive` (every posting of every query term).
             k1, b: BM25 parameters of the score (default: the store's, which the stored impacts use).
+            scope: only chunks of documents in this scope (`tools.scope`); None: every document. Each rank applies
+                it in its own statement; pruned BM25 reads each term's top M postings among the chunks in scope,
+                or scores every posting of them (exhaustive) when fewer than `search.BM25_EXHAUSTIVE_BELOW_CHUNKS` chunks
+                are in scope. BM25's corpus statistics (N, df, avgdl) stay the whole store's.
 
         Returns:
             Up to `top_k` hits, best first (ties by insertion order); `score` = the rank function's value.
@@ -397,19 +406,18 @@ class VectorStore:
         """
         search.check_top_k(top_k)
         search.check_full_text(match, rank)
-        _unscoped(scope)
         k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
         return await self._read_only(
             "full-text search",
             self.search_settings(),
-            lambda c: search.full_text(c, query, top_k, match, rank, k1_, b_, self.postings_per_term),
+            lambda c: search.full_text(c, query, top_k, match, rank, k1_, b_, self.postings_per_term, scope),
         )
 
     async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
         """(title, full text) of document `doc_id`, its chunks joined in order without overlap markers; None when
-        it is not stored."""
-        _unscoped(scope)
-        return await self._read_only("reading a document", "", lambda c: search.get_document(c, doc_id))
+        it is not stored or lies outside `scope` (None: any document), so an out-of-scope document reads exactly
+        like a missing one."""
+        return await self._read_only("reading a document", "", lambda c: search.get_document(c, doc_id, scope))
 
     def search_session(
         self, ef_search: int | None = None, exact: bool = False
@@ -432,8 +440,3 @@ class VectorStore:
         if self._replicas is not None:
             await replicas.replicated(self.pool, self._replicas, self.acquire_timeout_s)
 
-
-def _unscoped(scope: SearchScope | None) -> None:
-    """Interim guard until scoped SQL lands: a scope that narrows anything is refused, never silently ignored."""
-    if scope is not None and not scope.is_everything:
-        raise StoreError("scoped search (collections, filters) is not supported by this store yet")
