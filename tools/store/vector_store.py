@@ -395,8 +395,9 @@ class VectorStore:
             k1, b: BM25 parameters of the score (default: the store's, which the stored impacts use).
             scope: only chunks of documents in this scope (`tools.scope`); None: every document. Each rank applies
                 it in its own statement; pruned BM25 reads each term's top M postings among the chunks in scope,
-                or scores every posting of them (exhaustive) when fewer than `search.BM25_EXHAUSTIVE_BELOW_CHUNKS` chunks
-                are in scope. BM25's corpus statistics (N, df, avgdl) stay the whole store's.
+                or scores every posting of them (exhaustive) when fewer than
+                `search.BM25_EXHAUSTIVE_BELOW_CHUNKS` chunks are in scope. BM25's corpus statistics (N, df,
+                avgdl) stay the whole store's.
 
         Returns:
             Up to `top_k` hits, best first (ties by insertion order); `score` = the rank function's value.
