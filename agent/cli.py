@@ -43,6 +43,7 @@ from infra.config import StackConfig
 from infra.processes import ServiceError
 from tools.embedder import EmbedderError
 from tools.ingest import IngestReport, plan_inputs
+from tools.scope import ScopeError, SearchScope
 
 
 class RagTyper(typer.Typer):
@@ -302,6 +303,20 @@ def docs_delete(
         raise typer.Exit(code=1)
 
 
+def cli_scope(filters: list[str] | None, collections: list[str] | None) -> SearchScope | None:
+    """The search scope of repeated `--filter KEY=VALUE` and `--collection NAME` options; None when neither is given.
+
+    Raises:
+        InputError: a malformed filter or collection name (the message names it).
+    """
+    if not filters and not collections:
+        return None
+    try:
+        return SearchScope.from_cli(filters or [], collections or None)
+    except ScopeError as exc:
+        raise InputError(str(exc)) from None
+
+
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
@@ -310,12 +325,26 @@ def ask(
     policy: Annotated[
         Policy | None, typer.Option("--policy", help="Retrieval policy: always or agentic (default AGENT_POLICY).")
     ] = None,
+    filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            metavar="KEY=VALUE",
+            help="Search only documents whose metadata KEY equals VALUE (JSON when it parses: year=2019 is a number); "
+            "source=PATH, ingested_after=DATE, ingested_before=DATE filter those columns. Repeat a key for any of "
+            "its values; different keys must all match.",
+        ),
+    ] = None,
+    collections: Annotated[
+        list[str] | None,
+        typer.Option("--collection", metavar="NAME", help="Search only this collection (repeatable; default: all)."),
+    ] = None,
 ) -> None:
     """Answer one question with citations."""
 
     if not question.strip():
         raise InputError("QUESTION is empty; expected a non-blank question")
-    request = AnswerRequest(question, top_k=top_k, policy=policy)
+    request = AnswerRequest(question, top_k=top_k, policy=policy, scope=cli_scope(filters, collections))
 
     async def run() -> AskResult:
         async with RagApp() as rag:

@@ -1,15 +1,21 @@
 """`tools.scope.SearchScope` (filter grammar, CLI form, collections) and its SQL (`tools.store.filters.where_sql`),
-pure: no server. The SQL's meaning is proven against Postgres in test_store_filters.py."""
+and the CLI options that make one; no server. The SQL's meaning is proven against Postgres in test_store_filters.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agent.cli import cli_scope
+from agent.errors import InputError
 from tools.scope import ScopeError, SearchScope
 from tools.store.filters import where_sql
 
@@ -112,3 +118,25 @@ def test_where_sql_of_nothing_is_true_and_empty_collections_still_narrow() -> No
     assert where_sql(None, 1).sql == "true" and not where_sql(None, 1).narrows
     nothing = where_sql(SearchScope(collections=()), 2)
     assert nothing.sql == "d.collection = ANY($2::text[])" and nothing.params == ([],) and nothing.narrows
+
+
+def test_cli_options_make_the_scope_and_name_a_bad_item() -> None:
+    assert cli_scope(None, None) is None
+    assert cli_scope(["team=bio", "year=2019"], ["papers"]) == SearchScope.from_filter(
+        {"team": "bio", "year": 2019}, ["papers"]
+    )
+    with pytest.raises(InputError, match="--filter 'team'"):
+        cli_scope(["team"], None)
+
+
+def test_rag_ask_reports_a_bad_filter_before_connecting(tmp_path: Path) -> None:
+    env = os.environ | {"DATA_DIR": str(tmp_path), "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    result = subprocess.run(
+        [sys.executable, "-m", "agent", "ask", "why?", "--filter", "year=2019", "--collection", "Bad Name"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("error: collection 'Bad Name'"), result.stderr

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agent.answer import AnswerRequest
 from agent.http.deps import API_KEY, Admitted, Rag
 from agent.http.errors import ERROR_RESPONSES, error_body, failure_of
 from agent.results import AskResult
 from agent.settings import Policy
+from tools.scope import SearchScope
 
 router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
 
@@ -37,6 +38,14 @@ class AskRequest(BaseModel):
     question: Annotated[str, Field(min_length=1, max_length=4000, description="The question, non-blank, no NUL.")]
     top_k: Annotated[int | None, Field(ge=1, le=100, description="Passages retrieved up front (`always`).")] = None
     policy: Policy | None = Field(default=None, description="Default: AGENT_POLICY.")
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description="Search only documents matching every key (`tools.scope` grammar): a metadata key equals the "
+        'value, or one of a list\'s values (JSON equality: 2019 is not "2019"); `source`, `ingested_after`, '
+        "`ingested_before` (ISO 8601) filter those columns.",
+        examples=[{"team": "bio", "year": [2019, 2020]}],
+    )
+    collection: str | None = Field(default=None, description="Search only this collection (default: all).")
 
     @field_validator("question")
     @classmethod
@@ -45,9 +54,25 @@ class AskRequest(BaseModel):
             raise ValueError("question is blank; expected a non-blank question")
         return no_nul(value, "question")
 
+    @model_validator(mode="after")
+    def _scope(self) -> AskRequest:
+        self.scope()  # a bad filter or collection is a 422 naming the key
+        return self
+
+    def scope(self) -> SearchScope | None:
+        """The search scope of `filter` and `collection`; None when neither is given.
+
+        Raises:
+            ValueError (`tools.scope.ScopeError`): names the bad key or collection.
+        """
+        if self.filter is None and self.collection is None:
+            return None
+        # scoped by Caller when tenancy lands
+        return SearchScope.from_filter(self.filter, [self.collection] if self.collection else None)
+
     def to_request(self) -> AnswerRequest:
         """The `AnswerRequest` of this body."""
-        return AnswerRequest(self.question, top_k=self.top_k, policy=self.policy)
+        return AnswerRequest(self.question, top_k=self.top_k, policy=self.policy, scope=self.scope())
 
 
 async def cancelled_on_disconnect(request: Request, work: Awaitable[AskResult]) -> AskResult | Response:
