@@ -16,6 +16,9 @@ points at):
   vectors), written through `VectorStore.add_documents` so whatever statistics the store maintains are built; each
   leg's search p50 at concurrency 1 at 1x and Nx, and the growth Nx / 1x. An existing scaled database with the
   expected chunk count is reused (`--rebuild-scale` forces a rebuild).
+- With `--filter-selectivity 0.01,0.001` (the filtered mode, instead of the sweep): recall@10 of metadata-filtered
+  search against the exact filtered search and filtered vs unfiltered p50, per leg, on a tagged copy of the stored
+  corpus (`evals.bench_filters`).
 
 Percentiles: `tools.stats.percentiles` (numpy, linear interpolation). Progress goes to stderr; `--json` prints
 one JSON object on stdout.
@@ -68,7 +71,9 @@ class QueryBenchParams:
         modes: retrieval modes to measure.
         top_k: passages per query (None: `TOP_K`).
         scale: build/reuse an N-times database and report each leg's search p50 growth (None: no scale run).
-        rebuild_scale: drop and rebuild the scaled database even when it holds the expected chunk count.
+        rebuild_scale: drop and rebuild the scaled (or filtered) database even when it is complete.
+        filter_selectivities: the filtered mode (`evals.bench_filters`) at these shares of chunks matching, e.g.
+            (0.01, 0.001); empty: the sweep.
         max_seconds_per_point: stop issuing queries of one point after this many seconds.
     """
 
@@ -79,6 +84,7 @@ class QueryBenchParams:
     scale: int | None = None
     rebuild_scale: bool = False
     max_seconds_per_point: float = 120.0
+    filter_selectivities: tuple[float, ...] = ()
 
 
 def load_claims() -> list[str]:
@@ -152,7 +158,7 @@ def scaled_database_name(url: str, factor: int) -> str:
     return base[: 63 - len(suffix)] + suffix
 
 
-async def _stored_pages(store: VectorStore) -> AsyncIterator[list[DocumentRecord]]:
+async def stored_pages(store: VectorStore) -> AsyncIterator[list[DocumentRecord]]:
     """The stored documents with their chunks and embeddings, `SCALE_PAGE_DOCS` documents per page."""
     last_id = 0
     while True:
@@ -234,7 +240,7 @@ async def build_scaled_store(app: Clients, factor: int, rebuild: bool) -> tuple[
     rng = np.random.default_rng(0)
     start = time.perf_counter()
     async with VectorStore(url, app.store.model_name, app.store.dim) as scaled:
-        async for page in _stored_pages(app.store):
+        async for page in stored_pages(app.store):
             for replica in range(factor):
                 await scaled.add_documents([replicate(d, replica, rng) for d in page])
             log.info(
@@ -278,10 +284,17 @@ async def run_query_bench(settings: Settings, params: QueryBenchParams) -> dict[
     machine = machine_info({"embedder_model": settings.embedder_model, "triton_grpc_url": settings.triton_grpc_url})
     points: list[dict[str, Any]] = []
     embed_only: list[dict[str, Any]] = []
+    filtered: dict[str, Any] | None = None
     async with Clients(settings) as app:
         docs, chunks = await app.store.count()
+        if params.filter_selectivities:
+            from evals.bench_filters import run_filtered
+
+            filtered = await run_filtered(
+                app, claims, params.filter_selectivities, params.requests, params.rebuild_scale
+            )
         by_mode = retrievers(app, app.store, params.modes)
-        for concurrency in params.concurrencies:
+        for concurrency in () if filtered else params.concurrencies:
             embed_only.append(await embed_only_point(app, claims, params, concurrency))
             log.info("embed only: %s", embed_only[-1])
             for mode in params.modes:
@@ -289,7 +302,7 @@ async def run_query_bench(settings: Settings, params: QueryBenchParams) -> dict[
                 point["embed_only_ratio"] = round(point["qps"] / embed_only[-1]["qps"], 3)
                 log.info("%s", point)
                 points.append(point)
-        scale = await scale_legs(app, claims, params, points) if params.scale else None
+        scale = await scale_legs(app, claims, params, points) if params.scale and not filtered else None
     machine["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     settings_used = {
         k: getattr(settings, k)
@@ -299,6 +312,7 @@ async def run_query_bench(settings: Settings, params: QueryBenchParams) -> dict[
         "points": points,
         "embed_only": embed_only,
         "scale": scale,
+        "filtered": filtered,
         "machine": machine,
         "params": {
             **asdict(params),
@@ -383,14 +397,22 @@ def render(report: dict[str, Any], console: Any) -> None:
 def run_query_bench_command(
     params: QueryBenchParams, as_json: bool, plot: Path | None, output: Path | None
 ) -> dict[str, Any]:
-    """`rag bench query`: run with `Settings()`, write the plot (default `DATA_DIR/bench/bench-query.png`) and
-    the JSON report to `output`, print the tables or (`as_json`) only the JSON object on stdout."""
+    """`rag bench query`: run with `Settings()`, write the plot (default `DATA_DIR/bench/bench-query.png`, or
+    `bench-query-filtered.png` in the filtered mode) and the JSON report to `output`, print the tables or
+    (`as_json`) only the JSON object on stdout."""
     settings = Settings()
     for mode in params.modes:
         if mode not in MODES:
             raise ValueError(f"--mode {mode!r}; expected one of {', '.join(MODES)}")
     log.setLevel(logging.INFO)
     report = asyncio.run(run_query_bench(settings, params))
+    if report["filtered"]:
+        from evals.bench_filters import render_filtered, write_filtered_plot
+
+        path = plot or settings.data_dir / "bench" / "bench-query-filtered.png"
+        report["plot"] = str(write_filtered_plot(report, path))
+        emit_report(report, as_json, output, render_filtered)
+        return report
     report["plot"] = str(write_plot(report, plot or settings.data_dir / "bench" / "bench-query.png"))
     emit_report(report, as_json, output, render)
     return report
