@@ -189,3 +189,23 @@ async def test_legacy_metadata_filter_combines_with_a_scope(store: VectorStore) 
     query = unit_vectors(1, seed=2)[0]
     hits = await store.dense_search(query, 10, metadata_filter={"team": "bio"}, scope=SearchScope(collections=("odd",)))
     assert len(hits) == 10 and all(index(h) % 6 == 3 for h in hits)
+
+
+async def test_an_under_filled_hnsw_scan_is_ranked_exactly_after_all(
+    store: VectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the exact-ranking threshold forced off and the iterative scan capped at 20 visited tuples
+    (`hnsw.max_scan_tuples`), the scan of a 1 % filter returns too few rows; the search ranks exactly instead."""
+    monkeypatch.setattr(search, "EXACT_BELOW_CHUNKS", 0)
+    plain = search.settings_sql
+    monkeypatch.setattr(
+        search, "settings_sql", lambda ef, exact=False: plain(ef, exact) + "; SET LOCAL hnsw.max_scan_tuples = 20"
+    )
+    scope = FILTERS["1 % of chunks"][0]
+    query = unit_vectors(1, seed=13)[0]
+    async with store.search_session(ef_search=10) as conn:
+        capped = await conn.fetch(search.dense_sql("d.metadata @> '{\"p1\": true}'"), query, 10)
+    assert len(capped) < 10  # what a search without the fallback would return
+    hits = await store.dense_search(query, 10, ef_search=10, scope=scope)
+    exact = await store.dense_search(query, 10, exact=True, scope=scope)
+    assert [h.chunk_id for h in hits] == [h.chunk_id for h in exact] and len(hits) == 10
