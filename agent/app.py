@@ -4,6 +4,9 @@
         result = await app.ask("Does vitamin D affect bone density?")
         async for event in app.ask_stream(AnswerRequest("...", top_k=3)):   # agent.events events, then the AskResult
             ...
+        conversation = await app.create_conversation()                      # a stored conversation (follow-ups)
+        await app.ask("What raises homocysteine?", conversation=conversation)
+        await app.ask("and what lowers it?", conversation=await app.conversation(conversation.id))
 
 `RagApp(settings)` builds its parts with `agent.wiring.build_services` (Triton, Postgres, the LLM); a test passes
 its own `Services`. One `RagApp` is safe to share across concurrent requests in one event loop: each answer gets its
@@ -16,9 +19,11 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
+from uuid import UUID
 
 from agent.admission import AdmissionController, Ticket
 from agent.answer import AnswerRequest, answer
+from agent.conversations import ConversationNotFoundError, follow_up
 from agent.errors import InputError
 from agent.events import AgentEvent, Queued
 from agent.rag_agent import RagDeps
@@ -29,6 +34,9 @@ from agent.wiring import Services, answer_limits, build_agents, build_services, 
 from agent.wiring import build_embedder as build_embedder  # the factories' home is agent.wiring; re-exported
 from agent.wiring import build_retriever as build_retriever
 from agent.wiring import build_store as build_store
+from tools.conversations import MAX_PAGE as MAX_CONVERSATION_PAGE
+from tools.conversations import MAX_TITLE_CHARS, Conversation, ConversationLog, ConversationPage
+from tools.conversations import decode_cursor as decode_conversation_cursor
 from tools.ingest import SourceDocument
 from tools.retrieval import RetrievalResult
 from tools.scope import SearchScope
@@ -90,7 +98,9 @@ class RagApp:
                 await self.services.tool_check()
                 self._tools_checked = True
 
-    async def ask(self, request: AnswerRequest | str, *, admission: Ticket | None = None) -> AskResult:
+    async def ask(
+        self, request: AnswerRequest | str, *, admission: Ticket | None = None, conversation: Conversation | None = None
+    ) -> AskResult:
         """Answer a question from the stored documents with citations; see `agent.answer.answer`.
 
         Admission control (`agent.admission`, `self.admission`) comes first: with `ANSWER_MAX_IN_PROGRESS` answers in
@@ -102,8 +112,14 @@ class RagApp:
                 app's defaults (`TOP_K`, `AGENT_POLICY`).
             admission: a place taken beforehand with `self.admission.enter()` (the HTTP API takes it before its
                 response starts, so that a refusal is a 503); closed when the answer ends. Default: taken now.
+            conversation: the stored conversation the question follows (from `self.conversation(id)`; its last
+                `CHAT_HISTORY_TURNS` turns are used): they are the answer's history and the search query is
+                `agent.followup.condensed_query` of their questions (`agent.conversations.follow_up`). The
+                finished answer (a refusal included; not a failed or cancelled one) is stored as its next turn.
 
         Raises:
+            agent.conversations.ConversationNotFoundError: the conversation was deleted while the answer ran (the
+                answer is not stored).
             agent.errors.OverloadedError: refused by admission control (queue full, expected wait or queue wait
                 beyond `ANSWER_QUEUE_DEADLINE_S`); `retry_after_s` says when to retry.
             agent.errors.InputError: blank question, top_k < 1.
@@ -111,6 +127,9 @@ class RagApp:
             EmbedderError / StoreError: retrieval failed.
         """
         request = AnswerRequest(request) if isinstance(request, str) else request
+        question = request.question
+        if conversation is not None:
+            request = follow_up(request, conversation.turns, self.settings.chat_history_turns)
         ticket = admission or self.admission.enter()
         on_event = request.on_event
         on_position = None if on_event is None else (lambda position: on_event(Queued(position=position)))
@@ -122,20 +141,30 @@ class RagApp:
                 results.append(
                     await answer(self.agents[policy], self.deps, replace(request, policy=policy), self.limits)
                 )
+        if conversation is not None:
+            await self._store_turn(conversation.id, question, results[0])
         return results[0]
 
+    async def _store_turn(self, conversation_id: UUID, question: str, result: AskResult) -> None:
+        citations = [c.model_dump(mode="json") for c in result.citations]
+        stored = await self.conversations.add_turn(conversation_id, question, result.answer, citations, result.refused)
+        if stored is None:
+            raise ConversationNotFoundError(conversation_id, " any more (deleted while the answer was written)")
+
     async def ask_stream(
-        self, request: AnswerRequest | str, *, admission: Ticket | None = None
+        self, request: AnswerRequest | str, *, admission: Ticket | None = None, conversation: Conversation | None = None
     ) -> AsyncIterator[AgentEvent | AskResult]:
         """`ask` as an async iterator: `agent.events` events as they happen (`Queued` while it waits for a slot),
-        then the `AskResult`.
+        then the `AskResult` (stored in `conversation` first, when given).
 
         Errors of `ask` are raised from the iterator (`OverloadedError` first, when refused). Closing the iterator
         early cancels the answer, and a queued answer leaves the queue.
         """
         request = AnswerRequest(request) if isinstance(request, str) else request
         queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
-        task = asyncio.create_task(self.ask(replace(request, on_event=queue.put_nowait), admission=admission))
+        task = asyncio.create_task(
+            self.ask(replace(request, on_event=queue.put_nowait), admission=admission, conversation=conversation)
+        )
         try:
             while True:
                 getter = asyncio.create_task(queue.get())
@@ -150,6 +179,67 @@ class RagApp:
                 return
         finally:
             task.cancel()
+
+    @property
+    def conversations(self) -> ConversationLog:
+        """The stored conversations (`Services.conversations`)."""
+        return self.services.conversations
+
+    async def create_conversation(self, title: str = "", owner: str | None = None) -> Conversation:
+        """A new, empty conversation; without a title it is named after its first question.
+
+        Args:
+            owner: the API key id that owns it (None: no key, or the admin key).
+
+        Raises:
+            agent.errors.InputError: a title over 200 characters or with a NUL character.
+        """
+        if len(title) > MAX_TITLE_CHARS or "\x00" in title:
+            raise InputError(f"title of {len(title)} characters; expected at most {MAX_TITLE_CHARS}, without NUL")
+        return await self.conversations.create(title.strip(), owner)
+
+    async def conversation(
+        self, conversation_id: UUID, *, last_turns: int | None = None, owner: str | None = None
+    ) -> Conversation:
+        """The stored conversation with its turns, oldest first (the last `last_turns` when given).
+
+        Args:
+            owner: only a conversation of this API key id (None: any).
+
+        Raises:
+            agent.conversations.ConversationNotFoundError: no such conversation (for `owner`).
+        """
+        found = await self.conversations.get(conversation_id, last_turns=last_turns, owner=owner)
+        if found is None:
+            raise ConversationNotFoundError(conversation_id)
+        return found
+
+    async def conversation_page(
+        self, limit: int = 50, cursor: str | None = None, owner: str | None = None
+    ) -> ConversationPage:
+        """One page of conversations (without their turns), most recently updated first, after `cursor` (a
+        previous page's `next_cursor`), with the total and the next page's cursor (None on the last page).
+
+        Raises:
+            agent.errors.InputError: `limit` outside 1..1000 or a cursor this service did not issue.
+        """
+        if not 1 <= limit <= MAX_CONVERSATION_PAGE:
+            raise InputError(f"limit={limit}; expected 1..{MAX_CONVERSATION_PAGE}")
+        if cursor is not None:
+            try:
+                decode_conversation_cursor(cursor)
+            except StoreError as exc:
+                raise InputError(str(exc)) from exc
+        return await self.conversations.page(limit, cursor, owner)
+
+    async def delete_conversation(self, conversation_id: UUID, owner: str | None = None) -> None:
+        """Delete a conversation and its turns.
+
+        Raises:
+            agent.conversations.ConversationNotFoundError: no such conversation (for `owner`).
+        """
+        if not await self.conversations.delete(conversation_id, owner):
+            raise ConversationNotFoundError(conversation_id)
 
     async def health(self) -> dict[str, dict[str, object]]:
         """Run every dependency's check concurrently (`Services.checks`).

@@ -3,7 +3,8 @@ the HTTP API, the Python API (`agent.app.RagApp`) and the evals share.
 
 - `build_embedder`, `build_store`, `build_retriever`: the Triton client, the Postgres store and the retrieval over
   them, unconnected; `Clients` opens the first two together.
-- `build_services`: what one `RagApp` uses (search, document library, LLM model, health checks), as `Services`;
+- `build_services`: what one `RagApp` uses (search, document library, conversations, LLM model, health checks), as
+  `Services`;
   tests build a `Services` of their own (e.g. over `tools.in_memory.InMemoryCollection` and a pydantic-ai
   `FunctionModel`).
 - `build_agents`, `answer_limits`: the agent per retrieval policy and the bounds of one answer.
@@ -29,11 +30,14 @@ from agent.library import DocumentLibrary, StoreLibrary
 from agent.llm import build_model, check_tool_calling, model_settings, served_model
 from agent.rag_agent import RagDeps, build_agent
 from agent.settings import Policy, Settings
+from tools.conversations import ConversationLog
 from tools.embedder import TritonEmbedder
+from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
 from tools.retrieval import PassageSearch, Retriever
 from tools.store import VectorStore
+from tools.store.conversations import ConversationStore
 
 HealthCheck = Callable[[], Awaitable[str]]
 """One dependency's check: returns a one-line detail, raises when the dependency is unusable."""
@@ -156,6 +160,8 @@ class Services:
         resources: opened in order when the app is entered, closed when it exits (clients, pools).
         tool_check: probes that the LLM server accepts tool calls (for the `agentic` policy); None: no probe.
         context: fits the `always` policy's passages to the LLM's context window; None: every passage is sent.
+        conversations: stored conversations (`tools.conversations.ConversationLog`); default: in this process'
+            memory (a test's `Services`), `build_services` keeps them in Postgres.
     """
 
     search: PassageSearch
@@ -165,12 +171,14 @@ class Services:
     resources: Sequence[AbstractAsyncContextManager[Any]] = ()
     tool_check: Callable[[], Awaitable[None]] | None = None
     context: ContextFitter | None = None
+    conversations: ConversationLog = field(default_factory=InMemoryConversations)
 
 
 def build_services(settings: Settings) -> Services:
-    """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library, the OpenAI-
-    compatible model (`agent.llm`), and checks of Triton (embeds one word), Postgres (counts documents) and the LLM
-    (`GET /models` lists `LLM_MODEL`). Nothing is connected until the app enters `resources`.
+    """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library and
+    conversations, the OpenAI-compatible model (`agent.llm`), and checks of Triton (embeds one word), Postgres
+    (counts documents) and the LLM (`GET /models` lists `LLM_MODEL`). Nothing is connected until the app enters
+    `resources`.
 
     Raises:
         KeyError: the embedder model is not in `tools.model_specs`.
@@ -206,6 +214,7 @@ def build_services(settings: Settings) -> Services:
         resources=[clients],
         tool_check=tools,
         context=ContextFitter(settings),
+        conversations=ConversationStore(store),
     )
 
 

@@ -120,7 +120,9 @@ async def test_ask_returns_the_typed_json_result(served: Served) -> None:
         "searches",
         "truncated",
         "dropped_passages",
+        "conversation_id",
     }
+    assert body["conversation_id"] is None  # a one-off question: nothing stored
     assert set(body["timings_ms"]) == {"embed", "search", "llm", "llm_ttft", "total"}
 
 

@@ -5,7 +5,14 @@
   waits for a slot), `text`, `restart`, `tool_call`, `tool_result` events (the `agent.events` models as JSON), then
   one `result` (the `AskResult`) or one `error` (an `ErrorBody`). Closing the stream cancels the answer. Admission
   control refuses an answer it cannot start within `ANSWER_QUEUE_DEADLINE_S` with 503 `overloaded` and a
-  `Retry-After` from the measured service rate, before the response starts.
+  `Retry-After` from the measured service rate, before the response starts. With `"conversation_id"` the question
+  follows a stored conversation (history and a condensed search query; the turn is stored); the response carries
+  `conversation_id` (null without one).
+- `conversations` (`agent.http.conversations`): `POST /v1/conversations` `{"title"?}` → 201 `{id, title, created_at,
+  updated_at, turn_count}`; `GET /v1/conversations?limit=50&cursor=` → `{"conversations", "total", "next_cursor"}`
+  (most recently updated first); `GET /v1/conversations/{id}` → the conversation and its `turns` (`n`, question,
+  answer, citations, refused, created_at); `DELETE /v1/conversations/{id}` → `{"deleted": id}`; 404
+  `conversation_not_found` for an unknown id.
 - `documents` (`agent.http.documents`): `GET /v1/documents?limit=100&cursor=` → `{"documents": [{doc_id, title,
   source, chunks, content_hash, ingested_at}], "total", "next_cursor"}` (keyset pages by doc id);
   `DELETE /v1/documents/{doc_id}` → `{"deleted": [doc_id]}` (404 when not stored); `POST /v1/documents`

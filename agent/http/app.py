@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager, nullcontext
 from fastapi import FastAPI
 
 from agent.app import RagApp
-from agent.http import ask, documents, jobs, openai_chat, service
+from agent.http import ask, conversations, documents, jobs, openai_chat, service
 from agent.http.errors import install_error_handlers
 from agent.http.mcp import McpEndpoint
 from agent.http.openai_errors import OpenAIErrorShape
@@ -59,6 +59,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.state.drain = install_drain(app)
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)
+    app.include_router(conversations.router)
     app.include_router(documents.router)
     app.include_router(jobs.router)
     app.include_router(service.router)

@@ -3,6 +3,12 @@
 Both take a place in admission control (`agent.http.deps.Admitted`) before the response starts: a refusal is 503
 `overloaded` with `Retry-After`. A client that disconnects cancels its answer, queued or running (Starlette cancels a
 stream by itself; `/v1/ask` watches for the disconnect).
+
+Conversations: a body with `conversation_id` (from `POST /v1/conversations`) asks a follow-up: the conversation's last
+`CHAT_HISTORY_TURNS` turns are the answer's history, the search query is `agent.followup.condensed_query` of their
+questions, and the finished answer is stored as the conversation's next turn. An unknown id is 404
+`conversation_not_found`, answered before the response starts (also on the stream). Without `conversation_id` a
+question is a one-off, as before: nothing is stored and the response's `conversation_id` is null.
 """
 
 from __future__ import annotations
@@ -10,16 +16,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any
+from uuid import UUID
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agent.answer import AnswerRequest
 from agent.http.deps import API_KEY, Admitted, Rag
-from agent.http.errors import ERROR_RESPONSES, error_body, failure_of
+from agent.http.errors import ERROR_RESPONSES, ErrorBody, error_body, failure_of
 from agent.results import AskResult
 from agent.settings import Policy
+from tools.conversations import Conversation
 from tools.scope import SearchScope
 
 router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
@@ -46,6 +54,11 @@ class AskRequest(BaseModel):
         examples=[{"team": "bio", "year": [2019, 2020]}],
     )
     collection: str | None = Field(default=None, description="Search only this collection (default: all).")
+    conversation_id: UUID | None = Field(
+        default=None,
+        description="Ask inside this stored conversation (`POST /v1/conversations`): earlier turns are the history, "
+        "the answer is stored as its next turn. Absent: a one-off question, nothing stored.",
+    )
 
     @field_validator("question")
     @classmethod
@@ -75,6 +88,38 @@ class AskRequest(BaseModel):
         return AnswerRequest(self.question, top_k=self.top_k, policy=self.policy, scope=self.scope())
 
 
+class AskResponse(AskResult):
+    """An `AskResult` and the conversation it was stored in."""
+
+    conversation_id: UUID | None = Field(
+        default=None, description="The conversation the turn was stored in; null for a one-off question."
+    )
+
+
+def response_of(result: AskResult, conversation: Conversation | None) -> AskResponse:
+    """The response body (and the stream's `result` event) of `result`, asked in `conversation` (or not)."""
+    return AskResponse.model_validate(
+        result.model_dump() | {"conversation_id": None if conversation is None else conversation.id}
+    )
+
+
+async def conversation_of(body: AskRequest, rag: Rag) -> Conversation | None:
+    """The conversation the body names, with its last `CHAT_HISTORY_TURNS` turns, read before the response starts;
+    None without `conversation_id`.
+
+    Raises:
+        agent.conversations.ConversationNotFoundError: unknown id (404 `conversation_not_found`).
+    """
+    if body.conversation_id is None:
+        return None
+    # owner: scoped by Caller when tenancy lands
+    return await rag.conversation(body.conversation_id, last_turns=rag.settings.chat_history_turns)
+
+
+InConversation = Annotated[Conversation | None, Depends(conversation_of)]
+"""A route parameter of this type receives the conversation the request's body names (None: a one-off question)."""
+
+
 async def cancelled_on_disconnect(request: Request, work: Awaitable[AskResult]) -> AskResult | Response:
     """Await `work`, cancelling it when the client disconnects (Starlette cancels only streaming responses): a
     question waiting for a slot leaves the queue, a running answer stops using the LLM. Returns a bare 499 (nginx's
@@ -97,20 +142,34 @@ async def cancelled_on_disconnect(request: Request, work: Awaitable[AskResult]) 
         watcher.cancel()
 
 
-@router.post("/v1/ask", response_model=AskResult)
-async def ask(body: AskRequest, rag: Rag, ticket: Admitted, request: Request) -> AskResult | Response:
-    """Answer one question; the JSON `AskResult` (answer, citations, timings_ms, refused, policy, searches)."""
-    return await cancelled_on_disconnect(request, rag.ask(body.to_request(), admission=ticket))
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "`conversation_not_found`: unknown `conversation_id`."}
+}
 
 
-@router.post("/v1/ask/stream", response_class=EventSourceResponse)
-async def ask_stream(body: AskRequest, rag: Rag, ticket: Admitted) -> AsyncIterator[ServerSentEvent]:
+@router.post("/v1/ask", response_model=AskResponse, responses=_NOT_FOUND)
+async def ask(
+    body: AskRequest, rag: Rag, conversation: InConversation, ticket: Admitted, request: Request
+) -> AskResponse | Response:
+    """Answer one question; the JSON `AskResult` (answer, citations, timings_ms, refused, policy, searches) and the
+    `conversation_id` it was stored in (null without one)."""
+    result = await cancelled_on_disconnect(
+        request, rag.ask(body.to_request(), admission=ticket, conversation=conversation)
+    )
+    return result if isinstance(result, Response) else response_of(result, conversation)
+
+
+@router.post("/v1/ask/stream", response_class=EventSourceResponse, responses=_NOT_FOUND)
+async def ask_stream(
+    body: AskRequest, rag: Rag, conversation: InConversation, ticket: Admitted
+) -> AsyncIterator[ServerSentEvent]:
     """Stream one answer as Server-Sent Events: `queued` (with the position, while it waits for a slot), `text`,
-    `restart`, `tool_call`, `tool_result`, then `result` or `error`; closing the stream cancels the answer."""
+    `restart`, `tool_call`, `tool_result`, then `result` (the `AskResult` and `conversation_id`) or `error`;
+    closing the stream cancels the answer."""
     try:
-        async for item in rag.ask_stream(body.to_request(), admission=ticket):
+        async for item in rag.ask_stream(body.to_request(), admission=ticket, conversation=conversation):
             if isinstance(item, AskResult):
-                yield ServerSentEvent(event="result", data=item.model_dump())
+                yield ServerSentEvent(event="result", data=response_of(item, conversation).model_dump(mode="json"))
             else:
                 yield ServerSentEvent(event=item.type, data=item.model_dump())
     except Exception as exc:  # noqa: BLE001 - the stream has started: report every failure as an error event

@@ -24,6 +24,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "limit_exceeded": 422,
     "not_found": 404,
     "document_not_found": 404,
+    "conversation_not_found": 404,
     "payload_too_large": 413,
     "unauthorized": 401,
     "method_not_allowed": 405,

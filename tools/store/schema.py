@@ -5,13 +5,15 @@
 - `chunks(id, chunk_id UNIQUE, document_id -> documents, chunk_index, text, token_count, embedding vector(dim),
   metadata jsonb (page or section path), tsv tsvector GENERATED from the chunk text)`, an HNSW index
   (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index on `tsv`;
-- the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings).
+- the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings);
+- the conversation tables of `tools.store.conversations` (`conversations`, `conversation_turns`).
 """
 
 from __future__ import annotations
 
 from tools import bm25
 from tools.scope import DEFAULT_COLLECTION
+from tools.store import conversations
 from tools.store.errors import StoreError
 from tools.store.records import Conn
 
@@ -61,7 +63,7 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
     """Bring a store made by an earlier version up to this schema (inside `set_up`'s locked transaction): the
     `ingested_at` column, the chunks' `metadata` column, the `source` index, the documents' `collection` column
     (`tools.scope.DEFAULT_COLLECTION` for every stored document) and its index, the BM25 tables (built from the
-    stored chunks when new)."""
+    stored chunks when new), the conversation tables."""
     has_ingested_at = await conn.fetchval(
         "SELECT 1 FROM pg_attribute WHERE attrelid = 'documents'::regclass AND attname = 'ingested_at'"
     )
@@ -77,6 +79,7 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
     if await conn.fetchval("SELECT to_regclass('bm25_corpus')") is None:
         await conn.execute(bm25.SCHEMA_SQL)
         await bm25.rebuild(conn, k1, b)
+    await conn.execute(conversations.SCHEMA_SQL)
 
 
 async def _vector_schema(conn: Conn) -> str:

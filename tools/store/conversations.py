@@ -1,0 +1,222 @@
+"""Conversations in Postgres: the `conversations` and `conversation_turns` tables (`SCHEMA_SQL`, created by the
+store's schema set-up) and `ConversationStore`, the `tools.conversations.ConversationLog` over a connected
+`VectorStore`'s pool.
+
+Every operation is one transaction on the store's primary read pool (never a replica: a turn just stored must be read
+back by the next question) and not on the write pool, whose connections queue behind the documents' write lock
+during an ingest: a conversation write is one or two single-row statements. Appending a turn locks the conversation's
+row (`UPDATE ... RETURNING`), so concurrent turns of one conversation get consecutive numbers; deleting a
+conversation deletes its turns (`ON DELETE CASCADE`) in the same statement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import asyncpg
+
+from tools.conversations import (
+    Conversation,
+    ConversationPage,
+    ConversationTurn,
+    auto_title,
+    check_page,
+    decode_cursor,
+    encode_cursor,
+)
+from tools.store import pools
+from tools.store.records import Conn
+
+if TYPE_CHECKING:
+    from tools.store.vector_store import VectorStore
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    owner text,  -- the API key id that owns it; NULL: made without a key or with the admin key (tenancy scopes by it)
+    title text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS conversations_recent ON conversations (updated_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS conversations_owner_recent ON conversations (owner, updated_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS conversation_turns (
+    conversation_id uuid NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    n integer NOT NULL,
+    question text NOT NULL,
+    answer text NOT NULL,
+    citations jsonb NOT NULL DEFAULT '[]',
+    refused boolean NOT NULL DEFAULT false,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (conversation_id, n)
+);
+"""
+"""The conversation tables, idempotent (`tools.store.schema` runs it at every connect). `owner` is the API key id
+(nullable) that the HTTP API's caller identity scopes conversations by."""
+
+_COLUMNS = """
+c.id, c.owner, c.title, c.created_at, c.updated_at,
+(SELECT count(*) FROM conversation_turns t WHERE t.conversation_id = c.id) AS turn_count
+"""
+
+
+def _owned(param: str) -> str:
+    """The condition that limits `conversations c` to the owner in parameter `param` (NULL: every owner)."""
+    return f"({param}::text IS NULL OR c.owner = {param})"
+
+
+READ = "BEGIN READ ONLY"
+SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+def _conversation(row: asyncpg.Record, turns: Sequence[ConversationTurn] = ()) -> Conversation:
+    times = row["created_at"], row["updated_at"]
+    return Conversation(row["id"], row["title"], row["owner"], *times, int(row["turn_count"]), tuple(turns))
+
+
+def _turn(row: asyncpg.Record) -> ConversationTurn:
+    citations: list[dict[str, Any]] = json.loads(row["citations"])
+    return ConversationTurn(row["n"], row["question"], row["answer"], citations, row["refused"], row["created_at"])
+
+
+class ConversationStore:
+    """`ConversationLog` in Postgres over `store`'s pool (the store must be connected before the first call).
+
+    Raises (every method): the store's errors (`StoreUnavailableError`, `StoreBusyError`, `StoreQueryError`), or
+    `StoreError` for bad input as documented.
+    """
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+
+    def _transaction(self, action: str, begin: str = "BEGIN") -> AbstractAsyncContextManager[Conn]:
+        return pools.transaction(self.store.pool, self.store.acquire_timeout_s, action, begin)
+
+    async def create(self, title: str = "", owner: str | None = None) -> Conversation:
+        """A new, empty conversation with a random UUID.
+
+        Raises:
+            StoreError: a title over `tools.conversations.MAX_TITLE_CHARS` characters.
+        """
+        check_page(1, title)
+        async with self._transaction("creating a conversation") as conn:
+            row = await conn.fetchrow(
+                "INSERT INTO conversations (title, owner) VALUES ($1, $2) "
+                "RETURNING id, owner, title, created_at, updated_at, 0 AS turn_count",
+                title,
+                owner,
+            )
+        assert row is not None
+        return _conversation(row)
+
+    async def get(
+        self, conversation_id: UUID, *, last_turns: int | None = None, owner: str | None = None
+    ) -> Conversation | None:
+        """The conversation with its turns, oldest first (only the last `last_turns` when given; 0: none), in one
+        snapshot; None when absent or owned by another key."""
+        async with self._transaction("reading a conversation", SNAPSHOT) as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_COLUMNS} FROM conversations c WHERE c.id = $1 AND {_owned('$2')}", conversation_id, owner
+            )
+            if row is None:
+                return None
+            turns = await _turns(conn, conversation_id, last_turns)
+        return _conversation(row, turns)
+
+    async def page(self, limit: int = 50, cursor: str | None = None, owner: str | None = None) -> ConversationPage:
+        """One page, most recently updated first (ties by id), with the total, in one snapshot: one index range scan
+        on (updated_at, id) from the cursor.
+
+        Raises:
+            StoreError: `limit` outside 1..`MAX_PAGE`, or a cursor this service did not issue.
+        """
+        check_page(limit)
+        after = None if cursor is None else decode_cursor(cursor)
+        async with self._transaction("listing conversations", SNAPSHOT) as conn:
+            if after is None:
+                rows = await conn.fetch(
+                    f"SELECT {_COLUMNS} FROM conversations c WHERE {_owned('$1')} "
+                    "ORDER BY c.updated_at DESC, c.id DESC LIMIT $2",
+                    owner,
+                    limit + 1,
+                )
+            else:
+                rows = await conn.fetch(
+                    f"SELECT {_COLUMNS} FROM conversations c WHERE {_owned('$1')} "
+                    "AND (c.updated_at, c.id) < ($2, $3) ORDER BY c.updated_at DESC, c.id DESC LIMIT $4",
+                    owner,
+                    after[0],
+                    after[1],
+                    limit + 1,
+                )
+            total = await conn.fetchval(f"SELECT count(*) FROM conversations c WHERE {_owned('$1')}", owner)
+        listed = [_conversation(r) for r in rows[:limit]]
+        return ConversationPage(listed, int(total), encode_cursor(listed[-1]) if len(rows) > limit else None)
+
+    async def add_turn(
+        self,
+        conversation_id: UUID,
+        question: str,
+        answer: str,
+        citations: Sequence[dict[str, Any]] = (),
+        refused: bool = False,
+        owner: str | None = None,
+    ) -> ConversationTurn | None:
+        """Append one turn numbered after the last, move `updated_at`, and name an untitled conversation after
+        `question`, in one transaction holding the conversation's row lock; None when the conversation is absent
+        (nothing stored)."""
+        async with self._transaction("storing a conversation turn") as conn:
+            found = await conn.fetchval(
+                f"""
+                UPDATE conversations c SET updated_at = clock_timestamp(),
+                    title = CASE WHEN c.title = '' THEN $3 ELSE c.title END
+                WHERE c.id = $1 AND {_owned("$2")} RETURNING c.id
+                """,
+                conversation_id,
+                owner,
+                auto_title(question),
+            )
+            if found is None:
+                return None
+            row = await conn.fetchrow(
+                """
+                INSERT INTO conversation_turns (conversation_id, n, question, answer, citations, refused)
+                SELECT $1, coalesce(max(n), 0) + 1, $2, $3, $4::jsonb, $5
+                FROM conversation_turns WHERE conversation_id = $1
+                RETURNING n, question, answer, citations::text AS citations, refused, created_at
+                """,
+                conversation_id,
+                question,
+                answer,
+                json.dumps(list(citations)),
+                refused,
+            )
+        assert row is not None
+        return _turn(row)
+
+    async def delete(self, conversation_id: UUID, owner: str | None = None) -> bool:
+        """Delete the conversation and its turns in one statement; False when absent or owned by another key."""
+        async with self._transaction("deleting a conversation (nothing was deleted)") as conn:
+            deleted = await conn.fetchval(
+                f"DELETE FROM conversations c WHERE c.id = $1 AND {_owned('$2')} RETURNING c.id", conversation_id, owner
+            )
+        return deleted is not None
+
+
+async def _turns(conn: Conn, conversation_id: UUID, last_turns: int | None) -> list[ConversationTurn]:
+    """The turns of a conversation, oldest first; only the last `last_turns` when given."""
+    if last_turns is not None and last_turns <= 0:
+        return []
+    rows = await conn.fetch(
+        """
+        SELECT n, question, answer, citations::text AS citations, refused, created_at FROM conversation_turns
+        WHERE conversation_id = $1 ORDER BY n DESC LIMIT $2
+        """,
+        conversation_id,
+        last_turns,
+    )
+    return [_turn(r) for r in reversed(rows)]
