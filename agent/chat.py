@@ -1,8 +1,11 @@
 """`rag chat`: an interactive session over one `RagApp`.
 
 Each answer streams token by token; tool activity (`search_documents`, `get_document`) is shown as it happens;
-the validated sources follow each answer. Earlier turns (question and answer text, citation markers removed) are
-sent with each question, at most `CHAT_HISTORY_TURNS` of them. Ctrl-C cancels the answer being written, not the
+the validated sources follow each answer. The session is a stored conversation (Postgres, `RagApp.conversation`):
+it is created with the first question, its id is printed, and `rag chat --conversation ID` resumes it. Each question
+is asked inside it (`RagApp.ask(..., conversation=)`): the last `CHAT_HISTORY_TURNS` turns are its history (citation
+markers removed), a follow-up is searched with `agent.followup.condensed_query` of their questions, and the turn is
+stored. Ctrl-C cancels the answer being written, not the
 session; an empty line or Ctrl-D ends it. Errors of one answer (a hit limit, an unreachable LLM or
 Postgres) are printed as one readable line and the session goes on. Model and document text is printed as plain
 text (never parsed as Rich markup).
@@ -11,44 +14,19 @@ text (never parsed as Rich markup).
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
-from collections import deque
+from uuid import UUID
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from rich.console import Console
 from rich.text import Text
 
 from agent.answer import AnswerRequest
 from agent.app import RagApp
-from agent.citations import CITATION_MARKER
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
 from agent.failures import describe
 from agent.results import AskResult
 from agent.settings import Policy
-
-_MARKERS = re.compile(rf"\s*(?:{CITATION_MARKER.pattern})", CITATION_MARKER.flags)
-
-
-class ChatHistory:
-    """The last `max_turns` (question, answer) pairs as pydantic-ai messages; citation markers are removed from
-    stored answers because passage numbers are renumbered every turn."""
-
-    def __init__(self, max_turns: int) -> None:
-        self.turns: deque[tuple[str, str]] = deque(maxlen=max_turns) if max_turns > 0 else deque(maxlen=0)
-
-    def add(self, question: str, result: AskResult) -> None:
-        """Remember one finished turn (refusals included)."""
-        if self.turns.maxlen:
-            self.turns.append((question, _MARKERS.sub("", result.answer).strip()))
-
-    def messages(self) -> list[ModelMessage]:
-        """User/assistant message pairs, oldest first."""
-        out: list[ModelMessage] = []
-        for question, answer in self.turns:
-            out.append(ModelRequest(parts=[UserPromptPart(question)]))
-            out.append(ModelResponse(parts=[TextPart(answer)]))
-        return out
+from tools.conversations import Conversation
 
 
 def print_sources(console: Console, result: AskResult) -> None:
@@ -91,14 +69,18 @@ def show_event(console: Console, event: AgentEvent) -> None:
 
 
 async def turn(
-    rag: RagApp, console: Console, history: ChatHistory, question: str, top_k: int | None, policy: Policy | None
+    rag: RagApp,
+    console: Console,
+    conversation: Conversation,
+    question: str,
+    top_k: int | None,
+    policy: Policy | None,
 ) -> AskResult | None:
-    """Answer one question with streaming output; None when cancelled with Ctrl-C."""
+    """Answer one question asked in `conversation` (with its last turns) with streaming output, and store the turn;
+    None when cancelled with Ctrl-C (nothing stored)."""
     loop = asyncio.get_running_loop()
-    request = AnswerRequest(
-        question, top_k=top_k, policy=policy, history=history.messages(), on_event=lambda e: show_event(console, e)
-    )
-    task = asyncio.ensure_future(rag.ask(request))
+    request = AnswerRequest(question, top_k=top_k, policy=policy, on_event=lambda e: show_event(console, e))
+    task = asyncio.ensure_future(rag.ask(request, conversation=conversation))
     loop.add_signal_handler(signal.SIGINT, task.cancel)  # Ctrl-C cancels this answer only
     try:
         result = await task
@@ -109,24 +91,66 @@ async def turn(
         loop.remove_signal_handler(signal.SIGINT)
     console.print()
     print_sources(console, result)
-    history.add(question, result)
     return result
 
 
-async def run_chat(rag: RagApp, console: Console, top_k: int | None = None, policy: Policy | None = None) -> None:
-    """The read–answer loop until an empty line or end of input."""
-    history = ChatHistory(rag.settings.chat_history_turns)
+def show_earlier_turns(console: Console, conversation: Conversation) -> None:
+    """Print a resumed conversation's id, size and the turns read with it (questions and answers, plain text)."""
+    console.print(
+        f"[dim]resuming conversation {conversation.id}: {conversation.title} ({conversation.turn_count} turns)[/]",
+        highlight=False,
+    )
+    for earlier in conversation.turns:
+        console.print(Text.assemble(("you> ", "bold cyan"), earlier.question), highlight=False, soft_wrap=True)
+        console.print(earlier.answer, highlight=False, markup=False, soft_wrap=True)
+
+
+async def next_turn_conversation(rag: RagApp, console: Console, conversation_id: UUID | None) -> Conversation:
+    """The conversation the next question is asked in, with its last `CHAT_HISTORY_TURNS` turns: a new one
+    (its id printed) when `conversation_id` is None.
+
+    Raises:
+        agent.conversations.ConversationNotFoundError: the conversation was deleted meanwhile.
+    """
+    if conversation_id is None:
+        created = await rag.create_conversation()
+        console.print(f"[dim]conversation {created.id} (resume it with: rag chat --conversation {created.id})[/]")
+        return created
+    return await rag.conversation(conversation_id, last_turns=rag.settings.chat_history_turns)
+
+
+async def run_chat(
+    rag: RagApp,
+    console: Console,
+    top_k: int | None = None,
+    policy: Policy | None = None,
+    conversation_id: UUID | None = None,
+) -> UUID | None:
+    """The read–answer loop until an empty line or end of input, in the stored conversation `conversation_id`
+    (resumed: its last turns are printed) or in a new one created with the first question.
+
+    Returns:
+        The conversation's id (None when no question was asked in a new session).
+
+    Raises:
+        agent.conversations.ConversationNotFoundError: `conversation_id` does not exist (before any question).
+    """
     chosen = policy or rag.settings.agent_policy
+    if conversation_id is not None:
+        resumed = await rag.conversation(conversation_id, last_turns=rag.settings.chat_history_turns)
+        show_earlier_turns(console, resumed)
     console.print(f"[dim]policy {chosen}; empty line or Ctrl-D quits, Ctrl-C cancels an answer[/]")
     while True:
         try:
             question = await asyncio.to_thread(console.input, "\n[bold cyan]you>[/] ")
         except EOFError:
-            return
+            return conversation_id
         if not question.strip():
-            return
+            return conversation_id
         try:
-            await turn(rag, console, history, question, top_k, policy)
+            conversation = await next_turn_conversation(rag, console, conversation_id)
+            conversation_id = conversation.id
+            await turn(rag, console, conversation, question, top_k, policy)
         except Exception as exc:
             failure = describe(exc)
             if failure is None:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
+from uuid import UUID
 
 import typer
 from pydantic import ValidationError
@@ -362,13 +363,17 @@ def ask(
 def chat(
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=100)] = None,
     policy: Annotated[Policy | None, typer.Option("--policy", help="always or agentic (default AGENT_POLICY).")] = None,
+    conversation: Annotated[
+        UUID | None,
+        typer.Option("--conversation", help="Resume this stored conversation (its id, printed by an earlier chat)."),
+    ] = None,
 ) -> None:
-    """Interactive questions and answers, streamed, with tool activity and sources; Ctrl-C cancels the answer,
-    an empty line or Ctrl-D quits."""
+    """Interactive questions and answers, streamed, with tool activity and sources, kept as a stored conversation
+    (its id is printed; --conversation ID resumes it); Ctrl-C cancels the answer, an empty line or Ctrl-D quits."""
 
     async def session() -> None:
         async with RagApp() as rag:
-            await run_chat(rag, console, top_k, policy)
+            await run_chat(rag, console, top_k, policy, conversation)
 
     try:
         asyncio.run(session())

@@ -49,7 +49,7 @@ def follow_up(request: AnswerRequest, turns: Sequence[ConversationTurn], max_tur
     Returns:
         `request` unchanged when no turn is kept.
     """
-    kept = list(turns)[len(turns) - max_turns :] if max_turns > 0 else []
+    kept = list(turns)[max(0, len(turns) - max_turns) :] if max_turns > 0 else []
     if not kept:
         return request
     query = condensed_query([t.question for t in kept], request.question)

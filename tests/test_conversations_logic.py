@@ -143,6 +143,8 @@ def test_follow_up_request_and_history_messages() -> None:
     assert [type(m) for m in two.history] == [ModelRequest, ModelResponse, ModelRequest, ModelResponse]
     assert texts(list(two.history)) == [("user", "q2"), ("model", "a2."), ("user", "q3"), ("model", "a3.")]
     assert texts(history_messages(turns[:1])) == [("user", "q1"), ("model", "a1.")]
+    fewer = follow_up(request, turns[:2], 3)  # fewer turns than the budget: all of them
+    assert fewer.retrieval_query == "and then?\nq2\nq1" and len(fewer.history) == 4
 
 
 def test_auto_title_is_one_line_and_bounded() -> None:
@@ -164,3 +166,6 @@ async def test_in_memory_pages_are_newest_first_and_scoped_by_owner() -> None:
     assert await log.get(made[0].id, owner="k1") is None and not await log.delete(made[0].id, owner="k1")
     assert await log.add_turn(made[0].id, "q", "a", owner="k1") is None
     assert await log.delete(made[1].id, owner="k1") and await log.get(made[1].id) is None
+    both = await log.add_turn(made[2].id, "q1", "a1"), await log.add_turn(made[2].id, "q2", "a2")
+    read = await log.get(made[2].id, last_turns=5)
+    assert read is not None and [t.n for t in read.turns] == [t.n for t in both if t] == [1, 2]

@@ -50,7 +50,7 @@ class InMemoryConversations:
         if conversation is None:
             return None
         turns = self._turns[conversation_id]
-        kept = turns if last_turns is None else turns[len(turns) - last_turns :] if last_turns > 0 else []
+        kept = turns if last_turns is None else turns[max(0, len(turns) - last_turns) :] if last_turns > 0 else []
         return replace(conversation, turns=tuple(kept))
 
     async def page(self, limit: int = 50, cursor: str | None = None, owner: str | None = None) -> ConversationPage:

@@ -1,0 +1,73 @@
+"""`rag chat` keeps its session as a stored conversation, without servers: `agent.chat.run_chat` on a `RagApp` over
+the in-memory collection, conversation log and a scripted FunctionModel, with the console's input scripted. The id
+is printed, a follow-up is searched with the earlier turn's subject, and `--conversation ID` resumes it. The same
+subprocess against the real stack: test_chat_conversation_stack.py."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from rich.console import Console
+from rich.text import Text
+
+from agent.app import RagApp
+from agent.chat import run_chat
+from agent.conversations import ConversationNotFoundError
+from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model, app, texts
+
+
+class ScriptedConsole(Console):
+    """A console writing to a buffer whose `input` returns `lines` in order, then raises EOFError (Ctrl-D)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.buffer = io.StringIO()
+        super().__init__(file=self.buffer, width=200, color_system=None)
+        self.pending: Iterator[str] = iter(lines)
+
+    def input(self, prompt: str | Text = "", **_: Any) -> str:
+        """The next scripted line (the prompt is printed)."""
+        self.print(prompt, end="")
+        try:
+            return next(self.pending)
+        except StopIteration:
+            raise EOFError from None
+
+
+async def chat(rag: RagApp, lines: list[str], conversation: UUID | None = None) -> tuple[UUID | None, str]:
+    console = ScriptedConsole(lines)
+    cid = await run_chat(rag, console, conversation_id=conversation)
+    return cid, console.buffer.getvalue()
+
+
+async def test_chat_stores_its_conversation_and_resumes_it() -> None:
+    model = Model()
+    rag, _ = app(model)
+    cid, first = await chat(rag, [SUBJECT, FOLLOW_UP, ""])
+    assert cid is not None and f"conversation {cid} (resume it with: rag chat --conversation {cid})" in first
+    follow_up_search = [line for line in first.splitlines() if "search_documents(query=" in line][1]
+    assert FOLLOW_UP in follow_up_search and "Vitamin B12" in follow_up_search  # the condensed query
+    assert texts(model.seen[1])[0] == ("user", SUBJECT)
+    resumed_id, resumed = await chat(rag, ["and its causes?"], conversation=cid)
+    assert resumed_id == cid and f"resuming conversation {cid}" in resumed and "(2 turns)" in resumed
+    assert SUBJECT in resumed and "conversation " + str(cid) + " (resume" not in resumed  # no new conversation
+    resumed_search = next(line for line in resumed.splitlines() if "search_documents(query=" in line)
+    assert "and its causes?" in resumed_search and "Vitamin B12" in resumed_search  # turns 1-2 were loaded
+    stored = await rag.conversation(cid)
+    assert [t.question for t in stored.turns] == [SUBJECT, FOLLOW_UP, "and its causes?"]
+
+
+async def test_resuming_an_unknown_conversation_fails_before_any_question() -> None:
+    rag, _ = app(Model())
+    with pytest.raises(ConversationNotFoundError):
+        await chat(rag, [SUBJECT], conversation=uuid4())
+    assert (await rag.conversation_page()).total == 0
+
+
+async def test_a_session_without_questions_stores_nothing() -> None:
+    rag, _ = app(Model())
+    cid, _ = await chat(rag, [""])
+    assert cid is None and (await rag.conversation_page()).total == 0
