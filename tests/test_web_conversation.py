@@ -1,0 +1,69 @@
+"""The web chat page keeps its conversation: headless Chromium (Debian `chromium`, Playwright) on the app of `rag serve`
+in a thread, over the in-memory collection and conversation log with a scripted model. A follow-up is searched with
+the first question's subject, a reload shows the earlier turns, "New conversation" starts afresh. In the stack tier
+with the other browser tests (it needs Chromium, not a server)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from agent.app import RagApp
+from agent.http import create_app
+from agent.settings import Settings
+from agent.wiring import Services
+from tests.fake_openai import ThreadedServer
+from tests.test_agent_logic import DOCUMENTS
+from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model
+from tests.test_web_chat import CHROMIUM, CHROMIUM_ARGS
+from tools.in_memory import InMemoryCollection
+
+pytestmark = pytest.mark.stack
+
+
+async def test_the_page_keeps_the_conversation_across_turns_and_reloads() -> None:
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
+    from playwright.async_api import async_playwright, expect
+
+    settings = Settings.model_validate({"refusal_min_score": 0.3})
+    collection = InMemoryCollection(DOCUMENTS)
+    rag = RagApp(settings, Services(collection, collection, Model("It raises homocysteine [1].").model))
+    with ThreadedServer(create_app(settings, rag)) as server:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = await browser.new_page()
+                await page.goto(server.url + "/")
+                turns = page.locator(".turn")
+                for question in (SUBJECT, FOLLOW_UP):
+                    await page.fill("#question", question)
+                    await page.click("#send")
+                    await expect(turns.last.locator(".meta").last).to_contain_text("total", timeout=60_000)
+                follow_up = turns.nth(1)
+                await expect(follow_up.locator(".activity").first).to_contain_text("Vitamin B12")  # condensed query
+                await expect(follow_up.locator(".citation")).to_have_count(1)  # not refused: the subject was found
+                await expect(page.locator("#conversation")).to_contain_text(SUBJECT)
+
+                await page.reload()
+                await expect(turns).to_have_count(2, timeout=30_000)
+                await expect(turns.nth(0).locator(".question")).to_have_text(SUBJECT)
+                await expect(turns.nth(1).locator(".question")).to_have_text(FOLLOW_UP)
+                await expect(turns.nth(1).locator(".answer")).to_have_text("It raises homocysteine [1].")
+                await expect(turns.nth(1).locator(".citation")).to_contain_text("doc b12")
+                await expect(page.locator("#conversation")).to_contain_text(SUBJECT)
+
+                await page.click("#new-conversation")
+                await expect(turns).to_have_count(0)
+                await page.fill("#question", FOLLOW_UP)
+                await page.click("#send")
+                alone = turns.first  # no earlier turn: the same follow-up is not covered
+                await expect(alone.locator(".meta").first).to_contain_text("documents do not cover", timeout=60_000)
+                await page.reload()
+                await expect(turns).to_have_count(1, timeout=30_000)
+                await expect(turns.first.locator(".answer")).to_have_class("answer refused")
+            finally:
+                await browser.close()
+    page_of_conversations = await rag.conversation_page()
+    assert page_of_conversations.total == 2
+    assert sorted(c.turn_count for c in page_of_conversations.conversations) == [1, 2]
