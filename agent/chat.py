@@ -96,10 +96,8 @@ async def turn(
 
 def show_earlier_turns(console: Console, conversation: Conversation) -> None:
     """Print a resumed conversation's id, size and the turns read with it (questions and answers, plain text)."""
-    console.print(
-        f"[dim]resuming conversation {conversation.id}: {conversation.title} ({conversation.turn_count} turns)[/]",
-        highlight=False,
-    )
+    note = f"resuming conversation {conversation.id}: {conversation.title} ({conversation.turn_count} turns)"
+    console.print(Text(note, style="dim"), highlight=False, soft_wrap=True)  # the title is plain text, not markup
     for earlier in conversation.turns:
         console.print(Text.assemble(("you> ", "bold cyan"), earlier.question), highlight=False, soft_wrap=True)
         console.print(earlier.answer, highlight=False, markup=False, soft_wrap=True)
@@ -114,7 +112,8 @@ async def next_turn_conversation(rag: RagApp, console: Console, conversation_id:
     """
     if conversation_id is None:
         created = await rag.create_conversation()
-        console.print(f"[dim]conversation {created.id} (resume it with: rag chat --conversation {created.id})[/]")
+        note = f"conversation {created.id} (resume it with: rag chat --conversation {created.id})"
+        console.print(Text(note, style="dim"), highlight=False, soft_wrap=True)  # one line: copyable
         return created
     return await rag.conversation(conversation_id, last_turns=rag.settings.chat_history_turns)
 

@@ -384,7 +384,12 @@ class Settings(BaseSettings):
         "LLM server reports (an answer from a server that sends none is not limited by it).",
     )
     answer_timeout_s: float = Field(default=180.0, gt=0, description="Wall-clock limit of one answer, seconds.")
-    chat_history_turns: int = Field(default=3, ge=0, description="Earlier question/answer turns `rag chat` sends.")
+    chat_history_turns: int = Field(
+        default=3,
+        ge=0,
+        description="Earlier turns of a stored conversation sent with a question asked in it (`rag chat`, the web "
+        "page, `/v1/ask` with `conversation_id`); 0: none (each question stands alone).",
+    )
 
     # --- admission control of answers (agent/admission.py) --------------------------------------------------
     answer_max_in_progress: int = Field(
