@@ -1,5 +1,6 @@
 """The web chat page in headless Chromium (Debian `chromium`, driven by Playwright), served by `rag serve` on the
-real stack: type a question, see the streamed answer with its sources."""
+real stack: type a question, see the streamed answer with its sources; in a new conversation an off-topic question is
+refused."""
 
 from __future__ import annotations
 
@@ -54,9 +55,13 @@ async def test_typed_question_gets_a_cited_answer(served: RagServe, llm_settings
             await expect(turn.locator(".meta").last).to_contain_text("total", timeout=300_000)
             answer = (await turn.locator(".answer").inner_text()).strip()
             cited = await turn.locator(".citation").evaluate_all("items => items.map(i => i.dataset.docId)")
+            # a new conversation: inside the first one the off-topic question would be searched together with the
+            # claim (the condensed follow-up query, agent/followup.py) and find its passages
+            await page.click("#new-conversation")
+            await expect(page.locator(".turn")).to_have_count(0)
             await page.fill("#question", OFF_TOPIC)
             await page.click("#send")
-            refusal = page.locator(".turn").nth(1)
+            refusal = page.locator(".turn").first
             await expect(refusal.locator(".meta").first).to_contain_text("documents do not cover", timeout=60_000)
         finally:
             await browser.close()
