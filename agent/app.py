@@ -39,7 +39,7 @@ from tools.conversations import MAX_TITLE_CHARS, Conversation, ConversationLog, 
 from tools.conversations import decode_cursor as decode_conversation_cursor
 from tools.ingest import SourceDocument
 from tools.retrieval import RetrievalResult
-from tools.scope import SearchScope
+from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 from tools.store import DocumentPage, IngestCounts, StoredDocument, StoreError
 from tools.store.listing import MAX_PAGE, decode_cursor
 
@@ -276,29 +276,42 @@ class RagApp:
             raise InputError("doc_id is empty; expected a stored document's id")
         return await self.services.search.get_document(doc_id, scope)
 
-    async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
-        """Chunk, embed and store `documents` (e.g. from the HTTP API), `INGEST_BATCH_DOCS` per transaction; a
-        document stored with the same content hash is skipped, one with another hash replaced.
+    async def add_documents(
+        self, documents: Sequence[SourceDocument], *, collection: str = DEFAULT_COLLECTION
+    ) -> IngestCounts:
+        """Chunk, embed and store `documents` (e.g. from the HTTP API) in `collection`, `INGEST_BATCH_DOCS` per
+        transaction; a document stored there with the same content hash is skipped, one with another hash replaced.
 
         Raises:
-            agent.errors.InputError: a document's doc id is blank, or its doc id, title or text holds a NUL
-                character (Postgres text cannot store it); checked for all before anything is stored.
+            agent.errors.InputError: an invalid collection name, a document's doc id is blank, or its doc id, title
+                or text holds a NUL character (Postgres text cannot store it); checked for all before anything is
+                stored.
             EmbedderError / StoreError: embedding or storing failed (batches already written stay).
         """
+        try:
+            check_collection(collection)
+        except ScopeError as exc:
+            raise InputError(str(exc)) from None
         for i, doc in enumerate(documents):
             if not doc.doc_id.strip():
                 raise InputError(f"documents[{i}].doc_id is blank; expected a non-blank id")
             if "\x00" in doc.doc_id + doc.title + doc.text:
                 raise InputError(f"documents[{i}] ({doc.doc_id!r}) holds a NUL character; expected text without NUL")
-        return await self.services.library.add_documents(documents)
+        return await self.services.library.add_documents(documents, collection=collection)
 
-    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
-        """Stored documents (doc id, title, source, chunk count, content hash, ingested at), ordered by doc id."""
-        return await self.services.library.list_documents(limit=limit, offset=offset)
+    async def list_documents(
+        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> list[StoredDocument]:
+        """Stored documents of `collections` (None: all) (doc id, title, source, chunk count, content hash,
+        ingested at, collection), ordered by doc id."""
+        return await self.services.library.list_documents(limit=limit, offset=offset, collections=collections)
 
-    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
-        """One page of stored documents ordered by doc id, after `cursor` (a previous page's `next_cursor`) and
-        `offset` more, with the total stored and the next page's cursor (None on the last page).
+    async def document_page(
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> DocumentPage:
+        """One page of stored documents of `collections` (None: all) ordered by doc id, after `cursor` (a previous
+        page's `next_cursor`) and `offset` more, with the total stored in them and the next page's cursor (None on
+        the last page); documents of other collections are neither listed nor counted.
 
         Raises:
             agent.errors.InputError: `limit` outside 1..10,000, a negative `offset`, or a cursor this service did
@@ -311,21 +324,26 @@ class RagApp:
                 decode_cursor(cursor)
             except StoreError as exc:
                 raise InputError(str(exc)) from exc
-        return await self.services.library.document_page(limit, cursor, offset)
+        return await self.services.library.document_page(limit, cursor, offset, collections=collections)
 
-    async def iter_documents(self, page_size: int = 1000) -> AsyncIterator[StoredDocument]:
-        """Every stored document by doc id, read one page of `page_size` at a time (memory stays bounded)."""
+    async def iter_documents(
+        self, page_size: int = 1000, *, collections: Sequence[str] | None = None
+    ) -> AsyncIterator[StoredDocument]:
+        """Every stored document of `collections` (None: all) by doc id, read one page of `page_size` at a time
+        (memory stays bounded)."""
         cursor: str | None = None
         while True:
-            page = await self.document_page(page_size, cursor)
+            page = await self.document_page(page_size, cursor, collections=collections)
             for document in page.documents:
                 yield document
             if (cursor := page.next_cursor) is None:
                 return
 
-    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
-        """Delete documents by id and/or by source (the path they were ingested from), chunks included; search
-        and the agent never return them afterwards.
+    async def delete_documents(
+        self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None
+    ) -> list[str]:
+        """Delete documents of `collections` (None: all) by id and/or by source (the path they were ingested
+        from), chunks included; search and the agent never return them afterwards.
 
         Returns:
             The doc ids that were deleted (absent ids are not listed).
@@ -336,8 +354,8 @@ class RagApp:
         """
         if not doc_ids and source is None:
             raise InputError("nothing to delete: expected one or more doc ids or a source")
-        return await self.services.library.delete_documents(doc_ids, source=source)
+        return await self.services.library.delete_documents(doc_ids, source=source, collections=collections)
 
-    async def count(self) -> tuple[int, int]:
-        """(documents, chunks) stored."""
-        return await self.services.library.count()
+    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
+        """(documents, chunks) stored in `collections` (None: all)."""
+        return await self.services.library.count(collections=collections)

@@ -1,5 +1,6 @@
 """The stored documents as the interfaces see them: list, add (chunk, embed, store), delete, count.
-`DocumentLibrary` is what `RagApp` needs; `StoreLibrary` implements it over the Triton embedder and the
+Every method is scoped by collection (`tools.scope`): reads and deletes see only `collections` (None: all), an add
+goes into one `collection`. `DocumentLibrary` is what `RagApp` needs; `StoreLibrary` implements it over the Triton embedder and the
 Postgres store, `tools.in_memory.InMemoryCollection` in memory (tests).
 """
 
@@ -10,32 +11,41 @@ from typing import Protocol
 
 from tools.embedder import TritonEmbedder
 from tools.ingest import SourceDocument, ingest_documents
+from tools.scope import DEFAULT_COLLECTION
 from tools.store import DocumentPage, IngestCounts, StoredDocument, VectorStore
 
 
 class DocumentLibrary(Protocol):
     """Stored documents: what the document routes and commands need."""
 
-    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
-        """Stored documents ordered by doc id, from `offset`, at most `limit`."""
+    async def list_documents(
+        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> list[StoredDocument]:
+        """Stored documents of `collections` ordered by doc id, from `offset`, at most `limit`."""
         ...
 
-    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
-        """One page of stored documents by doc id after `cursor` (a previous page's `next_cursor`), with the
-        total stored and the next page's cursor."""
+    async def document_page(
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> DocumentPage:
+        """One page of stored documents of `collections` by doc id after `cursor` (a previous page's
+        `next_cursor`), with the total stored in them and the next page's cursor."""
         ...
 
-    async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
-        """Chunk, embed and store `documents`; the same content under a stored id is skipped, other content
-        replaces it."""
+    async def add_documents(
+        self, documents: Sequence[SourceDocument], *, collection: str = DEFAULT_COLLECTION
+    ) -> IngestCounts:
+        """Chunk, embed and store `documents` in `collection`; the same content under an id stored there is
+        skipped, other content replaces it."""
         ...
 
-    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
-        """Delete documents by id and/or source, chunks included; returns the deleted ids."""
+    async def delete_documents(
+        self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None
+    ) -> list[str]:
+        """Delete documents of `collections` by id and/or source, chunks included; returns the deleted ids."""
         ...
 
-    async def count(self) -> tuple[int, int]:
-        """(documents, chunks) stored."""
+    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
+        """(documents, chunks) stored in `collections`."""
         ...
 
 
@@ -56,25 +66,33 @@ class StoreLibrary:
         self.overlap_tokens = overlap_tokens
         self.batch_docs = batch_docs
 
-    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
-        """Stored documents (doc id, title, source, chunk count, content hash, ingested at), ordered by doc id.
+    async def list_documents(
+        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> list[StoredDocument]:
+        """Stored documents of `collections` (None: all) (doc id, title, source, chunk count, content hash,
+        ingested at, collection), ordered by doc id.
 
         Raises:
             StoreError: the store failed.
         """
-        return await self.store.list_documents(limit=limit, offset=offset)
+        return await self.store.list_documents(limit=limit, offset=offset, collections=collections)
 
-    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
-        """One keyset page of stored documents with the total and the next cursor (`VectorStore.document_page`).
+    async def document_page(
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> DocumentPage:
+        """One keyset page of stored documents of `collections` (None: all) with their total and the next cursor
+        (`VectorStore.document_page`).
 
         Raises:
             StoreError: a limit outside 1..10,000, a cursor the store did not issue, or the store failed.
         """
-        return await self.store.document_page(limit, cursor, offset)
+        return await self.store.document_page(limit, cursor, offset, collections=collections)
 
-    async def add_documents(self, documents: Sequence[SourceDocument]) -> IngestCounts:
-        """Chunk, embed and store `documents`, `batch_docs` per transaction (batches already written stay when a
-        later one fails).
+    async def add_documents(
+        self, documents: Sequence[SourceDocument], *, collection: str = DEFAULT_COLLECTION
+    ) -> IngestCounts:
+        """Chunk, embed and store `documents` in `collection`, `batch_docs` per transaction (batches already
+        written stay when a later one fails).
 
         Raises:
             EmbedderError / StoreError: embedding or storing failed.
@@ -82,20 +100,25 @@ class StoreLibrary:
         total = IngestCounts()
         for i in range(0, len(documents), self.batch_docs):
             batch = list(documents[i : i + self.batch_docs])
-            counts = await ingest_documents(batch, self.embedder, self.store, self.chunk_tokens, self.overlap_tokens)
+            counts = await ingest_documents(
+                batch, self.embedder, self.store, self.chunk_tokens, self.overlap_tokens, collection
+            )
             total = IngestCounts(
                 total.added + counts.added, total.skipped + counts.skipped, total.chunks + counts.chunks
             )
         return total
 
-    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
-        """Delete by id and/or source, chunks included; nothing is deleted when it fails.
+    async def delete_documents(
+        self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None
+    ) -> list[str]:
+        """Delete by id and/or source in `collections` (None: all), chunks included; nothing is deleted when it
+        fails.
 
         Raises:
             StoreError: the delete failed.
         """
-        return await self.store.delete_documents(doc_ids, source=source)
+        return await self.store.delete_documents(doc_ids, source=source, collections=collections)
 
-    async def count(self) -> tuple[int, int]:
-        """(documents, chunks) stored."""
-        return await self.store.count()
+    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
+        """(documents, chunks) stored in `collections` (None: all)."""
+        return await self.store.count(collections=collections)

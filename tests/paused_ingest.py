@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agent.cli import app
+from tools.scope import DEFAULT_COLLECTION
 from tools.store import DocumentRecord, IngestCounts, VectorStore
 
 RELEASE_SIGNAL = signal.SIGUSR1
@@ -27,7 +28,11 @@ def install_gate(paused_file: Path, pause_before: int) -> None:
     writes = 0
 
     async def gated(
-        self: VectorStore, docs: Sequence[DocumentRecord], unchanged: Mapping[str, str] | None = None
+        self: VectorStore,
+        docs: Sequence[DocumentRecord],
+        unchanged: Mapping[str, str] | None = None,
+        *,
+        collection: str = DEFAULT_COLLECTION,
     ) -> IngestCounts:
         nonlocal writes
         writes += 1 if docs else 0  # a batch of documents already stored writes nothing
@@ -36,7 +41,7 @@ def install_gate(paused_file: Path, pause_before: int) -> None:
             asyncio.get_running_loop().add_signal_handler(RELEASE_SIGNAL, released.set)
             await asyncio.to_thread(paused_file.write_text, f"paused before store write {writes}\n")
             await released.wait()
-        return await add_documents(self, docs, unchanged)
+        return await add_documents(self, docs, unchanged, collection=collection)
 
     VectorStore.add_documents = gated  # type: ignore[method-assign]
 

@@ -11,6 +11,7 @@ from agent.http_api import STATUS_OF_KIND
 from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 from tools.store.errors import translate, translated
 from tools.store.listing import decode_cursor, encode_cursor
+from tools.store.records import chunk_id, qualified_doc_id
 from tools.store.search import settings_sql
 
 
@@ -64,10 +65,27 @@ def test_store_errors_keep_their_kinds_and_statuses(exc: StoreError, kind: str, 
     assert STATUS_OF_KIND[kind] == status
 
 
-@pytest.mark.parametrize("doc_id", ["a", "docs/handbook.md", "naïve café ☕", "x" * 500, "==", "-_"])
-def test_cursors_round_trip_any_doc_id(doc_id: str) -> None:
-    cursor = encode_cursor(doc_id)
-    assert decode_cursor(cursor) == doc_id and "=" not in cursor and "/" not in cursor and "+" not in cursor
+@pytest.mark.parametrize("doc_id", ["a", "docs/handbook.md", "naïve café ☕", "x" * 500, "==", "-_", '"],["'])
+@pytest.mark.parametrize("collection", ["default", "team-a.v2"])
+def test_cursors_round_trip_any_doc_id(doc_id: str, collection: str) -> None:
+    cursor = encode_cursor(doc_id, collection)
+    assert decode_cursor(cursor) == (doc_id, collection)
+    assert "=" not in cursor and "/" not in cursor and "+" not in cursor
+
+
+@pytest.mark.parametrize(
+    ("collection", "doc_id", "qualified"),
+    [
+        ("default", "a/handbook.md", "a/handbook.md"),
+        ("default", "https://x.org/a", "https://x.org/a"),
+        ("team-a", "a/handbook.md", "team-a::a/handbook.md"),
+        ("default", "team-a::a/handbook.md", "default::team-a::a/handbook.md"),
+        ("default", "Not A Name::x", "Not A Name::x"),
+    ],
+)
+def test_qualified_doc_ids_are_one_to_one_across_collections(collection: str, doc_id: str, qualified: str) -> None:
+    assert qualified_doc_id(collection, doc_id) == qualified
+    assert chunk_id(collection, doc_id, 3) == f"{qualified}#3"
 
 
 @pytest.mark.parametrize("cursor", ["", "%%%", "YQ==", "a", "Zm9v YmFy", "_w"])

@@ -159,42 +159,58 @@ class InMemoryCollection:
             added += 1
         return IngestCounts(added=added, skipped=skipped, chunks=added)
 
-    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
-        """Documents by doc id after `cursor` (skipping `offset` more), at most `limit`, the total and the next
-        cursor (the store's cursor format)."""
-        after = "" if cursor is None else decode_cursor(cursor)
-        keys = [k for k in sorted(self._entries) if k > after][offset:]
-        page = await self.list_documents(limit, len(self._entries) - len(keys))
-        more = len(keys) > limit
-        return DocumentPage(page, len(self._entries), encode_cursor(page[-1].doc_id) if more and page else None)
+    def _keys(self, collections: Sequence[str] | None) -> list[str]:
+        """Stored doc ids of `collections` (None: all), sorted."""
+        return sorted(k for k, e in self._entries.items() if collections is None or e.collection in collections)
 
-    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
-        """Stored documents ordered by doc id, from `offset`, at most `limit`."""
-        entries = [self._entries[k] for k in sorted(self._entries)][offset:]
+    async def document_page(
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> DocumentPage:
+        """Documents of `collections` (None: all) by doc id after `cursor` (skipping `offset` more), at most
+        `limit`, their total and the next cursor (the store's cursor format)."""
+        after = "" if cursor is None else decode_cursor(cursor)[0]
+        mine = self._keys(collections)
+        keys = [k for k in mine if k > after][offset:]
+        page = await self.list_documents(limit, len(mine) - len(keys), collections=collections)
+        more = len(keys) > limit
+        last = page[-1] if page else None
+        return DocumentPage(
+            page, len(mine), encode_cursor(last.doc_id, last.collection) if more and last is not None else None
+        )
+
+    async def list_documents(
+        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> list[StoredDocument]:
+        """Stored documents of `collections` (None: all) ordered by doc id, from `offset`, at most `limit`."""
+        entries = [self._entries[k] for k in self._keys(collections)][offset:]
         return [
-            StoredDocument(d.doc_id, d.title, d.source, 1, d.content_hash, e.ingested_at)
+            StoredDocument(d.doc_id, d.title, d.source, 1, d.content_hash, e.ingested_at, e.collection)
             for e in (entries if limit is None else entries[:limit])
             for d in [e.document]
         ]
 
-    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
-        """Delete by id and/or source; returns the deleted ids (absent ids are not listed)."""
+    async def delete_documents(
+        self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None
+    ) -> list[str]:
+        """Delete by id and/or source within `collections` (None: all); returns the deleted ids (absent ids are
+        not listed)."""
+        mine = set(self._keys(collections))
         wanted = set(doc_ids)
         if source is not None:
-            wanted |= {k for k, e in self._entries.items() if e.document.source == source}
-        doomed = sorted(wanted & self._entries.keys())
+            wanted |= {k for k in mine if self._entries[k].document.source == source}
+        doomed = sorted(wanted & mine)
         for k in doomed:
             del self._entries[k]
         return doomed
 
-    async def count(self) -> tuple[int, int]:
-        """(documents, chunks) stored: one chunk per document."""
-        return len(self._entries), len(self._entries)
+    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
+        """(documents, chunks) stored in `collections` (None: all): one chunk per document."""
+        n = len(self._keys(collections))
+        return n, n
 
 
 def _scored(hit: ChunkHit, score: float) -> ChunkHit:
     return ChunkHit(hit.chunk_id, hit.doc_id, hit.title, hit.text, hit.source, score)
-
 
 
 def _json_equal(stored: Any, wanted: Scalar) -> bool:

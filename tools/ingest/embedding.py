@@ -15,6 +15,7 @@ from tritonclient.utils import InferenceServerException
 from tools.chunking import Chunk, chunk_parts, fit_window
 from tools.embedder import EmbedderError, EmbedderOverloadedError, TritonEmbedder
 from tools.ingest.documents import SourceDocument
+from tools.scope import DEFAULT_COLLECTION
 from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError, VectorStore
 
 log = logging.getLogger(__name__)
@@ -31,14 +32,15 @@ class BadChunk:
 
 @dataclass
 class Prepared:
-    """One batch ready to store: `records` to write, `documents` in the batch, `unchanged` (stored with the same
-    content when prepared, so not embedded; checked again under the write lock), `failed` chunks (their documents
-    are not in `records`)."""
+    """One batch ready to store in `collection`: `records` to write, `documents` in the batch, `unchanged` (stored
+    there with the same content when prepared, so not embedded; checked again under the write lock), `failed` chunks
+    (their documents are not in `records`)."""
 
     records: list[DocumentRecord]
     documents: int
     unchanged: list[SourceDocument]
     failed: list[BadChunk]
+    collection: str = DEFAULT_COLLECTION
 
     @property
     def skipped(self) -> int:
@@ -94,9 +96,10 @@ async def prepare(
     store: VectorStore,
     chunk_tokens: int,
     overlap_tokens: int,
+    collection: str = DEFAULT_COLLECTION,
 ) -> Prepared:
-    """Chunk and embed the documents of one batch not already stored with the same content."""
-    stored = await store.stored_versions([d.doc_id for d in documents])
+    """Chunk and embed the documents of one batch not already stored in `collection` with the same content."""
+    stored = await store.stored_versions([d.doc_id for d in documents], collection)
     todo = [d for d in documents if stored.get(d.doc_id) != d.content_hash]
     window, overlap = fit_window(chunk_tokens, overlap_tokens, embedder.spec.max_tokens)
     tokenizer = embedder.tokenizer
@@ -122,7 +125,7 @@ async def prepare(
         ]
         records.append(DocumentRecord(doc.doc_id, doc.title, doc.source, doc.content_hash, chunk_records, doc.metadata))
     unchanged = [d for d in documents if stored.get(d.doc_id) == d.content_hash]
-    return Prepared(records, len(documents), unchanged, failed)
+    return Prepared(records, len(documents), unchanged, failed, collection)
 
 
 async def store_prepared(
@@ -137,12 +140,16 @@ async def store_prepared(
     """
     sources = {d.doc_id: d for d in prepared.unchanged}
     hashes = {d.doc_id: d.content_hash for d in prepared.unchanged}
-    counts = await store.add_documents(prepared.records, hashes)
+    collection = prepared.collection
+    counts = await store.add_documents(prepared.records, hashes, collection=collection)
     for _ in range(3):
         if not counts.missing:
             return counts
-        again = await prepare([sources[i] for i in counts.missing], embedder, store, chunk_tokens, overlap_tokens)
-        more = await store.add_documents(again.records, {d.doc_id: d.content_hash for d in again.unchanged})
+        missing = [sources[i] for i in counts.missing]
+        again = await prepare(missing, embedder, store, chunk_tokens, overlap_tokens, collection)
+        more = await store.add_documents(
+            again.records, {d.doc_id: d.content_hash for d in again.unchanged}, collection=collection
+        )
         counts = IngestCounts(
             counts.added + more.added, counts.skipped + more.skipped, counts.chunks + more.chunks, more.missing
         )

@@ -4,8 +4,9 @@ hash.
 Every input is first scanned (JSONL line by line: validation, ids; memory bounded by one line and the id set), then
 documents stream in batches of `batch_docs`: the next batch is chunked and embedded (an asyncio task, input order
 kept) while the current one is stored, so memory holds at most `prefetch + 1` batches. Files are read and extracted
-in a worker thread, off the event loop. Each batch is one transaction; a document already stored with the same
-(doc id, sha256 of the content) is skipped before embedding, so an interrupted run (Ctrl-C, Triton killed, Postgres
+in a worker thread, off the event loop. Every document of a run goes into one collection (`tools.scope`; the default
+collection unless given). Each batch is one transaction; a document already stored with the same
+(collection, doc id, sha256 of the content) is skipped before embedding, so an interrupted run (Ctrl-C, Triton killed, Postgres
 restarted) finishes when re-run, with no chunk lost or duplicated. A document over `LARGE_DOC_CHARS` characters is
 embedded and staged in sub-batches of chunks and stored at the end in one transaction (`tools.ingest.staging`): memory
 stays bounded whatever its size, progress is reported per sub-batch, and a re-run resumes from its staged chunks.
@@ -33,6 +34,7 @@ from tools.ingest.inputs import InputFile
 from tools.ingest.readers import jsonl_documents, read_file_document, scan_inputs
 from tools.ingest.report import FileError, IngestReport, ProgressFn
 from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
+from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
 from tools.store import IngestCounts, StoreError, VectorStore
 
 
@@ -97,22 +99,25 @@ async def _prepare_batch(
     chunk_tokens: int,
     overlap_tokens: int,
     on_staged: Callable[[int], None] | None = None,
+    collection: str = DEFAULT_COLLECTION,
 ) -> _Done:
     """Small documents chunked and embedded for one transaction; large ones (over `LARGE_DOC_CHARS`) not stored
-    with the same content are staged and stored one by one, `SUB_BATCH_CHUNKS` chunks at a time."""
+    in `collection` with the same content are staged and stored one by one, `SUB_BATCH_CHUNKS` chunks at a time."""
     large = [d for d in documents if len(d.content) > LARGE_DOC_CHARS]
     small = [d for d in documents if len(d.content) <= LARGE_DOC_CHARS]
-    prepared = await prepare(small, embedder, store, chunk_tokens, overlap_tokens)
+    prepared = await prepare(small, embedder, store, chunk_tokens, overlap_tokens, collection)
     done = _Done(prepared)
     if not large:
         return done
-    stored = await store.stored_versions([d.doc_id for d in large])
+    stored = await store.stored_versions([d.doc_id for d in large], collection)
     for doc in large:
         prepared.documents += 1
         if stored.get(doc.doc_id) == doc.content_hash:
             done.large_unchanged.append(doc.doc_id)
             continue
-        result = await ingest_large(doc, embedder, store, chunk_tokens, overlap_tokens, on_staged=on_staged)
+        result = await ingest_large(
+            doc, embedder, store, chunk_tokens, overlap_tokens, on_staged=on_staged, collection=collection
+        )
         prepared.failed += result.failed
         done.resumed_chunks += result.resumed
         if not result.failed:
@@ -127,17 +132,19 @@ async def ingest_documents(
     store: VectorStore,
     chunk_tokens: int,
     overlap_tokens: int,
+    collection: str = DEFAULT_COLLECTION,
 ) -> IngestCounts:
-    """Chunk, embed and store one batch of documents in one transaction; documents stored with the same
-    content hash are skipped before embedding.
+    """Chunk, embed and store one batch of documents in `collection` in one transaction; documents stored there
+    with the same content hash are skipped before embedding.
 
     Args:
         documents: the batch (a repeated doc id: the last one wins).
+        collection: the documents' collection (`tools.scope.check_collection`).
         chunk_tokens, overlap_tokens: chunk window in embedder tokens; a window above the model limit minus 2 is
             clamped to it and the overlap shrinks in proportion (`tools.chunking.fit_window`).
     """
     documents = list({d.doc_id: d for d in documents}.values())
-    done = await _prepare_batch(documents, embedder, store, chunk_tokens, overlap_tokens)
+    done = await _prepare_batch(documents, embedder, store, chunk_tokens, overlap_tokens, collection=collection)
     counts = await store_prepared(done.prepared, embedder, store, chunk_tokens, overlap_tokens)
     return IngestCounts(
         added=counts.added + len(done.large_added),
@@ -172,6 +179,7 @@ async def ingest(
     sample_size: int = 256,
     prefetch: int = 1,
     max_file_bytes: int = MAX_FILE_BYTES,
+    collection: str = DEFAULT_COLLECTION,
 ) -> IngestReport:
     """Scan, then stream the inputs into the store: the next `prefetch` batches are chunked and embedded while
     the current one is stored (one transaction per batch, in input order).
@@ -187,18 +195,23 @@ async def ingest(
         prefetch: batches chunked and embedded ahead of the one being stored (>= 1); memory holds at most
             prefetch + 1 batches.
         max_file_bytes: a larger document file fails (its error is recorded) and the run goes on.
+        collection: the collection every document of the run goes into (`tools.scope.check_collection`).
 
     Returns:
         The run's counts, per-file outcomes and timing.
 
     Raises:
-        IngestError: a malformed JSONL input or a repeated document id (nothing is stored: every input is scanned
-            first). A document file that cannot be extracted does not raise: it is in `IngestReport.file_errors`.
+        IngestError: a malformed JSONL input, a repeated document id or an invalid collection name (nothing is
+            stored: every input is scanned first). A document file that cannot be extracted does not raise: it is in `IngestReport.file_errors`.
         EmbedderError: Triton failed; StoreError: Postgres failed. Batches stored before the failure stay
             stored; re-running the same ingest completes the rest.
     """
     if batch_docs < 1 or prefetch < 1:
         raise ValueError(f"batch_docs={batch_docs}, prefetch={prefetch}; expected both >= 1")
+    try:
+        check_collection(collection)
+    except ScopeError as exc:
+        raise IngestError(str(exc)) from None
     start = time.perf_counter()
     total = await asyncio.to_thread(scan_inputs, inputs)
     report = IngestReport()
@@ -221,7 +234,9 @@ async def ingest(
             if batch is None:
                 break
             task = asyncio.create_task(
-                _prepare_batch(batch.documents, embedder, store, chunk_tokens, overlap_tokens, on_staged)
+                _prepare_batch(
+                    batch.documents, embedder, store, chunk_tokens, overlap_tokens, on_staged, collection
+                )
             )
             pending.add(task)
             queue.put_nowait((batch, task))

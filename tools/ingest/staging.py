@@ -4,7 +4,7 @@ resumes where it stopped.
 
 A document is large when its content exceeds `LARGE_DOC_CHARS` characters. Its chunks stream from the chunker
 (`tools.chunking.iter_chunk_parts`), `sub_batch` at a time: each sub-batch is embedded and written to the staging
-table `ingest_staged_chunks` (keyed by doc id and chunk index, tagged with the content hash) in its own transaction.
+table `ingest_staged_chunks` (keyed by collection, doc id and chunk index, tagged with the content hash) in its own transaction.
 When the last one is staged, one transaction (under the store's writer lock) replaces any stored version of the
 document and moves the staged chunks into `chunks` with SQL (`INSERT ... SELECT`), counting them into the BM25
 statistics; the staged rows go with it. The document is searchable only from then on: nothing half-written is
@@ -27,7 +27,9 @@ from tools.chunking import fit_window, iter_chunk_parts
 from tools.embedder import TritonEmbedder
 from tools.ingest.documents import SourceDocument
 from tools.ingest.embedding import BadChunk, embed_isolating
+from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
+from tools.store.records import qualified_doc_id
 from tools.store.writes import delete_rows, lock_writes
 
 LARGE_DOC_CHARS = 65_536
@@ -37,6 +39,7 @@ SUB_BATCH_CHUNKS = 256
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS ingest_staged_chunks (
+    collection text NOT NULL DEFAULT 'default',
     doc_id text NOT NULL,
     content_hash text NOT NULL,
     chunk_index integer NOT NULL,
@@ -44,9 +47,16 @@ CREATE TABLE IF NOT EXISTS ingest_staged_chunks (
     token_count integer NOT NULL,
     embedding vector NOT NULL,
     metadata jsonb NOT NULL DEFAULT '{}',
-    PRIMARY KEY (doc_id, chunk_index)
+    CONSTRAINT ingest_staged_chunks_key PRIMARY KEY (collection, doc_id, chunk_index)
 )
 """
+
+MIGRATE_SQL = """
+ALTER TABLE ingest_staged_chunks ADD COLUMN IF NOT EXISTS collection text NOT NULL DEFAULT 'default';
+ALTER TABLE ingest_staged_chunks DROP CONSTRAINT IF EXISTS ingest_staged_chunks_pkey;
+ALTER TABLE ingest_staged_chunks ADD CONSTRAINT ingest_staged_chunks_key PRIMARY KEY (collection, doc_id, chunk_index);
+"""
+"""A staging table of a version before collections (primary key (doc_id, chunk_index)) gets the collection."""
 
 StagedFn = Callable[[int], None]
 """Called with the number of chunks of the document staged so far, after each sub-batch."""
@@ -63,52 +73,72 @@ class StagedResult:
     failed: list[BadChunk]
 
 
-async def _resume_point(store: VectorStore, doc: SourceDocument) -> int:
-    """Staged chunks of `doc`'s content ready to reuse (0..n-1); other versions' staged chunks are dropped."""
+async def _resume_point(store: VectorStore, doc: SourceDocument, collection: str) -> int:
+    """Staged chunks of `doc`'s content in `collection` ready to reuse (0..n-1); other versions' staged chunks are
+    dropped."""
     async with store.write_pool.acquire() as conn, conn.transaction():
         await conn.execute(SCHEMA_SQL)
+        has_collection = await conn.fetchval(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = 'ingest_staged_chunks'::regclass AND attname = 'collection'"
+        )
+        if not has_collection:
+            await conn.execute(MIGRATE_SQL)
+        where = "collection = $1 AND doc_id = $2"
         await conn.execute(
-            "DELETE FROM ingest_staged_chunks WHERE doc_id = $1 AND content_hash <> $2", doc.doc_id, doc.content_hash
+            f"DELETE FROM ingest_staged_chunks WHERE {where} AND content_hash <> $3",
+            collection,
+            doc.doc_id,
+            doc.content_hash,
         )
         row = await conn.fetchrow(
             "SELECT count(*) AS n, coalesce(max(chunk_index) + 1, 0) AS top FROM ingest_staged_chunks "
-            "WHERE doc_id = $1",
+            f"WHERE {where}",
+            collection,
             doc.doc_id,
         )
         assert row is not None
         if row["n"] != row["top"]:  # a gap cannot come from this module; start the document over
-            await conn.execute("DELETE FROM ingest_staged_chunks WHERE doc_id = $1", doc.doc_id)
+            await conn.execute(f"DELETE FROM ingest_staged_chunks WHERE {where}", collection, doc.doc_id)
             return 0
         return int(row["n"])
 
 
-async def _commit(store: VectorStore, doc: SourceDocument) -> int:
-    """Move the staged chunks of `doc` into the store (replacing a stored version); the number of chunks."""
+async def _commit(store: VectorStore, doc: SourceDocument, collection: str) -> int:
+    """Move the staged chunks of `doc` into `collection` of the store (replacing a stored version there); the
+    number of chunks."""
     async with store.write_pool.acquire() as conn, conn.transaction():
         await lock_writes(conn)
-        replaced = await conn.fetch("SELECT id FROM documents WHERE doc_id = $1 FOR UPDATE", doc.doc_id)
+        replaced = await conn.fetch(
+            "SELECT id FROM documents WHERE collection = $1 AND doc_id = $2 FOR UPDATE", collection, doc.doc_id
+        )
         await delete_rows(conn, [r["id"] for r in replaced])
         document_id = await conn.fetchval(
-            "INSERT INTO documents (doc_id, title, source, metadata, content_hash) VALUES ($1, $2, $3, $4::jsonb, $5) "
-            "RETURNING id",
+            "INSERT INTO documents (doc_id, title, source, metadata, content_hash, collection) "
+            "VALUES ($1, $2, $3, $4::jsonb, $5, $6) RETURNING id",
             doc.doc_id,
             doc.title,
             doc.source,
             json.dumps(doc.metadata),
             doc.content_hash,
+            collection,
         )
         status = await conn.execute(
             """
             INSERT INTO chunks (document_id, chunk_id, chunk_index, text, token_count, embedding, metadata)
-            SELECT $1, doc_id || '#' || chunk_index, chunk_index, text, token_count, embedding, metadata
-            FROM ingest_staged_chunks WHERE doc_id = $2 AND content_hash = $3 ORDER BY chunk_index
+            SELECT $1, $5 || chunk_index, chunk_index, text, token_count, embedding, metadata
+            FROM ingest_staged_chunks WHERE collection = $4 AND doc_id = $2 AND content_hash = $3
+            ORDER BY chunk_index
             """,
             document_id,
             doc.doc_id,
             doc.content_hash,
+            collection,
+            f"{qualified_doc_id(collection, doc.doc_id)}#",
         )
         await bm25.add_chunks(conn, [document_id], store.bm25_k1, store.bm25_b)
-        await conn.execute("DELETE FROM ingest_staged_chunks WHERE doc_id = $1", doc.doc_id)
+        await conn.execute(
+            "DELETE FROM ingest_staged_chunks WHERE collection = $1 AND doc_id = $2", collection, doc.doc_id
+        )
     return int(status.split()[-1])
 
 
@@ -120,16 +150,17 @@ async def ingest_large(
     overlap_tokens: int,
     sub_batch: int = SUB_BATCH_CHUNKS,
     on_staged: StagedFn | None = None,
+    collection: str = DEFAULT_COLLECTION,
 ) -> StagedResult:
-    """Chunk, embed and stage `doc` `sub_batch` chunks at a time, then store it in one transaction (see the module
-    docstring). Call only for a document not stored with this content hash.
+    """Chunk, embed and stage `doc` `sub_batch` chunks at a time, then store it in `collection` in one transaction
+    (see the module docstring). Call only for a document not stored there with this content hash.
 
     Raises:
         EmbedderError / asyncpg errors: Triton or Postgres failed; the sub-batches staged before stay for a re-run.
     """
     window, overlap = fit_window(chunk_tokens, overlap_tokens, embedder.spec.max_tokens)
     sections = doc.content_sections()
-    resumed = await _resume_point(store, doc)
+    resumed = await _resume_point(store, doc, collection)
     staged = resumed
     failed: list[BadChunk] = []
     batch: list[tuple[int, str, int, dict[str, object]]] = []
@@ -143,14 +174,25 @@ async def ingest_large(
             if not ok:
                 failed.append(BadChunk(doc.doc_id, index, "non-finite or failed embedding"))
                 continue
-            rows.append((doc.doc_id, doc.content_hash, index, text, tokens, vector, json.dumps(location)))
+            rows.append(
+                (collection, doc.doc_id, doc.content_hash, index, text, tokens, vector, json.dumps(location))
+            )
         if failed:
             return
         async with store.write_pool.acquire() as conn:
             await conn.copy_records_to_table(
                 "ingest_staged_chunks",
                 records=rows,
-                columns=["doc_id", "content_hash", "chunk_index", "text", "token_count", "embedding", "metadata"],
+                columns=[
+                    "collection",
+                    "doc_id",
+                    "content_hash",
+                    "chunk_index",
+                    "text",
+                    "token_count",
+                    "embedding",
+                    "metadata",
+                ],
             )
         staged += len(rows)
         batch.clear()
@@ -170,4 +212,4 @@ async def ingest_large(
                 return StagedResult(0, resumed, failed)
         if not taken:
             break
-    return StagedResult(await _commit(store, doc), resumed, [])
+    return StagedResult(await _commit(store, doc, collection), resumed, [])

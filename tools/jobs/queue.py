@@ -1,8 +1,9 @@
 """The jobs table and its statements, over the store's asyncpg pool.
 
 Schema (created idempotently by `JobQueue.setup`):
-- `ingest_jobs(id, status, created_at, started_at, finished_at, lease_until, worker, attempts, files_total,
-  files_done, chunks, errors jsonb, timings jsonb)`; status is `queued`, `running`, `done` or `failed`;
+- `ingest_jobs(id, status, created_at, started_at, finished_at, lease_until, worker, attempts, prefix, collection,
+  files_total, files_done, chunks, errors jsonb, timings jsonb)`; `collection` is where the job's documents go
+  (`tools.scope`), and jobs are listed and read only within the collections asked for; status is `queued`, `running`, `done` or `failed`;
 - `ingest_job_files(job_id -> ingest_jobs, idx, name, data bytea)`: the uploaded bytes, so that any worker (any
   process, any machine) can run any job and a job outlives the process that accepted it.
 
@@ -14,11 +15,14 @@ lease of `lease_s` seconds. A running worker renews the lease (`heartbeat`) more
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 import asyncpg
+
+from tools.scope import DEFAULT_COLLECTION, check_collection
 
 JobStatus = Literal["queued", "running", "done", "failed"]
 
@@ -47,11 +51,12 @@ CREATE TABLE IF NOT EXISTS ingest_job_files (
     data bytea NOT NULL,
     PRIMARY KEY (job_id, idx)
 );
+ALTER TABLE ingest_jobs ADD COLUMN IF NOT EXISTS collection text NOT NULL DEFAULT 'default';
 """
 
 _JOB_COLUMNS = (
-    "id, status, created_at, started_at, finished_at, worker, attempts, prefix, files_total, files_done, chunks, "
-    "errors, timings"
+    "id, status, created_at, started_at, finished_at, worker, attempts, prefix, collection, files_total, files_done, "
+    "chunks, errors, timings"
 )
 
 
@@ -67,8 +72,8 @@ class JobFile:
 @dataclass(frozen=True)
 class Job:
     """A job's state: files done of `files_total`, `chunks` its documents hold in the store, per-file `errors`
-    (`{"file", "error"}`),
-    `timings` (seconds: `wall_s` of the last attempt), `attempts` (claims so far)."""
+    (`{"file", "error"}`), `timings` (seconds: `wall_s` of the last attempt), `attempts` (claims so far), and the
+    `collection` its documents go into."""
 
     id: int
     status: JobStatus
@@ -78,6 +83,7 @@ class Job:
     worker: str | None
     attempts: int
     prefix: str
+    collection: str
     files_total: int
     files_done: int
     chunks: int
@@ -116,12 +122,14 @@ class JobQueue:
             await conn.execute("SELECT pg_advisory_xact_lock(4244)")
             await conn.execute(SCHEMA_SQL)
 
-    async def submit(self, files: list[JobFile], prefix: str = "") -> int:
-        """Queue a job ingesting `files` (document ids: `prefix` + file name); returns its id.
+    async def submit(self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION) -> int:
+        """Queue a job ingesting `files` into `collection` (document ids: `prefix` + file name); returns its id.
 
         Raises:
-            ValueError: no files, or a file name that is blank or holds a path separator.
+            ValueError: no files, a file name that is blank or holds a path separator, or an invalid collection
+                name (`tools.scope.ScopeError`).
         """
+        check_collection(collection)
         if not files:
             raise ValueError("a job needs at least one file")
         for f in files:
@@ -129,7 +137,10 @@ class JobQueue:
                 raise ValueError(f"file name {f.name!r}: expected a plain name without path separators")
         async with self.pool.acquire() as conn, conn.transaction():
             job_id: int = await conn.fetchval(
-                "INSERT INTO ingest_jobs (files_total, prefix) VALUES ($1, $2) RETURNING id", len(files), prefix
+                "INSERT INTO ingest_jobs (files_total, prefix, collection) VALUES ($1, $2, $3) RETURNING id",
+                len(files),
+                prefix,
+                collection,
             )
             await conn.copy_records_to_table(
                 "ingest_job_files",
@@ -198,19 +209,34 @@ class JobQueue:
             json.dumps(timings),
         )
 
-    async def document_chunks(self, doc_id: str) -> int:
-        """Chunks stored for document `doc_id` (0 when it is not stored)."""
+    async def document_chunks(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> int:
+        """Chunks stored for document `doc_id` of `collection` (0 when it is not stored there)."""
         count = await self.pool.fetchval(
-            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.doc_id = $1", doc_id
+            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE d.doc_id = $1 AND d.collection = $2",
+            doc_id,
+            collection,
         )
         return int(count or 0)
 
-    async def get(self, job_id: int) -> Job | None:
-        """Job `job_id`, or None when there is no such job."""
-        row = await self.pool.fetchrow(f"SELECT {_JOB_COLUMNS} FROM ingest_jobs WHERE id = $1", job_id)
+    async def get(self, job_id: int, collections: Sequence[str] | None = None) -> Job | None:
+        """Job `job_id` when it ingests into one of `collections` (None: any), else None, exactly as when there is
+        no such job."""
+        row = await self.pool.fetchrow(
+            f"SELECT {_JOB_COLUMNS} FROM ingest_jobs WHERE id = $1 AND ($2::text[] IS NULL OR collection = ANY($2))",
+            job_id,
+            None if collections is None else list(collections),
+        )
         return _job(row) if row is not None else None
 
-    async def list(self, limit: int = 50) -> list[Job]:
-        """The `limit` most recent jobs, newest first."""
-        rows = await self.pool.fetch(f"SELECT {_JOB_COLUMNS} FROM ingest_jobs ORDER BY id DESC LIMIT $1", limit)
+    async def list(self, limit: int = 50, collections: Sequence[str] | None = None) -> list[Job]:
+        """The `limit` most recent jobs ingesting into `collections` (None: any), newest first."""
+        rows = await self.pool.fetch(
+            f"""
+            SELECT {_JOB_COLUMNS} FROM ingest_jobs WHERE $2::text[] IS NULL OR collection = ANY($2::text[])
+            ORDER BY id DESC LIMIT $1
+            """,
+            limit,
+            None if collections is None else list(collections),
+        )
         return [_job(r) for r in rows]

@@ -91,11 +91,12 @@ async def run_job(
                     chunk_tokens=chunk_tokens,
                     overlap_tokens=overlap_tokens,
                     max_file_bytes=max_file_bytes,
+                    collection=job.collection,
                 )
                 if inp.kind == "jsonl":  # many documents: the chunks this run wrote
                     chunks += report.chunks
                 else:  # the document's chunks, whether this attempt or a killed one stored them
-                    chunks += await queue.document_chunks(inp.doc_id or "")
+                    chunks += await queue.document_chunks(inp.doc_id or "", job.collection)
                 for error in report.file_errors:
                     errors.append({"file": f.name, "error": error.reason.replace(str(path), f.name)})
                 for bad in report.failed:

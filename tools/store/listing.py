@@ -1,18 +1,21 @@
 """Reads of what is stored: counts, stored versions, and document listings (offset pages and keyset pages with a
-total), each inside the caller's transaction."""
+total), each inside the caller's transaction and scoped to the collections asked for (None: every collection)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
+from collections.abc import Sequence
 
 import asyncpg
 
+from tools.scope import DEFAULT_COLLECTION
 from tools.store.errors import StoreError
 from tools.store.records import Conn, DocumentPage, StoredDocument
 
 _DOCUMENT_COLUMNS = """
-d.doc_id, d.title, d.source, d.content_hash, d.ingested_at,
+d.doc_id, d.title, d.source, d.content_hash, d.ingested_at, d.collection,
 (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) AS chunks
 """
 
@@ -20,64 +23,122 @@ MAX_PAGE = 10_000
 """Most documents one keyset page may hold."""
 
 
-def encode_cursor(doc_id: str) -> str:
-    """The opaque cursor of the page after `doc_id` (URL-safe base64 of its UTF-8, no padding)."""
-    return base64.urlsafe_b64encode(doc_id.encode()).decode().rstrip("=")
+def encode_cursor(doc_id: str, collection: str = DEFAULT_COLLECTION) -> str:
+    """The opaque cursor of the page after document (`collection`, `doc_id`): URL-safe base64, no padding, of the
+    JSON array `[doc_id, collection]`."""
+    raw = json.dumps([doc_id, collection], ensure_ascii=False, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> str:
-    """The doc id a cursor of `encode_cursor` names. Raises StoreError for anything else."""
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    """The (doc_id, collection) a cursor of `encode_cursor` names. Raises StoreError for anything else."""
+    bad = StoreError(f"cursor={cursor!r} is not a cursor this store issued; pass a `next_cursor` back")
     try:
-        doc_id = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
+        value = json.loads(raw)
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise StoreError(f"cursor={cursor!r} is not a cursor this store issued; pass a `next_cursor` back") from exc
-    if not doc_id or encode_cursor(doc_id) != cursor:
-        raise StoreError(f"cursor={cursor!r} is not a cursor this store issued; pass a `next_cursor` back")
-    return doc_id
+        raise bad from exc
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) and v for v in value)):
+        raise bad
+    doc_id, collection = value
+    if encode_cursor(doc_id, collection) != cursor:
+        raise bad
+    return doc_id, collection
 
 
 def _document(r: asyncpg.Record) -> StoredDocument:
-    return StoredDocument(r["doc_id"], r["title"], r["source"], int(r["chunks"]), r["content_hash"], r["ingested_at"])
-
-
-async def count(conn: Conn) -> tuple[int, int]:
-    """(documents, chunks) stored."""
-    row = await conn.fetchrow(
-        "SELECT (SELECT count(*) FROM documents) AS docs, (SELECT count(*) FROM chunks) AS chunks"
+    return StoredDocument(
+        r["doc_id"], r["title"], r["source"], int(r["chunks"]), r["content_hash"], r["ingested_at"], r["collection"]
     )
+
+
+def _in(collections: Sequence[str] | None) -> list[str] | None:
+    return None if collections is None else list(collections)
+
+
+async def count(conn: Conn, collections: Sequence[str] | None = None) -> tuple[int, int]:
+    """(documents, chunks) stored in `collections` (None: all)."""
+    if collections is None:
+        row = await conn.fetchrow(
+            "SELECT (SELECT count(*) FROM documents) AS docs, (SELECT count(*) FROM chunks) AS chunks"
+        )
+    else:
+        row = await conn.fetchrow(
+            """
+            SELECT (SELECT count(*) FROM documents WHERE collection = ANY($1::text[])) AS docs,
+                   (SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id
+                    WHERE d.collection = ANY($1::text[])) AS chunks
+            """,
+            list(collections),
+        )
     assert row is not None
     return int(row["docs"]), int(row["chunks"])
 
 
-async def stored_versions(conn: Conn, doc_ids: list[str]) -> dict[str, str]:
-    """doc_id -> stored content hash, for those of `doc_ids` that are stored."""
-    rows = await conn.fetch("SELECT doc_id, content_hash FROM documents WHERE doc_id = ANY($1::text[])", doc_ids)
+async def stored_versions(conn: Conn, doc_ids: list[str], collection: str = DEFAULT_COLLECTION) -> dict[str, str]:
+    """doc_id -> stored content hash, for those of `doc_ids` that are stored in `collection`."""
+    rows = await conn.fetch(
+        "SELECT doc_id, content_hash FROM documents WHERE collection = $2 AND doc_id = ANY($1::text[])",
+        doc_ids,
+        collection,
+    )
     return {r["doc_id"]: r["content_hash"] for r in rows}
 
 
-async def offset_page(conn: Conn, limit: int | None, offset: int) -> list[StoredDocument]:
-    """Documents by doc_id, `limit` of them (all when None) after skipping `offset`."""
+async def offset_page(
+    conn: Conn, limit: int | None, offset: int, collections: Sequence[str] | None = None
+) -> list[StoredDocument]:
+    """Documents of `collections` (None: all) by (doc_id, collection), `limit` of them (all when None) after
+    skipping `offset`."""
     rows = await conn.fetch(
-        f"SELECT {_DOCUMENT_COLUMNS} FROM documents d ORDER BY d.doc_id LIMIT $1 OFFSET $2", limit, offset
+        f"""
+        SELECT {_DOCUMENT_COLUMNS} FROM documents d
+        WHERE $3::text[] IS NULL OR d.collection = ANY($3::text[])
+        ORDER BY d.doc_id, d.collection LIMIT $1 OFFSET $2
+        """,
+        limit,
+        offset,
+        _in(collections),
     )
     return [_document(r) for r in rows]
 
 
-async def keyset_page(conn: Conn, limit: int, cursor: str | None, offset: int = 0) -> DocumentPage:
-    """Up to `limit` documents with doc_id after the cursor's (after skipping `offset` more), the total stored, and
-    the next page's cursor; in a REPEATABLE READ transaction the page and the total are one snapshot. One index
-    range scan on `doc_id` (`documents_doc_id_key`) that starts at the cursor, whatever the page's position (an
-    `offset` reads the rows it skips)."""
-    after = None if cursor is None else decode_cursor(cursor)
+async def keyset_page(
+    conn: Conn, limit: int, cursor: str | None, offset: int = 0, collections: Sequence[str] | None = None
+) -> DocumentPage:
+    """Up to `limit` documents of `collections` (None: all) after the cursor's (after skipping `offset` more) in
+    (doc_id, collection) order, the total of those collections, and the next page's cursor; in a REPEATABLE READ
+    transaction the page and the total are one snapshot. One index range scan on (doc_id, collection)
+    (`documents_doc_id_collection_key`) that starts at the cursor, whatever the page's position (an `offset` reads
+    the rows it skips). Documents of other collections are neither listed nor counted."""
+    after = ("", "") if cursor is None else decode_cursor(cursor)
+    scoped = "" if collections is None else "AND d.collection = ANY($5::text[])"
+    args: list[object] = [after[0], after[1], offset, limit + 1]
+    if collections is not None:
+        args.append(list(collections))
     rows = await conn.fetch(
         f"""
-        SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE d.doc_id > $1 ORDER BY d.doc_id OFFSET $2 LIMIT $3
+        SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE (d.doc_id, d.collection) > ($1, $2) {scoped}
+        ORDER BY d.doc_id, d.collection OFFSET $3 LIMIT $4
         """,
-        "" if after is None else after,
-        offset,
-        limit + 1,
+        *args,
     )
-    total = int(await conn.fetchval("SELECT count(*) FROM documents"))
+    total, _ = await count(conn, collections)
     documents = [_document(r) for r in rows[:limit]]
-    next_cursor = encode_cursor(documents[-1].doc_id) if len(rows) > limit else None
+    last = documents[-1] if documents else None
+    next_cursor = encode_cursor(last.doc_id, last.collection) if last is not None and len(rows) > limit else None
     return DocumentPage(documents, total, next_cursor)
+
+
+async def find(conn: Conn, doc_id: str, collections: Sequence[str] | None = None) -> list[StoredDocument]:
+    """The stored documents named `doc_id` in `collections` (None: all), one per collection, by collection."""
+    rows = await conn.fetch(
+        f"""
+        SELECT {_DOCUMENT_COLUMNS} FROM documents d
+        WHERE d.doc_id = $1 AND ($2::text[] IS NULL OR d.collection = ANY($2::text[]))
+        ORDER BY d.collection
+        """,
+        doc_id,
+        _in(collections),
+    )
+    return [_document(r) for r in rows]

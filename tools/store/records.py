@@ -12,6 +12,8 @@ import numpy as np
 import numpy.typing as npt
 from asyncpg.pool import PoolConnectionProxy
 
+from tools.scope import COLLECTION_PATTERN, DEFAULT_COLLECTION
+
 Conn = asyncpg.Connection | PoolConnectionProxy
 """A connection, pooled or not."""
 
@@ -36,7 +38,8 @@ class ChunkRecord:
 
 @dataclass(frozen=True)
 class DocumentRecord:
-    """One document to store with its chunks; (doc_id, `content_hash` sha256 hex) keys idempotent ingestion."""
+    """One document to store with its chunks; (collection, doc_id, `content_hash` sha256 hex) keys idempotent
+    ingestion (the collection is given to `VectorStore.add_documents`)."""
 
     doc_id: str
     title: str
@@ -76,7 +79,8 @@ class IngestCounts:
 @dataclass(frozen=True)
 class StoredDocument:
     """One stored document: ids, title, source, number of chunks, content hash (sha256 hex) and when it was
-    ingested (UTC, `timestamptz`; a replaced document gets the time of its replacement)."""
+    ingested (UTC, `timestamptz`; a replaced document gets the time of its replacement), and its collection
+    (`tools.scope`); (collection, doc_id) is its identity."""
 
     doc_id: str
     title: str
@@ -84,6 +88,7 @@ class StoredDocument:
     chunks: int
     content_hash: str
     ingested_at: datetime
+    collection: str = DEFAULT_COLLECTION
 
 
 @dataclass(frozen=True)
@@ -113,3 +118,23 @@ def hit(row: asyncpg.Record) -> ChunkHit:
         score=float(row["score"]),
         metadata=json.loads(row["metadata"]),
     )
+
+
+QUALIFIER = "::"
+"""Separates a collection name from a doc id in a qualified doc id (`qualified_doc_id`)."""
+
+
+def qualified_doc_id(collection: str, doc_id: str) -> str:
+    """The name of document `doc_id` of `collection` that is unique across collections: the doc id itself in the
+    default collection, `collection::doc_id` in any other. A default-collection doc id that already starts like a
+    qualified one (`name::...`) is written `default::doc_id`, so the mapping is one-to-one (collection names hold
+    no `:`). Chunk ids are `qualified_doc_id#chunk_index`: unique in the `chunks` table whatever the collections."""
+    head, sep, _ = doc_id.partition(QUALIFIER)
+    if collection == DEFAULT_COLLECTION and not (sep and COLLECTION_PATTERN.match(head)):
+        return doc_id
+    return f"{collection}{QUALIFIER}{doc_id}"
+
+
+def chunk_id(collection: str, doc_id: str, chunk_index: int) -> str:
+    """The stored id of chunk `chunk_index` of document `doc_id` in `collection` (`qualified_doc_id` + `#index`)."""
+    return f"{qualified_doc_id(collection, doc_id)}#{chunk_index}"

@@ -1,8 +1,9 @@
 """The store's schema, created idempotently and migrated when the store connects.
 
 - `rag_meta(key, value)`: the embedder model and dimension the table was built for;
-- `documents(id, doc_id UNIQUE, title, source, metadata jsonb, content_hash, ingested_at, collection)`;
-- `chunks(id, chunk_id UNIQUE, document_id -> documents, chunk_index, text, token_count, embedding vector(dim),
+- `documents(id, doc_id, title, source, metadata jsonb, content_hash, ingested_at, collection)`, UNIQUE (doc_id,
+  collection): a document's identity is (collection, doc_id), so two collections may hold the same doc id;
+- `chunks(id, chunk_id UNIQUE (`records.chunk_id`: unique across collections), document_id -> documents, chunk_index, text, token_count, embedding vector(dim),
   metadata jsonb (page or section path), tsv tsvector GENERATED from the chunk text)`, an HNSW index
   (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index on `tsv`;
 - the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings);
@@ -76,10 +77,21 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
         f"ALTER TABLE documents ADD COLUMN IF NOT EXISTS collection text NOT NULL DEFAULT '{DEFAULT_COLLECTION}'"
     )
     await conn.execute("CREATE INDEX IF NOT EXISTS documents_collection ON documents (collection)")
+    await _unique_per_collection(conn)
     if await conn.fetchval("SELECT to_regclass('bm25_corpus')") is None:
         await conn.execute(bm25.SCHEMA_SQL)
         await bm25.rebuild(conn, k1, b)
     await conn.execute(conversations.SCHEMA_SQL)
+
+
+async def _unique_per_collection(conn: Conn) -> None:
+    """Replace a store's `UNIQUE (doc_id)` (versions before collections) by `UNIQUE (doc_id, collection)`: the same
+    doc id may then live in several collections. The new index also serves keyset listings (doc_id, collection)."""
+    if await conn.fetchval("SELECT to_regclass('documents_doc_id_collection_key')") is None:
+        await conn.execute(
+            "ALTER TABLE documents ADD CONSTRAINT documents_doc_id_collection_key UNIQUE (doc_id, collection)"
+        )
+    await conn.execute("ALTER TABLE documents DROP CONSTRAINT IF EXISTS documents_doc_id_key")
 
 
 async def _vector_schema(conn: Conn) -> str:
@@ -125,13 +137,15 @@ def schema_sql(dim: int) -> str:
     return f"""
     CREATE TABLE IF NOT EXISTS documents (
         id bigserial PRIMARY KEY,
-        doc_id text NOT NULL UNIQUE,
+        doc_id text NOT NULL,
         title text NOT NULL DEFAULT '',
         source text NOT NULL DEFAULT '',
         metadata jsonb NOT NULL DEFAULT '{{}}',
         content_hash text NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now(),
-        ingested_at timestamptz NOT NULL DEFAULT now()
+        ingested_at timestamptz NOT NULL DEFAULT now(),
+        collection text NOT NULL DEFAULT '{DEFAULT_COLLECTION}',
+        CONSTRAINT documents_doc_id_collection_key UNIQUE (doc_id, collection)
     );
     CREATE TABLE IF NOT EXISTS chunks (
         id bigserial PRIMARY KEY,

@@ -14,7 +14,7 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from tools.scope import SearchScope
+from tools.scope import DEFAULT_COLLECTION, SearchScope, check_collection
 from tools.store import listing, pools, replicas, schema, search, writes
 from tools.store.errors import StoreError, translated
 from tools.store.records import (
@@ -205,44 +205,56 @@ class VectorStore:
             await writes.rebuild_full_text(conn, self.bm25_k1, self.bm25_b)
         await self._replicated()
 
-    async def stored_versions(self, doc_ids: list[str]) -> dict[str, str]:
-        """doc_id -> stored content hash, for those of `doc_ids` that are stored (a hint for skipping work before
-        the write: `add_documents` decides again under the write lock)."""
+    async def stored_versions(self, doc_ids: list[str], collection: str = DEFAULT_COLLECTION) -> dict[str, str]:
+        """doc_id -> stored content hash, for those of `doc_ids` that are stored in `collection` (a hint for
+        skipping work before the write: `add_documents` decides again under the write lock)."""
+        _collection(collection)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "reading stored versions", READ) as conn:
-            return await listing.stored_versions(conn, doc_ids)
+            return await listing.stored_versions(conn, doc_ids, collection)
 
     async def add_documents(
-        self, docs: Sequence[DocumentRecord], unchanged: Mapping[str, str] | None = None
+        self,
+        docs: Sequence[DocumentRecord],
+        unchanged: Mapping[str, str] | None = None,
+        *,
+        collection: str = DEFAULT_COLLECTION,
     ) -> IngestCounts:
-        """Store `docs` and their chunks in one transaction, under the write lock; a document stored with the same
-        content hash is skipped, one stored with another hash is replaced (old chunks deleted).
+        """Store `docs` and their chunks in `collection`, in one transaction, under the write lock; a document
+        stored in that collection with the same content hash is skipped, one stored there with another hash is
+        replaced (old chunks deleted). The same doc id in another collection is another document, never touched.
 
         Args:
             docs: documents with their chunks.
             unchanged: doc_id -> content hash of documents the caller found stored unchanged and sends without
                 chunks. Each counts as skipped if it is still stored with that hash when the transaction looks
                 (under the lock); otherwise its doc id is in `IngestCounts.missing` for the caller to store.
+            collection: the documents' collection (`tools.scope.check_collection`).
 
         Raises:
-            StoreError: duplicate doc ids, or an embedding with the wrong shape or non-finite values (names the doc
-                id and chunk index); nothing is written.
+            StoreError: duplicate doc ids, an invalid collection name, or an embedding with the wrong shape or
+                non-finite values (names the doc id and chunk index); nothing is written.
         """
+        _collection(collection)
         unchanged = dict(unchanged or {})
         writes.check_batch(docs, unchanged, self.dim)
         if not docs and not unchanged:
             return IngestCounts()
         async with pools.transaction(self.write_pool, self.acquire_timeout_s, "storing documents") as conn:
-            counts = await writes.add_documents(conn, docs, unchanged, self.bm25_k1, self.bm25_b)
+            counts = await writes.add_documents(conn, docs, unchanged, self.bm25_k1, self.bm25_b, collection)
         if counts.added:
             await self._replicated()
         return counts
 
-    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+    async def delete_documents(
+        self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None
+    ) -> list[str]:
         """Delete the documents named in `doc_ids` and (when given) every document whose `source` equals `source`,
-        with their chunks and full-text postings, in one transaction.
+        in `collections` only (None: every collection), with their chunks and full-text postings, in one
+        transaction.
 
         Returns:
-            The doc ids actually deleted, sorted (names that were not stored are left out).
+            The doc ids actually deleted, sorted (names that were not stored in those collections are left out;
+            a doc id deleted from two collections is listed twice).
 
         Raises:
             StoreError: `doc_ids` is a single string (expected a sequence of ids); a failed transaction (then
@@ -251,18 +263,21 @@ class VectorStore:
         if isinstance(doc_ids, str):
             raise StoreError(f"doc_ids={doc_ids!r}; expected a sequence of document ids, not one string")
         ids = list(doc_ids)
-        if not ids and source is None:
+        if (not ids and source is None) or (collections is not None and not collections):
             return []
         action = "deleting documents (nothing was deleted)"
         async with pools.transaction(self.write_pool, self.acquire_timeout_s, action) as conn:
-            deleted = await writes.delete_documents(conn, ids, source)
+            deleted = await writes.delete_documents(conn, ids, source, _collections(collections))
         if deleted:
             await self._replicated()
         return deleted
 
-    async def list_documents(self, limit: int | None = None, offset: int = 0) -> list[StoredDocument]:
-        """Stored documents ordered by `doc_id`, `limit` of them (all when None) after skipping `offset`. For large
-        stores use `document_page` or `iter_documents` (keyset pages, no offset scan).
+    async def list_documents(
+        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+    ) -> list[StoredDocument]:
+        """Stored documents of `collections` (None: all) ordered by (`doc_id`, collection), `limit` of them (all
+        when None) after skipping `offset`. For large stores use `document_page` or `iter_documents` (keyset pages,
+        no offset scan).
 
         Raises:
             StoreError: negative `limit` or `offset`.
@@ -270,15 +285,24 @@ class VectorStore:
         if (limit is not None and limit < 0) or offset < 0:
             raise StoreError(f"limit={limit}, offset={offset}; expected non-negative numbers")
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", READ) as conn:
-            return await listing.offset_page(conn, limit, offset)
+            return await listing.offset_page(conn, limit, offset, _collections(collections))
 
-    async def document_page(self, limit: int = 100, cursor: str | None = None, offset: int = 0) -> DocumentPage:
-        """One keyset page of the stored documents in doc_id order, with the total stored (one snapshot).
+    async def document_page(
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+    ) -> DocumentPage:
+        """One keyset page of the stored documents of `collections` (None: all) in (doc_id, collection) order,
+        with the total stored in those collections (one snapshot).
 
         Args:
             limit: documents per page, 1..10,000.
             cursor: None for the first page, else the previous page's `next_cursor`.
             offset: documents to skip after the cursor first (reads them; prefer the cursor).
+            collections: the collections listed and counted; documents of others never appear.
 
         Raises:
             StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
@@ -288,25 +312,33 @@ class VectorStore:
         if cursor is not None:
             listing.decode_cursor(cursor)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
-            return await listing.keyset_page(conn, limit, cursor, offset)
+            return await listing.keyset_page(conn, limit, cursor, offset, _collections(collections))
 
-    async def iter_documents(self, page_size: int = 1000) -> AsyncIterator[StoredDocument]:
-        """Every stored document in doc_id order, read `page_size` at a time (one short transaction per page, so
-        memory stays bounded and no connection is held between pages; a document added or deleted meanwhile may
-        or may not appear)."""
+    async def iter_documents(
+        self, page_size: int = 1000, *, collections: Sequence[str] | None = None
+    ) -> AsyncIterator[StoredDocument]:
+        """Every stored document of `collections` (None: all) in (doc_id, collection) order, read `page_size` at a
+        time (one short transaction per page, so memory stays bounded and no connection is held between pages; a
+        document added or deleted meanwhile may or may not appear)."""
         cursor: str | None = None
         while True:
-            page = await self.document_page(page_size, cursor)
+            page = await self.document_page(page_size, cursor, collections=collections)
             for document in page.documents:
                 yield document
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
 
-    async def count(self) -> tuple[int, int]:
-        """(documents, chunks) stored."""
+    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
+        """(documents, chunks) stored in `collections` (None: all)."""
         async with pools.transaction(self.pool, self.acquire_timeout_s, "counting documents", READ) as conn:
-            return await listing.count(conn)
+            return await listing.count(conn, _collections(collections))
+
+    async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
+        """The stored documents named `doc_id` in `collections` (None: all), one per collection holding it, by
+        collection name; empty when none of them holds it."""
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "reading a document", READ) as conn:
+            return await listing.find(conn, doc_id, _collections(collections))
 
     async def dense_search(
         self,
@@ -440,4 +472,23 @@ class VectorStore:
         """After a write: wait (bounded) until the read replicas have replayed it (`replicas.replicated`)."""
         if self._replicas is not None:
             await replicas.replicated(self.pool, self._replicas, self.acquire_timeout_s)
+
+
+def _collection(name: str) -> None:
+    """Raise StoreError (naming it) for an invalid collection name."""
+    try:
+        check_collection(name)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+
+
+def _collections(names: Sequence[str] | None) -> list[str] | None:
+    """`names` checked (`_collection`) as a list, or None (every collection)."""
+    if names is None:
+        return None
+    if isinstance(names, str):
+        raise StoreError(f"collections={names!r}; expected a sequence of collection names, not one string")
+    for name in names:
+        _collection(name)
+    return list(names)
 

@@ -3,7 +3,8 @@
 Writers are serialised by a transaction-level advisory lock (`lock_writes`), taken first in every write
 transaction: the stored versions are read after it, so a concurrent writer's committed rows are seen, two ingests
 of the same new doc id never collide, and the BM25 statistics stay exact. Whether a document is skipped (same
-content hash stored) is decided here, under that lock, never from a read taken before the transaction.
+content hash stored in the same collection) is decided here, under that lock, never from a read taken before the
+transaction. A document is (collection, doc_id): every write names its collection(s).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from tools import bm25
 from tools.store.errors import StoreError
-from tools.store.records import Conn, DocumentRecord, IngestCounts
+from tools.store.records import Conn, DocumentRecord, IngestCounts, chunk_id
 
 WRITE_LOCK = 4243
 """Advisory lock key of the writers (ingest, replace, delete, rebuild)."""
@@ -46,17 +47,25 @@ def check_batch(docs: Sequence[DocumentRecord], unchanged: Mapping[str, str], di
 
 
 async def add_documents(
-    conn: Conn, docs: Sequence[DocumentRecord], unchanged: Mapping[str, str], k1: float, b: float
+    conn: Conn,
+    docs: Sequence[DocumentRecord],
+    unchanged: Mapping[str, str],
+    k1: float,
+    b: float,
+    collection: str,
 ) -> IngestCounts:
-    """Store `docs` (skip those stored with the same hash, replace those stored with another) and check that each
-    doc id of `unchanged` (doc_id -> content hash, sent without chunks) is still stored with that hash; inside the
-    caller's transaction, which this locks first (`lock_writes`)."""
+    """Store `docs` in `collection` (skip those stored there with the same hash, replace those stored there with
+    another) and check that each doc id of `unchanged` (doc_id -> content hash, sent without chunks) is still stored
+    in `collection` with that hash; inside the caller's transaction, which this locks first (`lock_writes`).
+    Documents of other collections are never read, replaced or counted."""
     await lock_writes(conn)
     wanted = [d.doc_id for d in docs] + list(unchanged)
     stored = {
         r["doc_id"]: r["content_hash"]
         for r in await conn.fetch(
-            "SELECT doc_id, content_hash FROM documents WHERE doc_id = ANY($1::text[]) FOR UPDATE", wanted
+            "SELECT doc_id, content_hash FROM documents WHERE collection = $2 AND doc_id = ANY($1::text[]) FOR UPDATE",
+            wanted,
+            collection,
         )
     }
     missing = tuple(doc_id for doc_id, digest in unchanged.items() if stored.get(doc_id) != digest)
@@ -64,12 +73,14 @@ async def add_documents(
     skipped = len(docs) - len(new_docs) + len(unchanged) - len(missing)
     if not new_docs:
         return IngestCounts(skipped=skipped, missing=missing)
-    replaced = await conn.fetch("SELECT id FROM documents WHERE doc_id = ANY($1::text[])", list(new_docs))
+    replaced = await conn.fetch(
+        "SELECT id FROM documents WHERE collection = $2 AND doc_id = ANY($1::text[])", list(new_docs), collection
+    )
     await delete_rows(conn, [r["id"] for r in replaced])
     rows = await conn.fetch(
         """
-        INSERT INTO documents (doc_id, title, source, metadata, content_hash)
-        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
+        INSERT INTO documents (doc_id, title, source, metadata, content_hash, collection)
+        SELECT *, $6::text FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
         RETURNING id, doc_id
         """,
         [d.doc_id for d in new_docs.values()],
@@ -77,12 +88,13 @@ async def add_documents(
         [d.source for d in new_docs.values()],
         [json.dumps(d.metadata) for d in new_docs.values()],
         [d.content_hash for d in new_docs.values()],
+        collection,
     )
     ids = {r["doc_id"]: r["id"] for r in rows}
     records = [
         (
             ids[doc.doc_id],
-            f"{doc.doc_id}#{c.chunk_index}",
+            chunk_id(collection, doc.doc_id, c.chunk_index),
             c.chunk_index,
             c.text,
             c.token_count,
@@ -101,18 +113,23 @@ async def add_documents(
     return IngestCounts(added=len(new_docs), skipped=skipped, chunks=len(records), missing=missing)
 
 
-async def delete_documents(conn: Conn, doc_ids: list[str], source: str | None) -> list[str]:
-    """Delete the documents named in `doc_ids` and (when given) every document of `source`; inside the caller's
-    transaction, which this locks first. Returns the doc ids deleted, sorted."""
+async def delete_documents(
+    conn: Conn, doc_ids: list[str], source: str | None, collections: Sequence[str] | None
+) -> list[str]:
+    """Delete the documents named in `doc_ids` and (when given) every document of `source`, only in `collections`
+    (None: every collection); inside the caller's transaction, which this locks first. Returns the doc ids deleted,
+    sorted (a doc id deleted from two collections is listed twice)."""
     await lock_writes(conn)
     rows = await conn.fetch(
         """
         SELECT id, doc_id FROM documents
-        WHERE doc_id = ANY($1::text[]) OR ($2::text IS NOT NULL AND source = $2::text)
-        ORDER BY doc_id FOR UPDATE
+        WHERE (doc_id = ANY($1::text[]) OR ($2::text IS NOT NULL AND source = $2::text))
+          AND ($3::text[] IS NULL OR collection = ANY($3::text[]))
+        ORDER BY doc_id, collection FOR UPDATE
         """,
         doc_ids,
         source,
+        None if collections is None else list(collections),
     )
     await delete_rows(conn, [r["id"] for r in rows])
     return [r["doc_id"] for r in rows]
