@@ -1,7 +1,7 @@
 """The stored documents as the interfaces see them: list, add (chunk, embed, store), delete, count.
 Every method is scoped by collection (`tools.scope`): reads and deletes see only `collections` (None: all), an add
-goes into one `collection`. `DocumentLibrary` is what `RagApp` needs; `StoreLibrary` implements it over the Triton embedder and the
-Postgres store, `tools.in_memory.InMemoryCollection` in memory (tests).
+goes into one `collection`. `DocumentLibrary` is what `RagApp` needs; `StoreLibrary` implements it over the Triton
+embedder and the Postgres store, `tools.in_memory.InMemoryCollection` in memory (tests).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ Every input is first scanned (JSONL line by line: validation, ids; memory bounde
 documents stream in batches of `batch_docs`: the next batch is chunked and embedded (an asyncio task, input order
 kept) while the current one is stored, so memory holds at most `prefetch + 1` batches. Files are read and extracted
 in a worker thread, off the event loop. Every document of a run goes into one collection (`tools.scope`; the default
-collection unless given). Each batch is one transaction; a document already stored with the same
-(collection, doc id, sha256 of the content) is skipped before embedding, so an interrupted run (Ctrl-C, Triton killed, Postgres
-restarted) finishes when re-run, with no chunk lost or duplicated. A document over `LARGE_DOC_CHARS` characters is
+collection unless given). Each batch is one transaction; a document already stored with the same (collection, doc id,
+sha256 of the content) is skipped before embedding, so an interrupted run (Ctrl-C, Triton killed, Postgres restarted)
+finishes when re-run, with no chunk lost or duplicated. A document over `LARGE_DOC_CHARS` characters is
 embedded and staged in sub-batches of chunks and stored at the end in one transaction (`tools.ingest.staging`): memory
 stays bounded whatever its size, progress is reported per sub-batch, and a re-run resumes from its staged chunks.
 A chunk whose embedding is not finite fails only its own document (reported by doc id and chunk index); the rest of
@@ -202,7 +202,8 @@ async def ingest(
 
     Raises:
         IngestError: a malformed JSONL input, a repeated document id or an invalid collection name (nothing is
-            stored: every input is scanned first). A document file that cannot be extracted does not raise: it is in `IngestReport.file_errors`.
+            stored: every input is scanned first). A document file that cannot be extracted does not raise: it is
+            in `IngestReport.file_errors`.
         EmbedderError: Triton failed; StoreError: Postgres failed. Batches stored before the failure stay
             stored; re-running the same ingest completes the rest.
     """

@@ -4,7 +4,8 @@ resumes where it stopped.
 
 A document is large when its content exceeds `LARGE_DOC_CHARS` characters. Its chunks stream from the chunker
 (`tools.chunking.iter_chunk_parts`), `sub_batch` at a time: each sub-batch is embedded and written to the staging
-table `ingest_staged_chunks` (keyed by collection, doc id and chunk index, tagged with the content hash) in its own transaction.
+table `ingest_staged_chunks` (keyed by collection, doc id and chunk index, tagged with the content hash) in its own
+transaction.
 When the last one is staged, one transaction (under the store's writer lock) replaces any stored version of the
 document and moves the staged chunks into `chunks` with SQL (`INSERT ... SELECT`), counting them into the BM25
 statistics; the staged rows go with it. The document is searchable only from then on: nothing half-written is

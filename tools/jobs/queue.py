@@ -3,7 +3,8 @@
 Schema (created idempotently by `JobQueue.setup`):
 - `ingest_jobs(id, status, created_at, started_at, finished_at, lease_until, worker, attempts, prefix, collection,
   files_total, files_done, chunks, errors jsonb, timings jsonb)`; `collection` is where the job's documents go
-  (`tools.scope`), and jobs are listed and read only within the collections asked for; status is `queued`, `running`, `done` or `failed`;
+  (`tools.scope`), and jobs are listed and read only within the collections asked for; status is `queued`,
+  `running`, `done` or `failed`;
 - `ingest_job_files(job_id -> ingest_jobs, idx, name, data bytea)`: the uploaded bytes, so that any worker (any
   process, any machine) can run any job and a job outlives the process that accepted it.
 
