@@ -4,8 +4,9 @@
 - `documents(id, doc_id, title, source, metadata jsonb, content_hash, ingested_at, collection)`, UNIQUE (doc_id,
   collection): a document's identity is (collection, doc_id), so two collections may hold the same doc id;
 - `chunks(id, chunk_id UNIQUE (`records.chunk_id`: unique across collections), document_id -> documents,
-  chunk_index, text, token_count, embedding vector(dim), metadata jsonb (page or section path), tsv tsvector GENERATED from the chunk text)`, an HNSW index
-  (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index on `tsv`;
+  chunk_index, text, token_count, embedding vector(dim), metadata jsonb (page or section path), tsv tsvector
+  GENERATED from the chunk text)`, an HNSW index (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index
+  on `tsv`;
 - the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings);
 - the conversation tables of `tools.store.conversations` (`conversations`, `conversation_turns`).
 """
