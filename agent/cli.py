@@ -34,6 +34,7 @@ from agent.errors import InputError
 from agent.failures import Failure, describe
 from agent.ingest_cli import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
 from agent.jobs_cli import jobs_app, worker
+from agent.keys_cli import keys_app
 from agent.results import AskResult
 from agent.settings import Policy, Settings, describe_validation_error
 from agent.up_cli import UpProgress
@@ -44,7 +45,7 @@ from infra.config import StackConfig
 from infra.processes import ServiceError
 from tools.embedder import EmbedderError
 from tools.ingest import IngestReport, plan_inputs
-from tools.scope import ScopeError, SearchScope
+from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
 
 class RagTyper(typer.Typer):
@@ -81,6 +82,7 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(bench_app, name="bench")
 app.add_typer(docs_app, name="docs")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(keys_app, name="keys")
 app.command("worker")(worker)
 
 
@@ -163,6 +165,9 @@ def ingest(
         typer.Option(help="Ids of document files are their paths relative to this (default: cwd or common parent)."),
     ] = None,
     prefix: Annotated[str, typer.Option(help="Prepended to every document id.")] = "",
+    collection: Annotated[
+        str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
+    ] = DEFAULT_COLLECTION,
     include: Annotated[
         list[str] | None, typer.Option("--include", help="Only files in folders matching this glob (repeatable).")
     ] = None,
@@ -188,8 +193,11 @@ def ingest(
 
     async def run() -> tuple[IngestReport, int, int]:
         with ingest_progress(err_console, err_console.is_terminal) as progress:
-            return await ingest_files(settings, paths, tally.track(progress), root=root, prefix=prefix, **globs)
+            return await ingest_files(
+                settings, paths, tally.track(progress), root=root, prefix=prefix, collection=collection, **globs
+            )
 
+    check_collection(collection)
     plan_inputs(paths, root, prefix, **globs)
     try:
         report, docs, chunks = asyncio.run(run())

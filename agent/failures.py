@@ -19,6 +19,7 @@ from agent.errors import AgentError, AnswerLimitError, InputError, LLMUnavailabl
 from agent.settings import SettingsError, describe_validation_error
 from tools import embedder
 from tools.ingest import IngestError
+from tools.scope import ScopeError
 from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 
 
@@ -50,6 +51,7 @@ KNOWN_ERRORS: tuple[type[Exception], ...] = (
     SettingsError,
     InputError,
     IngestError,
+    ScopeError,
     LookupError,
     ExceptionGroup,
 )
@@ -65,7 +67,7 @@ def describe(exc: BaseException) -> Failure | None:
 
     Known: `agent.errors.AgentError` (its `kind`; an answer timeout is `timeout`; `overloaded`, admission control's
     refusal, is retryable after its `retry_after_s`), `agent.errors.InputError` and
-    `tools.ingest.IngestError` (`bad_request`: the product's checked inputs), `EmbedderError`
+    `tools.ingest.IngestError`, `tools.scope.ScopeError` (`bad_request`: the product's checked inputs), `EmbedderError`
     (`retrieval_unavailable`, or `embedder_overloaded` for a full Triton queue), the store's errors (a Postgres that
     is down: `postgres_unavailable`; no free pooled connection: `postgres_busy`; a failed statement:
     `postgres_error`; any other `StoreError`: `store_error`), the settings' pydantic `ValidationError`,
@@ -103,7 +105,7 @@ def describe(exc: BaseException) -> Failure | None:
         return Failure("invalid_settings", _one_line(str(exc)))
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return Failure("timeout", _one_line(str(exc)) or "timed out", retryable=True)
-    if isinstance(exc, InputError | IngestError):
+    if isinstance(exc, InputError | IngestError | ScopeError):
         return Failure("bad_request", _one_line(str(exc)))
     if type(exc) is LookupError:
         return Failure("config_error", _one_line(str(exc)))

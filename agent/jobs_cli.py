@@ -21,6 +21,7 @@ from agent.wiring import build_embedder, build_store
 from tools.jobs import Job, JobFile, JobQueue, work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
+from tools.scope import DEFAULT_COLLECTION, check_collection
 from tools.store import VectorStore
 
 jobs_app = typer.Typer(help="Ingestion jobs in Postgres: submit files, list jobs, show one.", no_args_is_help=True)
@@ -76,7 +77,8 @@ def worker(
 
 def _print_job(job: Job) -> None:
     console.print(
-        f"job {job.id}: {job.status}, {job.files_done}/{job.files_total} files, {job.chunks} chunks, "
+        f"job {job.id} ({job.collection}): {job.status}, {job.files_done}/{job.files_total} files, "
+        f"{job.chunks} chunks, "
         f"attempts {job.attempts}, worker {job.worker or '-'}, created {job.created_at.isoformat()}, "
         f"wall {job.timings.get('wall_s', '-')} s",
         markup=False,
@@ -90,15 +92,19 @@ def _print_job(job: Job) -> None:
 def submit(
     paths: Annotated[list[Path], typer.Argument(help="Files to ingest in one job (stored in Postgres with it).")],
     prefix: Annotated[str, typer.Option(help="Prepended to every document id (the file name).")] = "",
+    collection: Annotated[
+        str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
+    ] = DEFAULT_COLLECTION,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"job_id": N} only.')] = False,
 ) -> None:
-    """Queue one job ingesting `paths`; a worker (`rag worker`, `rag serve`) runs it. Document ids are the
-    prefix and the file names."""
+    """Queue one job ingesting `paths` into a collection; a worker (`rag worker`, `rag serve`) runs it. Document
+    ids are the prefix and the file names."""
+    check_collection(collection)
     files = [JobFile(p.name, p.read_bytes()) for p in paths]
 
     async def run() -> int:
         async with open_queue(Settings()) as (queue, _):
-            return await queue.submit(files, prefix)
+            return await queue.submit(files, prefix, collection)
 
     job_id = asyncio.run(run())
     console.print(json.dumps({"job_id": job_id}) if as_json else f"queued job {job_id}", markup=False)
@@ -119,10 +125,11 @@ def list_jobs(
     if as_json:
         print(json.dumps({"jobs": [j.to_json() for j in jobs]}))
         return
-    table = Table("job", "status", "files", "chunks", "errors", "attempts", "worker", "created")
+    table = Table("job", "collection", "status", "files", "chunks", "errors", "attempts", "worker", "created")
     for j in jobs:
         table.add_row(
             str(j.id),
+            j.collection,
             j.status,
             f"{j.files_done}/{j.files_total}",
             str(j.chunks),

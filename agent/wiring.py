@@ -36,6 +36,7 @@ from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
 from tools.retrieval import PassageSearch, Retriever
+from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
 from tools.store.conversations import ConversationStore
 
@@ -244,6 +245,7 @@ async def ingest_files(
     prefix: str = "",
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    collection: str = DEFAULT_COLLECTION,
 ) -> tuple[IngestReport, int, int]:
     """Ingest files and folders (PDF, HTML, DOCX, Markdown, text, BEIR JSONL; types sniffed from the content) through
     `tools.ingest.ingest`: every input is scanned first (a
@@ -255,6 +257,7 @@ async def ingest_files(
         on_progress: called as `(documents handled, documents in all inputs, chunks written)` per batch.
         root, prefix: how document files are named (see `tools.ingest.plan_inputs`).
         include, exclude: globs filtering the files found in folders.
+        collection: the collection every document goes into (`tools.scope`).
 
     Returns:
         (the run's report, documents stored afterwards, chunks stored afterwards).
@@ -277,6 +280,7 @@ async def ingest_files(
             batch_docs=settings.ingest_batch_docs,
             on_progress=on_progress,
             max_file_bytes=settings.ingest_max_file_bytes,
+            collection=collection,
         )
         docs, chunks = await store.count()
     return report, docs, chunks
