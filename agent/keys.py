@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from agent.settings import Settings
 from tools.scope import ScopeError, check_collection
 from tools.store.errors import translated
 from tools.store.pools import transaction
@@ -213,6 +214,16 @@ async def open_keys(
         yield keys
     finally:
         await pool.close()
+
+
+def settings_keys(settings: Settings) -> AbstractAsyncContextManager[PostgresKeys]:
+    """`open_keys` on the configured database with the settings' acquire timeout, statement cache and timeout."""
+    return open_keys(
+        settings.resolved_database_url(),
+        acquire_timeout_s=settings.db_acquire_timeout_s,
+        statement_cache_size=settings.db_statement_cache_size,
+        command_timeout_s=settings.db_command_timeout_s,
+    )
 
 
 @dataclass

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.errors import InputError
-from agent.keys import ApiKey, PostgresKeys, check_collections, open_keys
+from agent.keys import ApiKey, PostgresKeys, check_collections, settings_keys
 from agent.settings import Settings
 from tools.scope import ScopeError
 
@@ -27,15 +27,9 @@ console = Console(highlight=False)
 
 def _with_keys(fn: Callable[[PostgresKeys], Awaitable[T]]) -> T:
     """Run `fn` on the keys of the configured database (table created when missing)."""
-    settings = Settings()
 
     async def run() -> T:
-        async with open_keys(
-            settings.resolved_database_url(),
-            acquire_timeout_s=settings.db_acquire_timeout_s,
-            statement_cache_size=settings.db_statement_cache_size,
-            command_timeout_s=settings.db_command_timeout_s,
-        ) as keys:
+        async with settings_keys(Settings()) as keys:
             return await fn(keys)
 
     return asyncio.run(run())

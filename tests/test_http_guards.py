@@ -31,7 +31,9 @@ class MemoryDocuments:
         self.stored = set(doc_ids)
         self.admission = AdmissionController(max_in_progress=1, queue_max=1, deadline_s=30.0)
 
-    async def delete_documents(self, doc_ids: Sequence[str] = (), source: str | None = None) -> list[str]:
+    async def delete_documents(
+        self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None
+    ) -> list[str]:
         deleted = sorted(self.stored & set(doc_ids))
         self.stored -= set(deleted)
         return deleted

@@ -13,6 +13,7 @@ from agent.http.errors import install_error_handlers
 from agent.http.mcp import McpEndpoint
 from agent.http.openai_errors import OpenAIErrorShape
 from agent.http_guards import install_guards
+from agent.keys import settings_keys
 from agent.metrics_route import metrics_route
 from agent.settings import Settings
 from agent.shutdown import flush_telemetry, install_drain
@@ -33,10 +34,12 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # a given (test) app runs without the jobs queue, which needs the real store
         job_queue = jobs.serve_jobs(settings) if rag is None else nullcontext(None)
+        api_keys = settings_keys(settings) if rag is None else nullcontext(None)  # a test app brings its own keys
         try:
-            async with rag or RagApp(settings) as opened, job_queue as queue, mcp.running():
+            async with rag or RagApp(settings) as opened, job_queue as queue, api_keys as keys, mcp.running():
                 app.state.rag = opened
                 app.state.jobs = queue
+                app.state.keys = keys
                 yield
         finally:
             flush_telemetry()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -23,14 +24,14 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agent.answer import AnswerRequest
-from agent.http.deps import API_KEY, Admitted, Rag
-from agent.http.errors import ERROR_RESPONSES, ErrorBody, error_body, failure_of
+from agent.http.deps import CALLER, Admitted, Caller, Rag
+from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_body, failure_of
 from agent.results import AskResult
 from agent.settings import Policy
 from tools.conversations import Conversation
 from tools.scope import SearchScope
 
-router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
+router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 
 
 def no_nul(value: str, name: str) -> str:
@@ -80,7 +81,7 @@ class AskRequest(BaseModel):
         """
         if self.filter is None and self.collection is None:
             return None
-        # scoped by Caller when tenancy lands
+        # the routes narrow it to the caller's collections (`Caller.narrow`)
         return SearchScope.from_filter(self.filter, [self.collection] if self.collection else None)
 
     def to_request(self) -> AnswerRequest:
@@ -149,25 +150,31 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
 
 @router.post("/v1/ask", response_model=AskResponse, responses=_NOT_FOUND)
 async def ask(
-    body: AskRequest, rag: Rag, conversation: InConversation, ticket: Admitted, request: Request
+    body: AskRequest, rag: Rag, caller: Caller, conversation: InConversation, ticket: Admitted, request: Request
 ) -> AskResponse | Response:
-    """Answer one question; the JSON `AskResult` (answer, citations, timings_ms, refused, policy, searches) and the
-    `conversation_id` it was stored in (null without one)."""
-    result = await cancelled_on_disconnect(
-        request, rag.ask(body.to_request(), admission=ticket, conversation=conversation)
-    )
+    """Answer one question from the caller's collections; the JSON `AskResult` (answer, citations, timings_ms,
+    refused, policy, searches) and the `conversation_id` it was stored in (null without one)."""
+    asked = body.to_request()
+    scoped = replace(asked, scope=caller.narrow(asked.scope))
+    result = await cancelled_on_disconnect(request, rag.ask(scoped, admission=ticket, conversation=conversation))
     return result if isinstance(result, Response) else response_of(result, conversation)
 
 
 @router.post("/v1/ask/stream", response_class=EventSourceResponse, responses=_NOT_FOUND)
 async def ask_stream(
-    body: AskRequest, rag: Rag, conversation: InConversation, ticket: Admitted
+    body: AskRequest, rag: Rag, caller: Caller, conversation: InConversation, ticket: Admitted
 ) -> AsyncIterator[ServerSentEvent]:
     """Stream one answer as Server-Sent Events: `queued` (with the position, while it waits for a slot), `text`,
     `restart`, `tool_call`, `tool_result`, then `result` (the `AskResult` and `conversation_id`) or `error`;
     closing the stream cancels the answer."""
     try:
-        async for item in rag.ask_stream(body.to_request(), admission=ticket, conversation=conversation):
+        asked = body.to_request()
+        scoped = replace(asked, scope=caller.narrow(asked.scope))
+    except ApiError as exc:  # a collection outside the caller's key
+        yield ServerSentEvent(event="error", data=ErrorBody(error=exc.kind, detail=str(exc.detail)).model_dump())
+        return
+    try:
+        async for item in rag.ask_stream(scoped, admission=ticket, conversation=conversation):
             if isinstance(item, AskResult):
                 yield ServerSentEvent(event="result", data=response_of(item, conversation).model_dump(mode="json"))
             else:

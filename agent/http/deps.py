@@ -1,23 +1,35 @@
-"""What the routes depend on, as FastAPI dependencies: the app's `RagApp`, its `Settings`, the API-key check, a place
-in admission control.
+"""What the routes depend on, as FastAPI dependencies: the app's `RagApp`, its `Settings`, the caller (who holds which
+key, and so which collections it may use), a place in admission control.
 
-`create_app` stores the settings on `app.state` at creation and the opened `RagApp` in its lifespan; only these
-functions read `app.state`. Tests replace them with `app.dependency_overrides[get_rag] = lambda: rag`.
+`create_app` stores the settings on `app.state` at creation, the opened `RagApp` and the API keys (`agent.keys`) in
+its lifespan; only these functions read `app.state`. Tests replace them with
+`app.dependency_overrides[get_rag] = lambda: rag` (and `get_keys` for keys of their own).
+
+Who the caller is (`get_caller`): a bearer token equal to `API_KEY` is the admin (every collection); a token of an
+active key in `api_keys` is that key's holder (its collections only); with neither `API_KEY` set nor any key ever
+created, every request is the admin (no auth, as before keys existed). Anything else is 401. So once a key exists,
+requests need a key even without `API_KEY`.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import SecretStr
 from starlette.exceptions import HTTPException
 
 from agent.admission import Ticket
 from agent.app import RagApp
+from agent.errors import InputError
+from agent.http.errors import ApiError
+from agent.keys import KeyRing
 from agent.settings import Settings
+from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
 
 def get_rag(request: Request) -> RagApp:
@@ -59,7 +71,130 @@ async def require_api_key(
 
 
 API_KEY = Depends(require_api_key)
-"""Add to a router's or route's `dependencies` to guard it with the API key."""
+"""Add to a router's or route's `dependencies` to guard it with the API key (admin key only; routes that serve
+key holders depend on `Caller` instead)."""
+
+
+def get_keys(request: Request) -> KeyRing | None:
+    """The API keys the app's lifespan opened (`agent.keys.PostgresKeys`); None for an app without them."""
+    keys: KeyRing | None = getattr(request.app.state, "keys", None)
+    return keys
+
+
+Keys = Annotated[KeyRing | None, Depends(get_keys)]
+
+
+@dataclass(frozen=True)
+class CallerIdentity:
+    """Who sent a request and what it may see.
+
+    Attributes:
+        collections: the collections of the caller's key, sorted; None: the admin (`API_KEY`, or no key
+            configured), every collection.
+        key_id: the id of the caller's key in `api_keys`; None for the admin.
+    """
+
+    collections: tuple[str, ...] | None
+    key_id: int | None = None
+
+    def allows(self, collection: str) -> bool:
+        """Whether the caller may use `collection`."""
+        return self.collections is None or collection in self.collections
+
+    def _checked(self, names: Sequence[str]) -> tuple[str, ...]:
+        """`names` when each is a valid collection of the caller's. Raises InputError (422) for an invalid name,
+        ApiError 403 `forbidden_collection` for one outside the key (whether or not it exists)."""
+        try:
+            checked = tuple(check_collection(n) for n in names)
+        except ScopeError as exc:
+            raise InputError(str(exc)) from None
+        outside = [n for n in checked if not self.allows(n)]
+        if outside:
+            raise ApiError(
+                403,
+                "forbidden_collection",
+                f"collection {outside[0]!r} is not one of this API key's collections "
+                f"({', '.join(self.collections or ())})",
+            )
+        return checked
+
+    def visible(self, collection_or_list: str | Sequence[str] | None) -> tuple[str, ...] | None:
+        """The collections a read covers: the ones named (each must be the caller's), else all of the caller's
+        (None: every collection, the admin).
+
+        Raises:
+            InputError: an invalid collection name (422 `bad_request`).
+            ApiError: 403 `forbidden_collection` for a named collection outside the key.
+        """
+        if collection_or_list is None:
+            return self.collections
+        names = [collection_or_list] if isinstance(collection_or_list, str) else list(collection_or_list)
+        return tuple(sorted(set(self._checked(names))))
+
+    def target(self, collection: str | None) -> str:
+        """The collection a write goes into: the one named, else `default`; the caller must hold it.
+
+        Raises:
+            InputError / ApiError: as `visible` (403 also for `default` when the key lacks it: name a collection).
+        """
+        return self._checked([collection or DEFAULT_COLLECTION])[0]
+
+    def scope(
+        self, filter_obj: Mapping[str, Any] | None, collection_or_list: str | Sequence[str] | None = None
+    ) -> SearchScope:
+        """The search scope of a request: its `filter` (`tools.scope` grammar) over the collections it names
+        (each must be the caller's), within the caller's collections.
+
+        Raises:
+            InputError: an invalid filter or collection name (422 `bad_request`).
+            ApiError: 403 `forbidden_collection` for a named collection outside the key.
+        """
+        collections = self.visible(collection_or_list)
+        try:
+            return SearchScope.from_filter(filter_obj, collections).within(self.collections)
+        except ScopeError as exc:
+            raise InputError(str(exc)) from None
+
+
+def admin_bytes(key: SecretStr) -> bytes:
+    """The UTF-8 bytes of the admin key `API_KEY`."""
+    return key.get_secret_value().encode()
+
+
+ADMIN = CallerIdentity(None)
+"""The caller with every collection."""
+
+
+async def get_caller(
+    settings: AppSettings,
+    keys: Keys,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> CallerIdentity:
+    """The request's caller (see the module docstring). The admin key is compared in constant time; a key holder's
+    token is found by its sha256 (`agent.keys`).
+
+    Raises:
+        HTTPException: 401 with `WWW-Authenticate: Bearer` for a missing, wrong or revoked key.
+        StoreUnavailableError: the keys could not be read (503).
+    """
+    token = credentials.credentials if credentials is not None else None
+    admin = settings.api_key
+    # Starlette decodes header bytes as latin-1: encoding back gives the bytes sent (a UTF-8 key matches)
+    if token is not None and admin is not None and secrets.compare_digest(token.encode("latin-1"), admin_bytes(admin)):
+        return ADMIN
+    if token is not None and keys is not None:
+        key = await keys.holder(token)
+        if key is not None:
+            return CallerIdentity(key.collections, key.id)
+    if settings.api_key is None and (keys is None or not await keys.any_keys()):
+        return ADMIN
+    raise HTTPException(401, "missing, wrong or revoked API key", headers={"WWW-Authenticate": "Bearer"})
+
+
+Caller = Annotated[CallerIdentity, Depends(get_caller)]
+"""A route parameter of this type receives the request's caller; depending on it also guards the route (401)."""
+CALLER = Depends(get_caller)
+"""Add to a router's `dependencies` to guard every route with `get_caller` (a key holder's key or the admin's)."""
 
 
 async def admitted(rag: Rag) -> AsyncIterator[Ticket]:

@@ -1,4 +1,6 @@
-"""The document routes: list, add (chunk, embed, store) and delete stored documents."""
+"""The document routes: list, add (chunk, embed, store) and delete stored documents, each within the caller's
+collections (`agent.http.deps.Caller`): a document of another collection is never listed, counted or deleted, and
+naming it reads exactly like naming a missing one (404 `document_not_found`)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,16 @@ from pydantic import BaseModel, Field, field_validator
 
 from agent.failures import Failure
 from agent.http.ask import no_nul
-from agent.http.deps import API_KEY, Rag
+from agent.http.deps import CALLER, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ErrorBody, error_response
 from tools.ingest import SourceDocument
 
-router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
+router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
+
+CollectionQuery = Annotated[
+    str | None,
+    Query(description="Only this collection (one of the API key's); default: every collection of the key."),
+]
 
 
 class DocumentIn(BaseModel):
@@ -37,6 +44,9 @@ class IngestRequest(BaseModel):
     """Body of `POST /v1/documents`."""
 
     documents: Annotated[list[DocumentIn], Field(min_length=1, max_length=1000)]
+    collection: str | None = Field(
+        default=None, description="The collection the documents go into (one of the API key's); default `default`."
+    )
 
 
 class IngestResponse(BaseModel):
@@ -56,13 +66,14 @@ class DocumentOut(BaseModel):
     chunks: int
     content_hash: str = Field(description="sha256 hex of title + text.")
     ingested_at: datetime
+    collection: str = Field(description="The document's collection; (collection, doc_id) is its identity.")
 
 
 class DocumentList(BaseModel):
     """`GET /v1/documents`: one page of stored documents ordered by doc id."""
 
     documents: list[DocumentOut]
-    total: int = Field(description="Documents stored (when the page was read).")
+    total: int = Field(description="Documents stored in the collections listed (when the page was read).")
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
@@ -75,21 +86,25 @@ class Deleted(BaseModel):
 @router.get("/v1/documents", response_model=DocumentList)
 async def list_documents(
     rag: Rag,
+    caller: Caller,
+    collection: CollectionQuery = None,
     limit: Annotated[int, Query(ge=1, le=10_000, description="Documents per page.")] = 100,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
     offset: Annotated[int, Query(ge=0, description="Documents to skip first (prefer `cursor`).")] = 0,
 ) -> DocumentList:
-    """One page of stored documents ordered by doc id, the total stored, and the cursor of the next page."""
-    page = await rag.document_page(limit, cursor, offset)
+    """One page of the caller's stored documents ordered by doc id, their total, and the cursor of the next page."""
+    page = await rag.document_page(limit, cursor, offset, collections=caller.visible(collection))
     documents = [DocumentOut(**vars(d)) for d in page.documents]
     return DocumentList(documents=documents, total=page.total, next_cursor=page.next_cursor)
 
 
 @router.post("/v1/documents", response_model=IngestResponse, status_code=201)
-async def add_documents(body: IngestRequest, rag: Rag) -> IngestResponse:
-    """Chunk, embed and store documents; the same content again adds nothing, changed content replaces."""
+async def add_documents(body: IngestRequest, rag: Rag, caller: Caller) -> IngestResponse:
+    """Chunk, embed and store documents in one collection (`default` unless given; 403 `forbidden_collection`
+    outside the API key's); the same content again adds nothing, changed content replaces."""
+    collection = caller.target(body.collection)
     documents = [SourceDocument(d.doc_id, d.title, d.text, d.source, d.metadata) for d in body.documents]
-    counts = await rag.add_documents(documents)
+    counts = await rag.add_documents(documents, collection=collection)
     return IngestResponse(added=counts.added, skipped=counts.skipped, chunks=counts.chunks)
 
 
@@ -98,10 +113,13 @@ async def add_documents(body: IngestRequest, rag: Rag) -> IngestResponse:
     response_model=Deleted,
     responses={404: {"model": ErrorBody, "description": "`document_not_found`."}},
 )
-async def delete_document(doc_id: str, rag: Rag) -> Deleted | JSONResponse:
-    """Delete one document and its chunks (ids may hold `/`, e.g. `a/handbook.md`); search and answers never return
-    it afterwards. 404 `document_not_found` when it is not stored."""
-    deleted = await rag.delete_documents([doc_id])
+async def delete_document(
+    doc_id: str, rag: Rag, caller: Caller, collection: CollectionQuery = None
+) -> Deleted | JSONResponse:
+    """Delete one document and its chunks (ids may hold `/`, e.g. `a/handbook.md`) from the collection named, else
+    from every collection of the API key; search and answers never return it afterwards. 404 `document_not_found`
+    when none of those collections holds it (a document of another key's collection included)."""
+    deleted = await rag.delete_documents([doc_id], collections=caller.visible(collection))
     if doc_id not in deleted:
         return error_response(Failure("document_not_found", f"document {doc_id!r} is not stored"))
     return Deleted(deleted=deleted)

@@ -27,6 +27,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "conversation_not_found": 404,
     "payload_too_large": 413,
     "unauthorized": 401,
+    "forbidden_collection": 403,
     "method_not_allowed": 405,
     "timeout": 504,
     "overloaded": 503,
@@ -52,6 +53,15 @@ _KIND_OF_STATUS = {401: "unauthorized", 404: "not_found", 405: "method_not_allow
 log = logging.getLogger("agent.http")
 
 
+class ApiError(HTTPException):
+    """An HTTP error of a route with its own kind (e.g. 403 `forbidden_collection`): answered as `ErrorBody`
+    `{"error": kind, "detail": detail}` with `status`."""
+
+    def __init__(self, status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status, detail, headers)
+        self.kind = kind
+
+
 class ErrorBody(BaseModel):
     """The body of every error response and of the stream's `error` event."""
 
@@ -62,7 +72,8 @@ class ErrorBody(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in (
-        (401, "Missing or wrong API key (`API_KEY` is set)."),
+        (401, "Missing, wrong or revoked API key (`API_KEY` is set or API keys exist)."),
+        (403, "`forbidden_collection`: a collection named in the request is not one of the API key's."),
         (422, "Bad input or a hit answer limit."),
         (502, "The LLM answered with something unusable."),
         (
@@ -118,6 +129,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
         kind = _KIND_OF_STATUS.get(exc.status_code, f"http_{exc.status_code}")
+        if isinstance(exc, ApiError):
+            kind = exc.kind
         body = ErrorBody(error=kind, detail=str(exc.detail))
         return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
 

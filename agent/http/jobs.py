@@ -6,8 +6,10 @@ Upload rules: the request's `Content-Length` is required and checked against `UP
 body is read (411 / 413); each file against `UPLOAD_MAX_FILE_BYTES` (413 naming it); each file's type is sniffed
 from its content (`tools.extract.sniff_bytes`), never trusted from its name or content type (415 naming the file and
 the cause); the file name is never used as a path: only its last component is kept, as the document id (after the
-optional `prefix` form field). Starlette spools uploaded files to disk past 1 MiB while it parses, so memory holds
-one file at a time.
+optional `prefix` form field). The optional `collection` form field names the collection the documents go into
+(`default` unless given; 403 `forbidden_collection` outside the API key's); a job is seen only by callers holding its
+collection (any other job id is 404, exactly like a missing one). Starlette spools uploaded files to disk past 1 MiB
+while it parses, so memory holds one file at a time.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from agent.errors import InputError
-from agent.http.deps import API_KEY, AppSettings
+from agent.http.deps import CALLER, AppSettings, Caller
 from agent.http.errors import ERROR_RESPONSES
 from agent.settings import Settings
 from agent.wiring import build_embedder, build_store
@@ -34,7 +36,7 @@ from tools.jobs import Job, JobFile, JobQueue, work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
 
-router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
+router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 MAX_FILES = 1000
 """Most files in one upload request."""
 
@@ -59,6 +61,7 @@ class JobAccepted(BaseModel):
 
     job_id: int
     files: list[str] = Field(description="Document ids the files will be stored under, in upload order.")
+    collection: str = Field(description="The collection the documents go into.")
     status_url: str = Field(description="`GET` it for the job's progress.")
 
 
@@ -70,9 +73,9 @@ def upload_name(filename: str | None, index: int) -> str:
 
 
 @router.post("/v1/documents/files", status_code=202)
-async def upload(request: Request, jobs: Jobs, settings: AppSettings) -> JobAccepted:
-    """Queue one job ingesting the uploaded files (multipart field `files`, repeatable; optional field `prefix`).
-    Answers 202 with the job id at once; a worker ingests them (`GET /v1/jobs/{id}`)."""
+async def upload(request: Request, jobs: Jobs, settings: AppSettings, caller: Caller) -> JobAccepted:
+    """Queue one job ingesting the uploaded files (multipart field `files`, repeatable; optional fields `prefix` and
+    `collection`). Answers 202 with the job id at once; a worker ingests them (`GET /v1/jobs/{id}`)."""
     length = request.headers.get("content-length")
     if length is None or not length.isdigit():
         raise HTTPException(411, "an upload needs a Content-Length header")
@@ -83,6 +86,7 @@ async def upload(request: Request, jobs: Jobs, settings: AppSettings) -> JobAcce
     async with request.form(max_files=MAX_FILES, max_fields=10) as form:
         uploads = [v for k, v in form.multi_items() if k == "files" and isinstance(v, UploadFile)]
         prefix = str(form.get("prefix") or "")
+        collection = caller.target(str(form.get("collection") or "") or None)
         if not uploads:
             raise InputError("no files: expected one or more multipart fields named `files`")
         files: list[JobFile] = []
@@ -97,24 +101,27 @@ async def upload(request: Request, jobs: Jobs, settings: AppSettings) -> JobAcce
             files.append(JobFile(name, data))
     if len({f.name for f in files}) != len(files):
         raise InputError("two files have the same name; expected distinct names (they become document ids)")
-    job_id = await jobs.submit(files, prefix)
-    return JobAccepted(job_id=job_id, files=[prefix + f.name for f in files], status_url=f"/v1/jobs/{job_id}")
+    job_id = await jobs.submit(files, prefix, collection)
+    return JobAccepted(
+        job_id=job_id, files=[prefix + f.name for f in files], collection=collection, status_url=f"/v1/jobs/{job_id}"
+    )
 
 
 @router.get("/v1/jobs/{job_id}")
-async def job_status(job_id: int, jobs: Jobs) -> dict[str, Any]:
-    """One job: status (`queued`, `running`, `done`, `failed`), files done of files_total, chunks, errors per file
-    (`{"file", "error"}`), attempts, worker, timings (`wall_s`), times (ISO 8601 UTC)."""
-    job = await jobs.get(job_id)
+async def job_status(job_id: int, jobs: Jobs, caller: Caller) -> dict[str, Any]:
+    """One job of the caller's collections: status (`queued`, `running`, `done`, `failed`), files done of
+    files_total, chunks, errors per file (`{"file", "error"}`), attempts, worker, timings (`wall_s`), times (ISO 8601
+    UTC), collection. 404 when there is no such job among them."""
+    job = await jobs.get(job_id, caller.collections)
     if job is None:
         raise HTTPException(404, f"no job {job_id}")
     return job.to_json()
 
 
 @router.get("/v1/jobs")
-async def job_list(jobs: Jobs, limit: int = 50) -> dict[str, list[dict[str, Any]]]:
-    """The most recent jobs, newest first."""
-    listed: list[Job] = await jobs.list(max(1, min(limit, 500)))
+async def job_list(jobs: Jobs, caller: Caller, limit: int = 50) -> dict[str, list[dict[str, Any]]]:
+    """The most recent jobs of the caller's collections, newest first."""
+    listed: list[Job] = await jobs.list(max(1, min(limit, 500)), caller.collections)
     return {"jobs": [j.to_json() for j in listed]}
 
 

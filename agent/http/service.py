@@ -1,4 +1,4 @@
-"""The service routes: health (open), the OpenAPI schema and Swagger UI (behind the API key), the web chat page."""
+"""The service routes: health (open), the OpenAPI schema and Swagger UI (behind an API key), the web chat page."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
-from agent.http.deps import API_KEY, Rag
+from agent.http.deps import CALLER, Rag
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 """Where the web chat page (`index.html`) lives."""
@@ -24,13 +24,13 @@ async def health(rag: Rag) -> JSONResponse:
     return JSONResponse({"ok": ok, "checks": checks}, status_code=200 if ok else 503)
 
 
-@router.get("/openapi.json", include_in_schema=False, dependencies=[API_KEY])
+@router.get("/openapi.json", include_in_schema=False, dependencies=[CALLER])
 async def openapi(request: Request) -> JSONResponse:
     """The OpenAPI schema."""
     return JSONResponse(request.app.openapi())
 
 
-@router.get("/docs", include_in_schema=False, dependencies=[API_KEY])
+@router.get("/docs", include_in_schema=False, dependencies=[CALLER])
 async def docs() -> HTMLResponse:
     """Swagger UI over `/openapi.json`."""
     return get_swagger_ui_html(openapi_url="/openapi.json", title="triton-rag API")
