@@ -1,0 +1,121 @@
+"""Documents belong to collections, against the real Postgres + pgvector: (collection, doc_id) is a document's identity,
+ingestion is idempotent per collection, and listings, counts, look-ups and deletes see only the collections asked
+for. Also the migration of a store made before collections (UNIQUE (doc_id))."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
+
+import asyncpg
+import pytest
+
+from tests.store_helpers import DIM, MODEL, record
+from tools.store import StoreError, VectorStore
+
+
+@pytest.fixture
+async def fresh_url(postgres_url: str) -> AsyncIterator[str]:
+    """A new, empty database on the test Postgres, dropped afterwards."""
+    name = f"collections_{uuid4().hex[:12]}"
+    conn = await asyncpg.connect(postgres_url)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    try:
+        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
+    finally:
+        conn = await asyncpg.connect(postgres_url)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+@pytest.fixture
+async def store(fresh_url: str) -> AsyncIterator[VectorStore]:
+    async with VectorStore(fresh_url, MODEL, DIM) as st:
+        yield st
+
+
+async def test_the_same_doc_id_is_two_documents_in_two_collections(store: VectorStore) -> None:
+    assert (await store.add_documents([record("guide.md", ["zebra stripes", "okapi"])])).added == 1
+    assert (await store.add_documents([record("guide.md", ["zebra stripes", "okapi"])], collection="b")).added == 1
+    listed = await store.list_documents()
+    assert [(d.doc_id, d.collection, d.chunks) for d in listed] == [("guide.md", "b", 2), ("guide.md", "default", 2)]
+    chunk_ids = sorted(await store.pool.fetchval("SELECT array_agg(chunk_id) FROM chunks"))
+    assert chunk_ids == ["b::guide.md#0", "b::guide.md#1", "guide.md#0", "guide.md#1"]
+    assert await store.count() == (2, 4)
+    assert await store.count(collections=["b"]) == (1, 2)
+    assert await store.count(collections=["c"]) == (0, 0)
+
+
+async def test_ingestion_is_idempotent_per_collection_and_replaces_only_there(store: VectorStore) -> None:
+    await store.add_documents([record("x", ["alpha"])], collection="a")
+    await store.add_documents([record("x", ["alpha"])], collection="b")
+    assert (await store.add_documents([record("x", ["alpha"])], collection="a")).skipped == 1
+    assert await store.stored_versions(["x"], "a") == {"x": "x-1"}
+    assert await store.stored_versions(["x"]) == {}  # not in the default collection
+    replaced = await store.add_documents([record("x", ["alpha", "beta"], version="2")], collection="a")
+    assert (replaced.added, replaced.chunks) == (1, 2)
+    assert {(d.collection, d.content_hash, d.chunks) for d in await store.list_documents()} == {
+        ("a", "x-2", 2),
+        ("b", "x-1", 1),
+    }
+    counts = await store.add_documents([], unchanged={"x": "x-1"}, collection="a")  # a holds x-2 now
+    assert counts.missing == ("x",)
+
+
+async def test_deletes_listings_and_look_ups_stay_in_their_collections(store: VectorStore) -> None:
+    for collection in ("a", "b"):
+        await store.add_documents(
+            [record("shared", ["okapi"]), record(f"only-{collection}", ["zebra"])], collection=collection
+        )
+    page = await store.document_page(10, collections=["a"])
+    assert [(d.doc_id, d.collection) for d in page.documents] == [("only-a", "a"), ("shared", "a")]
+    assert page.total == 2
+    assert await store.find_documents("only-b", collections=["a"]) == []
+    assert [d.collection for d in await store.find_documents("shared")] == ["a", "b"]
+    assert await store.delete_documents(["only-b", "shared"], collections=["a"]) == ["shared"]
+    assert [(d.doc_id, d.collection) for d in await store.list_documents()] == [
+        ("only-a", "a"),
+        ("only-b", "b"),
+        ("shared", "b"),
+    ]
+    assert await store.delete_documents(["shared"], collections=[]) == []
+    assert await store.delete_documents(["only-a", "only-b"]) == ["only-a", "only-b"]  # None: every collection
+
+
+async def test_keyset_pages_walk_every_document_once_across_collections(store: VectorStore) -> None:
+    for collection in ("a", "b", "default"):
+        await store.add_documents([record(f"d{i}", [f"text {i}"]) for i in range(5)], collection=collection)
+    seen = [(d.doc_id, d.collection) async for d in store.iter_documents(page_size=2)]
+    assert seen == sorted((f"d{i}", c) for i in range(5) for c in ("a", "b", "default"))
+    mine = [(d.doc_id, d.collection) async for d in store.iter_documents(page_size=3, collections=["b"])]
+    assert mine == [(f"d{i}", "b") for i in range(5)]
+
+
+async def test_bad_collection_names_are_refused_before_anything_is_written(store: VectorStore) -> None:
+    for bad in ("", "Upper", "-lead", "a b", "x" * 64):
+        with pytest.raises(StoreError, match="collection"):
+            await store.add_documents([record("x", ["alpha"])], collection=bad)
+    with pytest.raises(StoreError, match="not one string"):
+        await store.count(collections="ab")
+    assert await store.count() == (0, 0)
+
+
+async def test_a_store_made_before_collections_is_migrated(fresh_url: str) -> None:
+    async with VectorStore(fresh_url, MODEL, DIM) as old:
+        await old.add_documents([record("kept", ["zebra"])])
+        await old.pool.execute(  # the schema of a version before collections
+            "ALTER TABLE documents DROP CONSTRAINT documents_doc_id_collection_key, "
+            "ADD CONSTRAINT documents_doc_id_key UNIQUE (doc_id)"
+        )
+        with pytest.raises(StoreError):
+            await old.add_documents([record("kept", ["zebra"])], collection="b")
+    async with VectorStore(fresh_url, MODEL, DIM) as store:
+        assert (await store.add_documents([record("kept", ["zebra"])], collection="b")).added == 1
+        assert [(d.doc_id, d.collection) for d in await store.list_documents()] == [("kept", "b"), ("kept", "default")]
+        constraints = await store.pool.fetchval(
+            "SELECT array_agg(conname::text ORDER BY conname) FROM pg_constraint "
+            "WHERE conrelid = 'documents'::regclass AND contype = 'u'"
+        )
+        assert constraints == ["documents_doc_id_collection_key"]
