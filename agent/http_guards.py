@@ -8,7 +8,9 @@ In the order a request meets them (`install_guards`):
 2. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
    `/metrics`, the page `/`), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw header bytes are
    compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is read, so an
-   unauthenticated request never costs a body read or a JSON parse.
+   unauthenticated request never costs a body read or a JSON parse. A token of the API keys table (`rag_...`,
+   `agent.keys`) is passed on: the routes' `Caller` dependency checks it against the table (and refuses a wrong one
+   with the same 401), as it checks every request when keys exist but `API_KEY` is unset.
 3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
    it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
    that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
@@ -29,6 +31,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agent.keys import TOKEN_PREFIX
 from agent.settings import Settings, SettingsError
 
 OPEN_PATHS = frozenset({"/health", "/metrics", "/"})
@@ -132,6 +135,13 @@ def key_matches(authorization: bytes | None, key: bytes) -> bool:
     return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), key)
 
 
+def holder_token(authorization: bytes | None) -> bool:
+    """Whether the raw `Authorization` header is `Bearer rag_...`: a token of the API keys table (`agent.keys`),
+    checked by the routes' `Caller` dependency."""
+    scheme, _, token = (authorization or b"").strip().partition(b" ")
+    return scheme.lower() == b"bearer" and token.strip().startswith(TOKEN_PREFIX.encode())
+
+
 class BearerKeyGuard:
     """Answers 401 `unauthorized` unless the request carries `Authorization: Bearer <key>`, on every path but
     `open_paths`; `key` None lets everything through."""
@@ -147,7 +157,7 @@ class BearerKeyGuard:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k.lower() == b"authorization"), None)
-        if not key_matches(given, self.key):
+        if not key_matches(given, self.key) and not holder_token(given):
             headers = {"WWW-Authenticate": "Bearer"}
             await error_json(401, "unauthorized", "missing or wrong API key", headers)(scope, receive, send)
             return
