@@ -1,0 +1,217 @@
+"""Two tenants on one `rag serve` (real Postgres, real Triton, a fake LLM): keys made with `rag keys create`, scoped to
+collections `tenant-a` and `tenant-b`, holding near-duplicate documents under the same doc ids. Neither ever sees
+the other's documents: not in a listing, a count, a delete, a job, nor (test_answers_never_cite_the_other_tenant)
+an answer's citations; naming the other's document or job reads exactly like naming a missing one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
+
+import asyncpg
+import httpx
+import pytest
+
+from agent.settings import Settings
+from tests.conftest import REPO_ROOT, run_cli
+from tests.fake_openai import FakeOpenAIServer
+from tests.test_http_api import RagServe
+
+TENANTS = ("tenant-a", "tenant-b")
+N_DOCS = 12
+TOPICS = ("zebra migration", "okapi habitat", "giraffe feeding", "narwhal tusks", "aardvark burrows", "lemur calls")
+JOB_DONE_WITHIN_S = 300.0
+"""Bound of the wait for one small upload job on a loaded machine (the job takes ~1 s alone)."""
+
+
+def text_of(tenant: str, i: int) -> str:
+    """Near-duplicates: the two tenants' document i differ in one word, the tenant's name."""
+    topic = TOPICS[i % len(TOPICS)]
+    return f"Field report {i} on {topic}: the {topic} observed this season was recorded by the {tenant} team."
+
+
+@pytest.fixture(scope="module")
+async def fresh_db(postgres_url: str) -> AsyncIterator[str]:
+    name = f"tenancy_{uuid4().hex[:12]}"
+    conn = await asyncpg.connect(postgres_url)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    try:
+        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
+    finally:
+        conn = await asyncpg.connect(postgres_url)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+@pytest.fixture(scope="module")
+def tokens(settings: Settings, fresh_db: str) -> dict[str, str]:
+    """tenant -> the token `rag keys create --json` printed for it."""
+    made = {}
+    for tenant in TENANTS:
+        result = run_cli(
+            settings,
+            "keys",
+            "create",
+            "--collections",
+            tenant,
+            "--name",
+            tenant,
+            "--json",
+            extra_env={"DATABASE_URL": fresh_db},
+        )
+        assert result.returncode == 0, result.stderr
+        made[tenant] = json.loads(result.stdout)["token"]
+    return made
+
+
+@pytest.fixture(scope="module")
+def server(triton_server: Settings, fresh_db: str, tokens: dict[str, str]) -> Iterator[RagServe]:
+    with FakeOpenAIServer() as fake:
+        env = {
+            "DATABASE_URL": fresh_db,
+            "MODEL_REPOSITORY": str(REPO_ROOT / "model_repository"),
+            "LLM_BASE_URL": fake.base_url,
+            "VLLM_PORT": str(fake.port),
+            "LLM_MODEL": "fake",
+            "LLM_MAX_RETRIES": "0",
+            "REFUSAL_MIN_SCORE": "0",
+            "JOBS_POLL_S": "0.2",
+            "AGENT_POLICY": "always",
+        }
+        with RagServe(triton_server, env) as served:
+            yield served
+
+
+def client(server: RagServe, token: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=server.url, headers=headers, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def stored(server: RagServe, tokens: dict[str, str]) -> dict[str, str]:
+    """Each tenant's documents `report-0..N-1` (same ids, near-duplicate texts) and `only-<tenant>`."""
+    for tenant in TENANTS:
+        documents = [{"doc_id": f"report-{i}", "text": text_of(tenant, i)} for i in range(N_DOCS)]
+        documents.append({"doc_id": f"only-{tenant}", "text": f"A note only the {tenant} team keeps."})
+        with client(server, tokens[tenant]) as http:
+            added = http.post("/v1/documents", json={"documents": documents, "collection": tenant})
+        assert added.status_code == 201 and added.json()["added"] == N_DOCS + 1, added.text
+    return tokens
+
+
+def test_keys_are_listed_without_tokens_and_stored_as_hashes(
+    settings: Settings, fresh_db: str, tokens: dict[str, str]
+) -> None:
+    listed = run_cli(settings, "keys", "list", "--json", extra_env={"DATABASE_URL": fresh_db})
+    assert listed.returncode == 0, listed.stderr
+    keys = json.loads(listed.stdout)["keys"]
+    assert [(k["name"], k["collections"], k["revoked_at"]) for k in keys] == [
+        ("tenant-a", ["tenant-a"], None),
+        ("tenant-b", ["tenant-b"], None),
+    ]
+    for token in tokens.values():
+        assert token not in listed.stdout and hashlib.sha256(token.encode()).hexdigest() not in listed.stdout
+
+
+async def test_the_table_holds_only_hashes(fresh_db: str, tokens: dict[str, str]) -> None:
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        rows = [dict(r) for r in await conn.fetch("SELECT * FROM api_keys ORDER BY id")]
+    finally:
+        await conn.close()
+    assert [r["hash"] for r in rows] == [hashlib.sha256(tokens[t].encode()).hexdigest() for t in TENANTS]
+    dumped = repr(rows)
+    assert not any(token in dumped or token.removeprefix("rag_") in dumped for token in tokens.values())
+
+
+def test_requests_need_a_key_once_keys_exist(server: RagServe) -> None:
+    with client(server, None) as anonymous, client(server, "rag_" + "x" * 43) as forged:
+        for http in (anonymous, forged):
+            for method, path in (("GET", "/v1/documents"), ("POST", "/v1/ask"), ("GET", "/v1/jobs")):
+                response = http.request(method, path, json={"question": "zebra"} if method == "POST" else None)
+                assert response.status_code == 401 and response.json()["error"] == "unauthorized", response.text
+
+
+def test_listings_counts_and_deletes_never_cross_tenants(server: RagServe, stored: dict[str, str]) -> None:
+    a, b = TENANTS
+    with client(server, stored[a]) as http_a, client(server, stored[b]) as http_b:
+        listed = http_a.get("/v1/documents", params={"limit": 5})
+        pages = [listed.json()]
+        while pages[-1]["next_cursor"]:
+            pages.append(http_a.get("/v1/documents", params={"limit": 5, "cursor": pages[-1]["next_cursor"]}).json())
+        documents = [d for page in pages for d in page["documents"]]
+        assert {d["collection"] for d in documents} == {a} and len(documents) == N_DOCS + 1
+        assert all(page["total"] == N_DOCS + 1 for page in pages)
+        assert http_a.get("/v1/documents", params={"collection": b}).json()["error"] == "forbidden_collection"
+
+        outside = http_a.delete(f"/v1/documents/only-{b}")
+        missing = http_a.delete("/v1/documents/only-nobody")
+        assert outside.status_code == missing.status_code == 404
+        assert outside.json() == {"error": "document_not_found", "detail": f"document 'only-{b}' is not stored"}
+        assert missing.json() == {"error": "document_not_found", "detail": "document 'only-nobody' is not stored"}
+
+        assert http_a.delete("/v1/documents/report-0").json() == {"deleted": ["report-0"]}  # a's copy only
+        b_ids = [d["doc_id"] for d in http_b.get("/v1/documents", params={"limit": 100}).json()["documents"]]
+        assert "report-0" in b_ids and f"only-{b}" in b_ids and len(b_ids) == N_DOCS + 1
+        again = http_a.post(
+            "/v1/documents", json={"documents": [{"doc_id": "report-0", "text": text_of(a, 0)}], "collection": a}
+        )
+        assert again.json()["added"] == 1
+
+
+def wait_done(http: httpx.Client, url: str) -> dict[str, Any]:
+    deadline = time.monotonic() + JOB_DONE_WITHIN_S
+    while time.monotonic() < deadline:
+        job = http.get(url).json()
+        if job["status"] in ("done", "failed"):
+            return dict(job)
+        time.sleep(0.3)
+    raise AssertionError(f"job not finished within {JOB_DONE_WITHIN_S} s: {job}")
+
+
+def test_jobs_belong_to_their_collection(server: RagServe, stored: dict[str, str]) -> None:
+    a, b = TENANTS
+    with client(server, stored[a]) as http_a, client(server, stored[b]) as http_b:
+        files = {"files": ("upload.md", b"# Upload\n\nThe lemur calls at dusk were counted by the tenant-b team.\n")}
+        refused = http_b.post("/v1/documents/files", files=files, data={"collection": a})
+        assert refused.status_code == 403 and refused.json()["error"] == "forbidden_collection"
+        accepted = http_b.post("/v1/documents/files", files=files, data={"collection": b})
+        assert accepted.status_code == 202, accepted.text
+        job_id = accepted.json()["job_id"]
+        assert accepted.json()["collection"] == b
+        job = wait_done(http_b, f"/v1/jobs/{job_id}")
+        assert job["status"] == "done" and job["collection"] == b and job["chunks"] >= 1, job
+
+        outside = http_a.get(f"/v1/jobs/{job_id}")
+        missing = http_a.get(f"/v1/jobs/{job_id + 1000}")
+        assert outside.status_code == missing.status_code == 404
+        assert outside.json() == {"error": "not_found", "detail": f"no job {job_id}"}
+        assert missing.json() == {"error": "not_found", "detail": f"no job {job_id + 1000}"}
+        assert job_id not in [j["id"] for j in http_a.get("/v1/jobs").json()["jobs"]]
+        assert job_id in [j["id"] for j in http_b.get("/v1/jobs").json()["jobs"]]
+        b_ids = [d["doc_id"] for d in http_b.get("/v1/documents", params={"limit": 100}).json()["documents"]]
+        assert "upload.md" in b_ids
+        a_ids = [d["doc_id"] for d in http_a.get("/v1/documents", params={"limit": 100}).json()["documents"]]
+        assert "upload.md" not in a_ids
+
+
+def test_revoked_key_is_refused(settings: Settings, fresh_db: str, server: RagServe) -> None:
+    made = run_cli(
+        settings, "keys", "create", "--collections", "tenant-c", "--json", extra_env={"DATABASE_URL": fresh_db}
+    )
+    assert made.returncode == 0, made.stderr
+    key = json.loads(made.stdout)
+    with client(server, key["token"]) as http:
+        assert http.get("/v1/documents").json() == {"documents": [], "total": 0, "next_cursor": None}
+        revoked = run_cli(settings, "keys", "revoke", str(key["id"]), extra_env={"DATABASE_URL": fresh_db})
+        assert revoked.returncode == 0 and f"revoked key {key['id']}" in revoked.stdout, revoked.stderr
+        response = http.get("/v1/documents")
+        assert response.status_code == 401 and response.json()["error"] == "unauthorized"
+    unknown = run_cli(settings, "keys", "revoke", "999", extra_env={"DATABASE_URL": fresh_db})
+    assert unknown.returncode == 1 and "no key 999" in unknown.stderr
