@@ -15,7 +15,10 @@ class Citation(BaseModel):
     """A retrieved chunk the answer refers to, with where it lies in its document (page or section) when known."""
 
     doc_id: str = Field(description="Document id as ingested (e.g. a SciFact abstract id).")
-    chunk_id: str = Field(description="`<doc_id>#<chunk_index>`, a chunk retrieved for this answer.")
+    chunk_id: str = Field(
+        description="`<doc_id>#<chunk_index>` (`<collection>::<doc_id>#<chunk_index>` outside the `default` "
+        "collection), a chunk retrieved for this answer."
+    )
     score: float = Field(description="Retrieval score of the chunk (RRF score in hybrid mode).")
     passage: int = Field(description="Passage number the answer uses for it, from 1.")
     title: str = Field(default="", description="Document title.")

@@ -1,7 +1,7 @@
 """Two tenants on one `rag serve` (real Postgres, real Triton, a fake LLM): keys made with `rag keys create`, scoped to
 collections `tenant-a` and `tenant-b`, holding near-duplicate documents under the same doc ids. Neither ever sees
-the other's documents: not in a listing, a count, a delete, a job, nor (test_answers_never_cite_the_other_tenant)
-an answer's citations; naming the other's document or job reads exactly like naming a missing one."""
+the other's documents: not in a listing, a count, a delete or a job; naming the other's document or job reads
+exactly like naming a missing one."""
 
 from __future__ import annotations
 
@@ -71,21 +71,28 @@ def tokens(settings: Settings, fresh_db: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(triton_server: Settings, fresh_db: str, tokens: dict[str, str]) -> Iterator[RagServe]:
+def fake_llm() -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer() as fake:
-        env = {
-            "DATABASE_URL": fresh_db,
-            "MODEL_REPOSITORY": str(REPO_ROOT / "model_repository"),
-            "LLM_BASE_URL": fake.base_url,
-            "VLLM_PORT": str(fake.port),
-            "LLM_MODEL": "fake",
-            "LLM_MAX_RETRIES": "0",
-            "REFUSAL_MIN_SCORE": "0",
-            "JOBS_POLL_S": "0.2",
-            "AGENT_POLICY": "always",
-        }
-        with RagServe(triton_server, env) as served:
-            yield served
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def server(
+    triton_server: Settings, fresh_db: str, tokens: dict[str, str], fake_llm: FakeOpenAIServer
+) -> Iterator[RagServe]:
+    env = {
+        "DATABASE_URL": fresh_db,
+        "MODEL_REPOSITORY": str(REPO_ROOT / "model_repository"),
+        "LLM_BASE_URL": fake_llm.base_url,
+        "VLLM_PORT": str(fake_llm.port),
+        "LLM_MODEL": "fake",
+        "LLM_MAX_RETRIES": "0",
+        "REFUSAL_MIN_SCORE": "0",
+        "JOBS_POLL_S": "0.2",
+        "AGENT_POLICY": "always",
+    }
+    with RagServe(triton_server, env) as served:
+        yield served
 
 
 def client(server: RagServe, token: str | None) -> httpx.Client:
@@ -215,3 +222,4 @@ def test_revoked_key_is_refused(settings: Settings, fresh_db: str, server: RagSe
         assert response.status_code == 401 and response.json()["error"] == "unauthorized"
     unknown = run_cli(settings, "keys", "revoke", "999", extra_env={"DATABASE_URL": fresh_db})
     assert unknown.returncode == 1 and "no key 999" in unknown.stderr
+
