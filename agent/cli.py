@@ -228,18 +228,24 @@ def docs_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list only.")] = False,
     limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many documents.")] = None,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many (ordered by doc id).")] = 0,
+    collection: Annotated[
+        list[str] | None, typer.Option("--collection", help="Only this collection (repeatable; default: all).")
+    ] = None,
 ) -> None:
-    """Stored documents: doc id, title, source, chunks, content hash (sha256), ingested at (UTC); streamed page by
-    page, so any number of documents lists in bounded memory."""
+    """Stored documents: doc id, collection, title, source, chunks, content hash (sha256), ingested at (UTC);
+    streamed page by page, so any number of documents lists in bounded memory."""
+    collections = [check_collection(c) for c in collection] if collection else None
 
     async def pages(rag: RagApp) -> AsyncIterator[list[dict[str, object]]]:
         cursor, left, skip = None, limit, offset
         while left is None or left > 0:
-            page = await rag.document_page(LIST_PAGE if left is None else min(LIST_PAGE, left), cursor, skip)
+            size = LIST_PAGE if left is None else min(LIST_PAGE, left)
+            page = await rag.document_page(size, cursor, skip, collections=collections)
             skip = 0
             yield [
                 {
                     "doc_id": d.doc_id,
+                    "collection": d.collection,
                     "title": d.title,
                     "source": d.source,
                     "chunks": d.chunks,
@@ -264,11 +270,11 @@ def docs_list(
                         listed += 1
                     sys.stdout.flush()
                     continue
-                columns = ("doc id", "title", "source", "chunks", "content hash", "ingested at")
+                columns = ("doc id", "collection", "title", "source", "chunks", "content hash", "ingested at")
                 table = Table(*columns, show_header=not listed)
                 for row in rows:
                     table.add_row(
-                        *(Text(str(row[key])) for key in ("doc_id", "title", "source", "chunks")),
+                        *(Text(str(row[key])) for key in ("doc_id", "collection", "title", "source", "chunks")),
                         Text(str(row["content_hash"])[:12]),
                         Text(str(row["ingested_at"])),
                     )
@@ -290,14 +296,19 @@ def docs_delete(
     source: Annotated[
         str | None, typer.Option("--source", help="Also delete every document ingested from this path.")
     ] = None,
+    collection: Annotated[
+        list[str] | None,
+        typer.Option("--collection", help="Only in this collection (repeatable; default: every collection)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the deleted ids as JSON only.")] = False,
 ) -> None:
     """Delete documents and their chunks; exit code 1 when an id named is not stored (the others are deleted)."""
     ids = doc_ids or []
+    collections = [check_collection(c) for c in collection] if collection else None
 
     async def run() -> list[str]:
         async with RagApp() as rag:
-            return await rag.delete_documents(ids, source=source)
+            return await rag.delete_documents(ids, source=source, collections=collections)
 
     if not ids and source is None:
         raise InputError("nothing to delete: expected DOC_ID... or --source PATH")

@@ -9,6 +9,7 @@ import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
@@ -223,3 +224,35 @@ def test_revoked_key_is_refused(settings: Settings, fresh_db: str, server: RagSe
     unknown = run_cli(settings, "keys", "revoke", "999", extra_env={"DATABASE_URL": fresh_db})
     assert unknown.returncode == 1 and "no key 999" in unknown.stderr
 
+
+def test_the_cli_ingests_lists_and_queues_into_a_collection(
+    settings: Settings, fresh_db: str, server: RagServe, stored: dict[str, str], tmp_path: Path
+) -> None:
+    a, b = TENANTS
+    env = {"DATABASE_URL": fresh_db}
+    note = tmp_path / "cli-note.md"
+    note.write_text("# CLI note\n\nThe okapi habitat survey was filed from the command line.\n")
+    ingested = run_cli(settings, "ingest", str(note), "--collection", b, "--json", extra_env=env)
+    assert ingested.returncode == 0 and json.loads(ingested.stdout)["added"] == 1, ingested.stderr
+    bad = run_cli(settings, "ingest", str(note), "--collection", "Bad Name", extra_env=env)
+    assert bad.returncode == 1 and "collection 'Bad Name'" in bad.stderr and "Traceback" not in bad.stderr
+
+    listed = run_cli(settings, "docs", "list", "--json", "--collection", b, extra_env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert {r["collection"] for r in rows} == {b} and "cli-note.md" in {r["doc_id"] for r in rows}
+    with client(server, stored[a]) as http_a, client(server, stored[b]) as http_b:
+        assert "cli-note.md" in [d["doc_id"] for d in http_b.get("/v1/documents").json()["documents"]]
+        assert "cli-note.md" not in [d["doc_id"] for d in http_a.get("/v1/documents").json()["documents"]]
+
+        queued = run_cli(settings, "jobs", "submit", str(note), "--collection", a, "--json", extra_env=env)
+        assert queued.returncode == 0, queued.stderr
+        job_id = json.loads(queued.stdout)["job_id"]
+        assert http_b.get(f"/v1/jobs/{job_id}").status_code == 404
+        job = wait_done(http_a, f"/v1/jobs/{job_id}")
+        assert job["status"] == "done" and job["collection"] == a, job
+        assert "cli-note.md" in [d["doc_id"] for d in http_a.get("/v1/documents").json()["documents"]]
+    deleted = run_cli(settings, "docs", "delete", "cli-note.md", "--collection", a, "--json", extra_env=env)
+    assert json.loads(deleted.stdout) == {"deleted": ["cli-note.md"], "not_found": []}, deleted.stderr
+    left = json.loads(run_cli(settings, "docs", "list", "--json", extra_env=env).stdout)
+    assert [r["collection"] for r in left if r["doc_id"] == "cli-note.md"] == [b]
