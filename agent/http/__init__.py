@@ -24,15 +24,17 @@
 - `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.mcp_server`: tools `search`, `get_document`, `ask`) over
   streamable HTTP, behind the API key like every other route.
 
-Routes get what they need through FastAPI dependencies (`agent.http.deps`: `Rag`, `AppSettings`, `require_api_key`);
+Routes get what they need through FastAPI dependencies (`agent.http.deps`: `Rag`, `AppSettings`, `Caller`: who holds
+which key and so which collections a request may use);
 tests swap the `RagApp` with `app.dependency_overrides[get_rag]`. A new area is a module with its own `APIRouter`,
 included in `create_app`.
 
 Errors (`agent.http.errors`): every error body is an `ErrorBody` `{"error": kind, "detail": message}` — request
 validation included — with the status from `STATUS_OF_KIND` (the kinds of `agent.failures.describe`); a dependency
 that is down or overloaded (Triton, Postgres, the LLM) answers 503 with `Retry-After`, a timeout 504. With `API_KEY`
-set, every route except `/health`, `/metrics` and the page needs `Authorization: Bearer <key>` (401 with
-`WWW-Authenticate: Bearer` otherwise).
+set or API keys made (`rag keys`), every route except `/health`, `/metrics` and the page needs `Authorization: Bearer
+<key>` (401 with `WWW-Authenticate: Bearer` otherwise); a key of the table sees only its collections (403
+`forbidden_collection` for another one named).
 """
 
 from agent.http.app import create_app
