@@ -8,9 +8,10 @@ In the order a request meets them (`install_guards`):
 2. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
    `/metrics`, the page `/`), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw header bytes are
    compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is read, so an
-   unauthenticated request never costs a body read or a JSON parse. A token of the API keys table (`rag_...`,
-   `agent.keys`) is passed on: the routes' `Caller` dependency checks it against the table (and refuses a wrong one
-   with the same 401), as it checks every request when keys exist but `API_KEY` is unset.
+   unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.keys`, the app's
+   `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is passed on only to
+   the paths whose routes check it themselves (`CALLER_PATHS`, the `Caller` dependency: a wrong one gets the same
+   401 there); every other path (MCP, the OpenAI-compatible API) stays the admin key's.
 3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
    it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
    that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
@@ -135,6 +136,22 @@ def key_matches(authorization: bytes | None, key: bytes) -> bool:
     return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), key)
 
 
+CALLER_PATHS = ("/v1/ask", "/v1/documents", "/v1/jobs", "/openapi.json", "/docs")
+"""Path prefixes whose routes identify key holders (`agent.http.deps.Caller`) and scope them to their collections."""
+
+
+def caller_path(path: str) -> bool:
+    """Whether `path` is one of `CALLER_PATHS` or under one."""
+    return any(path == p or path.startswith(p + "/") for p in CALLER_PATHS)
+
+
+async def keys_exist(scope: Scope) -> bool:
+    """Whether the app's API keys (`app.state.keys`, opened by its lifespan) hold any key."""
+    app = scope.get("app")
+    keys = getattr(getattr(app, "state", None), "keys", None)
+    return keys is not None and bool(await keys.any_keys())
+
+
 def holder_token(authorization: bytes | None) -> bool:
     """Whether the raw `Authorization` header is `Bearer rag_...`: a token of the API keys table (`agent.keys`),
     checked by the routes' `Caller` dependency."""
@@ -143,8 +160,9 @@ def holder_token(authorization: bytes | None) -> bool:
 
 
 class BearerKeyGuard:
-    """Answers 401 `unauthorized` unless the request carries `Authorization: Bearer <key>`, on every path but
-    `open_paths`; `key` None lets everything through."""
+    """Answers 401 `unauthorized` unless the request carries `Authorization: Bearer <key>` (or, on `CALLER_PATHS`, a
+    token of the keys table), on every path but `open_paths`; `key` None lets everything through while no API key
+    exists."""
 
     def __init__(self, app: ASGIApp, key: str | None, open_paths: frozenset[str] = OPEN_PATHS) -> None:
         self.app = app
@@ -153,11 +171,23 @@ class BearerKeyGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on, or refuse it before its body is read."""
-        if self.key is None or scope["type"] != "http" or scope["path"] in self.open_paths:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k.lower() == b"authorization"), None)
-        if not key_matches(given, self.key) and not holder_token(given):
+        if self.key is not None and key_matches(given, self.key):
+            await self.app(scope, receive, send)
+            return
+        if holder_token(given) and caller_path(scope["path"]):
+            await self.app(scope, receive, send)  # the route's `Caller` checks the token against the table
+            return
+        try:
+            open_server = self.key is None and not await keys_exist(scope)
+        except Exception as exc:  # noqa: BLE001 (the keys cannot be read: refuse, retryable)
+            detail = f"the API keys cannot be read ({type(exc).__name__}); try again"
+            await error_json(503, "postgres_unavailable", detail, {"Retry-After": "5"})(scope, receive, send)
+            return
+        if not open_server:
             headers = {"WWW-Authenticate": "Bearer"}
             await error_json(401, "unauthorized", "missing or wrong API key", headers)(scope, receive, send)
             return

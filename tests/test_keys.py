@@ -23,6 +23,7 @@ from tools.scope import SearchScope
 
 def keyed(keys: InMemoryKeys, **settings: Any) -> Served:
     served = serve(**settings)
+    served.app.state.keys = keys  # what the lifespan opens: the guard's view of the keys
     served.app.dependency_overrides[get_keys] = lambda: keys
     return served
 
@@ -182,3 +183,17 @@ async def test_a_caller_is_needed_for_the_schema_and_jobs() -> None:
         assert (await client.get("/openapi.json", headers=bearer(token))).status_code == 200
         response = await client.post("/v1/documents/files", headers=bearer(token), files={"files": ("a.txt", b"x")})
         assert response.status_code == 503  # a test app has no jobs queue; the key was accepted first
+
+
+@pytest.mark.parametrize("api_key", [None, "admin-secret"])
+async def test_routes_that_do_not_scope_callers_stay_the_admin_s(api_key: str | None) -> None:
+    keys = InMemoryKeys()
+    _, token = await keys.create(["default"])
+    served = keyed(keys, **({"api_key": SecretStr(api_key)} if api_key else {}))
+    async with served.client() as client:
+        for headers in ({}, bearer(token), bearer("rag_forged")):  # OpenAI's routes answer in OpenAI's error shape
+            assert (await client.get("/v1/models", headers=headers)).status_code == 401
+            assert (await client.post("/v1/chat/completions", headers=headers, json={})).status_code == 401
+            assert_error(await client.post("/mcp", headers=headers, json={}), 401, "unauthorized")
+        if api_key:
+            assert (await client.get("/v1/models", headers=bearer(api_key))).status_code == 200
