@@ -197,3 +197,15 @@ async def test_routes_that_do_not_scope_callers_stay_the_admin_s(api_key: str | 
             assert_error(await client.post("/mcp", headers=headers, json={}), 401, "unauthorized")
         if api_key:
             assert (await client.get("/v1/models", headers=bearer(api_key))).status_code == 200
+
+
+def test_a_scope_the_request_built_is_narrowed_to_the_key() -> None:
+    tenant = CallerIdentity(("a", "b"), key_id=1)
+    asked = SearchScope.from_filter({"team": "bio"}, ["b"])
+    assert tenant.narrow(asked) == asked and tenant.narrow(None) == SearchScope(collections=("a", "b"))
+    assert tenant.narrow(SearchScope.from_filter({"team": "bio"})) == SearchScope.from_filter(
+        {"team": "bio"}, ["a", "b"]
+    )
+    assert ADMIN.narrow(asked) == asked
+    with pytest.raises(ApiError):
+        tenant.narrow(SearchScope(collections=("c",)))

@@ -155,6 +155,17 @@ class CallerIdentity:
         except ScopeError as exc:
             raise InputError(str(exc)) from None
 
+    def narrow(self, asked: SearchScope | None) -> SearchScope:
+        """A scope a request built itself (its `filter` and `collection`), within the caller's collections.
+
+        Raises:
+            ApiError: 403 `forbidden_collection` when it names a collection outside the key.
+        """
+        if asked is None:
+            return self.scope(None)
+        self.visible(asked.collections)
+        return asked.within(self.collections)
+
 
 def admin_bytes(key: SecretStr) -> bytes:
     """The UTF-8 bytes of the admin key `API_KEY`."""
