@@ -1,7 +1,7 @@
 """Two tenants on one `rag serve` (real Postgres, real Triton, a fake LLM): keys made with `rag keys create`, scoped to
 collections `tenant-a` and `tenant-b`, holding near-duplicate documents under the same doc ids. Neither ever sees
-the other's documents: not in a listing, a count, a delete or a job; naming the other's document or job reads
-exactly like naming a missing one."""
+the other's documents: not in a listing, a count, a delete, a job, nor in the passages an answer is given or the
+citations it makes; naming the other's document or job reads exactly like naming a missing one."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 from agent.settings import Settings
 from tests.conftest import REPO_ROOT, run_cli
 from tests.fake_openai import FakeOpenAIServer
-from tests.test_http_api import RagServe
+from tests.test_http_api import RagServe, sse_events
 
 TENANTS = ("tenant-a", "tenant-b")
 N_DOCS = 12
@@ -256,3 +256,36 @@ def test_the_cli_ingests_lists_and_queues_into_a_collection(
     assert json.loads(deleted.stdout) == {"deleted": ["cli-note.md"], "not_found": []}, deleted.stderr
     left = json.loads(run_cli(settings, "docs", "list", "--json", extra_env=env).stdout)
     assert [r["collection"] for r in left if r["doc_id"] == "cli-note.md"] == [b]
+
+
+ASKS = 200
+"""Questions asked in all, alternating tenants; each retrieves 5 passages from 2 x (N_DOCS + 1) near-duplicates."""
+
+
+def test_answers_never_see_or_cite_the_other_tenant(
+    server: RagServe, stored: dict[str, str], fake_llm: FakeOpenAIServer
+) -> None:
+    prompts = fake_llm.reset()
+    with client(server, stored[TENANTS[0]]) as http_a, client(server, stored[TENANTS[1]]) as http_b:
+        for n in range(ASKS):
+            tenant, other = TENANTS[n % 2], TENANTS[1 - n % 2]
+            http = (http_a, http_b)[n % 2]
+            topic = TOPICS[n % len(TOPICS)]
+            question = f"What did the {other} team record about the {topic} in field report {n % N_DOCS}?"
+            if n % 10 == 9:  # the stream carries the same result
+                response = http.post("/v1/ask/stream", json={"question": question, "top_k": 5})
+                assert response.status_code == 200, response.text
+                results = [e for e in sse_events(response) if e[0] == "result"]
+                assert len(results) == 1, response.text
+                body = results[0][1]
+            else:
+                response = http.post("/v1/ask", json={"question": question, "top_k": 5})
+                assert response.status_code == 200, response.text
+                body = response.json()
+            assert body["citations"], body
+            for citation in body["citations"]:
+                assert citation["chunk_id"].startswith(f"{tenant}::"), (tenant, citation)
+            prompt = json.dumps(prompts[-1]["messages"])  # the passages retrieved for the answer
+            assert f"recorded by the {tenant} team" in prompt
+            assert f"recorded by the {other} team" not in prompt and f"only the {other}" not in prompt
+    assert len(prompts) == ASKS
