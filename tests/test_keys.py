@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from pydantic import SecretStr
@@ -209,3 +210,12 @@ def test_a_scope_the_request_built_is_narrowed_to_the_key() -> None:
     assert ADMIN.narrow(asked) == asked
     with pytest.raises(ApiError):
         tenant.narrow(SearchScope(collections=("c",)))
+
+
+async def test_a_key_holder_reads_no_conversation_yet() -> None:
+    keys = InMemoryKeys()
+    _, token = await keys.create(["default"])
+    body = {"question": "Vitamin B12 deficiency and homocysteine levels", "conversation_id": str(uuid4())}
+    async with keyed(keys).client(**bearer(token)) as client:
+        for path in ("/v1/ask", "/v1/ask/stream"):
+            assert_error(await client.post(path, json=body), 404, "conversation_not_found")

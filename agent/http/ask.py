@@ -24,6 +24,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agent.answer import AnswerRequest
+from agent.conversations import ConversationNotFoundError
 from agent.http.deps import CALLER, Admitted, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_body, failure_of
 from agent.results import AskResult
@@ -104,7 +105,7 @@ def response_of(result: AskResult, conversation: Conversation | None) -> AskResp
     )
 
 
-async def conversation_of(body: AskRequest, rag: Rag) -> Conversation | None:
+async def conversation_of(body: AskRequest, rag: Rag, caller: Caller) -> Conversation | None:
     """The conversation the body names, with its last `CHAT_HISTORY_TURNS` turns, read before the response starts;
     None without `conversation_id`.
 
@@ -113,7 +114,8 @@ async def conversation_of(body: AskRequest, rag: Rag) -> Conversation | None:
     """
     if body.conversation_id is None:
         return None
-    # owner: scoped by Caller when tenancy lands
+    if caller.collections is not None:  # conversations have no owner key yet: a key holder reads none of them
+        raise ConversationNotFoundError(body.conversation_id)
     return await rag.conversation(body.conversation_id, last_turns=rag.settings.chat_history_turns)
 
 
