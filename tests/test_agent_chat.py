@@ -36,14 +36,17 @@ def rag(settings: Settings, *args: str, stdin: str = "", **env: str) -> subproce
 
 
 def test_chat_streams_tool_activity_sources_and_refusals(llm_settings: Settings, store: VectorStore) -> None:
-    result = rag(llm_settings, "chat", "--top-k", "3", stdin=f"{CLAIM}\n{OFF_TOPIC}\n\n")
+    result = rag(llm_settings, "chat", "--top-k", "3", stdin=f"{CLAIM}\n\n")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert f"→ search_documents(query={CLAIM!r}, top_k=3)" in out
     assert "← 3 passages [1], [2], [3], best similarity" in out
     assert out.index("search_documents") < out.index("llm_ttft")  # activity before the answer's timings
-    assert REFUSAL in out and "no sources: no retrieved passage is relevant enough" in out
-    assert "Traceback" not in out + result.stderr
+    # a new conversation: inside the first, the off-topic question would be searched together with the claim
+    off_topic = rag(llm_settings, "chat", "--top-k", "3", stdin=f"{OFF_TOPIC}\n\n")
+    assert off_topic.returncode == 0, off_topic.stderr
+    assert REFUSAL in off_topic.stdout and "no sources: no retrieved passage is relevant enough" in off_topic.stdout
+    assert "Traceback" not in out + result.stderr + off_topic.stdout + off_topic.stderr
 
 
 def test_limits_and_bad_policy_are_one_readable_line(llm_settings: Settings, store: VectorStore) -> None:
