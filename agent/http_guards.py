@@ -11,7 +11,7 @@ In the order a request meets them (`install_guards`):
    unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.keys`, the app's
    `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is passed on only to
    the paths whose routes check it themselves (`CALLER_PATHS`, the `Caller` dependency: a wrong one gets the same
-   401 there); every other path (MCP, the OpenAI-compatible API) stays the admin key's.
+   401 there); every other path stays the admin key's.
 3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
    it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
    that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
@@ -136,7 +136,7 @@ def key_matches(authorization: bytes | None, key: bytes) -> bool:
     return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), key)
 
 
-CALLER_PATHS = ("/v1/ask", "/v1/documents", "/v1/jobs", "/openapi.json", "/docs")
+CALLER_PATHS = ("/v1/ask", "/v1/documents", "/v1/jobs", "/v1/chat/completions", "/v1/models", "/openapi.json", "/docs")
 """Path prefixes whose routes identify key holders (`agent.http.deps.Caller`) and scope them to their collections."""
 
 

@@ -192,10 +192,12 @@ async def test_routes_that_do_not_scope_callers_stay_the_admin_s(api_key: str | 
     _, token = await keys.create(["default"])
     served = keyed(keys, **({"api_key": SecretStr(api_key)} if api_key else {}))
     async with served.client() as client:
-        for headers in ({}, bearer(token), bearer("rag_forged")):  # OpenAI's routes answer in OpenAI's error shape
+        for headers in ({}, bearer(token), bearer("rag_forged")):
+            assert_error(await client.post("/mcp", headers=headers, json={}), 401, "unauthorized")
+        for headers in ({}, bearer("rag_forged")):  # OpenAI's routes answer in OpenAI's error shape
             assert (await client.get("/v1/models", headers=headers)).status_code == 401
             assert (await client.post("/v1/chat/completions", headers=headers, json={})).status_code == 401
-            assert_error(await client.post("/mcp", headers=headers, json={}), 401, "unauthorized")
+        assert (await client.get("/v1/models", headers=bearer(token))).status_code == 200
         if api_key:
             assert (await client.get("/v1/models", headers=bearer(api_key))).status_code == 200
 

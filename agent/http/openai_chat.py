@@ -8,7 +8,9 @@ the official `openai` SDK and chat UIs work against `rag serve` unmodified.
   become `AnswerRequest.history`; retrieval searches with `agent.followup.condensed_query` of the earlier user turns
   and the question.
 - The answer is `/v1/ask`'s: same refusal, limits, admission control (a refusal is a 503 before any stream starts),
-  API key and errors (statuses, `Retry-After`), in OpenAI's error shape (`agent.http.openai_errors`).
+  callers (the admin key, or an API key's holder: the search covers only its collections, and naming another
+  collection is a 403 `forbidden_collection`) and errors (statuses, `Retry-After`), in OpenAI's error shape
+  (`agent.http.openai_errors`).
 - Streaming (`stream: true`): a first chunk with the role at once, then the answer's text in one content chunk once
   it is validated, then a chunk with `finish_reason`, `citations` and `refused`, a usage chunk when
   `stream_options.include_usage`, and `data: [DONE]`. The text is held until the answer is final because the agent
@@ -36,7 +38,7 @@ from agent.answer import AnswerRequest
 from agent.citations import CITATION_MARKER
 from agent.followup import condensed_query
 from agent.http.ask import cancelled_on_disconnect, no_nul
-from agent.http.deps import API_KEY, Admitted, AppSettings, Rag
+from agent.http.deps import CALLER, Admitted, AppSettings, Caller, CallerIdentity, Rag
 from agent.http.openai_errors import OpenAIError, OpenAIRoute, openai_error_of
 from agent.http.openai_schema import (
     MAX_QUESTION_CHARS,
@@ -67,7 +69,7 @@ STARTED = int(time.time())
 
 _MARKERS = re.compile(rf"\s*(?:{CITATION_MARKER.pattern})", CITATION_MARKER.flags)
 
-router = APIRouter(dependencies=[API_KEY], route_class=OpenAIRoute, tags=["OpenAI-compatible"])
+router = APIRouter(dependencies=[CALLER], route_class=OpenAIRoute, tags=["OpenAI-compatible"])
 
 
 def policy_of(model: str) -> Policy | None:
@@ -148,14 +150,17 @@ def llm_settings(body: ChatCompletionRequest, settings: Settings) -> ModelSettin
     return chosen or None
 
 
-def scope_of(body: ChatCompletionRequest) -> SearchScope | None:
-    """The search scope of the extension fields `filter` and `collection` / `collections`; None when absent.
+def scope_of(body: ChatCompletionRequest, caller: CallerIdentity) -> SearchScope:
+    """The search scope of the extension fields `filter` and `collection` / `collections` (everything when absent),
+    narrowed to the caller's collections as `/v1/ask` narrows it (`CallerIdentity.narrow`).
 
     Raises:
         OpenAIError: 422 naming the field for an invalid filter or collection name, or both collection fields.
+        agent.http.errors.ApiError: 403 `forbidden_collection` (OpenAI's shape, code `forbidden_collection`) for a
+            named collection outside the caller's key.
     """
     if body.filter is None and body.collection is None and body.collections is None:
-        return None
+        return caller.narrow(None)
     if body.collection is not None and body.collections is not None:
         raise _bad("both collection and collections given; expected one of them", "collection")
     collections = [body.collection] if body.collection is not None else body.collections
@@ -165,16 +170,18 @@ def scope_of(body: ChatCompletionRequest) -> SearchScope | None:
     except ScopeError as exc:
         raise _bad(str(exc), "collection" if body.collection is not None else "collections") from None
     try:
-        return SearchScope.from_filter(body.filter, collections)  # scoped by Caller when tenancy lands
+        asked = SearchScope.from_filter(body.filter, collections)
     except ScopeError as exc:
         raise _bad(str(exc), "filter") from None
+    return caller.narrow(asked)
 
 
-def answer_request(body: ChatCompletionRequest, settings: Settings) -> AnswerRequest:
-    """The `AnswerRequest` of a chat completion body.
+def answer_request(body: ChatCompletionRequest, settings: Settings, caller: CallerIdentity) -> AnswerRequest:
+    """The `AnswerRequest` of a chat completion body, searching within the caller's collections.
 
     Raises:
         OpenAIError: 404 for an unknown model, 422 for a bad conversation or scope.
+        agent.http.errors.ApiError: 403 `forbidden_collection` for a named collection outside the caller's key.
     """
     policy = policy_of(body.model)
     question, earlier, history = conversation(body.messages, settings.chat_history_turns)
@@ -183,7 +190,7 @@ def answer_request(body: ChatCompletionRequest, settings: Settings) -> AnswerReq
         policy=policy,
         history=history,
         retrieval_query=condensed_query(earlier, question) if earlier else None,
-        scope=scope_of(body),
+        scope=scope_of(body, caller),
         model_settings=llm_settings(body, settings),
     )
 
@@ -226,11 +233,11 @@ async def get_model(model: Annotated[str, Path()]) -> ModelCard:
 
 @router.post("/v1/chat/completions", response_model=ChatCompletion)
 async def chat_completions(
-    body: ChatCompletionRequest, rag: Rag, settings: AppSettings, request: Request, ticket: Admitted
+    body: ChatCompletionRequest, rag: Rag, settings: AppSettings, caller: Caller, request: Request, ticket: Admitted
 ) -> Response | ChatCompletion:
-    """Answer the conversation's last user message with cited sources: a `chat.completion`, or with `stream: true`
-    a stream of `chat.completion.chunk` events (module docstring)."""
-    question = answer_request(body, settings)
+    """Answer the conversation's last user message with cited sources from the caller's collections: a
+    `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk` events (module docstring)."""
+    question = answer_request(body, settings, caller)
     completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agent.http.errors import STATUS_OF_KIND, error_response, failure_of
+from agent.http.errors import STATUS_OF_KIND, ApiError, error_response, failure_of
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
 """Paths (and, for `/v1/models`, the paths under it) whose errors take OpenAI's shape."""
@@ -135,7 +135,8 @@ class OpenAIRoute(APIRoute):
             except RequestValidationError as exc:
                 return _validation_response(exc)
             except HTTPException as exc:
-                kind = _KIND_OF_STATUS.get(exc.status_code, f"http_{exc.status_code}")
+                kind = exc.kind if isinstance(exc, ApiError) else _KIND_OF_STATUS.get(exc.status_code, "")
+                kind = kind or f"http_{exc.status_code}"
                 body = openai_error_body(exc.status_code, str(exc.detail), kind)
                 return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
             except Exception as exc:  # noqa: BLE001 - product errors and bugs (logged by failure_of) alike
