@@ -136,7 +136,16 @@ def key_matches(authorization: bytes | None, key: bytes) -> bool:
     return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), key)
 
 
-CALLER_PATHS = ("/v1/ask", "/v1/documents", "/v1/jobs", "/v1/chat/completions", "/v1/models", "/openapi.json", "/docs")
+CALLER_PATHS = (
+    "/v1/ask",
+    "/v1/documents",
+    "/v1/jobs",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/v1/conversations",
+    "/openapi.json",
+    "/docs",
+)
 """Path prefixes whose routes identify key holders (`agent.http.deps.Caller`) and scope them to their collections."""
 
 

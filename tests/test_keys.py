@@ -214,7 +214,7 @@ def test_a_scope_the_request_built_is_narrowed_to_the_key() -> None:
         tenant.narrow(SearchScope(collections=("c",)))
 
 
-async def test_a_key_holder_reads_no_conversation_yet() -> None:
+async def test_a_key_holder_s_unknown_conversation_is_404() -> None:
     keys = InMemoryKeys()
     _, token = await keys.create(["default"])
     body = {"question": "Vitamin B12 deficiency and homocysteine levels", "conversation_id": str(uuid4())}

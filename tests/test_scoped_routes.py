@@ -5,13 +5,19 @@ with `app.dependency_overrides[get_keys]`, as in test_keys.py). Against the real
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID, uuid4
 
+import httpx
 import openai
 import pytest
 from pydantic import SecretStr
 
+from agent.answer import AnswerRequest
 from agent.http.deps import get_keys
 from agent.keys import InMemoryKeys
+from agent.results import AskResult
+from tests import test_conversations_http
+from tests.test_conversations_logic import FOLLOW_UP, SUBJECT
 from tests.test_openai_chat import Rig, ask, assert_openai_error
 from tools.scope import SearchScope
 
@@ -68,3 +74,83 @@ async def test_a_collection_outside_the_key_is_403_in_openai_shape_before_any_se
         )
     assert denied.value.code == "forbidden_collection"
     assert not rig.model.seen and not getattr(rig.collection, "scopes", [])
+
+
+def not_found_body(response: httpx.Response, conversation_id: str) -> dict[str, Any]:
+    """The 404 body of `response` with the conversation id taken out of its detail (the rest must match)."""
+    assert response.status_code == 404, response.text
+    body: dict[str, Any] = response.json()
+    assert body["error"] == "conversation_not_found" and conversation_id in body["detail"], body
+    return body | {"detail": body["detail"].replace(conversation_id, "<id>")}
+
+
+async def test_a_key_holder_sees_only_its_own_conversations() -> None:
+    keys = InMemoryKeys()
+    (a, token_a), (_, token_b) = await keys.create(["default"]), await keys.create(["default"])
+    served = test_conversations_http.Served(api_key=SecretStr(ADMIN_KEY))
+    served.app.state.keys = keys
+    served.app.dependency_overrides[get_keys] = lambda: keys
+    async with served.client(Authorization=f"Bearer {token_a}") as tenant_a:
+        mine = (await tenant_a.post("/v1/conversations", json={"title": "a's"})).json()["id"]
+        asked = await tenant_a.post("/v1/ask", json={"question": SUBJECT, "conversation_id": mine})
+        assert asked.status_code == 200 and asked.json()["conversation_id"] == mine
+    async with served.client(Authorization=f"Bearer {ADMIN_KEY}") as admin:
+        unowned = (await admin.post("/v1/conversations", json={"title": "admin's"})).json()["id"]
+        listed = (await admin.get("/v1/conversations")).json()
+        assert {c["id"] for c in listed["conversations"]} == {mine, unowned} and listed["total"] == 2
+        assert (await admin.get(f"/v1/conversations/{mine}")).json()["turn_count"] == 1
+    assert (await served.rag.conversation(UUID(mine))).owner == str(a.id)
+    assert (await served.rag.conversation(UUID(unowned))).owner is None
+    missing = str(uuid4())
+    async with served.client(Authorization=f"Bearer {token_b}") as tenant_b:
+        assert (await tenant_b.get("/v1/conversations")).json() == {
+            "conversations": [],
+            "total": 0,
+            "next_cursor": None,
+        }
+        for method, path in (("GET", "/v1/conversations/"), ("DELETE", "/v1/conversations/")):
+            for theirs in (mine, unowned):
+                answers = [await tenant_b.request(method, path + cid) for cid in (theirs, missing)]
+                assert not_found_body(answers[0], theirs) == not_found_body(answers[1], missing)
+        for path in ("/v1/ask", "/v1/ask/stream"):
+            for theirs in (mine, unowned):
+                answers = [
+                    await tenant_b.post(path, json={"question": FOLLOW_UP, "conversation_id": cid})
+                    for cid in (theirs, missing)
+                ]
+                assert not_found_body(answers[0], theirs) == not_found_body(answers[1], missing)
+    async with served.client(Authorization=f"Bearer {token_a}") as tenant_a:
+        listed = (await tenant_a.get("/v1/conversations")).json()
+        assert [c["id"] for c in listed["conversations"]] == [mine] and listed["total"] == 1
+        assert (await tenant_a.get(f"/v1/conversations/{mine}")).json()["turn_count"] == 1  # nothing of b's stored
+        assert (await tenant_a.delete(f"/v1/conversations/{mine}")).json() == {"deleted": mine}
+        assert (await tenant_a.get(f"/v1/conversations/{mine}")).status_code == 404
+
+
+async def test_a_conversation_s_turns_search_the_asking_caller_s_collections() -> None:
+    keys = InMemoryKeys()
+    _, token = await keys.create(["papers", "notes"])
+    served = test_conversations_http.Served()
+    served.app.state.keys = keys
+    served.app.dependency_overrides[get_keys] = lambda: keys
+    scopes: list[SearchScope | None] = []
+    ask = served.rag.ask
+
+    async def spy(request: AnswerRequest | str, **kwargs: Any) -> AskResult:
+        assert isinstance(request, AnswerRequest)
+        scopes.append(request.scope)
+        return await ask(request, **kwargs)
+
+    served.rag.ask = spy  # type: ignore[method-assign]
+    async with served.client(Authorization=f"Bearer {token}") as client:
+        cid = (await client.post("/v1/conversations")).json()["id"]
+        for question in (SUBJECT, FOLLOW_UP):
+            asked = await client.post("/v1/ask", json={"question": question, "conversation_id": cid})
+            assert asked.status_code == 200, asked.text
+        narrowed = await client.post(
+            "/v1/ask", json={"question": FOLLOW_UP, "conversation_id": cid, "collection": "notes"}
+        )
+        refused = await client.post("/v1/ask", json={"question": FOLLOW_UP, "conversation_id": cid, "collection": "x"})
+        assert refused.status_code == 403 and refused.json()["error"] == "forbidden_collection"
+        assert narrowed.status_code == 200 and (await client.get(f"/v1/conversations/{cid}")).json()["turn_count"] == 3
+    assert scopes == [SearchScope(collections=("notes", "papers"))] * 2 + [SearchScope(collections=("notes",))]

@@ -6,9 +6,10 @@ stream by itself; `/v1/ask` watches for the disconnect).
 
 Conversations: a body with `conversation_id` (from `POST /v1/conversations`) asks a follow-up: the conversation's last
 `CHAT_HISTORY_TURNS` turns are the answer's history, the search query is `agent.followup.condensed_query` of their
-questions, and the finished answer is stored as the conversation's next turn. An unknown id is 404
-`conversation_not_found`, answered before the response starts (also on the stream). Without `conversation_id` a
-question is a one-off, as before: nothing is stored and the response's `conversation_id` is null.
+questions, and the finished answer is stored as the conversation's next turn. An unknown id, or the id of another API
+key's conversation, is 404 `conversation_not_found`, answered before the response starts (also on the stream).
+Without `conversation_id` a question is a one-off, as before: nothing is stored and the response's `conversation_id`
+is null.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agent.answer import AnswerRequest
-from agent.conversations import ConversationNotFoundError
 from agent.http.deps import CALLER, Admitted, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_body, failure_of
 from agent.results import AskResult
@@ -106,17 +106,17 @@ def response_of(result: AskResult, conversation: Conversation | None) -> AskResp
 
 
 async def conversation_of(body: AskRequest, rag: Rag, caller: Caller) -> Conversation | None:
-    """The conversation the body names, with its last `CHAT_HISTORY_TURNS` turns, read before the response starts;
-    None without `conversation_id`.
+    """The caller's conversation the body names (a key holder's own, the admin's any), with its last
+    `CHAT_HISTORY_TURNS` turns, read before the response starts; None without `conversation_id`.
 
     Raises:
-        agent.conversations.ConversationNotFoundError: unknown id (404 `conversation_not_found`).
+        agent.conversations.ConversationNotFoundError: unknown id, or another key's conversation (404
+            `conversation_not_found`, the same answer).
     """
     if body.conversation_id is None:
         return None
-    if caller.collections is not None:  # conversations have no owner key yet: a key holder reads none of them
-        raise ConversationNotFoundError(body.conversation_id)
-    return await rag.conversation(body.conversation_id, last_turns=rag.settings.chat_history_turns)
+    # a key holder's own conversations only: another key's is not found, exactly like a missing one
+    return await rag.conversation(body.conversation_id, last_turns=rag.settings.chat_history_turns, owner=caller.owner)
 
 
 InConversation = Annotated[Conversation | None, Depends(conversation_of)]

@@ -2,8 +2,10 @@
 conversations. A question is asked inside one with `POST /v1/ask` or `/v1/ask/stream` and its `conversation_id`
 (`agent.http.ask`). Unknown ids are 404 `conversation_not_found`.
 
-Owner: every call acts for the owner None (all conversations) until the caller identity of API keys lands; the lines
-that pass it are marked.
+Owners: a conversation belongs to the API key that created it (`CallerIdentity.owner`; none when created with the
+admin key or without keys). A key holder lists, reads, deletes and asks in only its own conversations: another key's
+conversation is the same 404 `conversation_not_found` as a missing one, and `total` counts only its own. The admin
+sees every conversation. A question asked in a conversation searches the asking caller's collections.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, field_validator
 
 from agent.http.ask import no_nul
-from agent.http.deps import API_KEY, Rag
+from agent.http.deps import CALLER, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ErrorBody
 from tools.conversations import MAX_PAGE, MAX_TITLE_CHARS, Conversation, ConversationTurn
 
-router = APIRouter(dependencies=[API_KEY], responses=ERROR_RESPONSES)
+router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody, "description": "`conversation_not_found`."}}
 
 
@@ -96,20 +98,23 @@ class ConversationDeleted(BaseModel):
 
 
 @router.post("/v1/conversations", response_model=ConversationOut, status_code=201)
-async def create_conversation(rag: Rag, body: ConversationIn | None = None) -> ConversationOut:
-    """Start a conversation; pass its `id` as `conversation_id` to `POST /v1/ask` or `/v1/ask/stream`."""
+async def create_conversation(rag: Rag, caller: Caller, body: ConversationIn | None = None) -> ConversationOut:
+    """Start a conversation owned by the caller's key; pass its `id` as `conversation_id` to `POST /v1/ask` or
+    `/v1/ask/stream`."""
     title = "" if body is None else body.title
-    return ConversationOut.of(await rag.create_conversation(title))  # owner: scoped by Caller when tenancy lands
+    return ConversationOut.of(await rag.create_conversation(title, caller.owner))
 
 
 @router.get("/v1/conversations", response_model=ConversationList)
 async def list_conversations(
     rag: Rag,
+    caller: Caller,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Conversations per page.")] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
 ) -> ConversationList:
-    """One page of conversations, most recently updated first, the total, and the cursor of the next page."""
-    page = await rag.conversation_page(limit, cursor)  # owner: scoped by Caller when tenancy lands
+    """One page of the caller's conversations (the admin: all), most recently updated first, their total, and the
+    cursor of the next page."""
+    page = await rag.conversation_page(limit, cursor, caller.owner)
     return ConversationList(
         conversations=[ConversationOut.of(c) for c in page.conversations],
         total=page.total,
@@ -118,15 +123,16 @@ async def list_conversations(
 
 
 @router.get("/v1/conversations/{conversation_id}", response_model=ConversationWithTurns, responses=_NOT_FOUND)
-async def get_conversation(conversation_id: UUID, rag: Rag) -> ConversationWithTurns:
-    """The conversation and all its turns, oldest first (question, answer, citations, refused, created_at)."""
-    conversation = await rag.conversation(conversation_id)  # owner: scoped by Caller when tenancy lands
+async def get_conversation(conversation_id: UUID, rag: Rag, caller: Caller) -> ConversationWithTurns:
+    """The caller's conversation and all its turns, oldest first (question, answer, citations, refused,
+    created_at)."""
+    conversation = await rag.conversation(conversation_id, owner=caller.owner)
     out = ConversationOut.of(conversation)
     return ConversationWithTurns(**out.model_dump(), turns=[TurnOut.of(t) for t in conversation.turns])
 
 
 @router.delete("/v1/conversations/{conversation_id}", response_model=ConversationDeleted, responses=_NOT_FOUND)
-async def delete_conversation(conversation_id: UUID, rag: Rag) -> ConversationDeleted:
-    """Delete the conversation and its turns."""
-    await rag.delete_conversation(conversation_id)  # owner: scoped by Caller when tenancy lands
+async def delete_conversation(conversation_id: UUID, rag: Rag, caller: Caller) -> ConversationDeleted:
+    """Delete the caller's conversation and its turns."""
+    await rag.delete_conversation(conversation_id, caller.owner)
     return ConversationDeleted(deleted=conversation_id)

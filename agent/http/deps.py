@@ -97,6 +97,12 @@ class CallerIdentity:
     collections: tuple[str, ...] | None
     key_id: int | None = None
 
+    @property
+    def owner(self) -> str | None:
+        """The owner of the conversations this caller creates and sees (`tools.conversations`): its key id as text;
+        None for the admin (creates unowned conversations, sees every one)."""
+        return None if self.key_id is None else str(self.key_id)
+
     def allows(self, collection: str) -> bool:
         """Whether the caller may use `collection`."""
         return self.collections is None or collection in self.collections
