@@ -143,10 +143,12 @@ CALLER_PATHS = (
     "/v1/chat/completions",
     "/v1/models",
     "/v1/conversations",
+    "/mcp",
     "/openapi.json",
     "/docs",
 )
-"""Path prefixes whose routes identify key holders (`agent.http.deps.Caller`) and scope them to their collections."""
+"""Path prefixes whose routes identify key holders (`agent.http.deps.Caller`; MCP's `agent.http.mcp.CallerGate`) and
+scope them to their collections."""
 
 
 def caller_path(path: str) -> bool:

@@ -14,6 +14,11 @@ else is a bug, reported by the SDK as `Error executing tool <name>` with the tra
 
 Transports: stdio (`serve_stdio`, the `rag mcp` command) and streamable HTTP at `/mcp` of `rag serve`
 (`agent.http.mcp`), where the tools use the app's own `RagApp`.
+
+Callers: each tool call's scope (its `filter` and `collection`) goes through the server's `Narrow`, given the
+transport's request of the call (the SDK's `Context`): over HTTP it narrows the scope to the collections of the API
+key that sent the HTTP request (a collection outside the key is a tool error naming it); over stdio there is none and
+every collection is searched, as with the CLI (a local process of the machine's user, like the admin key).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
@@ -48,6 +53,17 @@ INSTRUCTIONS = (
 
 RagSource = Callable[[], RagApp]
 """Gives the opened `RagApp` the tools use, when a tool is called."""
+
+Narrow = Callable[[SearchScope, Any], SearchScope]
+"""Narrows the scope a tool call asks for to the caller that sent it: (the scope of the call's `filter` and
+`collection`, the transport's request of the call: the Starlette `Request` over streamable HTTP, None over stdio) ->
+the scope to search. Raises `ToolError` naming a collection the caller may not use."""
+
+
+def unnarrowed(scope: SearchScope, request: Any) -> SearchScope:
+    """The `Narrow` of a server without callers (stdio): the scope as asked, over every collection."""
+    return scope
+
 
 QUERY_FIELD = Field(
     min_length=1,
@@ -115,7 +131,7 @@ def scope_of(filter_spec: Mapping[str, Any] | None, collection: str | None) -> S
     """
     try:
         collections = [collection] if collection else None
-        return SearchScope.from_filter(filter_spec, collections)  # scoped by Caller when tenancy lands
+        return SearchScope.from_filter(filter_spec, collections)
     except ScopeError as exc:
         raise ToolError(str(exc)) from None
 
@@ -200,7 +216,9 @@ def answer_text(output: AnswerOutput) -> str:
 
 
 def build_mcp_server(
-    rag: RagSource, lifespan: Callable[[MCPServer[Any]], AbstractAsyncContextManager[Any]] | None = None
+    rag: RagSource,
+    lifespan: Callable[[MCPServer[Any]], AbstractAsyncContextManager[Any]] | None = None,
+    narrow: Narrow = unnarrowed,
 ) -> MCPServer[Any]:
     """The MCP server with the tools `search`, `get_document` and `ask` over the `RagApp` that `rag()` returns.
 
@@ -208,7 +226,14 @@ def build_mcp_server(
         rag: called at each tool call; returns the opened app (the HTTP app's, or the one `serve_stdio` opens).
         lifespan: the SDK's server lifespan (an async context manager factory), entered when a transport starts
             the server; None: nothing (the HTTP app opens its `RagApp` itself).
+        narrow: narrows each call's scope to its caller (`Narrow`); default: every collection (stdio).
     """
+
+    def call_scope(
+        ctx: Context[Any, Any], filter_spec: Mapping[str, Any] | None, collection: str | None
+    ) -> SearchScope:
+        return narrow(scope_of(filter_spec, collection), ctx.request_context.request)
+
     server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", lifespan=lifespan)
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 
@@ -218,6 +243,8 @@ def build_mcp_server(
         top_k: Annotated[int | None, TOP_K_FIELD] = None,
         filter: Annotated[dict[str, Any] | None, FILTER_FIELD] = None,
         collection: Annotated[str | None, COLLECTION_FIELD] = None,
+        *,
+        ctx: Context[Any, Any],
     ) -> Annotated[CallToolResult, SearchOutput]:
         """Find passages in the user's documents that match a query, best first, without writing an answer.
 
@@ -226,7 +253,7 @@ def build_mcp_server(
         chunk's text, a ranking score and the document's source. Use `get_document` with a doc_id to read the
         whole document; use `ask` instead when you want a finished answer with citations.
         """
-        scope = scope_of(filter, collection)
+        scope = call_scope(ctx, filter, collection)
         async with tool_errors():
             found = await rag().search(query, top_k, scope)
         output = search_output(found)
@@ -236,13 +263,15 @@ def build_mcp_server(
     async def get_document(
         doc_id: Annotated[str, Field(min_length=1, description="The document's id, as `search` or `ask` gave it.")],
         collection: Annotated[str | None, Field(description="Optional: the collection to read from.")] = None,
+        *,
+        ctx: Context[Any, Any],
     ) -> Annotated[CallToolResult, DocumentOutput]:
         """Read one whole stored document: its title and full text.
 
         Use it after `search` or `ask` when a passage is not enough context. `doc_id` is the id those tools
         returned. An id that is not stored is an error.
         """
-        scope = scope_of(None, collection)
+        scope = call_scope(ctx, None, collection)
         async with tool_errors():
             found = await rag().get_document(doc_id, scope)
         if found is None:
@@ -256,6 +285,8 @@ def build_mcp_server(
         top_k: Annotated[int | None, TOP_K_FIELD] = None,
         filter: Annotated[dict[str, Any] | None, FILTER_FIELD] = None,
         collection: Annotated[str | None, COLLECTION_FIELD] = None,
+        *,
+        ctx: Context[Any, Any],
     ) -> Annotated[CallToolResult, AnswerOutput]:
         """Answer a question from the user's documents, written by the service's own language model.
 
@@ -264,7 +295,7 @@ def build_mcp_server(
         so (`refused`) instead of guessing. Slower than `search` (it runs a model); when the service is busy the
         call fails with an `overloaded` error saying when to retry.
         """
-        scope = scope_of(filter, collection)
+        scope = call_scope(ctx, filter, collection)
         async with tool_errors():
             answer = await rag().ask(AnswerRequest(question, top_k=top_k, scope=scope))
         output = answer_output(answer)

@@ -4,21 +4,35 @@ with `app.dependency_overrides[get_keys]`, as in test_keys.py). Against the real
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID, uuid4
 
 import httpx
+import httpx2
 import openai
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from pydantic import SecretStr
+from pydantic_ai.models.function import FunctionModel
 
 from agent.answer import AnswerRequest
+from agent.app import RagApp
+from agent.http import create_app
 from agent.http.deps import get_keys
 from agent.keys import InMemoryKeys
 from agent.results import AskResult
+from agent.settings import Settings
+from agent.wiring import Services
 from tests import test_conversations_http
+from tests.test_agent_logic import COVERED, DOCUMENTS
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT
+from tests.test_mcp_tools import Model
 from tests.test_openai_chat import Rig, ask, assert_openai_error
+from tools.in_memory import InMemoryCollection
+from tools.ingest import SourceDocument
 from tools.scope import SearchScope
 
 ADMIN_KEY = "admin-secret"
@@ -154,3 +168,64 @@ async def test_a_conversation_s_turns_search_the_asking_caller_s_collections() -
         assert refused.status_code == 403 and refused.json()["error"] == "forbidden_collection"
         assert narrowed.status_code == 200 and (await client.get(f"/v1/conversations/{cid}")).json()["turn_count"] == 3
     assert scopes == [SearchScope(collections=("notes", "papers"))] * 2 + [SearchScope(collections=("notes",))]
+
+
+SECRET = SourceDocument("b12-other", "Vitamin B12 (other team)", "Vitamin B12 deficiency raises homocysteine.", "o", {})
+"""A near-duplicate of `b12` in the collection `other`, which the tenant's key does not hold."""
+
+
+@asynccontextmanager
+async def mcp_as(token: str, keys: InMemoryKeys, mode: str = "auto") -> AsyncIterator[Client]:
+    """The SDK's client over streamable HTTP to `/mcp` of the `rag serve` app (its lifespan run, with `keys`), over
+    `DOCUMENTS` in `default` and `SECRET` in `other`, sending `Authorization: Bearer <token>`."""
+    settings = Settings.model_validate({"refusal_min_score": 0.3, "api_key": ADMIN_KEY})
+    collection = InMemoryCollection(DOCUMENTS)
+    await collection.add_documents([SECRET], "other")
+    rag = RagApp(settings, Services(collection, collection, FunctionModel(stream_function=Model().stream)))
+    app = create_app(settings, rag)
+    transport = httpx2.ASGITransport(app=app)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with app.router.lifespan_context(app):
+        app.state.keys = keys  # a test app's lifespan brings no keys
+        async with (
+            httpx2.AsyncClient(transport=transport, base_url="http://localhost", headers=headers) as http,
+            Client(streamable_http_client("http://localhost/mcp", http_client=http), mode=mode) as client,
+        ):
+            yield client
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_key_holder_s_mcp_tools_see_only_its_collections(mode: str) -> None:
+    keys = InMemoryKeys()
+    _, token = await keys.create(["default"])
+    async with mcp_as(token, keys, mode) as client:
+        found = await client.call_tool("search", {"query": COVERED, "top_k": 10})
+        theirs = await client.call_tool("get_document", {"doc_id": "b12-other"})
+        missing = await client.call_tool("get_document", {"doc_id": "nowhere"})
+        asked = await client.call_tool("ask", {"question": COVERED, "top_k": 10})
+        mine = await client.call_tool("get_document", {"doc_id": "b12"})
+        refused = [
+            await client.call_tool(tool, {"collection": "other"} | args)
+            for tool, args in (
+                ("search", {"query": COVERED}),
+                ("get_document", {"doc_id": "b12-other"}),
+                ("ask", {"question": COVERED}),
+            )
+        ]
+    assert found.structured_content is not None and asked.structured_content is not None
+    assert {p["doc_id"] for p in found.structured_content["passages"]} <= {d.doc_id for d in DOCUMENTS}
+    assert "b12" in {p["doc_id"] for p in found.structured_content["passages"]}
+    assert {c["doc_id"] for c in asked.structured_content["citations"]} == {"b12"}
+    assert theirs.is_error and missing.is_error and not mine.is_error
+    assert theirs.content[0].text.replace("b12-other", "<id>") == missing.content[0].text.replace("nowhere", "<id>")  # type: ignore[union-attr]
+    for result in refused:
+        assert result.is_error and "forbidden_collection" in result.content[0].text  # type: ignore[union-attr]
+        assert "'other'" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_the_admin_s_mcp_tools_see_every_collection() -> None:
+    async with mcp_as(ADMIN_KEY, InMemoryKeys()) as client:
+        found = await client.call_tool("search", {"query": COVERED, "top_k": 10})
+        theirs = await client.call_tool("get_document", {"doc_id": "b12-other", "collection": "other"})
+    assert found.structured_content is not None and not theirs.is_error
+    assert "b12-other" in {p["doc_id"] for p in found.structured_content["passages"]}

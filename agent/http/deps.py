@@ -208,6 +208,16 @@ async def get_caller(
     raise HTTPException(401, "missing, wrong or revoked API key", headers={"WWW-Authenticate": "Bearer"})
 
 
+async def request_caller(request: Request) -> CallerIdentity:
+    """`get_caller` outside FastAPI's dependencies (an ASGI app mounted in the router, e.g. MCP): the caller of
+    `request` from its `Authorization` header, the app's settings and its API keys (`app.state`).
+
+    Raises:
+        As `get_caller`.
+    """
+    return await get_caller(get_settings(request), get_keys(request), await _bearer(request))
+
+
 Caller = Annotated[CallerIdentity, Depends(get_caller)]
 """A route parameter of this type receives the request's caller; depending on it also guards the route (401)."""
 CALLER = Depends(get_caller)
