@@ -1,7 +1,9 @@
 """Two tenants on one `rag serve` (real Postgres, real Triton, a fake LLM): keys made with `rag keys create`, scoped to
 collections `tenant-a` and `tenant-b`, holding near-duplicate documents under the same doc ids. Neither ever sees
 the other's documents: not in a listing, a count, a delete, a job, nor in the passages an answer is given or the
-citations it makes; naming the other's document or job reads exactly like naming a missing one."""
+citations it makes, whether asked over `/v1/ask`, the OpenAI-compatible API (the official `openai` SDK) or MCP over
+streamable HTTP (the `mcp` SDK's client); naming the other's document, job or conversation reads exactly like naming
+a missing one."""
 
 from __future__ import annotations
 
@@ -16,7 +18,11 @@ from uuid import uuid4
 
 import asyncpg
 import httpx
+import httpx2
+import openai
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from agent.settings import Settings
 from tests.conftest import REPO_ROOT, run_cli
@@ -289,3 +295,122 @@ def test_answers_never_see_or_cite_the_other_tenant(
             assert f"recorded by the {tenant} team" in prompt
             assert f"recorded by the {other} team" not in prompt and f"only the {other}" not in prompt
     assert len(prompts) == ASKS
+
+
+CHATS = 20
+"""Chat completions asked in all (every fifth streamed), alternating tenants."""
+
+
+def prompt_sees_only(prompt: dict[str, Any], tenant: str, other: str) -> None:
+    """The LLM request `prompt` carries passages of `tenant` and none of `other`."""
+    sent = json.dumps(prompt["messages"])
+    assert f"recorded by the {tenant} team" in sent
+    assert f"recorded by the {other} team" not in sent and f"only the {other}" not in sent
+
+
+def test_chat_completions_never_see_or_cite_the_other_tenant(
+    server: RagServe, stored: dict[str, str], fake_llm: FakeOpenAIServer
+) -> None:
+    prompts = fake_llm.reset()
+    sdks = [openai.OpenAI(base_url=server.url + "/v1", api_key=stored[t], max_retries=0, timeout=120) for t in TENANTS]
+    for n in range(CHATS):
+        tenant, other = TENANTS[n % 2], TENANTS[1 - n % 2]
+        topic = TOPICS[n % len(TOPICS)]
+        question = f"What did the {other} team record about the {topic} in field report {n % N_DOCS}?"
+        messages: list[Any] = [{"role": "user", "content": question}]
+        if n % 5 == 4:
+            chunks = list(sdks[n % 2].chat.completions.create(model="triton-rag", messages=messages, stream=True))
+            extras = [c.model_extra or {} for c in chunks]
+            citations = next(e["citations"] for e in extras if e.get("citations") is not None)
+        else:
+            completion = sdks[n % 2].chat.completions.create(model="triton-rag", messages=messages)
+            assert completion.model_extra is not None
+            citations = completion.model_extra["citations"]
+        assert citations
+        assert all(c["chunk_id"].startswith(f"{tenant}::") for c in citations), (tenant, citations)
+        prompt_sees_only(prompts[-1], tenant, other)
+    assert len(prompts) == CHATS
+    with pytest.raises(openai.PermissionDeniedError, match=f"collection '{TENANTS[1]}'") as refused:
+        sdks[0].chat.completions.create(
+            model="triton-rag", messages=[{"role": "user", "content": "zebra"}], extra_body={"collection": TENANTS[1]}
+        )
+    assert refused.value.code == "forbidden_collection" and len(prompts) == CHATS
+    assert [m.id for m in sdks[1].models.list()] == ["triton-rag", "triton-rag-always", "triton-rag-agentic"]
+
+
+MCP_SEARCHES = 10
+"""`search` calls per tenant over MCP (plus two `ask` calls each)."""
+
+
+async def test_mcp_tools_never_see_or_cite_the_other_tenant(
+    server: RagServe, stored: dict[str, str], fake_llm: FakeOpenAIServer
+) -> None:
+    prompts = fake_llm.reset()
+    for tenant, other in (TENANTS, TENANTS[::-1]):
+        headers = {"Authorization": f"Bearer {stored[tenant]}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120) as http,
+            Client(streamable_http_client(server.url + "/mcp", http_client=http)) as mcp,
+        ):
+            for n in range(MCP_SEARCHES):
+                topic = TOPICS[n % len(TOPICS)]
+                query = f"{other} team {topic} field report {n}"
+                found = await mcp.call_tool("search", {"query": query, "top_k": 10})
+                assert not found.is_error and found.structured_content is not None, found
+                passages = found.structured_content["passages"]
+                assert passages and all(p["chunk_id"].startswith(f"{tenant}::") for p in passages), passages
+                assert all(other not in p["text"] for p in passages), passages
+            for n in range(2):
+                asked = await mcp.call_tool("ask", {"question": f"What did the {other} team record in report {n}?"})
+                assert not asked.is_error and asked.structured_content is not None, asked
+                citations = asked.structured_content["citations"]
+                assert citations and all(c["chunk_id"].startswith(f"{tenant}::") for c in citations), citations
+                prompt_sees_only(prompts[-1], tenant, other)
+            theirs = await mcp.call_tool("get_document", {"doc_id": f"only-{other}"})
+            missing = await mcp.call_tool("get_document", {"doc_id": "only-nobody"})
+            mine = await mcp.call_tool("get_document", {"doc_id": f"only-{tenant}"})
+            named = await mcp.call_tool("search", {"query": "zebra", "collection": other})
+        texts = [r.content[0].text for r in (theirs, missing, named)]  # type: ignore[union-attr]
+        assert theirs.is_error and missing.is_error and named.is_error and not mine.is_error
+        assert texts[0].replace(f"only-{other}", "<id>") == texts[1].replace("only-nobody", "<id>")
+        assert "forbidden_collection" in texts[2] and f"'{other}'" in texts[2]
+        assert mine.structured_content is not None and tenant in mine.structured_content["text"]
+    assert len(prompts) == 4
+
+
+def test_conversations_belong_to_their_key(
+    server: RagServe, stored: dict[str, str], fake_llm: FakeOpenAIServer
+) -> None:
+    a, b = TENANTS
+    prompts = fake_llm.reset()
+    with client(server, stored[a]) as http_a, client(server, stored[b]) as http_b:
+        mine = http_a.post("/v1/conversations", json={"title": "a's"}).json()["id"]
+        for question in (f"What did the {b} team record about zebra migration?", "and in report 3?"):
+            asked = http_a.post("/v1/ask", json={"question": question, "conversation_id": mine})
+            assert asked.status_code == 200 and asked.json()["conversation_id"] == mine, asked.text
+            prompt_sees_only(prompts[-1], a, b)
+        read = http_a.get(f"/v1/conversations/{mine}").json()
+        assert read["turn_count"] == 2
+        cited = [c["chunk_id"] for t in read["turns"] for c in t["citations"]]
+        assert cited and all(chunk.startswith(f"{a}::") for chunk in cited), cited
+        assert [c["id"] for c in http_a.get("/v1/conversations").json()["conversations"]] == [mine]
+        assert http_b.get("/v1/conversations").json() == {"conversations": [], "total": 0, "next_cursor": None}
+
+        missing = str(uuid4())
+        requests = (
+            ("GET", "/v1/conversations/{}", None),
+            ("DELETE", "/v1/conversations/{}", None),
+            ("POST", "/v1/ask", {"question": "zebra"}),
+            ("POST", "/v1/ask/stream", {"question": "zebra"}),
+        )
+        for method, path, body in requests:
+            answers = [
+                http_b.request(method, path.format(cid), json=None if body is None else body | {"conversation_id": cid})
+                for cid in (mine, missing)
+            ]
+            assert [r.status_code for r in answers] == [404, 404], [r.text for r in answers]
+            theirs, nobody = (r.json() for r in answers)
+            assert theirs == {"error": "conversation_not_found", "detail": nobody["detail"].replace(missing, mine)}
+        assert http_a.get(f"/v1/conversations/{mine}").json()["turn_count"] == 2  # b stored and deleted nothing
+        assert http_a.delete(f"/v1/conversations/{mine}").json() == {"deleted": mine}
+    assert len(prompts) == 2

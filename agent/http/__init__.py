@@ -12,7 +12,8 @@
   updated_at, turn_count}`; `GET /v1/conversations?limit=50&cursor=` → `{"conversations", "total", "next_cursor"}`
   (most recently updated first); `GET /v1/conversations/{id}` → the conversation and its `turns` (`n`, question,
   answer, citations, refused, created_at); `DELETE /v1/conversations/{id}` → `{"deleted": id}`; 404
-  `conversation_not_found` for an unknown id.
+  `conversation_not_found` for an unknown id or another API key's conversation (each belongs to the key that
+  created it; the admin key sees all).
 - `documents` (`agent.http.documents`): `GET /v1/documents?limit=100&cursor=` → `{"documents": [{doc_id, title,
   source, chunks, content_hash, ingested_at}], "total", "next_cursor"}` (keyset pages by doc id);
   `DELETE /v1/documents/{doc_id}` → `{"deleted": [doc_id]}` (404 when not stored); `POST /v1/documents`
@@ -22,7 +23,8 @@
   (`agent/web/index.html`). `GET /metrics` (Prometheus) is routed by `create_app`; the request guards
   (`agent.http_guards`) and the shutdown drain (`agent.shutdown`) are its middleware.
 - `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.mcp_server`: tools `search`, `get_document`, `ask`) over
-  streamable HTTP, behind the API key like every other route.
+  streamable HTTP, behind the API key like every other route; each tool call is scoped to the key of its HTTP
+  request.
 
 Routes get what they need through FastAPI dependencies (`agent.http.deps`: `Rag`, `AppSettings`, `Caller`: who holds
 which key and so which collections a request may use);
