@@ -106,6 +106,11 @@ def test_cli_json_is_the_only_stdout_and_failed_cases_exit_non_zero(
     assert "1 of 2 cases failed" in (tmp_path / "r" / "report.md").read_text()
 
 
+def journal_entries(path: Path) -> int:
+    """Entries written to an answers journal so far (its first line is the run's header)."""
+    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
+
+
 def test_interrupted_answer_run_keeps_its_answers_and_the_rerun_asks_only_the_rest(
     ingested: str, settings: Settings, tmp_path: Path
 ) -> None:
@@ -125,8 +130,10 @@ def test_interrupted_answer_run_keeps_its_answers_and_the_rerun_asks_only_the_re
             [sys.executable, "-m", "agent", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         try:
-            deadline = time.monotonic() + 600  # a safety net: the wait is for the fourth request
-            while len(requests) < 4:
+            # The interrupt point: the fourth case asked and the first three in the journal (a case is written once
+            # it is scored, which may come after the next case's request). The deadline is a safety net.
+            deadline = time.monotonic() + 600
+            while len(requests) < 4 or journal_entries(journal) < 3:
                 assert run.poll() is None, run.communicate()
                 assert time.monotonic() < deadline, "the fourth case was not asked within 600 s"
                 time.sleep(0.05)
