@@ -70,5 +70,7 @@ async def test_a_bad_filter_is_a_422_naming_the_key(extra: dict[str, Any], needl
     served = await served_with_papers()
     async with served.client() as client:
         for path in ("/v1/ask", "/v1/ask/stream"):
-            assert_error(await client.post(path, json={"question": COVERED} | extra), 422, "bad_request", needle)
+            response = await client.post(path, json={"question": COVERED} | extra)
+            assert_error(response, 422, "bad_request", needle)
+            assert response.json()["detail"].count(needle) == 1, response.text  # once, though validated twice
     assert not served.collection.searches
