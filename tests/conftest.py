@@ -67,10 +67,18 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Install the SIGTERM / SIGHUP handler that stops the stack (see the module docstring)."""
+    """Install the SIGTERM / SIGHUP handler that stops the stack (see the module docstring), and give SIGINT its
+    Ctrl-C meaning when the run inherited it ignored.
+
+    A run started in the background by a non-interactive shell (`pytest &`, `nohup ... &`, a CI script) inherits
+    SIGINT ignored, and so would every process it starts: the tests that press Ctrl-C on `rag chat`, `rag ingest`,
+    `rag eval answers` or a nested test run (SIGINT) would then interrupt nothing. A Python handler is reset to the
+    default disposition in a child at exec, so the children get Ctrl-C's meaning back, as under a terminal."""
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _interrupt)
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

@@ -14,7 +14,7 @@ import numpy as np
 from agent.settings import Settings
 from infra import postgres
 from infra.config import StackConfig
-from tools.store import ChunkRecord, DocumentRecord
+from tools.store import ChunkRecord, DocumentRecord, VectorStore
 
 DIM = 384
 MODEL = "all-minilm-l6-v2"
@@ -30,6 +30,20 @@ def record(doc_id: str, texts: list[str], version: str = "1", source: str = "tes
     seed = zlib.crc32(doc_id.encode())
     chunks = [ChunkRecord(i, t, len(t.split()), unit_vector(seed + i)) for i, t in enumerate(texts)]
     return DocumentRecord(doc_id, f"title {doc_id}", source, f"{doc_id}-{version}", chunks)
+
+
+async def without_statistics(store: VectorStore) -> None:
+    """Keep autovacuum's ANALYZE off the store's `documents` and `chunks` tables, so their plans stay the planner's
+    plans without statistics (a fresh ingest's) for the whole test session. Call before loading the store.
+
+    Tests of the HNSW scan on a few thousand rows need this: once analysed, such a small table is cheaper to rank
+    by a sequential scan and sort (measured on 2,000 random 384-d vectors at `ef_search` 100: the analysed table is
+    ranked by a sequential scan, the unanalysed one by the HNSW scan), and autovacuum analyses it after a delay that
+    depends on the machine's load, which made these tests' plans depend on the order and speed of the suite."""
+    async with store.write_pool.acquire() as conn:
+        await conn.execute(
+            "ALTER TABLE documents SET (autovacuum_enabled = off); ALTER TABLE chunks SET (autovacuum_enabled = off)"
+        )
 
 
 @contextmanager

@@ -13,6 +13,7 @@ import pytest
 
 from evals.retrieval_eval import ensure_database
 from evals.scifact import load_corpus
+from tests.store_helpers import without_statistics
 from tools.embedder import TritonEmbedder
 from tools.retrieval import Retriever
 from tools.store import (
@@ -40,9 +41,11 @@ def unit_vectors(n: int, seed: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 async def random_store(postgres_url: str) -> AsyncIterator[VectorStore]:
-    """2,000 one-chunk documents with random unit vectors, document i in metadata group i % 50."""
+    """2,000 one-chunk documents with random unit vectors, document i in metadata group i % 50; never analysed
+    (`without_statistics`), so the planner takes the HNSW scan that these tests are about."""
     url = await ensure_database(postgres_url, "test_retrieval_random")
     async with VectorStore(url, "all-minilm-l6-v2", DIM) as store:
+        await without_statistics(store)
         if (await store.count())[1] != N_DOCS:
             vectors = unit_vectors(N_DOCS, seed=7)
             await store.add_documents(

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from evals.retrieval_eval import ensure_database
-from tests.store_helpers import DIM, MODEL
+from tests.store_helpers import DIM, MODEL, without_statistics
 from tools.scope import SearchScope
 from tools.store import ChunkHit, ChunkRecord, DocumentRecord, VectorStore, search
 
@@ -72,9 +72,11 @@ def unit_vectors(n: int, seed: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 async def store(postgres_url: str) -> AsyncIterator[VectorStore]:
     """N_DOCS one-chunk documents `f{i}`: `text(i)`, `metadata(i)`, source `s{i % 5}`, collection `odd` for odd i,
-    ingested at BASE + i minutes."""
+    ingested at BASE + i minutes. `documents` is analysed once loaded, `chunks` never (`without_statistics`): the
+    plans stay the same for the whole session."""
     url = await ensure_database(postgres_url, "test_store_filters")
     async with VectorStore(url, MODEL, DIM) as store:
+        await without_statistics(store)
         if (await store.count())[1] != N_DOCS:
             vectors = unit_vectors(N_DOCS, seed=3)
             await store.add_documents(
