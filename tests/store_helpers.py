@@ -3,12 +3,13 @@ own data dir, stopped by PID at the end) for tests that stop and restart it."""
 
 from __future__ import annotations
 
+import tempfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
-import pytest
 
 from agent.settings import Settings
 from infra import postgres
@@ -32,9 +33,11 @@ def record(doc_id: str, texts: list[str], version: str = "1", source: str = "tes
 
 
 @contextmanager
-def own_postgres(settings: Settings, tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Settings]:
-    """An embedded Postgres in a data dir of its own; the settings that point at it. Stopped by PID at the end."""
-    own = settings.model_copy(update={"data_dir": tmp_path_factory.mktemp(name)})
+def own_postgres(settings: Settings, server_root: Path, name: str) -> Iterator[Settings]:
+    """An embedded Postgres in a data dir of its own under `server_root` (the conftest fixture: outside pytest's
+    temp root, which any pytest session started meanwhile closes to mode 700); the settings that point at it.
+    Stopped by PID at the end."""
+    own = settings.model_copy(update={"data_dir": Path(tempfile.mkdtemp(prefix=f"{name}-", dir=server_root))})
     try:
         postgres.start(StackConfig.of(own))
         yield own

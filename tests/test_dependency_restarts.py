@@ -9,8 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -39,11 +41,12 @@ def llm_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def own_stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory, llm_port: int) -> Iterator[Settings]:
-    """Postgres and Triton of this module only."""
+def own_stack(settings: Settings, server_root: Path, llm_port: int) -> Iterator[Settings]:
+    """Postgres and Triton of this module only, their data dir under `server_root` (see the conftest fixture: pytest's
+    temp root is closed to the Postgres user whenever another pytest session starts)."""
     own = settings.model_copy(
         update={
-            "data_dir": tmp_path_factory.mktemp("restarts"),
+            "data_dir": Path(tempfile.mkdtemp(prefix="restarts-", dir=server_root)),
             "triton_grpc_url": f"localhost:{free_port()}",
             "triton_http_port": free_port(),
             "triton_metrics_port": free_port(),

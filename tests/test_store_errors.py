@@ -4,6 +4,7 @@ store's own types (never asyncpg's), and works again once Postgres is back."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -18,9 +19,9 @@ from tools.store import StoreError, StoreQueryError, StoreUnavailableError, Vect
 
 
 @pytest.fixture(scope="module")
-def pg(settings: Settings, postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+def pg(settings: Settings, postgres_url: str, server_root: Path) -> Iterator[Settings]:
     """A Postgres of this module's own (this module stops it); `postgres_url` marks the module `stack`."""
-    with own_postgres(settings, tmp_path_factory, "store-errors") as own:
+    with own_postgres(settings, server_root, "store-errors") as own:
         yield own
 
 

@@ -5,6 +5,7 @@ finds the new document; a replica that lags or is down is skipped."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -21,9 +22,9 @@ MAX_LAG_S = 0.5
 
 
 @pytest.fixture(scope="module")
-def primary(settings: Settings, postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def primary(settings: Settings, postgres_url: str, server_root: Path) -> Iterator[str]:
     """A primary of this module's own (`postgres_url` marks the module `stack`); yields its server URL."""
-    with own_postgres(settings, tmp_path_factory, "store-replicas") as own:
+    with own_postgres(settings, server_root, "store-replicas") as own:
         yield own.resolved_database_url()
 
 
