@@ -178,8 +178,8 @@ class Services:
 def build_services(settings: Settings) -> Services:
     """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library and
     conversations, the OpenAI-compatible model (`agent.llm`), and checks of Triton (embeds one word), Postgres
-    (counts documents) and the LLM (`GET /models` lists `LLM_MODEL`). Nothing is connected until the app enters
-    `resources`.
+    (reads one chunk row at most) and the LLM (`GET /models` lists `LLM_MODEL`). Nothing is connected until the app
+    enters `resources`.
 
     Raises:
         KeyError: the embedder model is not in `tools.model_specs`.
@@ -192,8 +192,9 @@ def build_services(settings: Settings) -> Services:
         return f"{embedder.model_name} at {settings.triton_grpc_url}"
 
     async def postgres() -> str:
-        docs, chunks = await store.count()
-        return f"{docs} documents, {chunks} chunks"
+        # `/health` is open and shared by every tenant: no document or chunk count, which would span collections
+        await store.ping()
+        return f"store of {embedder.model_name} vectors reachable"
 
     async def llm() -> str:
         return await served_model(settings)

@@ -342,7 +342,8 @@ def targets(capacity: dict[str, Any], overloaded: dict[str, Any]) -> dict[str, d
 
 
 async def server_info(client: httpx.AsyncClient) -> dict[str, Any]:
-    """The server's `/health` checks (what it serves: Triton model, documents, LLM), or why they were unreadable.
+    """The server's `/health` checks (what it serves: Triton model, store, LLM) and the number of documents the
+    bench's key sees (`GET /v1/documents`), or why they were unreadable.
 
     Raises:
         ServerUnreachableError: nothing answers HTTP at the client's base URL.
@@ -353,9 +354,16 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any]:
         raise ServerUnreachableError(f"no HTTP server answers at {client.base_url} ({exc!r})") from None
     try:
         checks: dict[str, Any] = response.json().get("checks", {})
-        return {name: check.get("detail") for name, check in checks.items()}
+        info = {name: check.get("detail") for name, check in checks.items()}
     except (ValueError, AttributeError) as exc:
         return {"error": f"/health answered HTTP {response.status_code}: {exc!r}"}
+    # `/health` is open to every tenant and counts nothing; the store's size is what the bench's key may list
+    listed = await client.get("/v1/documents", params={"limit": 1}, timeout=60)
+    try:
+        info["documents"] = f"{int(listed.json()['total'])} documents"
+    except (ValueError, KeyError, TypeError) as exc:
+        info["documents"] = f"unreadable: GET /v1/documents answered HTTP {listed.status_code} ({exc!r})"
+    return info
 
 
 async def run_serve_bench(params: ServeBenchParams) -> dict[str, Any]:

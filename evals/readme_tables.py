@@ -424,9 +424,10 @@ def bench_serve(results: dict[str, Any]) -> str:
             ]
         )
     server, m = results.get("server", {}), results["machine"]
+    store = server.get("documents", server.get("postgres", "?"))  # older results: `/health`'s count
     caption = (
         f"{m['date_utc'][:10]}, {m['cores']} cores ({m['cpu']}), load average {m['load_average_1m_at_start']} → "
-        f"{m['load_average_1m_at_end']}; LLM: {server.get('llm', '?')}; store: {server.get('postgres', '?')}; "
+        f"{m['load_average_1m_at_end']}; LLM: {server.get('llm', '?')}; store: {store}; "
         f"endpoint `{results['params']['endpoint']}`.\n\n"
     )
     header = [

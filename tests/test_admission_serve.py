@@ -213,7 +213,7 @@ async def test_bench_serve_end_to_end_on_small_settings(
     assert report["open_loop"]["rate_rps"] == pytest.approx(4 * report["capacity"]["goodput_rps"], rel=1e-3)
     assert set(report["targets"]) >= {"goodput_over_capacity", "max_rejection_ms", "lost"}
     assert report["targets"]["lost"]["value"] == 0 and report["targets"]["timeouts"]["value"] == 0
-    assert "fake" in report["server"]["llm"]
+    assert "fake" in report["server"]["llm"] and report["server"]["documents"] == "5 documents"
     assert write_plot(report, tmp_path / "serve.png").stat().st_size > 0
     json.dumps(report)
 

@@ -91,7 +91,8 @@ def test_health_reports_each_dependency(served: RagServe) -> None:
     body = response.json()
     assert response.status_code == 200, body
     assert body["ok"] is True and set(body["checks"]) == {"triton", "postgres", "llm"}
-    assert "documents" in body["checks"]["postgres"]["detail"]
+    # open to every caller: nothing of what the store holds (a count spans every tenant's collections)
+    assert body["checks"]["postgres"]["detail"] == f"store of {served.settings.embedder_model} vectors reachable"
     assert served.settings.llm_model in body["checks"]["llm"]["detail"]
 
 

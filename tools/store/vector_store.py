@@ -334,6 +334,16 @@ class VectorStore:
         async with pools.transaction(self.pool, self.acquire_timeout_s, "counting documents", READ) as conn:
             return await listing.count(conn, _collections(collections))
 
+    async def ping(self) -> None:
+        """Check that the store answers a read: the read pool's server and the `chunks` table (one row read at most,
+        so its cost does not grow with the store, and it tells nothing of what the store holds).
+
+        Raises:
+            StoreUnavailableError: the server is unreachable; StoreError: the schema is missing.
+        """
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "checking the store", READ) as conn:
+            await conn.fetchval("SELECT 1 FROM chunks LIMIT 1")
+
     async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
         """The stored documents named `doc_id` in `collections` (None: all), one per collection holding it, by
         collection name; empty when none of them holds it."""
