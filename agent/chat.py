@@ -26,6 +26,7 @@ from agent.failures import describe
 from agent.results import AskResult
 from agent.settings import Policy
 from tools.conversations import Conversation
+from tools.scope import SearchScope
 
 
 def print_sources(console: Console, result: AskResult) -> None:
@@ -74,11 +75,14 @@ async def turn(
     question: str,
     top_k: int | None,
     policy: Policy | None,
+    scope: SearchScope | None = None,
 ) -> AskResult | None:
-    """Answer one question asked in `conversation` (with its last turns) with streaming output, and store the turn;
-    None when cancelled with Ctrl-C (nothing stored)."""
+    """Answer one question asked in `conversation` (with its last turns), searching only `scope` (None: all), with
+    streaming output, and store the turn; None when cancelled with Ctrl-C (nothing stored)."""
     loop = asyncio.get_running_loop()
-    request = AnswerRequest(question, top_k=top_k, policy=policy, on_event=lambda e: show_event(console, e))
+    request = AnswerRequest(
+        question, top_k=top_k, policy=policy, scope=scope, on_event=lambda e: show_event(console, e)
+    )
     task = asyncio.ensure_future(rag.ask(request, conversation=conversation))
     loop.add_signal_handler(signal.SIGINT, task.cancel)  # Ctrl-C cancels this answer only
     try:
@@ -123,9 +127,11 @@ async def run_chat(
     top_k: int | None = None,
     policy: Policy | None = None,
     conversation_id: UUID | None = None,
+    scope: SearchScope | None = None,
 ) -> UUID | None:
     """The read–answer loop until an empty line or end of input, in the stored conversation `conversation_id`
-    (resumed: its last turns are printed) or in a new one created with the first question.
+    (resumed: its last turns are printed) or in a new one created with the first question; every question searches
+    only `scope` (None: all).
 
     Returns:
         The conversation's id (None when no question was asked in a new session).
@@ -148,7 +154,7 @@ async def run_chat(
         try:
             conversation = await next_turn_conversation(rag, console, conversation_id)
             conversation_id = conversation.id
-            await turn(rag, console, conversation, question, top_k, policy)
+            await turn(rag, console, conversation, question, top_k, policy, scope)
         except Exception as exc:
             failure = describe(exc)
             if failure is None:

@@ -323,6 +323,25 @@ def docs_delete(
         raise typer.Exit(code=1)
 
 
+FilterOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--filter",
+        metavar="KEY=VALUE",
+        help="Search only documents whose metadata KEY equals VALUE (JSON when it parses: year=2019 is a number); "
+        "source=PATH, ingested_after=DATE, ingested_before=DATE filter those columns. Repeat a key for any of "
+        "its values; different keys must all match.",
+    ),
+]
+"""`--filter KEY=VALUE` of `rag ask` and `rag chat` (`cli_scope`)."""
+
+CollectionOption = Annotated[
+    list[str] | None,
+    typer.Option("--collection", metavar="NAME", help="Search only this collection (repeatable; default: all)."),
+]
+"""`--collection NAME` of `rag ask` and `rag chat` (`cli_scope`)."""
+
+
 def cli_scope(filters: list[str] | None, collections: list[str] | None) -> SearchScope | None:
     """The search scope of repeated `--filter KEY=VALUE` and `--collection NAME` options; None when neither is given.
 
@@ -345,20 +364,8 @@ def ask(
     policy: Annotated[
         Policy | None, typer.Option("--policy", help="Retrieval policy: always or agentic (default AGENT_POLICY).")
     ] = None,
-    filters: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--filter",
-            metavar="KEY=VALUE",
-            help="Search only documents whose metadata KEY equals VALUE (JSON when it parses: year=2019 is a number); "
-            "source=PATH, ingested_after=DATE, ingested_before=DATE filter those columns. Repeat a key for any of "
-            "its values; different keys must all match.",
-        ),
-    ] = None,
-    collections: Annotated[
-        list[str] | None,
-        typer.Option("--collection", metavar="NAME", help="Search only this collection (repeatable; default: all)."),
-    ] = None,
+    filters: FilterOption = None,
+    collections: CollectionOption = None,
 ) -> None:
     """Answer one question with citations."""
 
@@ -386,13 +393,17 @@ def chat(
         UUID | None,
         typer.Option("--conversation", help="Resume this stored conversation (its id, printed by an earlier chat)."),
     ] = None,
+    filters: FilterOption = None,
+    collections: CollectionOption = None,
 ) -> None:
     """Interactive questions and answers, streamed, with tool activity and sources, kept as a stored conversation
-    (its id is printed; --conversation ID resumes it); Ctrl-C cancels the answer, an empty line or Ctrl-D quits."""
+    (its id is printed; --conversation ID resumes it); Ctrl-C cancels the answer, an empty line or Ctrl-D quits.
+    --filter and --collection narrow every question's search, as in `rag ask`."""
+    scope = cli_scope(filters, collections)
 
     async def session() -> None:
         async with RagApp() as rag:
-            await run_chat(rag, console, top_k, policy, conversation)
+            await run_chat(rag, console, top_k, policy, conversation, scope)
 
     try:
         asyncio.run(session())

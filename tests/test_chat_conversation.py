@@ -18,6 +18,7 @@ from agent.app import RagApp
 from agent.chat import run_chat
 from agent.conversations import ConversationNotFoundError
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model, app, texts
+from tools.scope import SearchScope
 
 
 class ScriptedConsole(Console):
@@ -71,3 +72,14 @@ async def test_a_session_without_questions_stores_nothing() -> None:
     rag, _ = app(Model())
     cid, _ = await chat(rag, [""])
     assert cid is None and (await rag.conversation_page()).total == 0
+
+
+async def test_chat_searches_only_its_scope() -> None:
+    """`rag chat --collection` / `--filter`: every question of the session searches only the scope."""
+    rag, _ = app(Model())
+    console = ScriptedConsole([SUBJECT, ""])
+    await run_chat(rag, console, scope=SearchScope(collections=("elsewhere",)))
+    narrowed = console.buffer.getvalue()
+    assert "← 0 passages" in narrowed and "doc b12" not in narrowed  # the collection holds nothing: refused
+    _, everywhere = await chat(rag, [SUBJECT, ""])
+    assert "← 4 passages" in everywhere and "doc b12" in everywhere
