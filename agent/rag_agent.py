@@ -33,7 +33,7 @@ from agent.events import AgentEvent, ToolCall, ToolResult
 from agent.prompts import AGENTIC_SYSTEM_PROMPT, SYSTEM_PROMPT, format_passages
 from agent.settings import Policy
 from tools.retrieval import Passage, PassageSearch
-from tools.scope import SearchScope
+from tools.scope import SearchScope, collection_of
 from tools.timing import StageTimings
 
 MAX_TOOL_TOP_K = 10
@@ -148,6 +148,15 @@ async def search_documents(ctx: RunContext[RagDeps], query: str, top_k: int = 5)
     return format_passages(passages, show_doc_ids=True)
 
 
+def shown_in(deps: RagDeps, doc_id: str) -> SearchScope | None:
+    """The run's scope narrowed to the collection of the first search result of `doc_id`: a key that sees two
+    collections may hold the same doc id in both, and the model reads the document its search showed."""
+    for passage in deps.state.by_chunk.values():
+        if passage.doc_id == doc_id and (collection := collection_of(passage.chunk_id, doc_id)) is not None:
+            return replace(deps.scope or SearchScope(), collections=(collection,))
+    return deps.scope
+
+
 async def get_document(ctx: RunContext[RagDeps], doc_id: str) -> str:
     """Return the full text of a document that a search result showed, to read more than its passage.
 
@@ -160,7 +169,7 @@ async def get_document(ctx: RunContext[RagDeps], doc_id: str) -> str:
         shown = ", ".join(sorted(known)) or "none yet: call search_documents first"
         raise ModelRetry(f"doc_id {doc_id!r} was not in your search results; ids you can read: {shown}")
     ctx.deps.emit(ToolCall(tool="get_document", args={"doc_id": doc_id}))
-    found = await ctx.deps.search.get_document(doc_id, ctx.deps.scope)
+    found = await ctx.deps.search.get_document(doc_id, shown_in(ctx.deps, doc_id))
     if found is None:  # deleted since it was retrieved
         raise ModelRetry(f"document {doc_id} is no longer stored")
     title, text = found

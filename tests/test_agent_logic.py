@@ -20,13 +20,14 @@ from agent.answer import AnswerLimits, AnswerRequest, answer
 from agent.errors import AnswerLimitError, InputError, LLMResponseError
 from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
 from agent.prompts import REFUSAL
-from agent.rag_agent import RagDeps, build_agent
+from agent.rag_agent import RagDeps, build_agent, shown_in
 from agent.results import AskResult
 from agent.settings import Policy
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument
-from tools.retrieval import RETRIEVAL_MODES, RetrievalMode
+from tools.retrieval import RETRIEVAL_MODES, Passage, RetrievalMode
+from tools.scope import SearchScope
 
 DOCUMENTS = [
     SourceDocument("b12", "Vitamin B12", "Vitamin B12 deficiency raises plasma homocysteine in older adults.", "t", {}),
@@ -300,3 +301,16 @@ async def test_history_reaches_the_model_and_retrieval_query_the_search() -> Non
     result = await answer(agent, RagDeps(collection, 3, REFUSAL_MIN_SCORE), request)
     assert collection.searches == [COVERED] and result.searches == [COVERED]
     assert "earlier" in str(seen[0][0]) and "Answer SUPPORT or REFUTE" in str(seen[0][-1])
+
+
+def test_get_document_reads_the_collection_its_search_result_came_from() -> None:
+    """A key that sees collections a and b may find `guide.md` in both: the agent reads the one its search showed
+    first (named by the passage's chunk id), within the run's filters."""
+    deps = RagDeps(InMemoryCollection([]), 3, scope=SearchScope.from_filter({"team": "bio"}, ["a", "b"]))
+    shown = [("b::guide.md#2", "guide.md"), ("a::guide.md#0", "guide.md"), ("default-doc#0", "default-doc")]
+    for number, (chunk, doc_id) in enumerate(shown, start=1):
+        deps.state.by_chunk[chunk] = Passage(chunk, doc_id, "t", "x", "", 0.5, number=number)
+    narrowed = shown_in(deps, "guide.md")
+    assert narrowed == SearchScope.from_filter({"team": "bio"}, ["b"])
+    assert shown_in(deps, "default-doc") == SearchScope.from_filter({"team": "bio"}, ["default"])
+    assert shown_in(deps, "never-shown") == deps.scope

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from tests.store_helpers import DIM, MODEL, record
+from tools.scope import SearchScope
 from tools.store import StoreError, VectorStore
 
 
@@ -46,6 +47,20 @@ async def test_the_same_doc_id_is_two_documents_in_two_collections(store: Vector
     assert await store.count() == (2, 4)
     assert await store.count(collections=["b"]) == (1, 2)
     assert await store.count(collections=["c"]) == (0, 0)
+
+
+async def test_reading_a_doc_id_two_collections_hold_gives_one_document(store: VectorStore) -> None:
+    """The agent's `get_document` with a key that sees both collections: one document's text, never the chunks of
+    both interleaved; narrowed to a collection, that collection's."""
+    await store.add_documents([record("guide.md", ["alpha one", "alpha two"])], collection="a")
+    await store.add_documents([record("guide.md", ["beta one", "beta two", "beta three"], version="2")], collection="b")
+    both = SearchScope(collections=("a", "b"))
+    assert await store.get_document("guide.md", both) == ("title guide.md", "alpha one\nalpha two")
+    assert await store.get_document("guide.md", SearchScope(collections=("b",))) == (
+        "title guide.md",
+        "beta one\nbeta two\nbeta three",
+    )
+    assert await store.get_document("guide.md") == ("title guide.md", "alpha one\nalpha two")
 
 
 async def test_ingestion_is_idempotent_per_collection_and_replaces_only_there(store: VectorStore) -> None:

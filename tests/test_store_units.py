@@ -8,10 +8,11 @@ import pytest
 
 from agent.failures import describe
 from agent.http_api import STATUS_OF_KIND
+from tools.scope import collection_of, qualified_doc_id
 from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 from tools.store.errors import translate, translated
 from tools.store.listing import decode_cursor, encode_cursor
-from tools.store.records import chunk_id, qualified_doc_id
+from tools.store.records import chunk_id
 from tools.store.search import settings_sql
 
 
@@ -86,6 +87,13 @@ def test_cursors_round_trip_any_doc_id(doc_id: str, collection: str) -> None:
 def test_qualified_doc_ids_are_one_to_one_across_collections(collection: str, doc_id: str, qualified: str) -> None:
     assert qualified_doc_id(collection, doc_id) == qualified
     assert chunk_id(collection, doc_id, 3) == f"{qualified}#3"
+    assert collection_of(chunk_id(collection, doc_id, 3), doc_id) == collection  # the inverse
+
+
+def test_a_chunk_id_of_another_document_has_no_collection() -> None:
+    assert collection_of("papers::b12#0", "b1") is None
+    assert collection_of("b12#0", "b1") is None
+    assert collection_of("Not A Name::b1#0", "b1") is None
 
 
 @pytest.mark.parametrize("cursor", ["", "%%%", "YQ==", "a", "Zm9v YmFy", "_w"])

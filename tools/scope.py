@@ -201,3 +201,28 @@ class SearchScope:
 
 EVERYTHING = SearchScope()
 """The scope that narrows nothing."""
+
+
+QUALIFIER = "::"
+"""Separates a collection name from a doc id in a qualified doc id (`qualified_doc_id`)."""
+
+
+def qualified_doc_id(collection: str, doc_id: str) -> str:
+    """The name of document `doc_id` of `collection` that is unique across collections: the doc id itself in the
+    default collection, `collection::doc_id` in any other. A default-collection doc id that already starts like a
+    qualified one (`name::...`) is written `default::doc_id`, so the mapping is one-to-one (collection names hold
+    no `:`). Chunk ids are `qualified_doc_id#chunk_index`: unique in the `chunks` table whatever the collections."""
+    head, sep, _ = doc_id.partition(QUALIFIER)
+    if collection == DEFAULT_COLLECTION and not (sep and COLLECTION_PATTERN.match(head)):
+        return doc_id
+    return f"{collection}{QUALIFIER}{doc_id}"
+
+
+def collection_of(chunk: str, doc_id: str) -> str | None:
+    """The collection of the stored chunk named `chunk` of document `doc_id`: the inverse of
+    `tools.store.records.chunk_id` (`qualified_doc_id#index`); None when `chunk` is not a chunk id of `doc_id`."""
+    qualified = chunk.rpartition("#")[0]
+    if qualified == doc_id:
+        return DEFAULT_COLLECTION
+    head, sep, rest = qualified.partition(QUALIFIER)
+    return head if sep and rest == doc_id and COLLECTION_PATTERN.match(head) else None

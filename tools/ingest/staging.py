@@ -28,9 +28,8 @@ from tools.chunking import fit_window, iter_chunk_parts
 from tools.embedder import TritonEmbedder
 from tools.ingest.documents import SourceDocument
 from tools.ingest.embedding import BadChunk, embed_isolating
-from tools.scope import DEFAULT_COLLECTION
+from tools.scope import DEFAULT_COLLECTION, qualified_doc_id
 from tools.store import VectorStore
-from tools.store.records import qualified_doc_id
 from tools.store.writes import delete_rows, lock_writes
 
 LARGE_DOC_CHARS = 65_536

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 from asyncpg.pool import PoolConnectionProxy
 
-from tools.scope import COLLECTION_PATTERN, DEFAULT_COLLECTION
+from tools.scope import DEFAULT_COLLECTION, qualified_doc_id
 
 Conn = asyncpg.Connection | PoolConnectionProxy
 """A connection, pooled or not."""
@@ -118,21 +118,6 @@ def hit(row: asyncpg.Record) -> ChunkHit:
         score=float(row["score"]),
         metadata=json.loads(row["metadata"]),
     )
-
-
-QUALIFIER = "::"
-"""Separates a collection name from a doc id in a qualified doc id (`qualified_doc_id`)."""
-
-
-def qualified_doc_id(collection: str, doc_id: str) -> str:
-    """The name of document `doc_id` of `collection` that is unique across collections: the doc id itself in the
-    default collection, `collection::doc_id` in any other. A default-collection doc id that already starts like a
-    qualified one (`name::...`) is written `default::doc_id`, so the mapping is one-to-one (collection names hold
-    no `:`). Chunk ids are `qualified_doc_id#chunk_index`: unique in the `chunks` table whatever the collections."""
-    head, sep, _ = doc_id.partition(QUALIFIER)
-    if collection == DEFAULT_COLLECTION and not (sep and COLLECTION_PATTERN.match(head)):
-        return doc_id
-    return f"{collection}{QUALIFIER}{doc_id}"
 
 
 def chunk_id(collection: str, doc_id: str, chunk_index: int) -> str:

@@ -216,12 +216,15 @@ async def cosine_similarities(conn: Conn, query: npt.NDArray[np.float32], chunk_
 
 
 async def get_document(conn: Conn, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
-    """(title, full text) of `doc_id`, its chunks joined in order; None when not stored or outside `scope`."""
+    """(title, full text) of `doc_id`, its chunks joined in order; None when not stored or outside `scope`. When
+    several collections of `scope` hold a document `doc_id`, the first by collection name: one document's text,
+    never two interleaved (narrow `scope` to a collection to choose)."""
     where = filters.where_sql(scope, 2)
     rows = await conn.fetch(
         f"""
         SELECT d.title, c.text FROM documents d JOIN chunks c ON c.document_id = d.id
-        WHERE d.doc_id = $1 AND {where.sql} ORDER BY c.chunk_index
+        WHERE d.id = (SELECT d.id FROM documents d WHERE d.doc_id = $1 AND {where.sql} ORDER BY d.collection LIMIT 1)
+        ORDER BY c.chunk_index
         """,
         doc_id,
         *where.params,
