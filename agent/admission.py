@@ -1,22 +1,28 @@
 """Admission control for answers: at most `ANSWER_MAX_IN_PROGRESS` answers in progress per process, a bounded FIFO
-queue (`ANSWER_QUEUE_MAX`) in front of them with a deadline (`ANSWER_QUEUE_DEADLINE_S`), and an immediate refusal
-(`agent.errors.OverloadedError`, with a retry time) when the queue is full or the expected wait exceeds the deadline.
-The decision is taken before any embedding or LLM work, so a refused request costs next to nothing.
+queue (`ANSWER_QUEUE_MAX`) in front of them, and an immediate refusal (`agent.errors.OverloadedError`, with a retry
+time) when the queue is full or the answer could not be promised a slot within `ANSWER_QUEUE_DEADLINE_S`. The
+decision is taken before any embedding or LLM work, so a refused request costs next to nothing, and an answer that
+is queued is answered: the queue refuses none of its waiters unless the service stalls.
 
     ticket = admission.enter()            # synchronous: refuses now, or holds a slot or a queue place
     async with ticket.slot(on_position):  # waits for a slot (reporting its queue position), holds it, frees it
         ...                               # the answer's work (embedding, search, LLM)
 
 `async with admission.admit(on_position):` does both. A task cancelled while queued (its client disconnected)
-leaves the queue; one that waits past the deadline is refused (`reason` `deadline`). A freed slot goes straight to
-the head of the queue, so arrivals never overtake waiters.
+leaves the queue. A freed slot goes straight to the head of the queue, so arrivals never overtake waiters.
 
 Service rate: answers complete at `ANSWER_MAX_IN_PROGRESS / W` per second while every slot is busy, W the mean
 time an answer holds its slot (Little's law, L = λW, with L the slots in use). W is an exponentially weighted
-moving average of the measured durations (`ServiceRate`), so the estimate follows the load. A new arrival at queue
-position p expects to wait p / rate seconds (p slots must free first); `Retry-After` is that same drain time. Until
-the first answer completes the rate is unknown: then only the queue bound refuses at once, and the deadline bounds
-the wait.
+moving average of the measured durations (`ServiceRate`), so the estimate follows the load.
+
+The promise: a new arrival at queue position p waits for p slots to free. With every slot busy, slots free about as
+a Poisson process of that rate r, so the wait for p of them is Erlang(p, r) distributed: mean p / r, standard
+deviation √p / r. The arrival is queued when the 95th percentile of that wait, (p + 1.645 √p) / r (normal
+approximation), is within `ANSWER_QUEUE_DEADLINE_S`, else refused at once (`expected_wait`); so few queued answers
+wait past it, and none is refused for that. `Retry-After` is the mean drain time p / r. Until the first answer
+completes the rate is unknown: then only the queue bound refuses at once. A waiter is refused only after twice the
+deadline in the queue (`deadline`): the bound of a queue whose service stalled (an LLM that stopped answering) or
+whose rate was not known yet; `2 × ANSWER_QUEUE_DEADLINE_S + ANSWER_TIMEOUT_S` bounds an admitted answer's time.
 
 Metrics (prometheus-client, the process's default registry, served at the HTTP API's `/metrics`):
 `rag_admission_queue_length` (gauge), `rag_admission_queue_wait_seconds` (histogram, every admitted or expired
@@ -40,12 +46,21 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from agent.errors import OverloadedError
 
 RejectionReason = Literal["queue_full", "expected_wait", "deadline"]
-"""Why an answer was refused: the queue was full, its expected wait exceeded the deadline, or it waited past it."""
+"""Why an answer was refused: the queue was full, its wait could not be promised within the deadline, or it waited
+twice the deadline in the queue (the service stalled)."""
 REASONS: tuple[RejectionReason, ...] = ("queue_full", "expected_wait", "deadline")
 
 PositionFn = Callable[[int], None]
 """Receives a queued answer's position (1 = next to be admitted) when it joins the queue and each time it moves up.
 Called from the task that freed the place: it must be quick and must not raise (e.g. `asyncio.Queue.put_nowait`)."""
+
+PROMISE_Z = 1.645
+"""Standard normal quantile of the promised wait: 95 % of queued answers get a slot within `ANSWER_QUEUE_DEADLINE_S`
+when the service rate holds (the 95th percentile of a normal distribution is its mean + 1.645 standard deviations)."""
+
+QUEUE_LIMIT_DEADLINES = 2.0
+"""A queued answer is refused after this many `ANSWER_QUEUE_DEADLINE_S` in the queue: the bound of a stalled
+service; a queue that moves at its measured rate serves its waiters well before (`PROMISE_Z`)."""
 
 EWMA_ALPHA = 0.2
 """Weight of the newest duration in the moving average of answer durations: the estimate follows a change of load
@@ -153,7 +168,8 @@ class AdmissionController:
         max_in_progress: answers holding a slot at once (`ANSWER_MAX_IN_PROGRESS`, >= 1).
         queue_max: answers waiting for a slot at most (`ANSWER_QUEUE_MAX`, >= 0; 0 refuses whenever all slots are
             busy).
-        deadline_s: longest wait in the queue, seconds (`ANSWER_QUEUE_DEADLINE_S`, > 0).
+        deadline_s: the wait an answer is queued for at most, 95th percentile, seconds (`ANSWER_QUEUE_DEADLINE_S`,
+            > 0); a waiter is refused after twice it.
         clock: time source (default `MonotonicClock`).
         metrics: where to report (default the process's `METRICS`).
 
@@ -196,10 +212,21 @@ class AdmissionController:
         return len(self._queue)
 
     def expected_wait_s(self, position: int) -> float | None:
-        """Seconds an answer at queue `position` (1 = next) expects to wait: position / the measured service rate;
-        None while the rate is unknown."""
+        """Seconds an answer at queue `position` (1 = next) expects to wait: position / the measured service rate
+        (the mean of its Erlang-distributed wait); None while the rate is unknown."""
         rate = self.rate.per_s
         return None if rate is None else position / rate
+
+    def promised_wait_s(self, position: int) -> float | None:
+        """The wait of an answer at queue `position` that 95 % of waits stay within at the measured service rate:
+        (position + 1.645 √position) / rate, seconds (the module docstring); None while the rate is unknown."""
+        rate = self.rate.per_s
+        return None if rate is None else (position + PROMISE_Z * math.sqrt(position)) / rate
+
+    @property
+    def queue_limit_s(self) -> float:
+        """Longest wait in the queue before a waiter is refused (`deadline`), seconds: twice the deadline."""
+        return QUEUE_LIMIT_DEADLINES * self.deadline_s
 
     def retry_after_s(self) -> float:
         """When a refused request may retry, seconds: the time the queue ahead of it takes to drain at the measured
@@ -216,8 +243,9 @@ class AdmissionController:
             caller must close it (`Ticket.slot` does).
 
         Raises:
-            OverloadedError: the queue holds `queue_max` answers (`queue_full`), or the expected wait at the back of
-                the queue exceeds the deadline (`expected_wait`); `retry_after_s` from `retry_after_s()`.
+            OverloadedError: the queue holds `queue_max` answers (`queue_full`), or the 95th percentile of the wait
+                at the back of the queue (`promised_wait_s`) exceeds the deadline (`expected_wait`); `retry_after_s`
+                from `retry_after_s()`.
         """
         if self._in_progress < self.max_in_progress and not self._queue:
             self._in_progress += 1
@@ -227,12 +255,12 @@ class AdmissionController:
         position = len(self._queue) + 1
         if len(self._queue) >= self.queue_max:
             raise self._refusal("queue_full", f"{len(self._queue)} answers queued (ANSWER_QUEUE_MAX={self.queue_max})")
-        wait = self.expected_wait_s(position)
-        if wait is not None and wait > self.deadline_s:
+        promised = self.promised_wait_s(position)
+        if promised is not None and promised > self.deadline_s:
             raise self._refusal(
                 "expected_wait",
-                f"expected wait {wait:.1f} s at queue position {position} exceeds "
-                f"ANSWER_QUEUE_DEADLINE_S={self.deadline_s:g}",
+                f"expected wait {self.expected_wait_s(position):.1f} s at queue position {position} (95th percentile "
+                f"{promised:.1f} s) exceeds ANSWER_QUEUE_DEADLINE_S={self.deadline_s:g}",
             )
         ticket = Ticket(self, admitted=False)
         self._queue.append(ticket)
@@ -244,7 +272,7 @@ class AdmissionController:
         """`enter()` then `Ticket.slot(on_position)`: hold a slot for the body.
 
         Raises:
-            OverloadedError: refused at once, or the deadline passed in the queue.
+            OverloadedError: refused at once, or twice the deadline passed in the queue.
         """
         async with self.enter().slot(on_position):
             yield
@@ -313,7 +341,7 @@ class Ticket:
         on every move). Cancellation or a refusal closes the ticket (it leaves the queue).
 
         Raises:
-            OverloadedError: the deadline passed before a slot was free (`deadline`).
+            OverloadedError: twice the deadline passed in the queue before a slot was free (`deadline`).
             RuntimeError: the ticket is closed.
         """
         if self._closed:
@@ -324,15 +352,15 @@ class Ticket:
         self._on_position = on_position
         if (position := self.position) is not None:
             self._report(position)
-        remaining = controller.deadline_s - (controller.clock.now() - self._enqueued_at)
+        remaining = controller.queue_limit_s - (controller.clock.now() - self._enqueued_at)
         timer = asyncio.ensure_future(controller.clock.sleep(remaining))
         try:
             await asyncio.wait({self._granted, timer}, return_when=asyncio.FIRST_COMPLETED)
             if not self.admitted:
                 raise controller._refusal(
                     "deadline",
-                    f"waited {controller.clock.now() - self._enqueued_at:.1f} s in the queue "
-                    f"(ANSWER_QUEUE_DEADLINE_S={controller.deadline_s:g})",
+                    f"waited {controller.clock.now() - self._enqueued_at:.1f} s in the queue, twice "
+                    f"ANSWER_QUEUE_DEADLINE_S={controller.deadline_s:g}",
                 )
         except BaseException:
             self.close()
@@ -346,7 +374,7 @@ class Ticket:
         service-rate estimate unless the body was cancelled (a client that left says nothing about service time).
 
         Raises:
-            OverloadedError: the deadline passed in the queue.
+            OverloadedError: twice the deadline passed in the queue.
         """
         try:
             await self.wait(on_position)

@@ -120,8 +120,8 @@ class RagApp:
         Raises:
             agent.conversations.ConversationNotFoundError: the conversation was deleted while the answer ran (the
                 answer is not stored).
-            agent.errors.OverloadedError: refused by admission control (queue full, expected wait or queue wait
-                beyond `ANSWER_QUEUE_DEADLINE_S`); `retry_after_s` says when to retry.
+            agent.errors.OverloadedError: refused by admission control (queue full, a wait that cannot be promised
+                within `ANSWER_QUEUE_DEADLINE_S`, or twice that in the queue); `retry_after_s` says when to retry.
             agent.errors.InputError: blank question, top_k < 1.
             agent.errors.AgentError: a limit was hit or the LLM failed (typed subclasses).
             EmbedderError / StoreError: retrieval failed.

@@ -408,8 +408,10 @@ class Settings(BaseSettings):
     answer_queue_deadline_s: float = Field(
         default=30.0,
         gt=0,
-        description="Longest wait in the admission queue, seconds: an answer whose expected wait (queue position / "
-        "measured answers per second) exceeds it is refused at once, and one still queued after it is refused then.",
+        description="The admission queue's promise, seconds: an answer is queued only when 95 % of waits at its "
+        "position end within this at the measured answers per second ((position + 1.645 √position) / rate), else it "
+        "is refused at once; a queued answer is answered, refused only after twice this in the queue (a stalled "
+        "service).",
     )
 
     api_key: SecretStr | None = Field(
