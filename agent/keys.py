@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import asyncpg
+from cachetools import TTLCache
 
 from agent.settings import Settings
 from tools.scope import ScopeError, check_collection
@@ -109,6 +111,53 @@ class KeyRing(Protocol):
     async def any_keys(self) -> bool:
         """Whether the table holds any key, revoked or not (then every request needs a key)."""
         ...
+
+
+class CachedKeys:
+    """A `KeyRing` that remembers what it read for `ttl_s` seconds, so an authenticated request or one to a server
+    without keys costs no Postgres round trip (the keys' own pool holds two connections, and every request asks).
+
+    Remembered: the key found for a token (by its hash; a token without a key is asked again next time, so a new key
+    works at once), for `ttl_s`: a revoked key keeps working until then; "no key exists", for `ttl_s`: the first key
+    made is required from then on; "some key exists", for good, since keys are revoked, never deleted. Entries are
+    held in `cachetools.TTLCache`s (at most `max_tokens` tokens).
+
+    Args:
+        keys: the keys read on a miss (`PostgresKeys`).
+        ttl_s: `API_KEYS_CACHE_S`, >= 0; 0 reads `keys` every time.
+        max_tokens: distinct tokens remembered at most (least recently used ones go first).
+        timer: the caches' clock, seconds (default `time.monotonic`; tests pass their own).
+    """
+
+    def __init__(
+        self, keys: KeyRing, ttl_s: float, max_tokens: int = 4096, timer: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.keys = keys
+        self.ttl_s = ttl_s
+        self._holders: TTLCache[str, ApiKey] = TTLCache(maxsize=max_tokens, ttl=ttl_s, timer=timer)
+        self._none_yet: TTLCache[str, bool] = TTLCache(maxsize=1, ttl=ttl_s, timer=timer)
+        self._some = False
+
+    async def holder(self, token: str) -> ApiKey | None:
+        """See `PostgresKeys.holder`; a found key is remembered for `ttl_s`."""
+        digest = token_hash(token)
+        if (known := self._holders.get(digest)) is not None:
+            return known
+        key = await self.keys.holder(token)
+        if key is not None and self.ttl_s > 0:
+            self._holders[digest] = key
+        return key
+
+    async def any_keys(self) -> bool:
+        """See `PostgresKeys.any_keys`; "none" is remembered for `ttl_s`, "some" for good."""
+        if self._some:
+            return True
+        if self._none_yet.get("none"):
+            return False
+        self._some = await self.keys.any_keys()
+        if not self._some and self.ttl_s > 0:
+            self._none_yet["none"] = True
+        return self._some
 
 
 def _key(row: asyncpg.Record) -> ApiKey:

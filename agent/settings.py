@@ -420,6 +420,14 @@ class Settings(BaseSettings):
         "`/metrics` and the web page (UTF-8 bytes compared in constant time). Surrounding whitespace is dropped (a key "
         "read from a file or secret often ends in a newline); an empty key is refused, never read as `no auth`.",
     )
+    api_keys_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long `rag serve` trusts what it read of the API keys table (`rag keys`), seconds: a key "
+        "found for a token, and that no key exists yet. A key revoked, or the first key made, takes effect within "
+        "this time; once any key exists that is remembered (keys are revoked, never deleted). 0 reads the table on "
+        "every request.",
+    )
 
     # --- HTTP hardening (agent/http_guards.py, agent/shutdown.py, agent/context_window.py) ---------------------
     allowed_hosts: Annotated[tuple[str, ...] | None, NoDecode] = Field(

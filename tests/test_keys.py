@@ -16,7 +16,7 @@ from agent.answer import AnswerRequest
 from agent.errors import InputError
 from agent.http.deps import ADMIN, CallerIdentity, get_keys
 from agent.http.errors import ApiError
-from agent.keys import TOKEN_PREFIX, InMemoryKeys, new_token, token_hash
+from agent.keys import TOKEN_PREFIX, ApiKey, CachedKeys, InMemoryKeys, new_token, token_hash
 from agent.results import AskResult
 from tests.test_http_contract import Served, assert_error, serve
 from tools.scope import SearchScope
@@ -39,6 +39,54 @@ def test_tokens_are_256_bit_random_and_only_their_sha256_is_kept() -> None:
     assert all(t.startswith(TOKEN_PREFIX) and len(t) == len(TOKEN_PREFIX) + 43 for t in tokens)
     token = tokens.pop()
     assert token_hash(token) == hashlib.sha256(token.encode()).hexdigest()
+
+
+class Counted(InMemoryKeys):
+    """In-memory keys that count the look-ups a `CachedKeys` passes on to them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def holder(self, token: str) -> ApiKey | None:
+        self.reads += 1
+        return await super().holder(token)
+
+    async def any_keys(self) -> bool:
+        self.reads += 1
+        return await super().any_keys()
+
+
+async def test_cached_keys_read_the_table_once_per_ttl_and_never_remember_a_miss() -> None:
+    keys, now = Counted(), [0.0]
+    cached = CachedKeys(keys, ttl_s=5.0, timer=lambda: now[0])
+    assert not await cached.any_keys() and not await cached.any_keys() and keys.reads == 1  # "none yet": 5 s
+    key, token = await keys.create(["a"])
+    assert not await cached.any_keys()  # the first key is required within API_KEYS_CACHE_S
+    now[0] = 5.1
+    assert await cached.any_keys() and keys.reads == 2
+    await keys.revoke(key.id)
+    now[0] = 1e6
+    assert await cached.any_keys() and keys.reads == 2  # some key exists: for good (keys are never deleted)
+
+    key, token = await keys.create(["b"])
+    assert await cached.holder(token) == key and await cached.holder(token) == key and keys.reads == 3
+    assert await cached.holder("rag_unknown") is None and await cached.holder("rag_unknown") is None
+    assert keys.reads == 5  # a token without a key is asked every time: a new key works at once
+    await keys.revoke(key.id)
+    assert await cached.holder(token) == key  # revoked: still trusted until its entry expires
+    now[0] += 5.1
+    assert await cached.holder(token) is None and keys.reads == 6
+
+
+async def test_cached_keys_with_ttl_0_read_every_time() -> None:
+    keys = Counted()
+    cached = CachedKeys(keys, ttl_s=0)
+    key, token = await keys.create(["a"])
+    for _ in range(3):
+        assert await cached.holder(token) == key
+    assert not await CachedKeys(Counted(), ttl_s=0).any_keys()
+    assert keys.reads == 3
 
 
 async def test_in_memory_keys_create_list_and_revoke() -> None:

@@ -97,6 +97,7 @@ def server(
         "REFUSAL_MIN_SCORE": "0",
         "JOBS_POLL_S": "0.2",
         "AGENT_POLICY": "always",
+        "API_KEYS_CACHE_S": "0",  # a revoked key is refused from the next request (the cache: tests/test_keys.py)
     }
     with RagServe(triton_server, env) as served:
         yield served

@@ -13,7 +13,7 @@ from agent.http.errors import install_error_handlers
 from agent.http.mcp import McpEndpoint
 from agent.http.openai_errors import OpenAIErrorShape
 from agent.http_guards import install_guards
-from agent.keys import settings_keys
+from agent.keys import CachedKeys, settings_keys
 from agent.metrics_route import metrics_route
 from agent.settings import Settings
 from agent.shutdown import flush_telemetry, install_drain
@@ -39,7 +39,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
             async with rag or RagApp(settings) as opened, job_queue as queue, api_keys as keys, mcp.running():
                 app.state.rag = opened
                 app.state.jobs = queue
-                app.state.keys = keys
+                app.state.keys = None if keys is None else CachedKeys(keys, settings.api_keys_cache_s)
                 yield
         finally:
             flush_telemetry()
