@@ -85,11 +85,16 @@ def revoke(
     key_id: Annotated[int, typer.Argument(help="Key id (`rag keys list`).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the revoked key as JSON only.")] = False,
 ) -> None:
-    """Revoke a key: its token is refused (401) from the next request on. Exit 1 when there is no such key."""
+    """Revoke a key: a running `rag serve` refuses its token (401) within API_KEYS_CACHE_S seconds (5 by default).
+    Exit 1 when there is no such key."""
     key = _with_keys(lambda keys: keys.revoke(key_id))
     if key is None:
         raise InputError(f"no key {key_id}; `rag keys list` shows the keys")
     if as_json:
         print(json.dumps(key.to_json()))
     else:
-        console.print(f"revoked key {key.id} ({', '.join(key.collections)})", markup=False)
+        console.print(
+            f"revoked key {key.id} ({', '.join(key.collections)}); a running rag serve refuses it within "
+            f"API_KEYS_CACHE_S={Settings().api_keys_cache_s:g} s",
+            markup=False,
+        )
