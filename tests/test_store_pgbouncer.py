@@ -18,7 +18,7 @@ from agent.settings import Settings
 from evals.retrieval_eval import ensure_database
 from tests.conftest import cli_env
 from tests.pgbouncer import pgbouncer
-from tests.store_helpers import DIM, MODEL, record, unit_vector
+from tests.store_helpers import DIM, MODEL, record, unit_vector, without_statistics
 from tools.store import DENSE_FILTERED_SQL, DENSE_SQL, ChunkRecord, DocumentRecord, VectorStore
 
 DATABASE = "test_store_pgbouncer"
@@ -40,12 +40,14 @@ def bouncer(postgres_url: str) -> Iterator[str]:
 
 @pytest.fixture
 async def stores(postgres_url: str, bouncer: str) -> AsyncIterator[tuple[VectorStore, VectorStore]]:
-    """(direct, through PgBouncer with no statement cache) stores over one database, emptied first."""
+    """(direct, through PgBouncer with no statement cache) stores over one database, emptied first; never analysed
+    (`without_statistics`), so the planner's choice of the HNSW scan does not depend on when autovacuum runs."""
     direct_url = await ensure_database(postgres_url, DATABASE)
     async with (
         VectorStore(direct_url, MODEL, DIM) as direct,
         VectorStore(bouncer.format(database=DATABASE), MODEL, DIM, 6, statement_cache_size=0) as pooled,
     ):
+        await without_statistics(direct)
         await direct.delete_documents([d.doc_id for d in await direct.list_documents()])
         yield direct, pooled
 
