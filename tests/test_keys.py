@@ -13,6 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from agent.answer import AnswerRequest
+from agent.app import RagApp
 from agent.errors import InputError
 from agent.http.deps import ADMIN, CallerIdentity, get_keys
 from agent.http.errors import ApiError
@@ -27,6 +28,20 @@ def keyed(keys: InMemoryKeys, **settings: Any) -> Served:
     served.app.state.keys = keys  # what the lifespan opens: the guard's view of the keys
     served.app.dependency_overrides[get_keys] = lambda: keys
     return served
+
+
+def scopes_asked(rag: RagApp) -> list[SearchScope | None]:
+    """The search scope of every answer `rag.ask` is asked for from now on, in order (a spy around the method)."""
+    scopes: list[SearchScope | None] = []
+    ask = rag.ask
+
+    async def spy(request: AnswerRequest | str, **kwargs: Any) -> AskResult:
+        assert isinstance(request, AnswerRequest)
+        scopes.append(request.scope)
+        return await ask(request, **kwargs)
+
+    rag.ask = spy  # type: ignore[method-assign]
+    return scopes
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -204,15 +219,7 @@ async def test_an_answer_searches_only_the_caller_s_collections() -> None:
     keys = InMemoryKeys()
     _, token = await keys.create(["other", "default"])
     served = keyed(keys, api_key=SecretStr("admin-secret"))
-    scopes: list[SearchScope | None] = []
-    ask = served.rag.ask
-
-    async def spy(request: AnswerRequest | str, **kwargs: Any) -> AskResult:
-        assert isinstance(request, AnswerRequest)
-        scopes.append(request.scope)
-        return await ask(request, **kwargs)
-
-    served.rag.ask = spy  # type: ignore[method-assign]
+    scopes = scopes_asked(served.rag)
     async with served.client() as client:
         question = {"question": "Vitamin B12 deficiency and homocysteine levels"}
         assert (await client.post("/v1/ask", json=question, headers=bearer("admin-secret"))).status_code == 200

@@ -18,17 +18,16 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import SecretStr
 from pydantic_ai.models.function import FunctionModel
 
-from agent.answer import AnswerRequest
 from agent.app import RagApp
 from agent.http import create_app
 from agent.http.deps import get_keys
 from agent.keys import InMemoryKeys
-from agent.results import AskResult
 from agent.settings import Settings
 from agent.wiring import Services
 from tests import test_conversations_http
 from tests.test_agent_logic import COVERED, DOCUMENTS
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT
+from tests.test_keys import scopes_asked
 from tests.test_mcp_tools import Model
 from tests.test_openai_chat import Rig, ask, assert_openai_error
 from tools.in_memory import InMemoryCollection
@@ -147,15 +146,7 @@ async def test_a_conversation_s_turns_search_the_asking_caller_s_collections() -
     served = test_conversations_http.Served()
     served.app.state.keys = keys
     served.app.dependency_overrides[get_keys] = lambda: keys
-    scopes: list[SearchScope | None] = []
-    ask = served.rag.ask
-
-    async def spy(request: AnswerRequest | str, **kwargs: Any) -> AskResult:
-        assert isinstance(request, AnswerRequest)
-        scopes.append(request.scope)
-        return await ask(request, **kwargs)
-
-    served.rag.ask = spy  # type: ignore[method-assign]
+    scopes = scopes_asked(served.rag)
     async with served.client(Authorization=f"Bearer {token}") as client:
         cid = (await client.post("/v1/conversations")).json()["id"]
         for question in (SUBJECT, FOLLOW_UP):
