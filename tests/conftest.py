@@ -55,7 +55,7 @@ LOADED_MACHINE_VLLM_START_S = 840
 """How long the `llm` tests wait for vLLM to become ready (s): 84-104 s on a quiet machine, past 7 min when other
 jobs load the CPUs; just under pytest's per-test timeout (900 s), which bounds the fixture's setup anyway."""
 
-STACK_FIXTURES = frozenset({"postgres_url", "triton_server", "llm_settings"})
+STACK_FIXTURES = frozenset({"postgres_url", "triton_server", "llm_settings", "own_triton"})
 """Fixtures that start a real server; a test depending on any of them is a `stack` test."""
 
 
@@ -194,6 +194,18 @@ def test_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = Path(tmp_path_factory.mktemp("corpus")) / "scifact-subset.jsonl"
     path.write_text("".join(lines))
     return path
+
+
+def with_own_triton(settings: Settings, data_dir: Path) -> Settings:
+    """`settings` for a Triton of the caller's own: data dir `data_dir` and free gRPC, HTTP and metrics ports."""
+    return settings.model_copy(
+        update={
+            "data_dir": data_dir,
+            "triton_grpc_url": f"127.0.0.1:{free_port()}",
+            "triton_http_port": free_port(),
+            "triton_metrics_port": free_port(),
+        }
+    )
 
 
 def cli_env(settings: Settings) -> dict[str, str]:

@@ -24,7 +24,7 @@ from evals.scifact import SCIFACT_DIR
 from infra import postgres, processes, triton
 from infra.config import StackConfig
 from infra.processes import free_port
-from tests.conftest import LOADED_MACHINE_TRITON_TIMEOUT_S, REPO_ROOT, cli_env
+from tests.conftest import LOADED_MACHINE_TRITON_TIMEOUT_S, REPO_ROOT, cli_env, with_own_triton
 from tests.paused_ingest import RELEASE_SIGNAL
 from tools.embedder import EmbedderError, TextKind, TritonEmbedder
 from tools.ingest import BadChunk, ingest, plan_inputs
@@ -189,14 +189,7 @@ def gated_ingest(tmp_path: Path) -> Iterator[Callable[[dict[str, str], Path, int
 @pytest.fixture
 def own_triton(settings: Settings, server_dir: Path) -> Iterator[Settings]:
     """Settings of a Triton this test owns (own data dir and ports); stopped by PID at the end."""
-    own = settings.model_copy(
-        update={
-            "data_dir": server_dir,
-            "triton_grpc_url": f"127.0.0.1:{free_port()}",
-            "triton_http_port": free_port(),
-            "triton_metrics_port": free_port(),
-        }
-    )
+    own = with_own_triton(settings, server_dir)
     yield own
     triton.stop(StackConfig.of(own))
 

@@ -10,19 +10,11 @@ from pathlib import Path
 from agent.settings import Settings
 from infra import stack
 from infra.config import StackConfig
-from infra.processes import free_port
-from tests.conftest import cli_env
+from tests.conftest import cli_env, with_own_triton
 
 
 def test_up_reports_each_service_as_it_starts_and_when_it_is_ready(settings: Settings, server_dir: Path) -> None:
-    own = settings.model_copy(
-        update={
-            "data_dir": server_dir,
-            "triton_grpc_url": f"127.0.0.1:{free_port()}",
-            "triton_http_port": free_port(),
-            "triton_metrics_port": free_port(),
-        }
-    )
+    own = with_own_triton(settings, server_dir)
     try:
         result = subprocess.run(
             [sys.executable, "-m", "agent", "up", "--only", "postgres", "--only", "triton"],

@@ -5,7 +5,9 @@ Modules, in the order a text goes through them:
 - `client`: `TritonEmbedder`, the one client per process: in-flight slots, requests, retries, reassembly;
 - `channel`: the gRPC channel options (tritonclient's defaults, large message limits, the caller's arguments);
 - `server`: statistics, configuration and model loading on the server;
-- `errors`: `EmbedderError`, `EmbedderOverloadedError`, and the translation of tritonclient's errors;
+- `errors`: `EmbedderError`, `EmbedderOverloadedError`, `EmbedderStubFailedError`, and the translation of
+  tritonclient's errors;
+  tritonclient's errors;
 - `stats`: the client's counters and call latencies.
 
 Every input: blank text is refused before anything is sent; text longer than the model limit is truncated (logged
@@ -15,7 +17,7 @@ model's own tokenizer; a non-finite embedding raises `EmbedderError` naming the 
 
 from tools.embedder.channel import GRPC_MAX_MESSAGE_BYTES, channel_options
 from tools.embedder.client import TritonEmbedder
-from tools.embedder.errors import EmbedderError, EmbedderOverloadedError
+from tools.embedder.errors import EmbedderError, EmbedderOverloadedError, EmbedderStubFailedError
 from tools.embedder.inputs import TextKind, length_buckets, pad_to_bucket
 from tools.embedder.stats import EmbedderStats
 
@@ -24,6 +26,7 @@ __all__ = [
     "EmbedderError",
     "EmbedderOverloadedError",
     "EmbedderStats",
+    "EmbedderStubFailedError",
     "TextKind",
     "TritonEmbedder",
     "channel_options",

@@ -14,7 +14,10 @@ Failure: the readiness check on `connect()` and each inference call have deadlin
 `timeout_s`, seconds); the inference deadline is also sent as Triton's request `timeout`, so a request whose caller
 gave up is dropped from Triton's queue unrun. UNAVAILABLE / RESOURCE_EXHAUSTED answers are retried with jittered
 exponential backoff (tenacity) up to `retries` attempts; anything else, or the last failure, becomes an
-`EmbedderError` naming the server, the model, the attempts really made and the cause. Overload is not retried:
+`EmbedderError` naming the server, the model, the attempts really made and the cause. A Python-backend model whose
+stub failed (`EmbedderStubFailedError`, local stack only) is not retried, and that server's answers are refused from
+then on (later calls go to the other endpoints, if any): Triton may hand a later request the failed batch's answers.
+Overload is not retried:
 Triton refusing a request because the model's queue is full (`max_queue_size`) or because it waited longer than the
 queue timeout, or this client waiting `timeout_s` for one of its `max_in_flight` slots, raises
 `EmbedderOverloadedError` at once (an HTTP layer answers it with 503 and Retry-After). Worst case before an error:
@@ -45,7 +48,15 @@ from tritonclient.utils import InferenceServerException
 from tools.embedder import server
 from tools.embedder.channel import channel_options, split_endpoints
 from tools.embedder.endpoints import EndpointPool
-from tools.embedder.errors import EmbedderError, EmbedderOverloadedError, describe, is_overload, is_transient
+from tools.embedder.errors import (
+    EmbedderError,
+    EmbedderOverloadedError,
+    EmbedderStubFailedError,
+    describe,
+    is_overload,
+    is_stub_failure,
+    is_transient,
+)
 from tools.embedder.inputs import (
     InputSpec,
     TextKind,
@@ -150,6 +161,8 @@ class TritonEmbedder:
         self.stats = EmbedderStats()
         self._pool = EndpointPool(self.endpoints, self.channel_args)
         self._in_flight = asyncio.Semaphore(max_in_flight or 1)
+        self._stub_failures: dict[int, str] = {}
+        """Endpoint index -> the stub failure it answered (`EmbedderStubFailedError`): nothing it sends is used."""
 
     async def __aenter__(self) -> TritonEmbedder:
         await self.connect()
@@ -343,7 +356,7 @@ class TritonEmbedder:
             inputs[-1].set_data_from_numpy(tensor)
         outputs = [InferRequestedOutput(EMBEDDING_OUTPUT)]
         attempts = 0
-        order = self._pool.order()
+        order = [i for i in self._pool.order() if i not in self._stub_failures] or self._pool.order()
         endpoint = self.endpoints[order[0]]
         try:
             async for attempt in self._retrying([self.endpoints[i] for i in order]):
@@ -355,6 +368,7 @@ class TritonEmbedder:
                         "triton_infer", model=self.model_name, batch=int(input_ids.shape[0]), endpoint=endpoint
                     ) as span:
                         start = time.perf_counter()
+                        self._refuse_failed_stub(index)
                         try:
                             result = await client.infer(
                                 self.model_name,
@@ -366,7 +380,11 @@ class TritonEmbedder:
                         except InferenceServerException as exc:
                             if is_transient(exc):
                                 self._pool.mark_down(index)
+                            elif is_stub_failure(exc):
+                                self._stub_failures.setdefault(index, describe(exc))
+                                self._refuse_failed_stub(index)
                             raise
+                        self._refuse_failed_stub(index)
                         self._pool.mark_up(index)
                         self.stats.latencies_ms.append((time.perf_counter() - start) * 1000)
                         span.set_attribute("tokens", int(input_ids.shape[1]))
@@ -389,6 +407,21 @@ class TritonEmbedder:
             )
         vectors32: npt.NDArray[np.float32] = vectors.astype(np.float32, copy=False)
         return vectors32
+
+    def _refuse_failed_stub(self, index: int) -> None:
+        """Raise `EmbedderStubFailedError` if endpoint `index` answered a stub failure (then or earlier).
+
+        Raises:
+            EmbedderStubFailedError: names the server, the model and the first failure.
+        """
+        if index in self._stub_failures:
+            self.stats.failures += 1
+            raise EmbedderStubFailedError(
+                f"Triton at {self.endpoints[index]}: the Python-backend stub of {self.model_name!r} failed "
+                f"({self._stub_failures[index]}): that server may now answer a request with another's embeddings, "
+                "so none of its answers is used. Restart it (`rag down` then `rag up` for the local stack); it "
+                "happens when the stub gets no CPU for about a second (python_backend waits 1 s for its health mark)"
+            )
 
     async def endpoint_statistics(self) -> dict[str, dict[str, float]]:
         """This embedder's model statistics on each endpoint (Triton statistics extension), cumulative since load.

@@ -25,6 +25,19 @@ class EmbedderOverloadedError(EmbedderError):
     """
 
 
+class EmbedderStubFailedError(EmbedderError):
+    """A Python-backend model's stub failed on a server: nothing that server answers for the model is used again.
+
+    Triton's Python backend gives up on a batch when the stub process has not marked itself healthy within 1 s while
+    Triton waits for its answer (python_backend `src/stub_launcher.cc`, `ReceiveMessageFromStub`; the stub marks
+    itself every 300 ms from a thread of its own), and answers the batch's requests with INTERNAL "Stub process
+    '...' is not healthy.". If the stub was only starved of CPU, it later sends that batch's answers, and Triton hands
+    them to the next batch: reproduced with a stub stopped 2.5 s, the next request of 2 texts got 64 embeddings
+    back, and then Triton aborted. Only the local stack runs the Python backend (`infra/backends/onnxruntime`); the
+    compiled onnxruntime backend of a GPU server has no stub. Remedy: restart that Triton.
+    """
+
+
 def is_overload(exc: BaseException) -> bool:
     """True when `exc` is Triton refusing a request for lack of capacity (queue full or queue timeout)."""
     return (
@@ -37,6 +50,17 @@ def is_overload(exc: BaseException) -> bool:
 def is_transient(exc: BaseException) -> bool:
     """True for a failure worth retrying: UNAVAILABLE or RESOURCE_EXHAUSTED that is not an overload refusal."""
     return isinstance(exc, InferenceServerException) and exc.status() in _TRANSIENT and not is_overload(exc)
+
+
+def is_stub_failure(exc: BaseException) -> bool:
+    """True when `exc` is Triton's INTERNAL "Stub process '...' is not healthy." of a Python-backend model whose stub
+    missed a health check or exited (`tools.embedder.recovery`)."""
+    return (
+        isinstance(exc, InferenceServerException)
+        and exc.status() == "StatusCode.INTERNAL"
+        and "Stub process" in (exc.message() or "")
+        and "is not healthy" in (exc.message() or "")
+    )
 
 
 def describe(exc: InferenceServerException) -> str:
