@@ -71,11 +71,17 @@ def is_ready(config: StackConfig) -> bool:
     return response.status_code == 200 and any(m.get("id") == config.llm_model for m in response.json()["data"])
 
 
-def start(config: StackConfig) -> int:
-    """Convert the model if needed, start vLLM in the background unless running, wait for `/v1/models`.
+def launch(config: StackConfig) -> int:
+    """Convert the model if needed and start vLLM in the background unless running; do not wait for it.
+
+    vLLM compiles the model at start (torch.compile, `Warming up model for the compilation`: 1-6 min on 2 cores),
+    so a caller with other work can launch it first and `start` it (wait for it) when needed.
+
+    Returns:
+        The server's PID.
 
     Raises:
-        processes.ServiceError: the port is taken or the server does not become ready in time.
+        processes.ServiceError: the port is taken.
     """
     run_dir = config.run_dir.resolve()
     pid = processes.read_pid(run_dir, NAME)
@@ -83,6 +89,16 @@ def start(config: StackConfig) -> int:
         convert(model_dir(config))
         processes.require_free_ports(NAME, {"VLLM_PORT": config.vllm_port})
         pid = processes.spawn(run_dir, NAME, argv(config), env=server_env(config))
+    return pid
+
+
+def start(config: StackConfig) -> int:
+    """`launch` vLLM unless running, then wait for `/v1/models` to list the model.
+
+    Raises:
+        processes.ServiceError: the port is taken or the server does not become ready in time.
+    """
+    pid, run_dir = launch(config), config.run_dir.resolve()
     processes.wait_until_ready(NAME, lambda: is_ready(config), config.vllm_start_timeout_s, pid, run_dir)
     return pid
 

@@ -81,12 +81,21 @@ def pytest_configure(config: pytest.Config) -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def needs_llm(item: pytest.Item) -> bool:
+    """True for a test that needs the real vLLM (the `llm_settings` fixture or the `llm` marker)."""
+    return "llm_settings" in getattr(item, "fixturenames", ()) or item.get_closest_marker("llm") is not None
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `stack` every test that needs a real server (a `STACK_FIXTURES` fixture, or the `llm` marker)."""
+    """Mark `stack` every test that needs a real server (a `STACK_FIXTURES` fixture, or the `llm` marker), and run
+    the modules with a test that needs the real vLLM last (in their order), so that the vLLM `llm_launch` starts at
+    the beginning compiles its model while the other tests run. Modules stay whole: their fixtures are set up once."""
     for item in items:
-        if STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("llm"):
+        if STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or needs_llm(item):
             item.add_marker(pytest.mark.stack)
+    llm_modules = {item.path for item in items if needs_llm(item)}
+    items.sort(key=lambda item: item.path in llm_modules)
 
 
 SERVER_ROOT_ENV = "RAG_TEST_SERVER_ROOT"
@@ -163,13 +172,36 @@ def triton_server(settings: Settings) -> Iterator[Settings]:
         triton.stop(StackConfig.of(settings))
 
 
-@pytest.fixture(scope="session")
-def llm_settings(settings: Settings) -> Iterator[Settings]:
-    # The converted LLM is shared with the project's default data dir (conversion takes ~20 s).
+def _launch_llm(settings: Settings) -> None:
+    """Launch the session's vLLM without waiting; the converted LLM is shared with the project's default data dir
+    (conversion takes ~20 s)."""
     llm_dir = settings.data_dir / "llm"
     if not llm_dir.exists():
         llm_dir.symlink_to(convert(REPO_ROOT / ".rag" / "llm" / SERVED_NAME).parent, target_is_directory=True)
+    vllm.launch(StackConfig.of(settings))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def llm_launch(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In a session with tests that need the real vLLM, launch it before the first test without waiting: its start
+    (minutes of model compilation on 2 cores) overlaps the tests that run before those modules (run last,
+    `pytest_collection_modifyitems`); `llm_settings` waits for it. Stopped at the session's end, used or not."""
+    if not any(needs_llm(item) for item in request.session.items):
+        yield
+        return
+    settings: Settings = request.getfixturevalue("settings")
     try:
+        _launch_llm(settings)
+        yield
+    finally:
+        vllm.stop(StackConfig.of(settings))
+
+
+@pytest.fixture(scope="session")
+def llm_settings(settings: Settings) -> Iterator[Settings]:
+    """The session's settings once its vLLM (launched by `llm_launch`) is ready."""
+    try:
+        _launch_llm(settings)
         vllm.start(StackConfig.of(settings))
         yield settings
     finally:
