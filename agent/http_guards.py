@@ -9,9 +9,10 @@ In the order a request meets them (`install_guards`):
    `/metrics`, the page `/`), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw header bytes are
    compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is read, so an
    unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.keys`, the app's
-   `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is passed on only to
-   the paths whose routes check it themselves (`CALLER_PATHS`, the `Caller` dependency: a wrong one gets the same
-   401 there); every other path stays the admin key's.
+   `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is looked up here too
+   (`KeyRing.holder`, cached by `CachedKeys`), so a made-up one is refused before its body is read; an active key's
+   holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
+   dependency); every other path stays the admin key's.
 3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
    it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
    that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
@@ -156,11 +157,30 @@ def caller_path(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in CALLER_PATHS)
 
 
+def _app_keys(scope: Scope) -> Any:
+    """The app's API keys (`app.state.keys`, an `agent.keys.KeyRing` opened by its lifespan); None without them."""
+    return getattr(getattr(scope.get("app"), "state", None), "keys", None)
+
+
 async def keys_exist(scope: Scope) -> bool:
     """Whether the app's API keys (`app.state.keys`, opened by its lifespan) hold any key."""
-    app = scope.get("app")
-    keys = getattr(getattr(app, "state", None), "keys", None)
+    keys = _app_keys(scope)
     return keys is not None and bool(await keys.any_keys())
+
+
+async def active_holder(scope: Scope, authorization: bytes | None) -> bool:
+    """Whether the `Authorization` header holds the token of an active key of the app's API keys (one look-up by
+    its hash, remembered by `CachedKeys`); False without keys.
+
+    Raises:
+        Whatever the keys raise when they cannot be read (`tools.store` errors).
+    """
+    keys = _app_keys(scope)
+    if keys is None:
+        return False
+    # Starlette decodes header bytes as latin-1 (as `agent.http.deps.get_caller` reads the token)
+    token = (authorization or b"").strip().partition(b" ")[2].strip().decode("latin-1")
+    return await keys.holder(token) is not None
 
 
 def holder_token(authorization: bytes | None) -> bool:
@@ -189,18 +209,16 @@ class BearerKeyGuard:
         if self.key is not None and key_matches(given, self.key):
             await self.app(scope, receive, send)
             return
-        if holder_token(given) and caller_path(scope["path"]):
-            await self.app(scope, receive, send)  # the route's `Caller` checks the token against the table
-            return
         try:
-            open_server = self.key is None and not await keys_exist(scope)
+            holder = holder_token(given) and caller_path(scope["path"]) and await active_holder(scope, given)
+            open_server = not holder and self.key is None and not await keys_exist(scope)
         except Exception as exc:  # noqa: BLE001 (the keys cannot be read: refuse, retryable)
             detail = f"the API keys cannot be read ({type(exc).__name__}); try again"
             await error_json(503, "postgres_unavailable", detail, {"Retry-After": "5"})(scope, receive, send)
             return
-        if not open_server:
+        if not holder and not open_server:  # a holder's route `Caller` scopes it to its collections
             headers = {"WWW-Authenticate": "Bearer"}
-            await error_json(401, "unauthorized", "missing or wrong API key", headers)(scope, receive, send)
+            await error_json(401, "unauthorized", "missing, wrong or revoked API key", headers)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 

@@ -19,6 +19,7 @@ from pydantic import SecretStr, ValidationError
 from agent.admission import AdmissionController
 from agent.http_api import create_app
 from agent.http_guards import LOOPBACK_HOSTS, allowed_hosts_for, require_key_off_loopback
+from agent.keys import InMemoryKeys
 from agent.settings import Settings, SettingsError
 
 KEY = "s3cret-clé"  # non-ASCII: clients send it as UTF-8 bytes
@@ -92,6 +93,31 @@ async def test_auth_is_checked_before_the_body_is_read_or_parsed() -> None:
         assert malformed.json()["error"] == "unauthorized" and malformed.headers["www-authenticate"] == "Bearer"
         big = await http.post("/v1/ask", content=body())
     assert big.status_code == 401 and pulled <= 1
+
+
+async def test_an_unknown_key_holder_token_is_refused_before_the_body_is_read_or_parsed() -> None:
+    keys = InMemoryKeys()
+    _, token = await keys.create(["a"])
+    app = app_with(base_settings())
+    app.state.keys = keys  # what the lifespan opens
+    pulled = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        for _ in range(100):  # 100 MB if it were all read
+            pulled += 1
+            yield b"x" * 1_000_000
+
+    unknown = {"Authorization": "Bearer rag_notakey", "Content-Type": "application/json"}
+    async with client(app) as http:
+        for path in ("/v1/documents", "/v1/ask", "/v1/chat/completions", "/mcp"):
+            malformed = await http.post(path, content=b"{not json", headers=unknown)
+            assert malformed.status_code == 401, (path, malformed.text)
+            assert "unauthorized" in malformed.text and malformed.headers["www-authenticate"] == "Bearer"
+        big = await http.post("/v1/ask", content=body(), headers=unknown)
+        assert big.status_code == 401 and pulled <= 1
+        known = await http.post("/v1/ask", content=b"{not json", headers={"Authorization": f"Bearer {token}"})
+        assert known.status_code == 422 and known.json()["error"] == "bad_request"  # a real holder's body is parsed
 
 
 async def test_bodies_over_the_limit_get_413_whether_announced_or_streamed() -> None:

@@ -172,7 +172,7 @@ def test_rag_serve_refuses_mcp_without_the_api_key(served: RagServe) -> None:
     for headers in (accept, accept | {"Authorization": "Bearer wrong"}):
         response = httpx.post(served.url + "/mcp", json=body, headers=headers, timeout=30)
         assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
-        assert response.json() == {"error": "unauthorized", "detail": "missing or wrong API key"}
+        assert response.json() == {"error": "unauthorized", "detail": "missing, wrong or revoked API key"}
 
 
 async def test_the_sdk_client_without_the_key_gets_401_and_fails(served: RagServe) -> None:

@@ -217,4 +217,4 @@ async def test_the_http_app_refuses_mcp_without_the_api_key(model: Model, sent: 
         async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
             response = await http.post("/mcp", json=body, headers=headers)
     assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
-    assert response.json() == {"error": "unauthorized", "detail": "missing or wrong API key"}
+    assert response.json() == {"error": "unauthorized", "detail": "missing, wrong or revoked API key"}
