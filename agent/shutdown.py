@@ -9,6 +9,11 @@ On the first SIGTERM (or SIGINT) the server keeps listening and starts draining 
 - when none is left, or `SHUTDOWN_GRACE_S` has passed, uvicorn's own shutdown runs: it stops listening, cancels what
   is still running after `CANCEL_AFTER_S`, and runs the lifespan's exit (the app closes its clients; the caller
   flushes telemetry with `flush_telemetry`). The process then exits 0.
+- what still runs when the grace has passed is ended by the drain itself (`Drain.cut`), so that no client is left
+  with a body cut off mid-way: the answer is cancelled (the LLM stops), a response not started yet is 503
+  `shutting_down`, and an event stream (`text/event-stream`) gets a last event that says to retry: `event: error`
+  with `{"error": "shutting_down", ...}` (`sse_error_ending`), or what the app's `stream_ending` gives for the path
+  (the OpenAI-compatible route: an error chunk and `data: [DONE]`).
 
 A second signal while draining stops at once (uvicorn's behaviour: SIGINT forces the exit).
 
@@ -19,18 +24,22 @@ must cover preStop + `SHUTDOWN_GRACE_S` + `CANCEL_AFTER_S` + the lifespan's exit
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 import signal
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import FrameType
 from typing import Any
 
+import anyio
 import uvicorn
+from fastapi.sse import format_sse_event
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.http_guards import error_json
 
@@ -40,6 +49,11 @@ RETRY_AFTER_S = 1
 """`Retry-After` of the 503 answered while draining: another instance can take the request at once."""
 STILL_SERVED = frozenset({"/metrics"})
 """Paths answered normally while draining (Prometheus keeps scraping until the process ends)."""
+CUT_DETAIL = "the server shut down before the answer was finished; retry the request (another instance will take it)"
+"""The message of what a request cut by the end of the drain receives."""
+
+StreamEnding = Callable[[str], bytes]
+"""The last bytes of an event stream on a path (its argument) cut by the end of the drain."""
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +69,7 @@ class Drain:
     def __init__(self) -> None:
         self.in_flight = 0
         self.deadline: float | None = None
+        self._running: set[asyncio.Event] = set()
 
     @property
     def draining(self) -> bool:
@@ -71,13 +86,51 @@ class Drain:
         """True when draining and no request is left, or the grace period is over."""
         return self.deadline is not None and (self.in_flight == 0 or time.monotonic() >= self.deadline)
 
+    def cut(self) -> None:
+        """End every request still running (`DrainMiddleware`: cancelled, answered 503 or its stream closed with a
+        last event saying to retry); called once the grace period is over."""
+        if self._running:
+            log.warning("draining: the grace is over; ending %d request(s) still running", len(self._running))
+        for running in self._running:
+            running.set()
+
+    @contextlib.contextmanager
+    def running(self) -> Generator[asyncio.Event, None, None]:
+        """Count one request in flight while the block runs; the event is set when `cut` ends it."""
+        event = asyncio.Event()
+        self.in_flight += 1
+        self._running.add(event)
+        try:
+            yield event
+        finally:
+            self._running.discard(event)
+            self.in_flight -= 1
+
+
+async def _cancel_when_set(event: asyncio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def sse_error_ending(path: str) -> bytes:
+    """The last event of a stream cut by the end of the drain: `event: error` with the API's error body
+    (`shutting_down`, a 503 kind: retryable)."""
+    body = json.dumps({"error": "shutting_down", "detail": CUT_DETAIL})
+    return format_sse_event(event="error", data_str=body)
+
 
 class DrainMiddleware:
-    """Counts requests in flight; while the server drains, answers new ones (but `STILL_SERVED`) 503."""
+    """Counts requests in flight; while the server drains, answers new ones (but `STILL_SERVED`) 503; ends the ones
+    still running when `Drain.cut` is called (module docstring).
 
-    def __init__(self, app: ASGIApp, drain: Drain) -> None:
+    Args:
+        stream_ending: the last bytes of a cut event stream by path; default `sse_error_ending`.
+    """
+
+    def __init__(self, app: ASGIApp, drain: Drain, stream_ending: StreamEnding = sse_error_ending) -> None:
         self.app = app
         self.drain = drain
+        self.stream_ending = stream_ending
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the request counted, or refuse it while draining."""
@@ -89,11 +142,36 @@ class DrainMiddleware:
             detail = "the server is shutting down; retry the request (another instance will take it)"
             await error_json(503, "shutting_down", detail, headers)(scope, receive, send)
             return
-        self.drain.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.drain.in_flight -= 1
+        with self.drain.running() as cut:
+            await self._run(scope, receive, send, cut)
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, cut: asyncio.Event) -> None:
+        """Run the request until it ends or `cut` is set; then finish its response as the module docstring says."""
+        started = finished = event_stream = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started, finished, event_stream
+            if message["type"] == "http.response.start":
+                started = True
+                content_type = dict(message.get("headers", [])).get(b"content-type", b"")
+                event_stream = content_type.startswith(b"text/event-stream")
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+            await send(message)
+
+        with anyio.CancelScope() as running:  # cancels only the request; a cancellation from outside goes on
+            watcher = asyncio.ensure_future(_cancel_when_set(cut, running))
+            try:
+                await self.app(scope, receive, watched)
+            finally:
+                watcher.cancel()
+        if not cut.is_set() or finished:
+            return
+        if not started:
+            headers = {"Retry-After": str(RETRY_AFTER_S), "Connection": "close"}
+            await error_json(503, "shutting_down", CUT_DETAIL, headers)(scope, receive, send)
+        elif event_stream:
+            await send({"type": "http.response.body", "body": self.stream_ending(scope["path"]), "more_body": False})
 
 
 class DrainingServer(uvicorn.Server):
@@ -118,6 +196,7 @@ class DrainingServer(uvicorn.Server):
     async def on_tick(self, counter: int) -> bool:
         """uvicorn's tick (every 0.1 s); exits once the drain is done."""
         if self.drain.done():
+            self.drain.cut()  # the grace is over: what still runs ends now, each client told to retry
             self.should_exit = True
         return await super().on_tick(counter)
 
@@ -143,11 +222,15 @@ def flush_telemetry(timeout_s: float = 5.0) -> None:
         log.warning("telemetry: spans were still unexported after %.1f s", timeout_s)
 
 
-def install_drain(app: Any) -> Drain:
+def install_drain(app: Any, stream_ending: StreamEnding = sse_error_ending) -> Drain:
     """Add a `DrainMiddleware` outside the middleware already added to a Starlette/FastAPI `app`; returns its
-    `Drain`, for `serve`."""
+    `Drain`, for `serve`.
+
+    Args:
+        stream_ending: the last bytes of an event stream cut by the end of the drain, by path.
+    """
     drain = Drain()
-    app.add_middleware(DrainMiddleware, drain=drain)
+    app.add_middleware(DrainMiddleware, drain=drain, stream_ending=stream_ending)
     return drain
 
 

@@ -1,7 +1,8 @@
 """`rag serve`'s shutdown (agent/shutdown.py) on a real subprocess with the real Triton and Postgres, the fake OpenAI
 server as the LLM and a fake OTLP collector: on SIGTERM an open answer stream, held at the LLM by a gate the test
 opens, finishes; meanwhile new requests and /health get 503 (not a refused connection); the last spans are
-exported; the process exits 0. With a short grace, a stream that never finishes is cut and the exit is still 0.
+exported; the process exits 0. With a short grace, a stream that never finishes ends with a retryable `error` event
+and the exit is still 0.
 Nothing here waits on a clock except failure guards: each step waits for an event or a state it observes."""
 
 from __future__ import annotations
@@ -160,5 +161,7 @@ def test_a_stream_longer_than_the_grace_is_cut_and_the_exit_is_still_0(
                 assert process.wait(GUARD_S) == 0
                 thread.join(GUARD_S)
                 assert "event: result" not in lines, lines
+                errors = [lines[i + 1] for i, line in enumerate(lines[:-1]) if line == "event: error"]
+                assert len(errors) == 1 and "shutting_down" in errors[0], lines  # a last event: retry
         finally:
             gate.set()

@@ -128,18 +128,21 @@ async def cancelled_on_disconnect(request: Request, work: Awaitable[AskResult]) 
     question waiting for a slot leaves the queue, a running answer stops using the LLM. Returns a bare 499 (nginx's
     "client closed request"; nobody receives it) in that case."""
     task = asyncio.ensure_future(work)
+    disconnected = False
 
     async def watch() -> None:
+        nonlocal disconnected
         while (await request.receive())["type"] != "http.disconnect":
             pass
+        disconnected = True
         task.cancel()
 
     watcher = asyncio.create_task(watch())
     try:
         return await task
     except asyncio.CancelledError:
-        if not task.cancelled() or watcher.cancelled():
-            raise  # the server itself is cancelling this request
+        if not disconnected:
+            raise  # the server itself is cancelling this request (e.g. the end of the shutdown drain)
         return Response(status_code=499)
     finally:
         watcher.cancel()

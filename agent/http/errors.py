@@ -31,6 +31,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "method_not_allowed": 405,
     "timeout": 504,
     "overloaded": 503,
+    "shutting_down": 503,
     "llm_bad_response": 502,
     "llm_unavailable": 503,
     "llm_rate_limited": 503,

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from fastapi.sse import format_sse_event
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -25,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.http.errors import STATUS_OF_KIND, ApiError, error_response, failure_of
+from agent.shutdown import CUT_DETAIL, sse_error_ending
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
 """Paths (and, for `/v1/models`, the paths under it) whose errors take OpenAI's shape."""
@@ -82,6 +84,16 @@ def openai_error_of(exc: Exception) -> OpenAIErrorBody:
     """The body of a failure raised while answering (the data of a stream's error event): its kind as `code`."""
     failure = failure_of(exc)
     return openai_error_body(STATUS_OF_KIND.get(failure.kind, 500), failure.message, failure.kind)
+
+
+def stream_ending(path: str) -> bytes:
+    """The last bytes of an event stream on `path` cut by the end of `rag serve`'s drain (`agent.shutdown`): on the
+    OpenAI-compatible routes an error chunk (`data: {"error": {...}}`, code `shutting_down`, a retryable 503) and
+    `data: [DONE]`; elsewhere `agent.shutdown.sse_error_ending`."""
+    if not is_openai_path(path):
+        return sse_error_ending(path)
+    body = openai_error_body(STATUS_OF_KIND["shutting_down"], CUT_DETAIL, "shutting_down")
+    return format_sse_event(data_str=body.model_dump_json()) + format_sse_event(data_str="[DONE]")
 
 
 def _param(loc: Sequence[int | str]) -> str | None:
