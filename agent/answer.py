@@ -43,8 +43,8 @@ from agent.context_window import message_texts
 from agent.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
 from agent.events import AgentEvent, AnswerRestart, TextDelta
 from agent.llm_finish import is_truncated, rate_limit_error, require_finish_reason
-from agent.prompts import REFUSAL, SYSTEM_PROMPT, user_prompt
-from agent.rag_agent import RagDeps, search_passages
+from agent.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
+from agent.rag_agent import TOOLS_TEXT, RagDeps, search_passages
 from agent.results import AskResult, Citation, TokenUsage
 from agent.settings import Policy
 from tools.scope import SearchScope
@@ -179,7 +179,6 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     timings.add({"embed": 0.0, "search": 0.0})
     truncated = False  # the final response stopped at max_tokens
     usage = TokenUsage()  # tokens the LLM server reported for the run
-    left_out: list[str] = []  # chunk ids of passages dropped to fit the context window
 
     def finish(
         text: str, citations: list[Citation] | None = None, refused: bool = False, dropped: list[str] | None = None
@@ -194,10 +193,15 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             policy=policy,
             searches=list(deps.state.queries),
             truncated=truncated and not refused,
-            dropped_passages=left_out,
+            dropped_passages=deps.state.left_out,
             usage=usage,
         )
 
+    history = list(request.history)
+    if deps.context is not None:  # the oldest turns of a long conversation make room for the question
+        instructions = [SYSTEM_PROMPT] if policy == "always" else [AGENTIC_SYSTEM_PROMPT, TOOLS_TEXT]
+        first = user_prompt(request.question, []) if policy == "always" else agentic_prompt(request.question)
+        history = await deps.context.fit_history(history, instructions, first)
     if policy == "always":
         query = request.retrieval_query or request.question
         passages = await search_passages(deps, query, request.top_k or deps.top_k)
@@ -206,14 +210,13 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             _Stream(deps, request, start).show(REFUSAL)
             return finish(REFUSAL, refused=True)
         if deps.context is not None:
-            fixed = [SYSTEM_PROMPT, *message_texts(request.history)]
+            fixed = [SYSTEM_PROMPT, *message_texts(history)]
             fitted = await deps.context.fit(passages, lambda kept: user_prompt(request.question, kept), fixed)
-            passages, left_out = fitted.kept, [p.chunk_id for p in fitted.dropped]
-            for chunk_id in left_out:  # never citable: the model did not see them
-                deps.state.by_chunk.pop(chunk_id, None)
+            passages = fitted.kept
+            deps.state.forget(fitted.dropped, {p.chunk_id for p in fitted.dropped})  # the model never sees them
         prompt = user_prompt(request.question, passages)
     else:
-        prompt = f"Question: {request.question}"
+        prompt = agentic_prompt(request.question)
 
     llm_start = time.perf_counter()
     stream = _Stream(deps, request, llm_start)
@@ -223,7 +226,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             prompt,
             deps=deps,
             usage_limits=limits.usage,
-            message_history=request.history or None,
+            message_history=history or None,
             model_settings=request.model_settings,
         ) as events:
             async for event in events:

@@ -10,6 +10,13 @@ cannot be answered by a model served with 4096 tokens. `ContextFitter.fit` keeps
 
 - Context tokens: the server's own figure, `max_model_len` of the model's entry in `GET <LLM_BASE_URL>/models`
   (vLLM reports it; looked up once, then cached), else `LLM_CONTEXT_TOKENS`.
+- Later passages: the `agentic` policy's tool results (`search_documents`, `get_document`) are fitted the same way,
+  each against the conversation as it stands when the tool runs (instructions, tool definitions, every message so
+  far, results granted to parallel calls not yet sent): the lowest-ranked passages are dropped, a document is cut.
+- Earlier turns (`fit_history`): a conversation's history takes at most `HISTORY_SHARE` of the room the question
+  leaves; the oldest turns beyond it are dropped (instructions, i.e. system messages, are kept), so a long
+  conversation goes on instead of being refused. Only a question (with its instructions) that alone does not fit
+  is refused (`agent.errors.InputError`, "ask a shorter question").
 - Token counts: the LLM's own tokenizer (`LLM_TOKENIZER`, or the local stack's converted model folder
   `DATA_DIR/llm/<LLM_MODEL>/tokenizer.json` when it exists), else an estimate of `CHARS_PER_TOKEN` characters per
   token, deliberately low (BPE tokenizers average ~4 characters per token on English text; numbers and rare words
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, ToolCallPart, UserPromptPart
 from tokenizers import Tokenizer
 
 from agent.errors import InputError
@@ -34,6 +41,9 @@ from tools.retrieval import Passage
 
 CHARS_PER_TOKEN = 3.0
 """Characters per token assumed when no tokenizer is configured (an overcount for English BPE, ~4 chars/token)."""
+HISTORY_SHARE = 0.5
+"""Most of the room left after the question that earlier turns of a conversation may take (the rest is for
+passages)."""
 TOKENS_PER_MESSAGE = 8
 """Chat-template tokens allowed per message (ChatML `<|im_start|>role\\n ... <|im_end|>\\n` is 5)."""
 MARGIN_TOKENS = 32
@@ -61,6 +71,7 @@ def tokenizer_counter(path: Path) -> TokenCounter:
         raise FileNotFoundError(f"LLM tokenizer {file} not found (LLM_TOKENIZER); expected a tokenizer.json")
     tokenizer = Tokenizer.from_file(str(file))
     tokenizer.no_truncation()
+    tokenizer.no_padding()
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
@@ -142,61 +153,146 @@ class ContextFitter:
         self._context_tokens = reported if isinstance(reported, int) else self.settings.llm_context_tokens
         return self._context_tokens
 
-    async def fit(
-        self, passages: Sequence[Passage], render: Callable[[list[Passage]], str], fixed: Sequence[str] = ()
-    ) -> Fitted:
-        """The longest prefix of `passages` (best-ranked first) whose prompt fits the context window.
-
-        Args:
-            passages: retrieved passages in rank order.
-            render: the user message holding a list of passages (e.g. `agent.prompts.user_prompt` with the question).
-            fixed: the other messages' texts sent with it (system prompt, earlier turns).
-
-        Raises:
-            agent.errors.InputError: even the prompt without passages leaves no room (a question or history longer
-                than the context window); the message gives the token counts.
-        """
+    async def room(self, fixed: Sequence[str], reserved: int = 0) -> int:
+        """Tokens left for one more message beside the messages `fixed` (their texts) and `reserved` tokens, after
+        `LLM_MAX_TOKENS` and the chat template's allowance; negative when they already overflow."""
         context = await self.context_tokens()
-        budget = (
+        return (
             context
             - self.settings.llm_max_tokens
             - MARGIN_TOKENS
             - TOKENS_PER_MESSAGE * (len(fixed) + 1)
             - sum(self.count(text) for text in fixed)
+            - reserved
         )
 
-        def fits(n: int) -> bool:
-            return self.count(render(list(passages[:n]))) <= budget
-
-        if not fits(0):
-            raise InputError(
-                f"the question and conversation take more than the {context}-token context window of "
-                f"{self.settings.llm_model} leaves after LLM_MAX_TOKENS={self.settings.llm_max_tokens}; ask a shorter "
-                f"question"
-            )
-        low, high = 0, len(passages)  # fits(low) holds; find the largest n with fits(n)
+    def _longest(self, n: int, fits: Callable[[int], bool]) -> int:
+        """The largest `k <= n` with `fits(k)` (`fits` grows false with `k`), given `fits(0)`."""
+        low, high = 0, n
         while low < high:
             mid = (low + high + 1) // 2
             if fits(mid):
                 low = mid
             else:
                 high = mid - 1
-        kept, dropped = list(passages[:low]), list(passages[low:])
+        return low
+
+    def _too_long(self, context: int) -> InputError:
+        return InputError(
+            f"the question takes more than the {context}-token context window of {self.settings.llm_model} leaves "
+            f"after LLM_MAX_TOKENS={self.settings.llm_max_tokens}; ask a shorter question"
+        )
+
+    async def fit(
+        self,
+        passages: Sequence[Passage],
+        render: Callable[[list[Passage]], str],
+        fixed: Sequence[str] = (),
+        reserved: int = 0,
+    ) -> Fitted:
+        """The longest prefix of `passages` (best-ranked first) whose prompt fits the context window.
+
+        Args:
+            passages: retrieved passages in rank order.
+            render: the message holding a list of passages (e.g. `agent.prompts.user_prompt` with the question).
+            fixed: the other messages' texts sent with it (system prompt, earlier turns, tool definitions).
+            reserved: tokens taken by something else in the same request (results of parallel tool calls).
+
+        Raises:
+            agent.errors.InputError: even the message without passages leaves no room (a question or history longer
+                than the context window); the message gives the token counts.
+        """
+        budget = await self.room(fixed, reserved)
+
+        def fits(n: int) -> bool:
+            return self.count(render(list(passages[:n]))) <= budget
+
+        if not fits(0):
+            raise self._too_long(await self.context_tokens())
+        kept_n = self._longest(len(passages), fits)
+        kept, dropped = list(passages[:kept_n]), list(passages[kept_n:])
         if dropped:
             log.info(
                 "%d of %d passages dropped to fit the %d-token context (%s)",
                 len(dropped),
                 len(passages),
-                context,
+                await self.context_tokens(),
                 self._counting,
             )
         return Fitted(kept, dropped)
 
+    async def fit_text(
+        self, text: str, render: Callable[[str], str], fixed: Sequence[str] = (), reserved: int = 0
+    ) -> str | None:
+        """The longest prefix of `text` (cut at a character) whose message `render(prefix)` fits beside `fixed` and
+        `reserved` (see `fit`); None when not even `render("")` fits."""
+        budget = await self.room(fixed, reserved)
+
+        def fits(n: int) -> bool:
+            return self.count(render(text[:n])) <= budget
+
+        if not fits(0):
+            return None
+        return text[: self._longest(len(text), fits)]
+
+    async def fit_history(
+        self, history: Sequence[ModelMessage], fixed: Sequence[str], prompt: str, share: float = HISTORY_SHARE
+    ) -> list[ModelMessage]:
+        """`history` (a conversation's earlier messages, oldest first) with its oldest turns dropped so that it
+        takes at most `share` of the room that `fixed` (the system prompt, tool definitions) and the question's
+        message `prompt` leave. Instructions (leading system messages) are kept; a turn (a user message and the
+        answers after it) is dropped whole, so the history still starts with a user message.
+
+        Raises:
+            agent.errors.InputError: the question with the instructions alone does not fit ("ask a shorter
+                question", with the token counts).
+        """
+        messages = list(history)
+        lead = 0
+        while lead < len(messages) and _instructions_only(messages[lead]):
+            lead += 1
+        instructions, rest = messages[:lead], messages[lead:]
+        instruction_texts = message_texts(instructions)
+        room = await self.room([*fixed, *instruction_texts]) - self.count(prompt)
+        if room < 0:
+            raise self._too_long(await self.context_tokens())
+        starts = [i for i, m in enumerate(rest) if _asks(m)] or [0]
+        if starts[0] != 0:
+            starts.insert(0, 0)
+        cost = [self.count(text) + TOKENS_PER_MESSAGE for text in message_texts(rest)]
+        allowed = int(room * share)
+        kept_from = next((i for i in starts if sum(cost[i:]) <= allowed), len(rest))
+        if kept_from:
+            log.info(
+                "%d oldest of %d earlier turns dropped to fit the %d-token context (%s)",
+                sum(1 for i in starts if i < kept_from),
+                len(starts),
+                await self.context_tokens(),
+                self.counting,
+            )
+        return instructions + rest[kept_from:]
+
+
+def _instructions_only(message: ModelMessage) -> bool:
+    """A request that holds only system prompts (a chat client's system / developer messages)."""
+    return isinstance(message, ModelRequest) and all(isinstance(p, SystemPromptPart) for p in message.parts)
+
+
+def _asks(message: ModelMessage) -> bool:
+    """A request that holds a user prompt: where a turn of the conversation starts."""
+    return isinstance(message, ModelRequest) and any(isinstance(p, UserPromptPart) for p in message.parts)
+
 
 def message_texts(messages: Sequence[ModelMessage]) -> list[str]:
-    """The text of each earlier message of a conversation (user prompts, model text, tool results), for counting."""
+    """The text of each earlier message of a conversation (user prompts, model text, tool calls with their
+    arguments, tool results), for counting."""
     texts = []
     for message in messages:
-        contents = (getattr(part, "content", None) for part in message.parts)
-        texts.append("\n".join(content for content in contents if isinstance(content, str)))
+        pieces = []
+        for part in message.parts:
+            if isinstance(part, ToolCallPart):
+                pieces.append(part.tool_name + part.args_as_json_str())
+            elif isinstance(content := getattr(part, "content", None), str):
+                pieces.append(content)
+        texts.append("\n".join(pieces))
     return texts

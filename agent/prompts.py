@@ -65,3 +65,8 @@ def format_passages(passages: list[Passage], max_chars: int = 1200, show_doc_ids
 def user_prompt(question: str, passages: list[Passage]) -> str:
     """The user message of the `always` policy: passages first, then the question."""
     return f"{format_passages(passages)}\n\nQuestion: {question}\nAnswer with citations:"
+
+
+def agentic_prompt(question: str) -> str:
+    """The user message of the `agentic` policy: the question alone (the model searches itself)."""
+    return f"Question: {question}"

@@ -16,19 +16,22 @@ the answer is the fixed refusal `agent.prompts.REFUSAL` without citations.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelRetry
-from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
-from agent.context_window import ContextFitter
+from agent.context_window import TOKENS_PER_MESSAGE, ContextFitter, message_texts
+from agent.errors import InputError
 from agent.events import AgentEvent, ToolCall, ToolResult
 from agent.prompts import AGENTIC_SYSTEM_PROMPT, SYSTEM_PROMPT, format_passages
 from agent.settings import Policy
@@ -39,17 +42,34 @@ from tools.timing import StageTimings
 MAX_TOOL_TOP_K = 10
 """Most passages one `search_documents` call returns (keeps tool results within a small model's context)."""
 MAX_DOCUMENT_CHARS = 4000
-"""`get_document` returns at most this many characters of a document."""
+"""`get_document` returns at most this many characters of a document (fewer when the context window is fuller)."""
 
 
 @dataclass
 class RunState:
-    """What one answer has retrieved so far: passages renumbered in first-seen order, queries, and the answer's
-    stage timings (retrieval stages summed over its searches)."""
+    """What one answer has retrieved so far: passages renumbered in first-seen order, queries, the answer's stage
+    timings (retrieval stages summed over its searches), passages dropped to fit the context window, and the tokens
+    of tool results handed out but not yet in the conversation (parallel tool calls of one model response)."""
 
     by_chunk: dict[str, Passage] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
     timings: StageTimings = field(default_factory=StageTimings)
+    dropped: dict[str, None] = field(default_factory=dict)
+    granted: dict[str, int] = field(default_factory=dict)
+    fitting: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def left_out(self) -> list[str]:
+        """Chunk ids of passages dropped to fit the context window and never shown to the model, in drop order."""
+        return [chunk_id for chunk_id in self.dropped if chunk_id not in self.by_chunk]
+
+    def forget(self, dropped: Sequence[Passage], new: set[str]) -> None:
+        """Passages dropped to fit the context window: those first found by the search that dropped them lose their
+        number (the highest ones: numbers stay contiguous) and can never be cited."""
+        for p in dropped:
+            self.dropped[p.chunk_id] = None
+            if p.chunk_id in new:
+                self.by_chunk.pop(p.chunk_id, None)
 
     @property
     def passages(self) -> list[Passage]:
@@ -127,6 +147,37 @@ async def search_passages(deps: RagDeps, query: str, top_k: int) -> list[Passage
     return passages
 
 
+NO_ROOM = (
+    "The context window is full: no more passages can be shown. Answer now from the passages you already have, or "
+    "say that they do not cover the question."
+)
+"""The tool result when not even an empty result fits the context window any more."""
+
+
+def _tools_text() -> str:
+    """The tool definitions as the LLM receives them (name, description, JSON schema), for counting their tokens."""
+    defs = [Tool(tool).tool_def for tool in (search_documents, get_document)]
+    shown = [{"name": d.name, "description": d.description, "parameters": d.parameters_json_schema} for d in defs]
+    return json.dumps(shown)
+
+
+async def _fitted_result(ctx: RunContext[RagDeps], fit: Callable[[list[str], int], Awaitable[str]]) -> str:
+    """Run `fit(fixed texts, reserved tokens)` against the conversation as it stands (the agentic instructions,
+    the tool definitions, every message so far, and results granted to parallel calls not yet in it) and
+    remember the tokens of the result it returns for this tool call."""
+    state = ctx.deps.state
+    async with state.fitting:
+        returned = {p.tool_call_id for m in ctx.messages for p in m.parts if isinstance(p, ToolReturnPart)}
+        for call_id in returned & set(state.granted):
+            del state.granted[call_id]
+        fixed = [AGENTIC_SYSTEM_PROMPT, TOOLS_TEXT, *message_texts(ctx.messages)]
+        reserved = sum(state.granted.values()) + TOKENS_PER_MESSAGE * len(state.granted)
+        result = await fit(fixed, reserved)
+        if ctx.deps.context is not None and ctx.tool_call_id:
+            state.granted[ctx.tool_call_id] = ctx.deps.context.count(result)
+        return result
+
+
 async def search_documents(ctx: RunContext[RagDeps], query: str, top_k: int = 5) -> str:
     """Search the document collection and return the passages most relevant to `query`, numbered.
 
@@ -139,13 +190,30 @@ async def search_documents(ctx: RunContext[RagDeps], query: str, top_k: int = 5)
     """
     if not query.strip():
         raise ModelRetry("query is empty: pass the words to search for, e.g. the user's question")
+    known = set(ctx.deps.state.by_chunk)
     passages = await search_passages(ctx.deps, query.strip(), max(1, min(int(top_k), MAX_TOOL_TOP_K)))
     if not ctx.deps.is_relevant(passages):
         return (
             "No passage is relevant to this query. Search again with other words, or answer that the documents "
             "do not cover the question."
         )
-    return format_passages(passages, show_doc_ids=True)
+    context = ctx.deps.context
+    if context is None:
+        return format_passages(passages, show_doc_ids=True)
+
+    def render(kept: list[Passage]) -> str:
+        return format_passages(kept, show_doc_ids=True)
+
+    async def fit(fixed: list[str], reserved: int) -> str:
+        try:
+            fitted = await context.fit(passages, render, fixed, reserved)
+        except InputError:  # not even an empty result fits
+            ctx.deps.state.forget(passages, {p.chunk_id for p in passages} - known)
+            return NO_ROOM
+        ctx.deps.state.forget(fitted.dropped, {p.chunk_id for p in passages} - known)
+        return render(fitted.kept) if fitted.kept else NO_ROOM
+
+    return await _fitted_result(ctx, fit)
 
 
 def shown_in(deps: RagDeps, doc_id: str) -> SearchScope | None:
@@ -174,9 +242,26 @@ async def get_document(ctx: RunContext[RagDeps], doc_id: str) -> str:
         raise ModelRetry(f"document {doc_id} is no longer stored")
     title, text = found
     ctx.deps.emit(ToolResult(tool="get_document", summary=f"doc {doc_id}: {len(text)} characters"))
-    body = text if len(text) <= MAX_DOCUMENT_CHARS else text[:MAX_DOCUMENT_CHARS] + " ..."
-    whole = Passage(chunk_id=f"{doc_id}#all", doc_id=doc_id, title=title, text=body, source="", score=0.0, number=0)
-    return format_passages([whole], max_chars=MAX_DOCUMENT_CHARS)
+    text = text[:MAX_DOCUMENT_CHARS]
+
+    def render(shown: str) -> str:
+        body = shown if len(shown) == len(found[1]) else shown + " ..."
+        whole = Passage(chunk_id=f"{doc_id}#all", doc_id=doc_id, title=title, text=body, source="", score=0.0, number=0)
+        return format_passages([whole], max_chars=MAX_DOCUMENT_CHARS + 4)
+
+    context = ctx.deps.context
+    if context is None:
+        return render(text)
+
+    async def fit(fixed: list[str], reserved: int) -> str:
+        shown = await context.fit_text(text, render, fixed, reserved)
+        return NO_ROOM if shown is None else render(shown)
+
+    return await _fitted_result(ctx, fit)
+
+
+TOOLS_TEXT = _tools_text()
+"""The `agentic` policy's tool definitions as text (their tokens count against the context window)."""
 
 
 class UniqueToolCallIds(AbstractCapability[Any]):
