@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.document_files import GUIDE_HTML, empty_pdf, encrypted_pdf, guide_docx, print_pdf, zip_named
-from tools.extract import ExtractError, Section, extract, sniff
+from tools.extract import ExtractError, Section, extract, sniff, sniff_bytes
 from tools.ingest import plan_inputs, read_documents
 from tools.ingest.embedding import located_chunks
 from tools.tokenizer import load_tokenizer
@@ -204,3 +204,63 @@ def test_citation_shows_the_page_or_the_section_path() -> None:
     assert (html.section, html.location) == (["Guide", "Install", "Linux"], "Guide › Install › Linux")
     assert (plain.page, plain.section, plain.location) == (None, [], "")
     assert pdf.model_dump()["location"] == "handbook.pdf p. 12"
+
+
+LEGACY_PAGE = (
+    '<!DOCTYPE html>\n<html><head><meta charset="windows-1252"><title>Café prices</title></head>\n'
+    "<body><article><h1>Café prices</h1><p>The café sells “espresso” for 2 € and crème brûlée for 5 €; "
+    "the naïve visitor pays the same as the regulars, and the terrace is open from May to September.</p>"
+    "<p>Opening hours are posted at the door, and the staff speak français, Deutsch and español.</p>"
+    "</article></body></html>"
+)
+"""A web page in windows-1252, as its `<meta charset>` declares."""
+
+
+def test_a_legacy_encoded_page_is_read_by_its_declared_charset_from_folders_and_uploads(tmp_path: Path) -> None:
+    data = LEGACY_PAGE.encode("cp1252")
+    page = tmp_path / "cafe.html"
+    page.write_bytes(data)
+    assert sniff(page) == "html" and sniff_bytes(data, "cafe.html") == "html"
+    got = extract(page, "html", LIMIT)
+    assert got.title == "Café prices"
+    assert "“espresso” for 2 € and crème brûlée" in got.text and "français" in got.text
+    (doc,) = read_documents(page)  # the folder path: sniffed, then read
+    assert "crème brûlée" in doc.text
+
+
+def test_html_encodings_follow_the_whatwg_order_bom_then_meta_then_detection(tmp_path: Path) -> None:
+    undeclared = LEGACY_PAGE.replace('<meta charset="windows-1252">', "")
+    pages = {
+        "bom16.html": b"\xff\xfe" + LEGACY_PAGE.encode("utf-16-le"),  # the BOM wins over the meta
+        "latin1-label.html": LEGACY_PAGE.replace("windows-1252", "iso-8859-1").encode("cp1252"),  # = windows-1252
+        "undeclared.html": undeclared.encode("cp1252"),  # detected
+        "utf8.html": undeclared.encode("utf-8"),
+    }
+    for name, data in pages.items():
+        (tmp_path / name).write_bytes(data)
+        assert sniff(tmp_path / name) == "html", name
+        assert "crème brûlée for 5 €" in extract(tmp_path / name, "html", LIMIT).text, name
+
+
+def test_legacy_encoded_text_files_are_decoded_and_binary_ones_still_refused(tmp_path: Path) -> None:
+    texts = {
+        "notes.txt": ("Le café était très agréable, merci à l'équipe.", "cp1252"),
+        "privet.txt": ("Привет, как дела? Это тест кодировки текста.", "cp1251"),
+        "nihongo.md": ("# 日本語\n\n日本語のテキストです。文字コードの検出。", "shift_jis"),
+    }
+    for name, (text, encoding) in texts.items():
+        path = tmp_path / name
+        path.write_bytes(text.encode(encoding))
+        assert sniff(path) in ("text", "markdown"), name
+        assert extract(path, sniff(path), LIMIT).text == text, name
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes(b"\xff\xfe" + "naïve “text”".encode("utf-16-le"))
+    assert sniff(utf16) == "text" and extract(utf16, "text", LIMIT).text == "naïve “text”"
+    noise = tmp_path / "noise.txt"
+    noise.write_bytes(bytes(range(256)) * 16)
+    assert sniff(tmp_path / "noise.txt") == "text"  # named as text: its reader says why it is not
+    with pytest.raises(ExtractError, match=r"noise\.txt: not text"):
+        extract(noise, "text", LIMIT)
+    blob = tmp_path / "blob.dat"
+    blob.write_bytes(bytes(range(256)) * 16)
+    assert sniff(blob) == "unsupported"

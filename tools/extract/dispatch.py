@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import codecs
 from pathlib import Path
 
 from tools.extract.base import Extracted, ExtractError
+from tools.extract.encoding import decode_text
 from tools.extract.sniff import Kind
 
 REFUSED: dict[str, str] = {
@@ -16,23 +16,6 @@ REFUSED: dict[str, str] = {
     "unsupported": "binary content of an unsupported type (expected PDF, HTML, DOCX, Markdown, text or JSONL)",
 }
 """Why a sniffed kind that is no document is refused."""
-
-
-def decode_utf8(path: Path, data: bytes) -> str:
-    """`data` as UTF-8 text, a leading byte order mark dropped.
-
-    Raises:
-        ExtractError: bytes that are not UTF-8 (names the file and the byte offset).
-    """
-    skipped = 0
-    if data.startswith(codecs.BOM_UTF8):
-        data, skipped = data[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ExtractError(
-            f"{path}: not valid UTF-8 at byte {skipped + exc.start} ({exc.reason}); expected UTF-8 text"
-        ) from None
 
 
 def extract(path: Path, kind: Kind, max_bytes: int) -> Extracted:
@@ -68,7 +51,7 @@ def extract(path: Path, kind: Kind, max_bytes: int) -> Extracted:
         from tools.extract.html import extract_html
 
         return extract_html(path, path.read_bytes())
-    text = decode_utf8(path, path.read_bytes())
+    text = decode_text(path, path.read_bytes())
     if kind == "markdown":
         from tools.extract.markdown import extract_markdown
 

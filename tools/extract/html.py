@@ -14,6 +14,7 @@ from lxml import etree
 
 from tools.extract.base import Extracted, ExtractError, tidy
 from tools.extract.blocks import Block, from_blocks
+from tools.extract.encoding import decode_html
 
 
 def _text(element: etree._Element) -> str:
@@ -41,13 +42,15 @@ def _blocks(main: etree._Element) -> list[Block]:
 
 
 def extract_html(path: Path, data: bytes) -> Extracted:
-    """The main content of the HTML page `data` (read from `path`).
+    """The main content of the HTML page `data` (read from `path`), decoded by `tools.extract.encoding.decode_html`
+    (byte order mark, `<meta charset>`, detection).
 
     Raises:
         ExtractError: no main content (a page of scripts or styles only, or nothing readable).
     """
+    page = decode_html(data)  # trafilatura's own guess ignores the page's `<meta charset>`
     xml = trafilatura.extract(
-        data,
+        page,
         output_format="xml",
         include_comments=False,
         include_tables=True,
@@ -60,6 +63,6 @@ def extract_html(path: Path, data: bytes) -> Extracted:
     blocks = _blocks(main) if main is not None else []
     if not any(b.text.strip() for b in blocks):
         raise ExtractError(f"{path}: the HTML page has no readable main content (only scripts, styles or markup)")
-    metadata = trafilatura.extract_metadata(data)
+    metadata = trafilatura.extract_metadata(page)
     title = (metadata.title or "").strip() if metadata is not None else ""
     return from_blocks(blocks, title)

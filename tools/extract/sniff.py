@@ -4,10 +4,11 @@ Signatures: PDF files start with `%PDF-` (ISO 32000-1 §7.5.2; readers accept it
 a ZIP (local file header `PK\\x03\\x04`) holding `word/document.xml` (ECMA-376 Part 2, Open Packaging Conventions);
 HTML is recognised as the WHATWG MIME Sniffing Standard (§7.1, "identifying a resource with an unknown MIME type")
 does: after optional whitespace, one of its tag patterns (`<!DOCTYPE HTML`, `<HTML`, `<HEAD`, `<BODY`, `<P`, ...)
-followed by a space or `>`. Other UTF-8 text is JSONL when named `.jsonl` (its reader then checks every line) or
-when its first line is a JSON object with `_id` (a BEIR corpus under another name); else Markdown when named
-`.md`/`.markdown` (both are text: the name only picks how headings are read); else plain text. A file named
-`.jsonl`, `.md` or `.txt` that is not UTF-8 keeps that kind, so that its reader names the offending byte. An OLE
+followed by a space or `>`, in whatever encoding the page is (`tools.extract.encoding`: byte order mark, UTF-8, or
+a detected legacy encoding such as windows-1252). Other text is JSONL when named `.jsonl` (its reader then checks
+every line) or when its first line is a JSON object with `_id` (a BEIR corpus under another name); else Markdown
+when named `.md`/`.markdown` (both are text: the name only picks how headings are read); else plain text. A file
+named `.jsonl`, `.md` or `.txt` that no encoding reads as text keeps that kind, so that its reader says why. An OLE
 compound file (`ole`) is a legacy or password-encrypted Office document. Anything else (images, archives, other
 binary data) is `unsupported`.
 """
@@ -22,14 +23,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from tools.extract.encoding import bom_encoding, text_encoding
+
 Kind = Literal["pdf", "docx", "html", "jsonl", "markdown", "text", "zip", "ole", "empty", "unsupported"]
 """What `sniff` finds; the first six are ingested, the others are refused with a reason."""
 DOCUMENT_KINDS: tuple[Kind, ...] = ("pdf", "docx", "html", "jsonl", "markdown", "text")
 HEAD_BYTES = 8192
 """Bytes read to sniff a file."""
 _HTML_TAGS = (
-    b"<!doctype html", b"<html", b"<head", b"<script", b"<iframe", b"<h1", b"<div", b"<font", b"<table", b"<a",
-    b"<style", b"<title", b"<b", b"<body", b"<br", b"<p", b"<!--",
+    "<!doctype html", "<html", "<head", "<script", "<iframe", "<h1", "<div", "<font", "<table", "<a",
+    "<style", "<title", "<b", "<body", "<br", "<p", "<!--",
 )  # fmt: skip
 _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 """OLE compound file signature ([MS-CFB] §2.2): legacy .doc/.xls, and every password-encrypted Office document."""
@@ -37,12 +40,12 @@ _MARKDOWN_SUFFIXES = (".md", ".markdown")
 _TEXT_SUFFIXES: dict[str, Kind] = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", ".txt": "text"}
 
 
-def _is_html(head: bytes) -> bool:
-    start = head.lstrip(b" \t\n\r\x0c").lower()
+def _is_html(head: str) -> bool:
+    start = head.lstrip(" \t\n\r\x0c").lower()
     for tag in _HTML_TAGS:
         if start.startswith(tag):
             after = start[len(tag) : len(tag) + 1]
-            if tag == b"<!--" or after in (b" ", b">"):
+            if tag == "<!--" or after in (" ", ">"):
                 return True
     return False
 
@@ -56,15 +59,15 @@ def _is_docx(path: Path | io.BytesIO) -> bool:
 
 
 def _text_head(head: bytes) -> str | None:
-    """The head as text when it is UTF-8 (a character cut at the end of the head allowed), else None."""
-    if head.startswith(codecs.BOM_UTF8):
-        head = head[len(codecs.BOM_UTF8) :]
-    if head.count(b"\x00") * 10 > len(head):  # UTF-16 or binary; a few stray NULs are removed from text later
+    """The head as text (byte order mark, UTF-8 or a detected encoding; `tools.extract.encoding`), without a byte
+    order mark; None for binary data."""
+    bom = bom_encoding(head)
+    if bom is None and head.count(b"\x00") * 10 > len(head):  # binary; a few stray NULs are removed from text later
         return None
-    try:
-        return codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
+    encoding = text_encoding(head, final=False)
+    if encoding is None:
         return None
+    return codecs.getincrementaldecoder(encoding)(errors="replace").decode(head[bom[1] if bom else 0 :])
 
 
 def _beir_line(text: str) -> bool:
@@ -104,7 +107,7 @@ def _kind(head: bytes, suffix: str, is_docx: Callable[[], bool]) -> Kind:
     text = _text_head(head)
     if text is None:  # a file named as text keeps its kind, so that its reader names the offending byte
         return _TEXT_SUFFIXES.get(suffix, "unsupported")
-    if _is_html(head.removeprefix(codecs.BOM_UTF8)):
+    if _is_html(text):
         return "html"
     if suffix == ".jsonl" or _beir_line(text):
         return "jsonl"

@@ -1,9 +1,10 @@
 """Documents out of input files: a JSONL file streams its BEIR records, any other document file is one document
 whose text and structure come from `tools.extract`.
 
-Text rules: a UTF-8 byte order mark is ignored (a file hashes the same with or without it); NUL characters and lone
-surrogates are removed with a WARNING (`clean_text`); bytes that are not UTF-8 are refused naming the file and the
-byte offset.
+Text rules: a byte order mark is ignored (a file hashes the same with or without it); NUL characters and lone
+surrogates are removed with a WARNING (`clean_text`); a document file in another encoding than UTF-8 is decoded as
+`tools.extract.encoding` says (declared, then detected), and bytes that no encoding reads as text are refused naming
+the file; JSON Lines is UTF-8 only (refused naming the file, line and byte offset).
 """
 
 from __future__ import annotations
