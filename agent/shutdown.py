@@ -8,7 +8,8 @@ On the first SIGTERM (or SIGINT) the server keeps listening and starts draining 
 - requests already running, open answer streams included, go on;
 - when none is left, or `SHUTDOWN_GRACE_S` has passed, uvicorn's own shutdown runs: it stops listening, cancels what
   is still running after `CANCEL_AFTER_S`, and runs the lifespan's exit (the app closes its clients; the caller
-  flushes telemetry with `flush_telemetry`). The process then exits 0.
+  flushes telemetry with `flush_telemetry`); the trace exporter is shut down within
+  `agent.telemetry.SHUTDOWN_TIMEOUT_S`. The process then exits 0.
 - what still runs when the grace has passed is ended by the drain itself (`Drain.cut`), so that no client is left
   with a body cut off mid-way: the answer is cancelled (the LLM stops), a response not started yet is 503
   `shutting_down`, and an event stream (`text/event-stream`) gets a last event that says to retry: `event: error`
@@ -42,6 +43,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.http_guards import error_json
+from agent.telemetry import shutdown_telemetry
 
 CANCEL_AFTER_S = 2
 """Seconds uvicorn waits, after the drain ended, for requests still running before it cancels them."""
@@ -213,7 +215,7 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def flush_telemetry(timeout_s: float = 5.0) -> None:
+def flush_telemetry(timeout_s: float = 2.0) -> None:
     """Export the spans still buffered by the OpenTelemetry SDK's batch processor, waiting at most `timeout_s`
     seconds; nothing to do when tracing is not set up. The provider stays usable (spans ended later are exported
     by its processor as usual)."""
@@ -239,3 +241,4 @@ def serve(app: ASGIApp, drain: Drain, host: str, port: int, grace_s: float) -> N
     drain for at most `grace_s` seconds and return (exit status 0)."""
     config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=CANCEL_AFTER_S)
     DrainingServer(config, drain, grace_s).run()
+    shutdown_telemetry()  # bounded: an unreachable trace collector does not hold the exit

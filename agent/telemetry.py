@@ -1,7 +1,9 @@
 """Observability of the app: OpenTelemetry traces per answer and Prometheus metrics, from the same timers.
 
 - Traces: only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (`configure_tracing`, called by the HTTP API at start-up):
-  an SDK `TracerProvider` exporting OTLP over HTTP (`<endpoint>/v1/traces`), pydantic-ai's own instrumentation
+  an SDK `TracerProvider` exporting OTLP over HTTP (`<endpoint>/v1/traces`, each export bounded by
+  `EXPORT_TIMEOUT_S`, retries included; shut down by `shutdown_telemetry` within `SHUTDOWN_TIMEOUT_S` when
+  `rag serve` exits, so that an unreachable collector never holds the exit), pydantic-ai's own instrumentation
   (`Agent.instrument_all(InstrumentationSettings(...))`: agent run and model request spans), asyncpg's
   (opentelemetry-instrumentation-asyncpg: one span per query), and the stage spans of `tools.timing`
   (`rag.embed`, `rag.triton_infer`, `rag.dense_search`, `rag.full_text_search`, `rag.llm` with `llm_ttft_ms`)
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -46,6 +49,11 @@ STAGE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0),
 )
 
+EXPORT_TIMEOUT_S = 2.0
+"""Longest one OTLP export may take, retries included (the SDK's default is 10 s), seconds."""
+SHUTDOWN_TIMEOUT_S = 3.0
+"""Longest `rag serve` waits at exit for the last spans to be exported, seconds; then they are dropped."""
+
 _provider: TracerProvider | None = None
 
 
@@ -62,11 +70,13 @@ def configure_tracing(endpoint: str | None, exporter: SpanExporter | None = None
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         processor: SimpleSpanProcessor | BatchSpanProcessor = BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
+            OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces", timeout=EXPORT_TIMEOUT_S),
+            export_timeout_millis=EXPORT_TIMEOUT_S * 1000,
         )
     else:
         processor = SimpleSpanProcessor(exporter)
-    provider = TracerProvider(resource=Resource.create({"service.name": "triton-rag"}))
+    # no exit hook of the SDK's own (it waits up to 30 s per processor): `shutdown_telemetry` bounds the exit
+    provider = TracerProvider(resource=Resource.create({"service.name": "triton-rag"}), shutdown_on_exit=False)
     provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
     Agent.instrument_all(InstrumentationSettings(tracer_provider=provider))
@@ -79,6 +89,23 @@ def configure_tracing(endpoint: str | None, exporter: SpanExporter | None = None
         instrumentor().instrument(tracer_provider=provider)
     _provider = provider
     return provider
+
+
+def shutdown_telemetry(provider: TracerProvider | None = None, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> bool:
+    """Export the last buffered spans and shut the tracer provider down (`provider`, default: the one
+    `configure_tracing` set up), waiting at most `timeout_s` seconds: the SDK's shutdown runs in a daemon thread,
+    which a collector that never answers keeps only until the process ends. Returns False (and logs a warning)
+    when it gave up; True when done or when tracing was never set up."""
+    provider = provider or _provider
+    if provider is None:
+        return True
+    done = threading.Thread(target=provider.shutdown, name="otel-shutdown", daemon=True)
+    done.start()
+    done.join(timeout_s)
+    if done.is_alive():
+        log.warning("telemetry: the trace collector did not take the last spans within %.1f s; dropped", timeout_s)
+        return False
+    return True
 
 
 @contextmanager

@@ -1,19 +1,25 @@
 """What a request still running when `rag serve`'s drain ends (`SHUTDOWN_GRACE_S`) receives (agent/shutdown.py),
 in-process over httpx's ASGI transport with the scripted model held at a gate: an answer stream ends with a
 retryable `error` event (`shutting_down`), the OpenAI-compatible stream with an error chunk and `data: [DONE]`, and
-an answer whose response has not started gets 503 `shutting_down`. No clock: the test ends the drain itself, as the
+an answer whose response has not started gets 503 `shutting_down`; a trace collector that never answers does not
+hold the exit. No clock: the test ends the drain itself, as the
 server's tick does once the grace is over. The same on a real `rag serve`: test_serve_shutdown.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 import uvicorn
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from agent.shutdown import Drain, DrainingServer
+from agent.telemetry import shutdown_telemetry
 from tests.test_agent_logic import COVERED
 from tests.test_http_contract import Served, serve, sse_events
 
@@ -72,3 +78,24 @@ async def test_the_server_tick_ends_the_drain_by_cutting_what_still_runs() -> No
     drain.begin(0.0)
     await server.on_tick(0)
     assert cut == [True] and server.should_exit
+
+
+def test_a_trace_collector_that_never_answers_does_not_hold_the_exit() -> None:
+    release = threading.Event()  # the collector "answers" only when the test ends
+
+    class Unreachable(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            release.wait()
+            return SpanExportResult.FAILURE
+
+        def shutdown(self) -> None:
+            release.wait()
+
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(Unreachable()))
+    provider.get_tracer("test").start_span("rag.answer").end()
+    try:
+        assert not shutdown_telemetry(provider, timeout_s=0.2)  # gave up on the collector, and said so
+    finally:
+        release.set()
+    assert shutdown_telemetry(None)  # nothing set up: nothing to wait for
