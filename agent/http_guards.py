@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agent.keys import TOKEN_PREFIX
 from agent.settings import Settings, SettingsError
 
-OPEN_PATHS = frozenset({"/health", "/metrics", "/"})
+OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/", "/"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page (which asks for
 the key itself)."""
 

@@ -49,7 +49,7 @@ CANCEL_AFTER_S = 2
 """Seconds uvicorn waits, after the drain ended, for requests still running before it cancels them."""
 RETRY_AFTER_S = 1
 """`Retry-After` of the 503 answered while draining: another instance can take the request at once."""
-STILL_SERVED = frozenset({"/metrics"})
+STILL_SERVED = frozenset({"/metrics", "/metrics/"})
 """Paths answered normally while draining (Prometheus keeps scraping until the process ends)."""
 CUT_DETAIL = "the server shut down before the answer was finished; retry the request (another instance will take it)"
 """The message of what a request cut by the end of the drain receives."""

@@ -212,6 +212,20 @@ async def test_metrics_answers_200_without_a_redirect() -> None:
     assert "rag_requests" in response.text and response.headers["content-type"].startswith("text/plain")
 
 
+async def test_no_path_redirects_to_the_server_s_own_address_and_metrics_slash_answers_directly() -> None:
+    async with client(app_with(base_settings(api_key=SecretStr(KEY)))) as http:
+        slash = await http.get("/metrics/", headers={"Host": "127.0.0.1:8080"})
+        assert slash.status_code == 200 and "rag_requests" in slash.text, slash.headers
+        keyed = {b"Authorization": b"Bearer " + KEY.encode()}
+        for path in ("/v1/documents/", "/v1/jobs/", "/health/"):
+            response = await http.get(path, headers=keyed)
+            assert response.status_code in (404, 405) and "location" not in response.headers, (path, response.headers)
+    app = app_with(base_settings())
+    app.state.drain.begin(30.0)
+    async with client(app) as http:
+        assert (await http.get("/metrics/")).status_code == 200  # scraped while draining, like /metrics
+
+
 async def test_while_draining_requests_and_health_get_503_and_metrics_still_answers() -> None:
     app = app_with(base_settings(), MemoryDocuments("d1"))
     app.state.drain.begin(30.0)

@@ -14,7 +14,7 @@ from agent.http.mcp import McpEndpoint
 from agent.http.openai_errors import OpenAIErrorShape, stream_ending
 from agent.http_guards import install_guards
 from agent.keys import CachedKeys, settings_keys
-from agent.metrics_route import metrics_route
+from agent.metrics_route import metrics_routes
 from agent.settings import Settings
 from agent.shutdown import flush_telemetry, install_drain
 from agent.telemetry import configure_tracing, metrics_app
@@ -51,12 +51,13 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
+        redirect_slashes=False,  # a redirect would name the address the request reached (a pod's own, behind a proxy)
     )
     app.state.settings = settings
     mcp = McpEndpoint(lambda: app.state.rag)
     app.router.routes.extend(mcp.routes)
     configure_tracing(settings.otel_exporter_otlp_endpoint)
-    app.router.routes.append(metrics_route(metrics_app()))
+    app.router.routes.extend(metrics_routes(metrics_app()))
     install_error_handlers(app)
     install_guards(app, settings, settings.allowed_hosts or ("*",))
     app.state.drain = install_drain(app, stream_ending)
