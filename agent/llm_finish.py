@@ -3,8 +3,9 @@
 - `finish_reason: "length"`: the model stopped at `max_tokens` (`LLM_MAX_TOKENS`). The answer is kept and flagged
   (`AskResult.truncated`), since its text is valid as far as it goes.
 - An answer whose stream ended without any finish reason (the server stopped, or the connection was cut before the
-  final chunk and `[DONE]`): the text is incomplete in an unknown way, so it is an error (`LLMResponseError`, 502
-  `llm_bad_response`). pydantic-ai fills in `stop` for a missing finish reason; the one the server sent is in the
+  final chunk and `[DONE]`): the text is incomplete in an unknown way, so it is an error; the server or the
+  connection failed, not the request, so asking again may work (`LLMUnavailableError`, 503 `llm_unavailable` with
+  `Retry-After`). pydantic-ai fills in `stop` for a missing finish reason; the one the server sent is in the
   response's `provider_details["finish_reason"]` (pydantic-ai 2.62, `models/openai.py`). vLLM, Triton's OpenAI
   frontend and OpenAI send one on the last chunk of every stream.
 - HTTP 429 that persisted through the OpenAI SDK's retries: `LLMRateLimitedError` (503 `llm_rate_limited`) with the
@@ -16,7 +17,7 @@ from __future__ import annotations
 from pydantic_ai.exceptions import ModelRateLimitError
 from pydantic_ai.messages import ModelResponse
 
-from agent.errors import LLMRateLimitedError, LLMResponseError
+from agent.errors import LLMRateLimitedError, LLMUnavailableError
 
 
 def is_truncated(response: ModelResponse) -> bool:
@@ -30,10 +31,10 @@ def require_finish_reason(response: ModelResponse) -> None:
     in `provider_details`. Models that report no finish reason at all (pydantic-ai's test doubles) are not checked.
 
     Raises:
-        LLMResponseError: the server sent none: the answer stream was cut short.
+        LLMUnavailableError: the server sent none: the answer stream was cut short (retryable).
     """
     if response.finish_reason is not None and not (response.provider_details or {}).get("finish_reason"):
-        raise LLMResponseError(
+        raise LLMUnavailableError(
             "the LLM server's answer stream ended without a finish reason: the answer was cut short (did the server "
             "stop or the connection drop?)"
         )

@@ -76,6 +76,8 @@ class AnswerOutput(BaseModel):
     cited_doc_ids: list[str]
     refused: bool
     timings_ms: dict[str, float]
+    truncated: bool = False
+    """The model stopped at its output limit (`LLM_MAX_TOKENS`): the verdict was parsed from a cut answer."""
 
 
 AnswerDataset = Dataset[ClaimInputs, AnswerOutput, ClaimMetadata]
@@ -330,7 +332,12 @@ def make_task(app: RagApp, top_k: int | None, journal: AnswerJournal | None = No
         cited = list(dict.fromkeys(c.doc_id for c in result.citations))
         refused = refused or (verdict == "NOT_ENOUGH_INFO" and not cited)
         return AnswerOutput(
-            verdict=verdict, answer=result.answer, cited_doc_ids=cited, refused=refused, timings_ms=result.timings_ms
+            verdict=verdict,
+            answer=result.answer,
+            cited_doc_ids=cited,
+            refused=refused,
+            timings_ms=result.timings_ms,
+            truncated=result.truncated,
         )
 
     return task
@@ -359,7 +366,8 @@ def summarize(
     answered_now: int | None = None,
 ) -> dict[str, Any]:
     """The run summary (`--json` shape): n, verdict_accuracy, majority_baseline, citation precision/recall,
-    refusal_rate, errors, latency_ms per stage {p50, p95, p99, n}, throughput, and what ran.
+    refusal_rate, errors, truncated (answers cut at `LLM_MAX_TOKENS`, each flagged in its record's output), latency_ms
+    per stage {p50, p95, p99, n}, throughput, and what ran.
 
     A failed case (its task raised, e.g. the LLM answered HTTP 500) scores 0 on every score its gold labels make
     applicable (`applicable_scores`), so every score's denominator counts the failed cases: a failure never raises
@@ -398,6 +406,7 @@ def summarize(
         "citation_recall": mean("citation_recall"),
         "refusal_rate": mean("refused"),
         "errors": len(report.failures),
+        "truncated": sum(1 for c in cases if c.output.truncated),
         "latency_ms": latency,
         "throughput_rps": round((n if answered_now is None else answered_now) / wall_s, 3) if wall_s > 0 else None,
         "wall_s": round(wall_s, 1),

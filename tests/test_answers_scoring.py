@@ -8,11 +8,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from agent.results import AskResult
 from evals.answers_eval import (
     AnswerOutput,
     CitationEvaluator,
     ClaimInputs,
     ClaimMetadata,
+    make_task,
     parse_verdict,
     percentiles,
     scifact_dataset,
@@ -105,3 +107,17 @@ def test_scifact_gold_verdicts_come_from_evidence_labels() -> None:
     assert by_id["70"] == ClaimMetadata(gold_verdict="SUPPORT", gold_doc_ids=["4414547", "5956380"])
     assert by_id["51"] == ClaimMetadata(gold_verdict="CONTRADICT", gold_doc_ids=["45638119"])
     assert by_id["36"] == ClaimMetadata(gold_verdict="NOT_ENOUGH_INFO", gold_doc_ids=[])  # cited, but no evidence
+
+
+class CutAnswers:
+    """The part of `RagApp` the eval's task uses: every answer stopped at the output budget."""
+
+    async def ask(self, request: object) -> AskResult:
+        return AskResult(answer="SUPPORT. The passages show", citations=[], timings_ms={"total": 1.0}, truncated=True)
+
+
+async def test_a_truncated_answer_is_recorded_as_truncated() -> None:
+    output = await make_task(CutAnswers(), top_k=None)(ClaimInputs(claim="B12 deficiency raises homocysteine."))
+    assert output.truncated is True and output.model_dump()["truncated"] is True
+    older = {k: v for k, v in output.model_dump().items() if k != "truncated"}  # a journal of an earlier run
+    assert AnswerOutput.model_validate(older).truncated is False

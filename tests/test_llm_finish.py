@@ -14,7 +14,7 @@ from rich.console import Console
 
 from agent.answer import AnswerLimits, AnswerRequest, answer
 from agent.chat import print_sources
-from agent.errors import LLMRateLimitedError, LLMResponseError
+from agent.errors import LLMRateLimitedError, LLMUnavailableError
 from agent.http_api import error_response, failure_of
 from agent.llm import build_model, model_settings
 from agent.rag_agent import RagDeps, build_agent
@@ -60,12 +60,13 @@ async def test_an_answer_cut_at_max_tokens_is_kept_and_flagged_truncated(fake: F
     assert (await ask(fake_settings(fake))).truncated is False
 
 
-async def test_a_stream_cut_short_is_an_error_not_an_answer(fake: FakeOpenAIServer) -> None:
+async def test_a_stream_cut_short_is_a_retryable_error_not_an_answer(fake: FakeOpenAIServer) -> None:
     fake.reset(Reply(text="Yes, B12 deficiency raises", cut_short=True))
-    with pytest.raises(LLMResponseError, match="cut short") as caught:
+    with pytest.raises(LLMUnavailableError, match="cut short") as caught:
         await ask(fake_settings(fake))
     response = error_response(failure_of(caught.value))
-    assert response.status_code == 502 and json.loads(bytes(response.body))["error"] == "llm_bad_response"
+    assert response.status_code == 503 and json.loads(bytes(response.body))["error"] == "llm_unavailable"
+    assert response.headers["retry-after"] == "5"  # the server stopped or the connection dropped: ask again
 
 
 async def test_a_persistent_429_is_a_503_passing_the_servers_retry_after_on(fake: FakeOpenAIServer) -> None:
