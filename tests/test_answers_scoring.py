@@ -4,10 +4,12 @@ verdicts from SciFact's evidence labels. Pure logic, no server."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 import numpy as np
 import pytest
 
+from agent.app import RagApp
 from agent.results import AskResult
 from evals.answers_eval import (
     AnswerOutput,
@@ -117,7 +119,8 @@ class CutAnswers:
 
 
 async def test_a_truncated_answer_is_recorded_as_truncated() -> None:
-    output = await make_task(CutAnswers(), top_k=None)(ClaimInputs(claim="B12 deficiency raises homocysteine."))
+    task = make_task(cast(RagApp, CutAnswers()), top_k=None)
+    output = await task(ClaimInputs(claim="B12 deficiency raises homocysteine."))
     assert output.truncated is True and output.model_dump()["truncated"] is True
     older = {k: v for k, v in output.model_dump().items() if k != "truncated"}  # a journal of an earlier run
     assert AnswerOutput.model_validate(older).truncated is False
