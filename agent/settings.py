@@ -449,6 +449,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest upload request body (`Content-Length`), bytes; checked before the body is read (413).",
     )
+    documents_max_text_chars: int = Field(
+        default=100_000,
+        ge=1,
+        description="Most characters (titles and texts) one `POST /v1/documents` indexes while the client waits "
+        "(about a minute on the local CPU stack); more is 413 `payload_too_large` pointing to "
+        "`POST /v1/documents/files`, which indexes in a job and answers 202 at once.",
+    )
     shutdown_grace_s: float = Field(
         default=30.0,
         ge=0,

@@ -299,6 +299,18 @@ async def test_document_lifecycle(served: Served) -> None:
         assert_error(await client.delete("/v1/documents/scratch"), 404, "document_not_found", "scratch")
 
 
+async def test_documents_too_large_to_index_in_one_request_are_refused_with_the_upload_route() -> None:
+    served = serve(documents_max_text_chars=1000)
+    doc = {"doc_id": "big", "title": "Big", "text": "word " * 150}
+    async with served.client() as client:
+        refused = await client.post("/v1/documents", json={"documents": [doc, doc | {"doc_id": "big2"}]})
+        assert_error(refused, 413, "payload_too_large", "DOCUMENTS_MAX_TEXT_CHARS=1000")
+        assert "POST /v1/documents/files" in refused.json()["detail"]
+        assert (await served.collection.count())[0] == len(DOCUMENTS)  # nothing was stored
+        added = await client.post("/v1/documents", json={"documents": [doc]})
+        assert added.status_code == 201 and added.json()["added"] == 1
+
+
 async def test_openapi_names_the_error_body(served: Served) -> None:
     async with served.client() as client:
         schema = (await client.get("/openapi.json")).json()

@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field, field_validator
 
 from agent.failures import Failure
 from agent.http.ask import no_nul
-from agent.http.deps import CALLER, Caller, Rag
-from agent.http.errors import ERROR_RESPONSES, ErrorBody, error_response
+from agent.http.deps import CALLER, AppSettings, Caller, Rag
+from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_response
 from tools.ingest import SourceDocument
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
@@ -98,10 +98,30 @@ async def list_documents(
     return DocumentList(documents=documents, total=page.total, next_cursor=page.next_cursor)
 
 
+def check_size(body: IngestRequest, max_chars: int) -> None:
+    """Refuse documents too large to index while the client waits.
+
+    Raises:
+        ApiError: 413 `payload_too_large` when their titles and texts hold more than `max_chars` characters
+            (`DOCUMENTS_MAX_TEXT_CHARS`), naming the upload route that indexes them in a job.
+    """
+    total = sum(len(d.title) + len(d.text) for d in body.documents)
+    if total > max_chars:
+        raise ApiError(
+            413,
+            "payload_too_large",
+            f"the documents hold {total} characters, over DOCUMENTS_MAX_TEXT_CHARS={max_chars}: indexing them would "
+            f"outlast the request; upload them as files with POST /v1/documents/files (a job: 202 at once, progress "
+            f"at GET /v1/jobs/{{job_id}}), or send fewer per request",
+        )
+
+
 @router.post("/v1/documents", response_model=IngestResponse, status_code=201)
-async def add_documents(body: IngestRequest, rag: Rag, caller: Caller) -> IngestResponse:
+async def add_documents(body: IngestRequest, rag: Rag, caller: Caller, settings: AppSettings) -> IngestResponse:
     """Chunk, embed and store documents in one collection (`default` unless given; 403 `forbidden_collection`
-    outside the API key's); the same content again adds nothing, changed content replaces."""
+    outside the API key's); the same content again adds nothing, changed content replaces. More than
+    `DOCUMENTS_MAX_TEXT_CHARS` characters is 413 `payload_too_large`: upload them with `POST /v1/documents/files`."""
+    check_size(body, settings.documents_max_text_chars)
     collection = caller.target(body.collection)
     documents = [SourceDocument(d.doc_id, d.title, d.text, d.source, d.metadata) for d in body.documents]
     counts = await rag.add_documents(documents, collection=collection)
