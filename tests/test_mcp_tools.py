@@ -218,3 +218,25 @@ async def test_the_http_app_refuses_mcp_without_the_api_key(model: Model, sent: 
             response = await http.post("/mcp", json=body, headers=headers)
     assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
     assert response.json() == {"error": "unauthorized", "detail": "missing, wrong or revoked API key"}
+
+
+async def test_mcp_refuses_a_cross_site_origin_and_answers_get_with_405(model: Model) -> None:
+    rag = rag_app(model)
+    app = create_app(rag.settings.model_copy(update={"allowed_hosts": ("rag.example.com",)}), rag)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream", "Host": "rag.example.com"}
+    async with app.router.lifespan_context(app):
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://rag.example.com") as http:
+            foreign = await http.post("/mcp", json=body, headers=accept | {"Origin": "https://evil.example.net"})
+            same = await http.post("/mcp", json=body, headers=accept | {"Origin": "http://rag.example.com"})
+            none = await http.post("/mcp", json=body, headers=accept)  # not a browser: no Origin
+            # failure guards only: an SDK event stream left open would never end
+            get = await asyncio.wait_for(http.get("/mcp", headers=accept), 60)
+            delete = await asyncio.wait_for(http.delete("/mcp", headers=accept), 60)
+    assert foreign.status_code == 403 and foreign.json()["error"] == "forbidden_origin", foreign.text
+    assert "evil.example.net" in foreign.json()["detail"]
+    assert same.status_code == 200 and none.status_code == 200, (same.text, none.text)
+    for refused in (get, delete):
+        assert refused.status_code == 405 and refused.headers["allow"] == "POST", refused.headers
+        assert refused.json()["error"] == "method_not_allowed"

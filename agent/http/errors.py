@@ -49,7 +49,16 @@ STATUS_OF_KIND: dict[str, int] = {
 }
 """HTTP status of each failure kind (`agent.failures.Failure.kind`); a kind not listed is 500."""
 
-_KIND_OF_STATUS = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 422: "bad_request"}
+KIND_OF_STATUS = {
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    411: "length_required",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "bad_request",
+}
+"""The kind of an HTTP error raised without one of its own (Starlette's 404/405, the upload route's 411/413/415)."""
 
 log = logging.getLogger("agent.http")
 
@@ -111,6 +120,17 @@ def failure_of(exc: Exception) -> Failure:
     return failure
 
 
+def unreadable_body(exc: HTTPException) -> Failure | None:
+    """The `bad_request` failure (422, like malformed JSON) of FastAPI's 400 for a body it could not parse at all
+    (bytes that are not UTF-8, naming the byte); None for any other HTTP error."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return None
+    if isinstance(cause, UnicodeDecodeError):
+        return Failure("bad_request", f"body: not valid UTF-8 at byte {cause.start} ({cause.reason}); expected JSON")
+    return Failure("bad_request", f"body: cannot be parsed ({type(cause).__name__}: {cause}); expected JSON")
+
+
 def _validation_detail(exc: RequestValidationError) -> str:
     """The errors of `exc`, each once: a body that a route and one of its dependencies both declare is validated
     (and reported) by each."""
@@ -131,7 +151,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
-        kind = _KIND_OF_STATUS.get(exc.status_code, f"http_{exc.status_code}")
+        if (unreadable := unreadable_body(exc)) is not None:
+            return error_response(unreadable)
+        kind = KIND_OF_STATUS.get(exc.status_code, f"http_{exc.status_code}")
         if isinstance(exc, ApiError):
             kind = exc.kind
         body = ErrorBody(error=kind, detail=str(exc.detail))

@@ -15,14 +15,16 @@ balancer need no session affinity (the tools keep no state between calls).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
@@ -30,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.http.deps import CallerIdentity, request_caller
 from agent.http.errors import ApiError, error_response, failure_of
-from agent.http_guards import error_json
+from agent.http_guards import error_json, host_allowed
 from agent.mcp_server import RagSource, build_mcp_server
 from tools.scope import SearchScope
 
@@ -58,10 +60,36 @@ def narrow_to_caller(scope: SearchScope, request: Any) -> SearchScope:
         raise ToolError(f"{exc.kind}: {exc.detail}") from None
 
 
+def origin_allowed(origin: str, host_header: str | None, allowed_hosts: Sequence[str]) -> bool:
+    """Whether a browser page from `origin` (the `Origin` header, e.g. `https://app.example.com`) may call `/mcp`:
+    the same host and port as the request's `Host` header, or a host `ALLOWED_HOSTS` names (`*` names none here:
+    it lets any `Host` in, not any page)."""
+    try:
+        parts = urlsplit(origin)
+        origin_host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError:
+        return False
+    if not origin_host or parts.scheme not in ("http", "https"):
+        return False  # `null` (a sandboxed page, a file), or no origin a server could hold
+    host = urlsplit(f"//{host_header}") if host_header else None
+    default_port = 443 if parts.scheme == "https" else 80
+    if host is not None and host.hostname == origin_host and (host.port or default_port) == (port or default_port):
+        return True
+    return host_allowed(origin_host, [p for p in allowed_hosts if p != "*"])
+
+
+def _allowed_hosts(scope: Scope) -> Sequence[str]:
+    settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
+    return getattr(settings, "allowed_hosts", None) or ()
+
+
 class CallerGate:
-    """ASGI wrapper of the SDK's endpoint: finds the request's caller (401 `unauthorized` with `WWW-Authenticate:
-    Bearer` for a wrong or revoked token, 503 when the keys cannot be read), keeps it in the scope under
-    `CALLER_KEY`, then hands the request to the SDK."""
+    """ASGI wrapper of the SDK's endpoint: refuses what a stateless server does not serve (any method but POST: 405
+    `method_not_allowed` with `Allow: POST`; the SDK would open an idle event stream for a GET) and pages of other
+    sites (an `Origin` that is neither the server's own nor in `ALLOWED_HOSTS`: 403 `forbidden_origin`, as the MCP
+    specification asks of servers against DNS rebinding); finds the request's caller (401 `unauthorized` with
+    `WWW-Authenticate: Bearer` for a wrong or revoked token, 503 when the keys cannot be read), keeps it in the
+    scope under `CALLER_KEY`, then hands the request to the SDK."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -69,6 +97,16 @@ class CallerGate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve the request as its caller, or refuse it before the SDK reads it."""
         if scope["type"] == "http":
+            sent = Headers(scope=scope)
+            origin = sent.get("origin")
+            if origin is not None and not origin_allowed(origin, sent.get("host"), _allowed_hosts(scope)):
+                detail = f"Origin {origin!r} is not this server's, nor in ALLOWED_HOSTS: other sites cannot use /mcp"
+                await error_json(403, "forbidden_origin", detail)(scope, receive, send)
+                return
+            if scope["method"] != "POST":
+                detail = f"{scope['method']} /mcp: this MCP server is stateless (no sessions nor event streams); POST"
+                await error_json(405, "method_not_allowed", detail, {"Allow": "POST"})(scope, receive, send)
+                return
             try:
                 caller = await request_caller(Request(scope))
             except HTTPException as exc:

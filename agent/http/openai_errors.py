@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agent.http.errors import STATUS_OF_KIND, ApiError, error_response, failure_of
+from agent.http.errors import STATUS_OF_KIND, ApiError, error_response, failure_of, unreadable_body
 from agent.shutdown import CUT_DETAIL, sse_error_ending
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
@@ -43,7 +43,8 @@ OPENAI_TYPE_OF_STATUS = {
 }
 """OpenAI's error `type` of a status (its API reference, "Error codes"); any other status >= 500 is `server_error`."""
 
-_KIND_OF_STATUS = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 422: "bad_request"}
+KIND_OF_STATUS = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 422: "bad_request"}
+"""The `code` of an HTTP error raised without a kind of its own on these routes."""
 
 
 class OpenAIErrorDetail(BaseModel):
@@ -147,7 +148,9 @@ class OpenAIRoute(APIRoute):
             except RequestValidationError as exc:
                 return _validation_response(exc)
             except HTTPException as exc:
-                kind = exc.kind if isinstance(exc, ApiError) else _KIND_OF_STATUS.get(exc.status_code, "")
+                if (unreadable := unreadable_body(exc)) is not None:  # as malformed JSON: 422 `bad_request`
+                    return openai_response(error_response(unreadable))
+                kind = exc.kind if isinstance(exc, ApiError) else KIND_OF_STATUS.get(exc.status_code, "")
                 kind = kind or f"http_{exc.status_code}"
                 body = openai_error_body(exc.status_code, str(exc.detail), kind)
                 return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
