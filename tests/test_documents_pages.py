@@ -4,10 +4,14 @@ total, and `rag docs list` streams every page."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 from pydantic_ai.models.test import TestModel
+from typer.testing import CliRunner
 
+from agent import cli
 from agent.app import RagApp
 from agent.errors import InputError
 from agent.http import create_app
@@ -57,3 +61,22 @@ async def test_iterating_documents_reads_every_page() -> None:
     assert [d.doc_id async for d in rag.iter_documents(page_size=4)] == [d.doc_id for d in DOCS]
     with pytest.raises(InputError, match="cursor"):
         await rag.document_page(10, "%%%")
+
+
+def test_rag_docs_list_prints_one_plain_table_streamed_page_by_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    collection = InMemoryCollection([])
+    long_title = SourceDocument("notes/999.md", "A title " * 20, "text", "notes", {})
+    asyncio.run(collection.add_documents([*DOCS, long_title]))
+    rag = RagApp(Settings.model_validate({}), Services(collection, collection, TestModel(), {}))
+    monkeypatch.setattr(cli, "LIST_PAGE", 4)  # six pages
+    monkeypatch.setattr(cli, "RagApp", lambda: rag)
+    result = CliRunner().invoke(cli.app, ["docs", "list"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header, rows, total = lines[0], lines[1:-1], lines[-1]
+    assert header.split()[:3] == ["doc", "id", "collection"] and total == "24 documents"
+    assert [row.split()[0] for row in rows] == [d.doc_id for d in DOCS] + ["notes/999.md"]
+    starts = {row.index("default") for row in rows}
+    assert starts == {header.index("collection")}  # one table: the columns line up across pages
+    assert not any(ch in result.stdout for ch in "│┃┏━─")  # plain text: no per-cell layout to compute
+    assert "A title A title" in rows[-1] and "…" in rows[-1] and len(rows[-1]) < 150  # a long title is cut
