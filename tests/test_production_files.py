@@ -32,7 +32,7 @@ from tritonclient.grpc import model_config_pb2
 from agent.admission import QUEUE_LIMIT_DEADLINES
 from agent.settings import Settings
 from tests.conftest import REPO_ROOT
-from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec
+from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_spec
 
 PROD_DIR = REPO_ROOT / "infra" / "production"
 MODEL_REPO = REPO_ROOT / "model_repository"
@@ -87,7 +87,7 @@ PINNED_IMAGES = {
     "app": re.compile(r"^triton-rag-app:\d+\.\d+\.\d+$"),
 }
 
-LOCAL_WITHOUT_QUEUE_POLICY = {"all-minilm-l6-v2", "all-minilm-l6-v2-int8"}
+LOCAL_WITHOUT_QUEUE_POLICY = {"all-minilm-l6-v2", "all-minilm-l6-v2-int8", "all-minilm-l6-v2-query"}
 """Local models served without a queue policy (see their config.pbtxt): bounded by the client instead."""
 
 
@@ -274,7 +274,7 @@ def test_onnx_config_matches_the_export_contract(path: Path) -> None:
     """infra/export_onnx.py: input_ids/attention_mask INT64 [batch, seq] -> sentence_embedding FP32 [batch, dim]
     (pooled and L2-normalised in the graph); the dynamic batcher refuses a flood (bounded queue, REJECT on timeout)."""
     config = load_config(path)
-    spec = get_spec(config.name)
+    spec = served_spec(config.name)
     assert config.max_batch_size > 0, "the batch axis is Triton's (dims below exclude it)"
     assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
         ("input_ids", model_config_pb2.TYPE_INT64, [-1]),
