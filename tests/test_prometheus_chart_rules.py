@@ -54,7 +54,8 @@ def test_values_carry_the_rules_as_a_mapping_equal_to_alerts_yml() -> None:
     # The chart's own prometheus.yml (whose rule_files load /etc/config/alerting_rules.yml) is left as it is.
     assert "prometheus.yml" not in chart_values()["serverFiles"]
     readme = (PROD_DIR / "README.md").read_text(encoding="utf-8")
-    assert "--set-file" not in readme, "the README installs the rules as a string"
+    install = readme[readme.index("helm install prometheus prometheus-community/prometheus") :].split("\nhelm ")[0]
+    assert "-f infra/production/prometheus-values.yaml" in install and "--set-file" not in install, install
 
 
 def test_promtool_loads_and_unit_tests_the_rule_file_the_chart_writes(tmp_path: Path) -> None:
