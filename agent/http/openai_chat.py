@@ -30,6 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Literal
 
+import anyio
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, format_sse_event
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, TextPart, UserPromptPart
@@ -54,6 +55,7 @@ from agent.http.openai_schema import (
     ModelList,
     Usage,
 )
+from agent.http.streams import until_disconnected
 from agent.results import AskResult
 from agent.settings import Policy, Settings
 from tools.scope import ScopeError, SearchScope, check_collection
@@ -258,8 +260,8 @@ async def chat_completions(
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         chunks = ChunkStream(completion_id, created, body.model)
         events = chunks.events(lambda: rag.ask(question, admission=ticket), include_usage, ticket.close)
-        # as FastAPI's own SSE responses: no caching, no buffering by an nginx in front
-        return EventSourceResponse(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        # no caching, transforming or buffering by a proxy in front (`EventStreamHeaders`)
+        return EventSourceResponse(until_disconnected(request, events))
     try:
         result = await cancelled_on_disconnect(request, rag.ask(question, admission=ticket))
     finally:
@@ -274,8 +276,8 @@ async def _cancelled(task: asyncio.Future[AskResult]) -> None:
     if task.done():
         return
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await asyncio.shield(task)
+    with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 class ChunkStream:
