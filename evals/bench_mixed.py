@@ -227,6 +227,9 @@ def cli_env(settings: Settings, **overrides: str) -> dict[str, str]:
             "TRITON_GRPC_URL": settings.triton_grpc_url,
             "LLM_BASE_URL": settings.llm_base_url,
             "LLM_MODEL": settings.llm_model,
+            "VLLM_PORT": str(settings.vllm_port),
+            "TRITON_HTTP_PORT": str(settings.triton_http_port),
+            "TRITON_METRICS_PORT": str(settings.triton_metrics_port),
             "DATABASE_URL": settings.resolved_database_url(),
             "PYTHONUNBUFFERED": "1",
         }
@@ -317,7 +320,8 @@ async def run_ingest(settings: Settings, corpus: Path, work: Path, tag: str) -> 
 
 
 async def wait_ready(client: httpx.AsyncClient, proc: asyncio.subprocess.Process, timeout_s: float = 300.0) -> None:
-    """Poll `GET /health` every 0.5 s until 200.
+    """Poll `GET /v1/documents?limit=1` every 0.5 s until 200 (the app is up with its store; `/health` would also
+    wait for the LLM, which the upload does not use).
 
     Raises:
         RuntimeError: the server exited, or was not ready within `timeout_s` seconds.
@@ -327,7 +331,7 @@ async def wait_ready(client: httpx.AsyncClient, proc: asyncio.subprocess.Process
         if proc.returncode is not None:
             raise RuntimeError(f"rag serve exited with code {proc.returncode} before it was ready")
         with contextlib.suppress(httpx.HTTPError):
-            if (await client.get("/health")).status_code == 200:
+            if (await client.get("/v1/documents", params={"limit": 1})).status_code == 200:
                 return
         await asyncio.sleep(0.5)
     raise RuntimeError(f"rag serve not ready within {timeout_s} s")
