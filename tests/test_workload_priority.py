@@ -59,7 +59,7 @@ async def test_a_question_is_embedded_while_a_bulk_request_waits_in_the_bulk_mod
         vectors = await interactive.embed(["Do statins reduce cardiovascular events?"], "query")
         assert vectors.shape == (1, interactive.spec.dim)
         assert not held.done()  # the bulk request still waits; the question did not
-        assert (await bulk.inference_statistics())["executions"] == before["executions"]
+        assert (await bulk.inference_statistics())["execution_count"] == before["execution_count"]
 
         # A full batch (64 texts in the same length bucket) closes the held one at once.
         filler = [f"Bulk chunk {i} about statins." for i in range(bulk.max_batch_size - 1)]
