@@ -12,6 +12,7 @@ import pytest
 from agent.settings import Settings
 from evals.bench_mixed import TARGETS, MixedBenchParams, check_targets, run_mixed_bench, write_plot
 
+
 @pytest.mark.stack
 @pytest.mark.skipif(not Path("/usr/bin/chromium").is_file(), reason="Debian chromium prints the upload's PDFs")
 async def test_ci_size_mixed_run_reports_every_phase(ingested: str, settings: Settings, tmp_path: Path) -> None:
