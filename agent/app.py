@@ -16,6 +16,7 @@ own run state; the clients (gRPC channel, asyncpg pool, HTTP connection pool of 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
@@ -42,6 +43,8 @@ from tools.retrieval import RetrievalResult
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 from tools.store import DocumentPage, IngestCounts, StoredDocument, StoreError
 from tools.store.listing import MAX_PAGE, decode_cursor
+
+log = logging.getLogger(__name__)
 
 
 class RagApp:
@@ -115,11 +118,13 @@ class RagApp:
             conversation: the stored conversation the question follows (from `self.conversation(id)`; its last
                 `CHAT_HISTORY_TURNS` turns are used): they are the answer's history and the search query is
                 `agent.followup.condensed_query` of their questions (`agent.conversations.follow_up`). The
-                finished answer (a refusal included; not a failed or cancelled one) is stored as its next turn.
+                question's turn number is reserved when it arrives (before admission), so concurrent questions keep
+                the order they arrived in; the finished answer (a refusal included) fills it, and a failed,
+                refused-by-admission or cancelled answer releases it (nothing of it is stored).
 
         Raises:
-            agent.conversations.ConversationNotFoundError: the conversation was deleted while the answer ran (the
-                answer is not stored).
+            agent.conversations.ConversationNotFoundError: the conversation is gone when the question arrives, or
+                was deleted while the answer ran (the answer is not stored).
             agent.errors.OverloadedError: refused by admission control (queue full, a wait that cannot be promised
                 within `ANSWER_QUEUE_DEADLINE_S`, or twice that in the queue); `retry_after_s` says when to retry.
             agent.errors.InputError: blank question, top_k < 1.
@@ -127,9 +132,28 @@ class RagApp:
             EmbedderError / StoreError: retrieval failed.
         """
         request = AnswerRequest(request) if isinstance(request, str) else request
-        question = request.question
-        if conversation is not None:
-            request = follow_up(request, conversation.turns, self.settings.chat_history_turns)
+        if conversation is None:
+            return await self._answer(request, admission)
+        try:
+            turn = await self.conversations.reserve_turn(conversation.id, request.question)
+            if turn is None:
+                raise ConversationNotFoundError(conversation.id)
+        except BaseException:
+            if admission is not None:
+                admission.close()  # the place taken beforehand is not used
+            raise
+        try:
+            result = await self._answer(
+                follow_up(request, conversation.turns, self.settings.chat_history_turns), admission
+            )
+            await self._store_turn(conversation.id, turn, result)
+        except BaseException:
+            await asyncio.shield(self._release_turn(conversation.id, turn))
+            raise
+        return result
+
+    async def _answer(self, request: AnswerRequest, admission: Ticket | None) -> AskResult:
+        """`ask` without a conversation: admission, then the answer."""
         ticket = admission or self.admission.enter()
         on_event = request.on_event
         on_position = None if on_event is None else (lambda position: on_event(Queued(position=position)))
@@ -141,15 +165,21 @@ class RagApp:
                 results.append(
                     await answer(self.agents[policy], self.deps, replace(request, policy=policy), self.limits)
                 )
-        if conversation is not None:
-            await self._store_turn(conversation.id, question, results[0])
         return results[0]
 
-    async def _store_turn(self, conversation_id: UUID, question: str, result: AskResult) -> None:
+    async def _store_turn(self, conversation_id: UUID, turn: int, result: AskResult) -> None:
         citations = [c.model_dump(mode="json") for c in result.citations]
-        stored = await self.conversations.add_turn(conversation_id, question, result.answer, citations, result.refused)
+        stored = await self.conversations.fill_turn(conversation_id, turn, result.answer, citations, result.refused)
         if stored is None:
             raise ConversationNotFoundError(conversation_id, " any more (deleted while the answer was written)")
+
+    async def _release_turn(self, conversation_id: UUID, turn: int) -> None:
+        """Release a reserved turn whose answer did not finish; a store failure is logged, not raised (the answer's
+        own error is the one to report; the reserved turn stays invisible)."""
+        try:
+            await self.conversations.release_turn(conversation_id, turn)
+        except Exception:
+            log.warning("could not release turn %d of conversation %s", turn, conversation_id, exc_info=True)
 
     async def ask_stream(
         self, request: AnswerRequest | str, *, admission: Ticket | None = None, conversation: Conversation | None = None

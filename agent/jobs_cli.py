@@ -42,7 +42,7 @@ async def run_workers(settings: Settings, workers: int, stop: asyncio.Event | No
     """`workers` worker loops in this process over one ingestion embedder and one store, until `stop` is set."""
     async with (
         open_queue(settings) as (queue, store),
-        build_embedder(settings, max_in_flight=settings.ingest_max_in_flight) as embedder,
+        build_embedder(settings, workload="bulk") as embedder,
     ):
         await asyncio.gather(
             *(

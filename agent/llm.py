@@ -168,3 +168,13 @@ def _rejects_tools(body: str) -> bool:
     """Whether a 400 body is about tool calling: vLLM's `"auto" tool choice requires --enable-auto-tool-choice
     and --tool-call-parser to be set`, Triton's `"auto" tool choice requires --tool-call-parser to be set`."""
     return bool(_TOOLS_REJECTED.search(body))
+
+
+def bulk_model_settings(settings: Settings) -> ModelSettings | None:
+    """Request settings of bulk answers (evaluation runs) over the app's: the request `priority`
+    `LLM_BULK_PRIORITY` in the body (vLLM's OpenAI server reads it under `--scheduling-policy priority`: waiting
+    requests are scheduled by ascending priority, so questions, which send none (0), go before bulk work; vLLM docs,
+    "scheduling_policy"). None when `LLM_BULK_PRIORITY` is 0 (nothing to send)."""
+    if not settings.llm_bulk_priority:
+        return None
+    return ModelSettings(extra_body={"priority": settings.llm_bulk_priority})

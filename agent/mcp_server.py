@@ -6,6 +6,10 @@ Built on the official `mcp` SDK (2.x, `mcp.server.mcpserver.MCPServer`). Tools (
 - `get_document`: a stored document's title and full text;
 - `ask`: an answer written by the LLM from retrieved passages, with `[n]` markers and its citations.
 
+Arguments as models write them are read leniently: a number sent as a string (`"5"`), a `filter` sent as a JSON
+string, and an empty string or `{}` for an optional argument not given; what still is not the declared type is a
+tool error naming the argument.
+
 Every result carries structured content (the tool's output schema: `SearchOutput`, `DocumentOutput`,
 `AnswerOutput`) and the same facts as readable text. Bad arguments (schema violations, a blank query, an invalid
 filter or collection, an unknown doc id), admission control's refusal, LLM, embedder and store failures come back as
@@ -23,6 +27,7 @@ every collection is searched, as with the CLI (a local process of the machine's 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any
@@ -30,7 +35,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from agent.answer import AnswerRequest
 from agent.app import RagApp
@@ -60,6 +65,28 @@ Narrow = Callable[[SearchScope, Any], SearchScope]
 the scope to search. Raises `ToolError` naming a collection the caller may not use."""
 
 
+def blank_is_none(value: Any) -> Any:
+    """An optional argument's value with `""` (and whitespace) read as not given: models that fill every optional
+    argument send an empty string for "none"."""
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+def json_object(value: Any) -> Any:
+    """A `filter` argument: a JSON object, also when sent as a JSON string (hosts that pass a model's text on
+    unparsed); a blank string or `{}` is no filter. Anything else is left for validation to refuse."""
+    value = blank_is_none(value)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return value or None
+
+
+Blank = BeforeValidator(blank_is_none)
+JsonObject = BeforeValidator(json_object)
+
+
 def unnarrowed(scope: SearchScope, request: Any) -> SearchScope:
     """The `Narrow` of a server without callers (stdio): the scope as asked, over every collection."""
     return scope
@@ -70,9 +97,9 @@ QUERY_FIELD = Field(
     max_length=4000,
     description="What to look for, in natural language or keywords, e.g. `vitamin D and bone density`.",
 )
+TopK = Annotated[int, Field(ge=1, le=100)]
+"""Passages to retrieve, 1-100."""
 TOP_K_FIELD = Field(
-    ge=1,
-    le=100,
     description="How many passages to retrieve, 1-100; omit for the service's default (TOP_K, usually 5).",
 )
 FILTER_FIELD = Field(
@@ -240,9 +267,9 @@ def build_mcp_server(
     @server.tool(title="Search the documents", annotations=read_only)
     async def search(
         query: Annotated[str, QUERY_FIELD],
-        top_k: Annotated[int | None, TOP_K_FIELD] = None,
-        filter: Annotated[dict[str, Any] | None, FILTER_FIELD] = None,
-        collection: Annotated[str | None, COLLECTION_FIELD] = None,
+        top_k: Annotated[TopK | None, Blank, TOP_K_FIELD] = None,
+        filter: Annotated[dict[str, Any] | None, JsonObject, FILTER_FIELD] = None,
+        collection: Annotated[str | None, Blank, COLLECTION_FIELD] = None,
         *,
         ctx: Context[Any, Any],
     ) -> Annotated[CallToolResult, SearchOutput]:
@@ -262,7 +289,7 @@ def build_mcp_server(
     @server.tool(title="Read a document", annotations=read_only)
     async def get_document(
         doc_id: Annotated[str, Field(min_length=1, description="The document's id, as `search` or `ask` gave it.")],
-        collection: Annotated[str | None, Field(description="Optional: the collection to read from.")] = None,
+        collection: Annotated[str | None, Blank, Field(description="Optional: the collection to read from.")] = None,
         *,
         ctx: Context[Any, Any],
     ) -> Annotated[CallToolResult, DocumentOutput]:
@@ -282,9 +309,9 @@ def build_mcp_server(
     @server.tool(title="Answer a question with citations", annotations=read_only)
     async def ask(
         question: Annotated[str, Field(min_length=1, max_length=4000, description="The question, in full.")],
-        top_k: Annotated[int | None, TOP_K_FIELD] = None,
-        filter: Annotated[dict[str, Any] | None, FILTER_FIELD] = None,
-        collection: Annotated[str | None, COLLECTION_FIELD] = None,
+        top_k: Annotated[TopK | None, Blank, TOP_K_FIELD] = None,
+        filter: Annotated[dict[str, Any] | None, JsonObject, FILTER_FIELD] = None,
+        collection: Annotated[str | None, Blank, COLLECTION_FIELD] = None,
         *,
         ctx: Context[Any, Any],
     ) -> Annotated[CallToolResult, AnswerOutput]:

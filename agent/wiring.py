@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
@@ -31,7 +31,7 @@ from agent.llm import build_model, check_tool_calling, model_settings, served_mo
 from agent.rag_agent import RagDeps, build_agent
 from agent.settings import Policy, Settings
 from tools.conversations import ConversationLog
-from tools.embedder import TritonEmbedder
+from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
@@ -44,39 +44,56 @@ HealthCheck = Callable[[], Awaitable[str]]
 """One dependency's check: returns a one-line detail, raises when the dependency is unusable."""
 
 
+Workload = Literal["interactive", "bulk"]
+"""Who an embedder serves: `interactive` (questions: the interactive model, Triton priority 1, TRITON_MAX_IN_FLIGHT)
+or `bulk` (ingestion and uploads: EMBEDDER_MODEL, priority 2, INGEST_MAX_IN_FLIGHT)."""
+
+
 def build_embedder(
     settings: Settings,
     *,
+    workload: Workload = "interactive",
     model: str | None = None,
     timeout_s: float | None = None,
     buckets: Sequence[int] | None = None,
     max_in_flight: int | None = None,
 ) -> TritonEmbedder:
-    """The Triton embedding client the settings describe: `TRITON_GRPC_URL`, `EMBEDDER_MODEL` (or `model`),
+    """The Triton embedding client the settings describe for one workload: `TRITON_GRPC_URL`, the model,
     `TRITON_TIMEOUT_S` (or `timeout_s`, seconds), `TRITON_RETRIES`, `TRITON_CONNECT_TIMEOUT_S`,
-    `TRITON_MAX_IN_FLIGHT`, `TRITON_GRPC_CHANNEL_ARGS` and `EMBEDDER_TOKENIZER` (for the settings' own model). Not
-    connected yet: use it as an async context manager.
+    `TRITON_GRPC_CHANNEL_ARGS` and `EMBEDDER_TOKENIZER`. Not connected yet: use it as an async context manager.
+
+    Interactive and bulk work never share a queue where the model repository serves the embedder twice: questions
+    go to `Settings.embedder_interactive_model` (e.g. `all-minilm-l6-v2-query`, its own batcher and instance),
+    ingestion to `EMBEDDER_MODEL`. Where one model serves both (production bge-large with `priority_levels: 2`),
+    questions are sent at Triton priority 1 and bulk at 2, so queued questions are batched first.
 
     Args:
+        workload: `interactive` (questions; `TRITON_MAX_IN_FLIGHT` requests at once) or `bulk` (ingestion;
+            `INGEST_MAX_IN_FLIGHT`).
+        model: another Triton model in `tools.model_specs` to call instead (e.g. the int8 variant); it is its own
+            spec and sent at the workload's priority.
         buckets: the client's padded length buckets in tokens (default `tools.embedder.length_buckets`).
-        max_in_flight: most concurrent requests this client sends (default `TRITON_MAX_IN_FLIGHT`; ingestion
-            passes `INGEST_MAX_IN_FLIGHT`).
+        max_in_flight: most concurrent requests this client sends (default: the workload's setting above).
 
     Raises:
-        KeyError: the model is not in `tools.model_specs`.
-        ValueError: a timeout, retry or in-flight setting out of range (from `TritonEmbedder`).
+        ValueError: the model is not in `tools.model_specs`, or a timeout, retry or in-flight setting is out of
+            range (from `TritonEmbedder`).
     """
-    name = model or settings.embedder_model
+    spec = get_spec(model or settings.embedder_model)
+    name = model or (settings.embedder_interactive_model if workload == "interactive" else settings.embedder_model)
+    workload_in_flight = settings.triton_max_in_flight if workload == "interactive" else settings.ingest_max_in_flight
     return TritonEmbedder(
         settings.triton_grpc_url,
-        get_spec(name),
+        spec,
         timeout_s=settings.triton_timeout_s if timeout_s is None else timeout_s,
         retries=settings.triton_retries,
-        tokenizer_path=settings.embedder_tokenizer if name == settings.embedder_model else None,
+        tokenizer_path=settings.embedder_tokenizer if spec.name == settings.embedder_model else None,
         connect_timeout_s=settings.triton_connect_timeout_s,
-        max_in_flight=max_in_flight or settings.triton_max_in_flight,
+        model_name=name,
+        max_in_flight=max_in_flight or workload_in_flight,
         buckets=buckets,
         channel_args=settings.triton_grpc_channel_args,
+        priority=PRIORITY_INTERACTIVE if workload == "interactive" else PRIORITY_BULK,
     )
 
 
@@ -269,7 +286,7 @@ async def ingest_files(
         EmbedderError / StoreError: Triton or Postgres failed; stored batches stay, re-running resumes.
     """
     inputs = plan_inputs(paths, root, prefix, include, exclude)
-    embedder = build_embedder(settings, max_in_flight=settings.ingest_max_in_flight)
+    embedder = build_embedder(settings, workload="bulk")
     spec = embedder.spec
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
         report = await ingest(

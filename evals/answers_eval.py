@@ -37,6 +37,7 @@ from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFai
 
 from agent.answer import AnswerRequest
 from agent.app import RagApp
+from agent.llm import bulk_model_settings
 from agent.settings import Settings
 from evals.scifact import SCIFACT_DIR, Split, load_queries
 from tools.stats import percentiles as latency_percentiles
@@ -324,8 +325,14 @@ def make_task(app: RagApp, top_k: int | None, journal: AnswerJournal | None = No
         if journal is not None and (entry := journal.answered(_CASE_NAME.get(), inputs)) is not None:
             return entry.output
         # Retrieval (and the refusal threshold calibrated on claims) sees the bare claim; the LLM sees the question.
+        # An evaluation is bulk work: its LLM requests are scheduled after questions' (LLM_BULK_PRIORITY).
         result = await app.ask(
-            AnswerRequest(QUESTION_TEMPLATE.format(claim=inputs.claim), top_k=top_k, retrieval_query=inputs.claim)
+            AnswerRequest(
+                QUESTION_TEMPLATE.format(claim=inputs.claim),
+                top_k=top_k,
+                retrieval_query=inputs.claim,
+                model_settings=bulk_model_settings(app.settings),
+            )
         )
         refused = result.refused
         verdict: Verdict = "NOT_ENOUGH_INFO" if refused else parse_verdict(result.answer)

@@ -315,3 +315,48 @@ def extract(
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(results, indent=2))
+
+
+@bench_app.command("mixed")
+def bench_mixed(
+    workload: Annotated[
+        list[str] | None, typer.Option(help="Bulk workloads: ingest, upload, eval (repeatable; default all).")
+    ] = None,
+    concurrency: Annotated[
+        list[int] | None, typer.Option(min=1, help="Question concurrency levels (repeatable; default 1 8).")
+    ] = None,
+    retrieval_requests: Annotated[int, typer.Option(min=1, help="Retrievals per probe.")] = 40,
+    answer_requests: Annotated[int, typer.Option(min=1, help="Whole answers per probe.")] = 8,
+    answers: Annotated[bool, typer.Option(help="Also probe whole answers (TTFT); needs the LLM.")] = True,
+    ingest_docs: Annotated[int, typer.Option(min=1, help="SciFact abstracts the ingest workload stores.")] = 1500,
+    upload_files: Annotated[int, typer.Option(min=1, help="PDFs in the upload job.")] = 20,
+    upload_pages: Annotated[int, typer.Option(min=1, help="Pages (abstracts) per uploaded PDF.")] = 10,
+    eval_cases: Annotated[int, typer.Option(min=1, help="Claims the eval workload answers.")] = 40,
+    eval_concurrency: Annotated[int, typer.Option(min=1, help="Concurrency of the eval workload.")] = 8,
+    out: Annotated[Path, typer.Option(help="JSON report (the plot is written beside it as .png).")] = Path(
+        ".rag/bench/bench-mixed.json"
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only (progress on stderr).")] = False,
+) -> None:
+    """Questions beside bulk work on the same stack: retrieval and answer latency (p50/p95/p99, TTFT) idle and
+    while an ingest, an upload job or an eval run goes on, and each bulk workload's rate alone and beside them."""
+    from agent.settings import Settings
+    from evals.bench_mixed import WORKLOADS, MixedBenchParams, Workload, run_mixed_bench_command
+
+    chosen = tuple(workload or WORKLOADS)
+    for name in chosen:
+        if name not in WORKLOADS:
+            raise typer.BadParameter(f"--workload {name!r}: expected one of {', '.join(WORKLOADS)}")
+    params = MixedBenchParams(
+        workloads=cast(tuple[Workload, ...], chosen),
+        concurrencies=tuple(concurrency or (1, 8)),
+        retrieval_requests=retrieval_requests,
+        answer_requests=answer_requests,
+        answers=answers,
+        ingest_docs=ingest_docs,
+        upload_files=upload_files,
+        upload_pages=upload_pages,
+        eval_cases=eval_cases,
+        eval_concurrency=eval_concurrency,
+    )
+    run_mixed_bench_command(Settings(), params, as_json, out)

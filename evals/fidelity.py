@@ -77,7 +77,7 @@ def _scifact_id(doc_id: str) -> str:
 async def _ingest_and_search(
     folder: Path, url: str, settings: Settings, queries: dict[str, str]
 ) -> tuple[dict[str, list[str]], dict[str, Any]]:
-    embedder = build_embedder(settings, max_in_flight=settings.ingest_max_in_flight)
+    embedder = build_embedder(settings, workload="bulk")
     async with embedder, build_store(url, embedder.spec.name, embedder.spec.dim, settings) as store:
         report = await ingest(
             plan_inputs([folder], root=folder),
@@ -105,7 +105,7 @@ async def _ingest_and_search(
 
 
 async def _page_check(folder: Path, url: str, settings: Settings, book: list[CorpusDoc]) -> dict[str, Any]:
-    embedder = build_embedder(settings, max_in_flight=settings.ingest_max_in_flight)
+    embedder = build_embedder(settings, workload="bulk")
     async with embedder, build_store(url, embedder.spec.name, embedder.spec.dim, settings) as store:
         await ingest(
             plan_inputs([folder], root=folder),

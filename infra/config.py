@@ -27,6 +27,7 @@ class StackConfig:
     triton_metrics_port: int
     triton_grpc_url: str
     embedder_model: str
+    embedder_interactive_model: str
     triton_extra_models: tuple[str, ...]
     triton_python_env: Path
     triton_start_timeout_s: float

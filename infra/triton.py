@@ -82,8 +82,9 @@ def server_env(python_env: Path) -> dict[str, str]:
 
 
 def served_models(config: StackConfig) -> list[str]:
-    """Models the local Triton loads: the embedder, then `config.triton_extra_models` (duplicates dropped)."""
-    return list(dict.fromkeys((config.embedder_model, *config.triton_extra_models)))
+    """Models the local Triton loads: the embedder (bulk ingestion), the model questions are embedded with (its
+    interactive twin, often the same), then `config.triton_extra_models` (duplicates dropped)."""
+    return list(dict.fromkeys((config.embedder_model, config.embedder_interactive_model, *config.triton_extra_models)))
 
 
 def argv(config: StackConfig) -> list[str]:

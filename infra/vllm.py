@@ -47,6 +47,10 @@ def argv(config: StackConfig) -> list[str]:
         "--tool-call-parser",
         "hermes",
         "--disable-log-stats",
+        # Questions before bulk work: waiting requests are scheduled by their `priority` field (lower first; a
+        # question sends none, 0; `rag eval answers` sends LLM_BULK_PRIORITY).
+        "--scheduling-policy",
+        "priority",
     ]
 
 

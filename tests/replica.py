@@ -1,6 +1,6 @@
 """A real streaming replica of a test's embedded Postgres, made with the embedded server's own binaries
-(`pg_basebackup --write-recovery-conf`, then `pg_ctl start` on the copy), listening on a unix socket in its own data
-dir; started and stopped by PID by the test.
+(`pg_basebackup --write-recovery-conf`, optionally with a physical replication slot, then `pg_ctl start` on the
+copy), listening on a unix socket in its own data dir; started and stopped by PID by the test.
 
 The binaries refuse to run as root, so they run as the embedded server's system user (`pgserver`).
 """
@@ -73,8 +73,10 @@ def start(data: Path) -> Replica:
 
 
 @contextmanager
-def streaming_replica(primary_url: str) -> Iterator[Replica]:
-    """A streaming replica of the server at `primary_url` (a unix-socket URL), stopped by PID at the end."""
+def streaming_replica(primary_url: str, slot: str | None = None) -> Iterator[Replica]:
+    """A streaming replica of the server at `primary_url` (a unix-socket URL), stopped by PID at the end; with
+    `slot`, cloned the way the production replica is (`--create-slot --slot`: the primary keeps the WAL it has not
+    streamed)."""
     host, port, user = server_address(primary_url)
     account = pwd.getpwnam(RUN_AS)
     parent = Path(tempfile.mkdtemp(prefix="rag-replica-"))
@@ -84,6 +86,8 @@ def streaming_replica(primary_url: str) -> Iterator[Replica]:
     replica: Replica | None = None
     try:
         backup = [str(bin_dir() / "pg_basebackup"), "-D", str(data), "-R", "-X", "stream", "-c", "fast"]
+        if slot is not None:
+            backup += ["--create-slot", f"--slot={slot}"]
         subprocess.run(
             [*backup, "-h", host, "-p", str(port), "-U", user],
             user=RUN_AS,

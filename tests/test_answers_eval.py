@@ -77,6 +77,8 @@ async def test_a_failed_case_scores_zero_in_every_denominator(ingested: str, set
         requests = fake.reset(Reply(status=500), Reply(text=CITE_ALL), Reply(text="SUPPORT [1]."))
         summary, records = await run_answers_eval(dataset, fake_llm_settings(settings, fake), 1, 10, progress=False)
     assert len(requests) == 3
+    # An evaluation is bulk work: every LLM request carries LLM_BULK_PRIORITY (questions send none).
+    assert [r.get("priority") for r in requests] == [settings.llm_bulk_priority] * 3 and settings.llm_bulk_priority
     by_name = {r["name"]: r for r in records}
     assert by_name["3"]["error"] and "500" in by_name["3"]["error"] and by_name["5"]["error"] is None
     assert by_name["5"]["scores"]["citation_recall"] == 1.0 and by_name["5"]["scores"]["verdict_correct"] is True

@@ -110,13 +110,15 @@ async def test_no_history_turns_means_one_off_questions() -> None:
     assert (await rag.conversation(conversation.id)).turn_count == 2  # the refusal is a turn too
 
 
-async def test_a_conversation_deleted_while_answering_is_not_written_to() -> None:
+async def test_a_conversation_deleted_before_the_question_is_not_answered_nor_written_to() -> None:
     model = Model()
     rag, conversations = app(model)
     conversation = await rag.create_conversation()
     await rag.delete_conversation(conversation.id)
-    with pytest.raises(ConversationNotFoundError, match="deleted while the answer was written"):
+    with pytest.raises(ConversationNotFoundError, match="does not exist"):
         await rag.ask(SUBJECT, conversation=conversation)
+    assert model.seen == []  # refused when the question arrived, before any LLM work (a delete while the answer
+    # runs: test_conversation_races.py)
     assert await conversations.get(conversation.id) is None
     with pytest.raises(ConversationNotFoundError, match=str(conversation.id)):
         await rag.conversation(conversation.id)

@@ -386,7 +386,7 @@ async def test_status_reports_triton_metrics(embedder: TritonEmbedder, settings:
     inferences, executions = await settled_statistics(embedder, at_least=before + 1)
     (triton_row,) = [s for s in stack.status(StackConfig.of(settings)) if s.name == "triton"]
     assert triton_row.healthy
-    figures = triton_row.metrics["models"][settings.embedder_model]
+    figures = triton_row.metrics["models"][embedder.model_name]
     assert figures["inferences"] >= inferences and figures["executions"] >= executions
     caught_up, _ = await settled_statistics(embedder, at_least=int(figures["inferences"]))
     assert caught_up >= figures["inferences"]
@@ -441,7 +441,9 @@ async def test_flood_is_refused_fast_with_a_tiny_queue(embedder: TritonEmbedder,
     await embedder.load_model(config=override)
     texts = [f"flood request {i} " + "protein folding " * 60 for i in range(64)]  # 128-token bucket
     try:
-        async with TritonEmbedder(settings.triton_grpc_url, embedder.spec, retries=3) as client:
+        async with TritonEmbedder(
+            settings.triton_grpc_url, embedder.spec, model_name=embedder.model_name, retries=3
+        ) as client:
             start = time.perf_counter()
 
             async def timed(call: int) -> tuple[float, BaseException | None]:

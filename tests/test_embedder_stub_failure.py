@@ -43,11 +43,16 @@ def own_triton(settings: Settings, server_dir: Path) -> Iterator[Settings]:
         triton.stop(StackConfig.of(own))
 
 
-def stub_pid(settings: Settings) -> int:
-    """PID of the one Python-backend stub of the Triton that `settings` run."""
+def stub_pid(settings: Settings, model: str) -> int:
+    """PID of the one Python-backend stub serving `model` on the Triton that `settings` run (its command line names
+    the model's file, `<repository>/<model>/1/model.onnx`)."""
     pid = processes.read_pid(StackConfig.of(settings).run_dir, "triton")
     assert pid is not None
-    stubs = [c.pid for c in psutil.Process(pid).children(recursive=True) if "python_backend_stub" in c.name()]
+    stubs = [
+        c.pid
+        for c in psutil.Process(pid).children(recursive=True)
+        if "python_backend_stub" in c.name() and any(f"/{model}/1/" in arg for arg in c.cmdline())
+    ]
     assert len(stubs) == 1, stubs
     return int(stubs[0])
 
@@ -60,7 +65,7 @@ async def test_after_a_stub_failure_no_request_gets_another_requests_vectors(
     just (the stub resumes while the next batch is at Triton) or by far (the next batches fail too)."""
     async with build_embedder(own_triton, timeout_s=120.0) as emb:
         references = [await emb.embed(texts) for texts in (FIRST, SECOND, THIRD)]
-        stub = stub_pid(own_triton)
+        stub = stub_pid(own_triton, emb.model_name)
         os.kill(stub, signal.SIGSTOP)
         try:
             first = asyncio.create_task(emb.embed(FIRST))

@@ -32,7 +32,7 @@ from tritonclient.grpc import model_config_pb2
 from agent.admission import QUEUE_LIMIT_DEADLINES
 from agent.settings import Settings
 from tests.conftest import REPO_ROOT
-from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec
+from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_spec
 
 PROD_DIR = REPO_ROOT / "infra" / "production"
 MODEL_REPO = REPO_ROOT / "model_repository"
@@ -87,7 +87,7 @@ PINNED_IMAGES = {
     "app": re.compile(r"^triton-rag-app:\d+\.\d+\.\d+$"),
 }
 
-LOCAL_WITHOUT_QUEUE_POLICY = {"all-minilm-l6-v2", "all-minilm-l6-v2-int8"}
+LOCAL_WITHOUT_QUEUE_POLICY = {"all-minilm-l6-v2", "all-minilm-l6-v2-int8", "all-minilm-l6-v2-query"}
 """Local models served without a queue policy (see their config.pbtxt): bounded by the client instead."""
 
 
@@ -218,9 +218,14 @@ def size_bytes(size: str) -> int:
     return int(match.group(1)) * {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]
 
 
+SIDECARS = {"publish-trt-cache"}
+"""Containers beside a workload's main one: the embedder's engine-cache publisher (triton-embedder.yaml)."""
+
+
 def only_container(workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload's main container (the first), beside which only SIDECARS run."""
     containers: list[dict[str, Any]] = workload["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
+    assert {c["name"] for c in containers[1:]} <= SIDECARS, [c["name"] for c in containers]
     return containers[0]
 
 
@@ -274,7 +279,7 @@ def test_onnx_config_matches_the_export_contract(path: Path) -> None:
     """infra/export_onnx.py: input_ids/attention_mask INT64 [batch, seq] -> sentence_embedding FP32 [batch, dim]
     (pooled and L2-normalised in the graph); the dynamic batcher refuses a flood (bounded queue, REJECT on timeout)."""
     config = load_config(path)
-    spec = get_spec(config.name)
+    spec = served_spec(config.name)
     assert config.max_batch_size > 0, "the batch axis is Triton's (dims below exclude it)"
     assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
         ("input_ids", model_config_pb2.TYPE_INT64, [-1]),
@@ -614,7 +619,10 @@ def test_compose_images_are_pinned() -> None:
         image = services[name]["image"]
         assert pattern.fullmatch(image), f"{name}: {image!r} is not a pinned version"
     assert only_container(k8s("StatefulSet", "postgres"))["image"] == services["postgres"]["image"]
-    assert only_container(k8s("Deployment", "rag-app"))["image"] == services["app"]["image"]
+    # Kubernetes pulls the app built by compose from the registry its kustomize `images:` names.
+    assert only_container(k8s("Deployment", "rag-app"))["image"].endswith(
+        "/" + services["app"]["image"].replace("triton-rag-", "triton-rag/")
+    )
     for name, entry in images()["images"].items():
         assert {"backends", "source"} <= set(entry), name
 
@@ -644,7 +652,7 @@ def test_compose_start_up_order_and_health_checks() -> None:
     """vLLM sizes its KV cache from the memory free at start: it starts after the embedder is healthy."""
     for name, url in (
         ("triton-embedder", "http://localhost:8000/v2/health/ready"),
-        ("triton-llm", "http://localhost:9000/health/ready"),
+        ("triton-llm", f"http://localhost:8000/v2/models/{LLM_DIR.name}/ready"),
         ("app", "http://localhost:8080/health"),
     ):
         svc = service(name)
@@ -808,7 +816,11 @@ def test_llm_model_repository_configmap_is_the_committed_model() -> None:
     model = LLM_DIR.name
     assert paths == {"config.pbtxt": f"{model}/config.pbtxt", "model.json": f"{model}/1/model.json"}
     assert configmap["data"]["config.pbtxt"] == (LLM_DIR / "config.pbtxt").read_text(encoding="utf-8")
-    assert configmap["data"]["model.json"] == (LLM_DIR / "1" / "model.json").read_text(encoding="utf-8")
+    # The same engine arguments, except that the Kubernetes pod has its GPU to itself (compose shares it with the
+    # embedder: README "GPU memory on one card").
+    k8s_engine, compose_engine = json.loads(configmap["data"]["model.json"]), model_json()
+    assert k8s_engine.pop("gpu_memory_utilization") == 0.9 and compose_engine.pop("gpu_memory_utilization") <= 0.8
+    assert k8s_engine == compose_engine
     assert flag([*llm_container()["args"]], "--load-model") == model
 
 
@@ -817,9 +829,10 @@ def test_each_triton_has_its_own_model_repository_key() -> None:
     for overlay in ("base", "overlays/trtllm"):
         embedder = only_container(k8s("Deployment", "triton-embedder", overlay))
         ref = env_of(embedder)["MODEL_REPOSITORY"]["valueFrom"]["configMapKeyRef"]
-        assert ref == {"name": "triton-model-store", "key": "EMBEDDER_MODEL_REPOSITORY"}
-    base_store = k8s("ConfigMap", "triton-model-store")["data"]
-    trt_store = k8s("ConfigMap", "triton-model-store", "overlays/trtllm")["data"]
+        store = k8s_named("ConfigMap", "triton-model-store", overlay)["metadata"]["name"]
+        assert ref == {"name": store, "key": "EMBEDDER_MODEL_REPOSITORY"}
+    base_store = k8s_named("ConfigMap", "triton-model-store")["data"]
+    trt_store = k8s_named("ConfigMap", "triton-model-store", "overlays/trtllm")["data"]
     assert trt_store["EMBEDDER_MODEL_REPOSITORY"] == base_store["EMBEDDER_MODEL_REPOSITORY"]
     assert base_store["EMBEDDER_MODEL_REPOSITORY"].startswith("s3://"), "plain tritonserver reads object storage"
     sync = only_container(k8s("Job", "trtllm-engine-sync", "overlays/trtllm"))
@@ -851,7 +864,7 @@ def test_trtllm_engines_volume_is_filled_once_and_read_by_every_pod() -> None:
 
 
 def test_k8s_triton_probes_ports_and_flags_match_the_profile() -> None:
-    settings = k8s("ConfigMap", "rag-settings")["data"]
+    settings = k8s_named("ConfigMap", "rag-settings")["data"]
     llm = llm_container()
     argv = [*llm["command"], *llm["args"]]
     compose_argv = [str(a) for a in service("triton-llm")["command"]]
@@ -860,8 +873,9 @@ def test_k8s_triton_probes_ports_and_flags_match_the_profile() -> None:
         a for a in compose_argv if a != "/models" and not a.startswith("Bearer ")
     ]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert llm[probe]["httpGet"]["path"] == "/health/ready"
-        assert container_port(llm, llm[probe]["httpGet"]["port"]) == int(flag(argv, "--openai-port"))
+        # The model's readiness on the KServe HTTP frontend, not the server's (/health/ready on the OpenAI port).
+        assert llm[probe]["httpGet"]["path"] == f"/v2/models/{flag(argv, '--load-model')}/ready"
+        assert container_port(llm, llm[probe]["httpGet"]["port"]) == int(flag(argv, "--kserve-http-port"))
     assert llm["startupProbe"]["periodSeconds"] * llm["startupProbe"]["failureThreshold"] >= 30 * 60
     embedder = only_container(k8s("Deployment", "triton-embedder"))
     assert embedder["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
@@ -872,13 +886,21 @@ def test_k8s_triton_probes_ports_and_flags_match_the_profile() -> None:
 
 
 def test_dead_vllm_engine_makes_the_pod_unready() -> None:
-    """Issue 21.8: ENABLE_VLLM_HEALTH_CHECK (explicit model control) marks the model not ready when vLLM dies, and
-    /health/ready follows the server's readiness: the liveness probe restarts the pod."""
+    """ENABLE_VLLM_HEALTH_CHECK (explicit model control) unloads the model when vLLM dies; Triton keeps the SERVER
+    ready after an unload (core src/server.cc), so the probes ask for the MODEL's readiness on the KServe HTTP
+    frontend, which only the kubelet reaches (the NetworkPolicy admits port 9000 alone)."""
     config = load_config(LLM_DIR / "config.pbtxt")
     assert config.parameters["ENABLE_VLLM_HEALTH_CHECK"].string_value == "true"
-    for argv in ([*llm_container()["args"]], [str(a) for a in service("triton-llm")["command"]]):
-        assert flag(argv, "--model-control-mode") == "explicit"
-    assert llm_container()["livenessProbe"]["httpGet"]["path"] == "/health/ready"
+    for overlay in ("base", "overlays/trtllm"):
+        container = llm_container(overlay)
+        argv = [*container["args"]]
+        assert flag(argv, "--model-control-mode") == "explicit" and "--enable-kserve-frontends" in argv
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"]["path"] == f"/v2/models/{LLM_DIR.name}/ready", (overlay, probe)
+    compose_argv = [str(a) for a in service("triton-llm")["command"]]
+    assert flag(compose_argv, "--model-control-mode") == "explicit" and "--enable-kserve-frontends" in compose_argv
+    policy = k8s("NetworkPolicy", "triton-llm-from-app-and-prometheus")["spec"]["ingress"]
+    assert {p["port"] for rule in policy for p in rule["ports"]} == {9000}, "the KServe ports take no bearer token"
 
 
 def test_llm_generation_needs_the_apps_token_and_metrics_stay_open() -> None:
@@ -920,7 +942,7 @@ def test_hugging_face_token_is_required_where_weights_are_downloaded() -> None:
 def test_embedder_is_balanced_over_a_headless_service() -> None:
     """Issue 16: gRPC keeps one connection per channel; DNS over a headless Service gives the client every pod, and
     Triton's max connection age makes clients re-resolve and reach new replicas."""
-    settings = k8s("ConfigMap", "rag-settings")["data"]
+    settings = k8s_named("ConfigMap", "rag-settings")["data"]
     target = settings["TRITON_GRPC_URL"]
     match = re.fullmatch(r"dns:///([a-z0-9.-]+):(\d+)", target)
     assert match, target
@@ -971,7 +993,7 @@ def test_autoscaling_follows_throughput_proportional_signals() -> None:
         for hpa in (d for d in k8s_docs(overlay) if d["kind"] == "HorizontalPodAutoscaler"):
             assert set(hpa_metrics(hpa["metadata"]["name"], overlay)) <= set(rules)
     # The app's per-pod target sits under its admission limit, so the app scales before it refuses.
-    limit = int(k8s("ConfigMap", "rag-settings")["data"]["ANSWER_MAX_IN_PROGRESS"])
+    limit = int(k8s_named("ConfigMap", "rag-settings")["data"]["ANSWER_MAX_IN_PROGRESS"])
     target = k8s("HorizontalPodAutoscaler", "rag-app")["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
     assert 0 < int(target) < limit
 
@@ -1042,7 +1064,7 @@ def test_gateway_api_overlay_replaces_the_ingress() -> None:
 
 def test_body_limits_match_the_app_settings() -> None:
     """Issue 19: the edge refuses what the app would refuse (MAX_BODY_BYTES; uploads UPLOAD_MAX_REQUEST_BYTES)."""
-    settings = k8s("ConfigMap", "rag-settings")["data"]
+    settings = k8s_named("ConfigMap", "rag-settings")["data"]
     limits = {"rag-app": int(settings["MAX_BODY_BYTES"]), "rag-app-uploads": int(settings["UPLOAD_MAX_REQUEST_BYTES"])}
     for name, limit in limits.items():
         annotations = k8s("Ingress", name)["metadata"]["annotations"]
@@ -1057,7 +1079,7 @@ def test_shutdown_grace_covers_every_admitted_answer() -> None:
     """Issue 19: preStop, SHUTDOWN_GRACE_S and terminationGracePeriodSeconds agree with ANSWER_TIMEOUT_S: an answer
     admitted just before SIGTERM (queued up to twice the deadline, then run up to the timeout) finishes before
     SIGKILL."""
-    settings = k8s("ConfigMap", "rag-settings")["data"]
+    settings = k8s_named("ConfigMap", "rag-settings")["data"]
     grace = float(settings["SHUTDOWN_GRACE_S"])
     longest_queue_wait = QUEUE_LIMIT_DEADLINES * float(settings["ANSWER_QUEUE_DEADLINE_S"])
     assert grace >= longest_queue_wait + float(settings["ANSWER_TIMEOUT_S"])
@@ -1074,12 +1096,12 @@ def test_shutdown_grace_covers_every_admitted_answer() -> None:
 
 def test_k8s_app_serves_behind_tls_with_secrets_and_the_profile() -> None:
     profile = app_profile()
-    settings = k8s("ConfigMap", "rag-settings")["data"]
+    settings = k8s_named("ConfigMap", "rag-settings")["data"]
     expected = {k: v for k, v in profile.items() if k not in SECRET_SETTINGS | K8S_ONLY_SETTINGS}
     assert {k: v for k, v in settings.items() if k not in K8S_ONLY_SETTINGS} == expected, "ConfigMap == env template"
     app = only_container(k8s("Deployment", "rag-app"))
     assert app["command"] == service("app")["command"]
-    assert app["envFrom"] == [{"configMapRef": {"name": "rag-settings"}}]
+    assert app["envFrom"] == [{"configMapRef": {"name": k8s_named("ConfigMap", "rag-settings")["metadata"]["name"]}}]
     env = env_of(app)
     for key in SECRET_SETTINGS:
         assert env[key]["valueFrom"]["secretKeyRef"] == {"name": "rag-secrets", "key": key}
@@ -1092,7 +1114,7 @@ def test_k8s_app_serves_behind_tls_with_secrets_and_the_profile() -> None:
 
 def pgbouncer_ini() -> configparser.ConfigParser:
     parser = configparser.ConfigParser()
-    parser.read_string(k8s("ConfigMap", "pgbouncer")["data"]["pgbouncer.ini"])
+    parser.read_string(k8s_named("ConfigMap", "pgbouncer")["data"]["pgbouncer.ini"])
     return parser
 
 
@@ -1105,7 +1127,7 @@ def test_pgbouncer_pools_in_transaction_mode_within_the_connection_budget() -> N
     assert databases["rag"]["host"] == k8s("Service", "postgres")["metadata"]["name"]
     assert databases["rag_replica"]["host"] == k8s("Service", "postgres-replica")["metadata"]["name"]
     assert databases["rag"]["dbname"] == databases["rag_replica"]["dbname"] == "rag"
-    pool = int(k8s("ConfigMap", "rag-settings")["data"]["DB_POOL_MAX_SIZE"])
+    pool = int(k8s_named("ConfigMap", "rag-settings")["data"]["DB_POOL_MAX_SIZE"])
     app_max = k8s("HorizontalPodAutoscaler", "rag-app")["spec"]["maxReplicas"]
     assert app_max * pool <= int(ini["pgbouncer"]["max_client_conn"])
     bouncers = k8s("Deployment", "pgbouncer")["spec"]["replicas"]
@@ -1126,6 +1148,17 @@ def test_read_replica_streams_from_the_primary() -> None:
     replica = k8s("StatefulSet", "postgres-replica")["spec"]["template"]["spec"]
     clone = " ".join(replica["initContainers"][0]["command"])
     assert "pg_basebackup --host=postgres --username=rag" in clone and "--write-recovery-conf" in clone
+    # A physical replication slot, with the WAL it keeps bounded on the primary.
+    assert "--create-slot --slot=rag_replica" in clone
+    assert "max_slot_wal_keep_size=20GB" in only_container(primary)["args"]
+    # Readiness: streaming and replaying within the app's bound (tests/test_replica_failover.py runs the check).
+    probe = replica["containers"][0]["readinessProbe"]
+    assert probe["exec"]["command"][:2] == ["bash", "-c"] and "pg_stat_wal_receiver" in probe["exec"]["command"][2]
+    env = env_of(replica["containers"][0])
+    bound = env["DATABASE_READ_MAX_LAG_S"]["valueFrom"]["configMapKeyRef"]
+    assert bound["name"] == k8s_named("ConfigMap", "rag-settings")["metadata"]["name"]
+    lag_s = float(k8s_named("ConfigMap", "rag-settings")["data"]["DATABASE_READ_MAX_LAG_S"])
+    assert probe["timeoutSeconds"] >= 2 * lag_s, "the check waits up to the bound for the replay"
     assert (
         replica["initContainers"][0]["image"] == only_container(primary)["image"] == replica["containers"][0]["image"]
     )
@@ -1202,6 +1235,11 @@ def test_alerts_have_runbook_lines_and_match_the_prometheus_rule() -> None:
         "RagAnswerErrorRate",
         "RagTimeToFirstTokenHigh",
         "TritonEmbedderQueueTimeHigh",
+        # The silent failures: a blind autoscaler, one pinned at its maximum, no backup, a replica not streaming.
+        "AutoscalerBlind",
+        "AutoscalerAtMaximum",
+        "PostgresBackupMissing",
+        "PostgresReplicaNotReady",
     }
     rule = k8s("PrometheusRule", "triton-rag", "monitoring")
     assert rule["spec"]["groups"] == load_yaml(PROD_DIR / "alerts.yml")["groups"], "alerts.yml == PrometheusRule"

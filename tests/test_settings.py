@@ -14,6 +14,7 @@ from agent.app import build_embedder
 from agent.cli import app
 from agent.settings import Settings, SettingsError, describe_validation_error, split_host_port
 from infra.config import StackConfig
+from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE
 
 
 def make(**values: Any) -> Settings:
@@ -96,7 +97,7 @@ def test_stack_config_copies_the_settings_it_needs(tmp_path: Path) -> None:
 def test_embedder_factory_applies_every_client_setting() -> None:
     settings = make(triton_timeout_s=7.0, triton_retries=5, triton_connect_timeout_s=2.0, triton_max_in_flight=3)
     embedder = build_embedder(settings)
-    assert (embedder.url, embedder.model_name) == ("localhost:8001", "all-minilm-l6-v2")
+    assert (embedder.url, embedder.model_name) == ("localhost:8001", "all-minilm-l6-v2-query")
     assert (embedder.timeout_s, embedder.retries, embedder.connect_timeout_s, embedder.max_in_flight) == (
         7.0,
         5,
@@ -106,7 +107,25 @@ def test_embedder_factory_applies_every_client_setting() -> None:
     other = build_embedder(settings, model="all-minilm-l6-v2-int8", timeout_s=120.0, buckets=[32, 64])
     assert (other.model_name, other.timeout_s, other.retries) == ("all-minilm-l6-v2-int8", 120.0, 5)
     assert other.buckets[:2] == [32, 64]  # the client adds the model limit as the last bucket
-    assert build_embedder(settings, max_in_flight=settings.ingest_max_in_flight).max_in_flight == 4  # ingestion's
+
+
+def test_questions_and_ingestion_get_their_own_model_priority_and_slots() -> None:
+    settings = make(triton_max_in_flight=3)
+    interactive, bulk = build_embedder(settings), build_embedder(settings, workload="bulk")
+    assert (interactive.model_name, interactive.priority, interactive.max_in_flight) == (
+        "all-minilm-l6-v2-query",
+        PRIORITY_INTERACTIVE,
+        3,
+    )
+    assert (bulk.model_name, bulk.priority, bulk.max_in_flight) == ("all-minilm-l6-v2", PRIORITY_BULK, 4)
+    assert PRIORITY_INTERACTIVE < PRIORITY_BULK  # Triton: 1 is the highest level
+    # one model for both (production bge-large): questions go first by priority instead
+    shared = make(embedder_query_model="all-minilm-l6-v2")
+    assert build_embedder(shared).model_name == build_embedder(shared, workload="bulk").model_name
+    # a model without an interactive twin serves both
+    int8 = make(embedder_model="all-minilm-l6-v2-int8")
+    assert int8.embedder_interactive_model == "all-minilm-l6-v2-int8"
+    assert StackConfig.of(settings).embedder_interactive_model == "all-minilm-l6-v2-query"
 
 
 def test_cli_reports_bad_settings_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,6 @@ from evals.retrieval_eval import ensure_database
 from tests import replica as standby
 from tests.store_helpers import DIM, MODEL, own_postgres, record
 from tools.store import VectorStore
-from tools.store.replicas import PROBE_SQL
 
 DATABASE = "test_store_replicas"
 MAX_LAG_S = 0.5
@@ -64,16 +63,6 @@ async def test_searches_go_to_the_replica_and_find_a_document_right_after_its_in
         assert await top_doc(other, "doc4") == "doc4" and other.search_targets == {replica.url(DATABASE): 1}
 
 
-async def probe(url: str) -> tuple[int, float]:
-    conn = await asyncpg.connect(url)
-    try:
-        row = await conn.fetchrow(PROBE_SQL)
-    finally:
-        await conn.close()
-    assert row is not None
-    return int(row["replayed"]), float(row["lag_s"])
-
-
 async def test_a_lagging_replica_is_skipped_until_it_has_replayed(
     store: VectorStore, replica: standby.Replica
 ) -> None:
@@ -85,13 +74,9 @@ async def test_a_lagging_replica_is_skipped_until_it_has_replayed(
         assert await top_doc(store, "during") == "during"  # read from the primary: the replica is behind this write
         assert store.search_targets == {"primary": 1}
         async with VectorStore(store.dsn, MODEL, DIM, read_urls=store.read_urls, read_max_lag_s=MAX_LAG_S) as other:
-            for _ in range(600):  # until the replica has received WAL it did not replay for longer than the bound
-                if (await probe(replica.url(DATABASE)))[1] > MAX_LAG_S:
-                    break
-                await paused.execute("SELECT pg_sleep(0.05)")
-            else:
-                pytest.fail("the paused replica never lagged")
-            assert await top_doc(other, "during") == "during"  # another process skips it by its lag
+            # Another process skips it by its lag: the primary is past what the replica has replayed, and no
+            # position this process has seen the replica reach is recent enough.
+            assert await top_doc(other, "during") == "during"
             assert other.search_targets == {"primary": 1}
         await paused.execute("SELECT pg_wal_replay_resume()")
         for _ in range(600):

@@ -33,7 +33,9 @@ class ConversationTurn:
     of `agent.results.Citation`), whether it was a refusal, and when it was stored (UTC).
 
     Attributes:
-        n: position in the conversation, from 1.
+        n: position in the conversation, from 1, in the order the questions arrived (`ConversationLog.reserve_turn`),
+            whatever order their answers finished in; the number of a question whose answer failed or was cancelled
+            stays unused.
     """
 
     n: int
@@ -107,8 +109,30 @@ class ConversationLog(Protocol):
         refused: bool = False,
         owner: str | None = None,
     ) -> ConversationTurn | None:
-        """Append one turn (numbered after the last) and move `updated_at`; names an untitled conversation after
-        `question`. None when the conversation is absent (nothing stored)."""
+        """Append one finished turn (`reserve_turn` then `fill_turn`). None when the conversation is absent (nothing
+        stored)."""
+        ...
+
+    async def reserve_turn(self, conversation_id: UUID, question: str, owner: str | None = None) -> int | None:
+        """Take the next turn number (after every finished and reserved one) for `question`, which has just arrived;
+        the turn is invisible (not read, not counted) until `fill_turn`. None when the conversation is absent."""
+        ...
+
+    async def fill_turn(
+        self,
+        conversation_id: UUID,
+        n: int,
+        answer: str,
+        citations: Sequence[dict[str, Any]] = (),
+        refused: bool = False,
+    ) -> ConversationTurn | None:
+        """Store the answer of reserved turn `n`, move `updated_at`, and name an untitled conversation after its first
+        question, all at once. None when the conversation (or the reservation) is gone: nothing is stored."""
+        ...
+
+    async def release_turn(self, conversation_id: UUID, n: int) -> None:
+        """Drop reserved turn `n` whose answer failed or was cancelled (a finished turn is kept); its number stays
+        unused."""
         ...
 
     async def delete(self, conversation_id: UUID, owner: str | None = None) -> bool:

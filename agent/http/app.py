@@ -12,6 +12,7 @@ from agent.http import ask, conversations, documents, jobs, openai_chat, service
 from agent.http.errors import install_error_handlers
 from agent.http.mcp import McpEndpoint
 from agent.http.openai_errors import OpenAIErrorShape, stream_ending
+from agent.http.streams import EventStreamHeaders
 from agent.http_guards import install_guards
 from agent.keys import CachedKeys, settings_keys
 from agent.metrics_route import metrics_routes
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     install_error_handlers(app)
     install_guards(app, settings, settings.allowed_hosts or ("*",))
     app.state.drain = install_drain(app, stream_ending)
+    app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)
     app.include_router(conversations.router)

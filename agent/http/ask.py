@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from agent.answer import AnswerRequest
 from agent.http.deps import CALLER, Admitted, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_body, failure_of
+from agent.http.streams import until_disconnected
 from agent.results import AskResult
 from agent.settings import Policy
 from tools.conversations import Conversation
@@ -167,11 +168,11 @@ async def ask(
 
 @router.post("/v1/ask/stream", response_class=EventSourceResponse, responses=_NOT_FOUND)
 async def ask_stream(
-    body: AskRequest, rag: Rag, caller: Caller, conversation: InConversation, ticket: Admitted
+    body: AskRequest, rag: Rag, caller: Caller, conversation: InConversation, ticket: Admitted, request: Request
 ) -> AsyncIterator[ServerSentEvent]:
     """Stream one answer as Server-Sent Events: `queued` (with the position, while it waits for a slot), `text`,
     `restart`, `tool_call`, `tool_result`, then `result` (the `AskResult` and `conversation_id`) or `error`;
-    closing the stream cancels the answer."""
+    closing the stream, or the client going away, cancels the answer."""
     try:
         asked = body.to_request()
         scoped = replace(asked, scope=caller.narrow(asked.scope))
@@ -179,7 +180,8 @@ async def ask_stream(
         yield ServerSentEvent(event="error", data=ErrorBody(error=exc.kind, detail=str(exc.detail)).model_dump())
         return
     try:
-        async for item in rag.ask_stream(scoped, admission=ticket, conversation=conversation):
+        answer = rag.ask_stream(scoped, admission=ticket, conversation=conversation)
+        async for item in until_disconnected(request, answer):
             if isinstance(item, AskResult):
                 yield ServerSentEvent(event="result", data=response_of(item, conversation).model_dump(mode="json"))
             else:

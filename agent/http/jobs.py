@@ -137,7 +137,7 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
             yield queue
             return
         stop = asyncio.Event()
-        async with build_embedder(settings, max_in_flight=settings.ingest_max_in_flight) as embedder:
+        async with build_embedder(settings, workload="bulk") as embedder:
             workers = [
                 asyncio.create_task(
                     work(

@@ -23,12 +23,14 @@ the official `openai` SDK and chat UIs work against `rag serve` unmodified.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Literal
 
+import anyio
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, format_sse_event
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, TextPart, UserPromptPart
@@ -38,7 +40,7 @@ from agent.answer import AnswerRequest
 from agent.citations import CITATION_MARKER
 from agent.followup import condensed_query
 from agent.http.ask import cancelled_on_disconnect, no_nul
-from agent.http.deps import CALLER, Admitted, AppSettings, Caller, CallerIdentity, Rag
+from agent.http.deps import CALLER, AppSettings, Caller, CallerIdentity, Rag
 from agent.http.openai_errors import OpenAIError, OpenAIRoute, openai_error_of
 from agent.http.openai_schema import (
     MAX_QUESTION_CHARS,
@@ -53,6 +55,7 @@ from agent.http.openai_schema import (
     ModelList,
     Usage,
 )
+from agent.http.streams import until_disconnected
 from agent.results import AskResult
 from agent.settings import Policy, Settings
 from tools.scope import ScopeError, SearchScope, check_collection
@@ -93,16 +96,23 @@ def conversation(messages: list[ChatMessage], max_turns: int) -> tuple[str, list
 
     The history holds every system / developer message first (in order, as instructions after the service's own),
     then the last `max_turns` user turns with the assistant answers that follow them, answers without citation
-    markers (passage numbers start again at 1 every turn).
+    markers (passage numbers start again at 1 every turn). Left out: messages without text (an assistant turn that
+    only called tools), `tool` / `function` messages, and the parts of earlier messages that are not text.
 
     Raises:
-        OpenAIError: 422 naming `messages` when the last message is not a non-blank user message of at most
-            `MAX_QUESTION_CHARS` characters without NUL.
+        OpenAIError: 422 naming `messages` when the last message is not a non-blank user message of text parts, at
+            most `MAX_QUESTION_CHARS` characters without NUL.
     """
     *earlier, last = messages
     where = f"messages[{len(messages) - 1}]"
+    if last.role in ("tool", "function"):
+        no_tools = f"{where}.role is {last.role!r}: this service calls no client tools; expected the user's question"
+        raise _bad(no_tools, f"{where}.role")
     if last.role != "user":
         raise _bad(f"{where}.role is {last.role!r}; expected the last message to be the user's question", where)
+    if other := last.non_text_parts():
+        only_text = f"{where}.content has parts of type {', '.join(map(repr, other))}: only text parts are supported"
+        raise _bad(only_text, f"{where}.content")
     question = last.text()
     if not question.strip():
         raise _bad(f"{where}.content is blank; expected a non-blank question", f"{where}.content")
@@ -130,19 +140,22 @@ def conversation(messages: list[ChatMessage], max_turns: int) -> tuple[str, list
 
 def llm_settings(body: ChatCompletionRequest, settings: Settings) -> ModelSettings | None:
     """The LLM request settings the body asks for; `max_tokens` is capped at `LLM_MAX_TOKENS` (the context window is
-    fitted for that many output tokens)."""
+    fitted for that many output tokens). `top_p: 0` (OpenAI's minimum: only the most likely token) is sent as
+    greedy decoding, `temperature: 0` without `top_p`, since vLLM refuses a `top_p` that is not above 0."""
     chosen = ModelSettings()
     max_tokens = body.max_completion_tokens or body.max_tokens
     if max_tokens is not None:
         chosen["max_tokens"] = min(max_tokens, settings.llm_max_tokens)
     if body.temperature is not None:
         chosen["temperature"] = body.temperature
-    if body.top_p is not None:
+    if body.top_p == 0:
+        chosen["temperature"] = 0.0
+    elif body.top_p is not None:
         chosen["top_p"] = body.top_p
     if body.seed is not None:
         chosen["seed"] = body.seed
-    if body.stop is not None:
-        chosen["stop_sequences"] = [body.stop] if isinstance(body.stop, str) else body.stop
+    if body.stop:
+        chosen["stop_sequences"] = body.stop
     if body.presence_penalty is not None:
         chosen["presence_penalty"] = body.presence_penalty
     if body.frequency_penalty is not None:
@@ -233,22 +246,38 @@ async def get_model(model: Annotated[str, Path()]) -> ModelCard:
 
 @router.post("/v1/chat/completions", response_model=ChatCompletion)
 async def chat_completions(
-    body: ChatCompletionRequest, rag: Rag, settings: AppSettings, caller: Caller, request: Request, ticket: Admitted
+    body: ChatCompletionRequest, rag: Rag, settings: AppSettings, caller: Caller, request: Request
 ) -> Response | ChatCompletion:
     """Answer the conversation's last user message with cited sources from the caller's collections: a
-    `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk` events (module docstring)."""
+    `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk` events (module docstring).
+
+    The whole request is checked (body, model, conversation, scope) before it takes a place in admission control,
+    so that a bad request is a 4xx even when the server is full."""
     question = answer_request(body, settings, caller)
     completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    ticket = rag.admission.enter()  # OverloadedError: 503 with Retry-After, before the response starts
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         chunks = ChunkStream(completion_id, created, body.model)
-        events = chunks.events(lambda: rag.ask(question, admission=ticket), include_usage)
-        # as FastAPI's own SSE responses: no caching, no buffering by an nginx in front
-        return EventSourceResponse(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    result = await cancelled_on_disconnect(request, rag.ask(question, admission=ticket))
+        events = chunks.events(lambda: rag.ask(question, admission=ticket), include_usage, ticket.close)
+        # no caching, transforming or buffering by a proxy in front (`EventStreamHeaders`)
+        return EventSourceResponse(until_disconnected(request, events))
+    try:
+        result = await cancelled_on_disconnect(request, rag.ask(question, admission=ticket))
+    finally:
+        ticket.close()
     if isinstance(result, Response):
         return result
     return completion_of(result, completion_id, created, body.model)
+
+
+async def _cancelled(task: asyncio.Future[AskResult]) -> None:
+    """Cancel `task` and wait until it has ended (its LLM request closed, its admission slot given back)."""
+    if task.done():
+        return
+    task.cancel()
+    with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 class ChunkStream:
@@ -262,22 +291,28 @@ class ChunkStream:
         fields = {"id": self.completion_id, "created": self.created, "model": self.model, "choices": choices}
         return format_sse_event(data_str=ChatCompletionChunk.model_validate(fields | extra).model_dump_json())
 
-    async def events(self, answer: Callable[[], Awaitable[AskResult]], include_usage: bool) -> AsyncIterator[bytes]:
+    async def events(
+        self, answer: Callable[[], Awaitable[AskResult]], include_usage: bool, done: Callable[[], None] = lambda: None
+    ) -> AsyncIterator[bytes]:
         """The role chunk at once; keep-alive comments every `KEEPALIVE_S` while `answer()` runs; then its text,
         the finishing chunk (`finish_reason`, `citations`, `refused`), the usage chunk when `include_usage`, and
         `data: [DONE]`. A failure of the answer is the last event, `data: {"error": {...}}`. Closing the stream
-        (a client that goes away) cancels the answer."""
-        yield self.chunk([ChunkChoice(delta={"role": "assistant", "content": ""})])
-        task = asyncio.ensure_future(answer())
+        (a client that goes away) cancels the answer and waits for it to end; `done()` is called once the answer
+        has ended, however (the admission ticket's close)."""
         try:
-            while not (await asyncio.wait({task}, timeout=KEEPALIVE_S))[0]:
-                yield KEEPALIVE_COMMENT
-            result = task.result()
-        except Exception as exc:  # noqa: BLE001 - the stream has started: every failure is its last event
-            yield format_sse_event(data_str=openai_error_of(exc).model_dump_json())
-            return
+            yield self.chunk([ChunkChoice(delta={"role": "assistant", "content": ""})])
+            task = asyncio.ensure_future(answer())
+            try:
+                while not (await asyncio.wait({task}, timeout=KEEPALIVE_S))[0]:
+                    yield KEEPALIVE_COMMENT
+                result = task.result()
+            except Exception as exc:  # noqa: BLE001 - the stream has started: every failure is its last event
+                yield format_sse_event(data_str=openai_error_of(exc).model_dump_json())
+                return
+            finally:
+                await _cancelled(task)
         finally:
-            task.cancel()
+            done()
         if result.answer:
             yield self.chunk([ChunkChoice(delta={"content": result.answer})])
         finished = ChunkChoice(delta={}, finish_reason=_finish(result))

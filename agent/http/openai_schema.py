@@ -3,9 +3,12 @@ its `chat.completion.chunk` stream, the model list; field names and values as in
 (platform.openai.com/docs/api-reference/chat), plus the documented extension fields (`filter`, `collection` /
 `collections` in; `citations`, `refused` out).
 
-Request fields this service cannot honour (several choices, log probabilities, a JSON response format, a forced
-tool call, output other than text) are a 422 naming the field; other unknown fields are accepted and ignored
-(`IGNORED_NOTE`).
+Every field OpenAI documents is checked against OpenAI's ranges (the `CreateChatCompletionRequest` schema of
+github.com/openai/openai-openapi: `seed` a signed 64-bit integer, `temperature` 0-2, `top_p` 0-1, penalties -2..2,
+`stop` one string or up to 4, `top_logprobs` 0-20, `logit_bias` values -100..100), and a stop sequence must not be
+empty (the LLM server refuses one), so that a bad value is a 422 naming it before any work. Request fields this
+service cannot honour (several choices, log probabilities, a JSON response format, a forced tool call, output other
+than text) are a 422 naming the field; other unknown fields are accepted and ignored (`IGNORED_NOTE`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agent.results import Citation
 
 IGNORED_NOTE = (
-    "tools (with tool_choice auto or none), parallel_tool_calls, logit_bias, metadata, store, service_tier, "
+    "tools (with tool_choice auto or none), parallel_tool_calls, logit_bias (checked), metadata, store, service_tier, "
     "reasoning_effort, verbosity, prediction, prompt_cache_key, safety_identifier, functions, function_call and any "
     "other field not listed"
 )
@@ -28,7 +31,8 @@ MAX_QUESTION_CHARS = 4000
 
 
 class ContentPart(BaseModel):
-    """One part of a message's content; only text parts (`type` `text`, and `refusal` in assistant messages)."""
+    """One part of a message's content. Text parts (`type` `text`, and `refusal` in assistant messages) are read;
+    other parts (images, audio, files) are refused in the question and left out of earlier messages."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -36,11 +40,17 @@ class ContentPart(BaseModel):
     text: str | None = None
     refusal: str | None = None
 
+    @property
+    def is_text(self) -> bool:
+        """True for a text or refusal part."""
+        return self.type in ("text", "refusal")
+
 
 class ChatMessage(BaseModel):
     """One message of `messages`: `system` / `developer` (instructions), `user` or `assistant`; `content` is a
-    string or a list of text parts. `tool` and `function` messages are refused: this service calls no client
-    tools."""
+    string, a list of parts, or null (an assistant turn that only called tools). `tool` and `function` messages
+    (another model's tool calls, as chat front ends keep them in a conversation) are left out of the history; as
+    the last message they are refused: this service calls no client tools."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -48,26 +58,16 @@ class ChatMessage(BaseModel):
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
-    @field_validator("role")
-    @classmethod
-    def _no_tools(cls, value: str) -> str:
-        if value in ("tool", "function"):
-            raise ValueError(f"role {value!r}: this service calls no client tools; expected system, user or assistant")
-        return value
-
-    @field_validator("content")
-    @classmethod
-    def _text_only(cls, value: str | list[ContentPart] | None) -> str | list[ContentPart] | None:
-        for part in value if isinstance(value, list) else ():
-            if part.type not in ("text", "refusal"):
-                raise ValueError(f"content part of type {part.type!r}: only text parts are supported")
-        return value
-
     def text(self) -> str:
-        """The message's text: the content string, or its text parts joined with newlines."""
+        """The message's text: the content string, or its text parts joined with newlines (other parts left
+        out)."""
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        return "\n".join(part.text or part.refusal or "" for part in self.content)
+        return "\n".join(part.text or part.refusal or "" for part in self.content if part.is_text)
+
+    def non_text_parts(self) -> list[str]:
+        """The types of the content parts that are not text, in order."""
+        return [part.type for part in self.content or () if not isinstance(part, str) and not part.is_text]
 
 
 class StreamOptions(BaseModel):
@@ -79,6 +79,10 @@ class StreamOptions(BaseModel):
 
 
 Penalty = Annotated[float, Field(ge=-2, le=2)]
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""OpenAI's range of `seed` (a signed 64-bit integer; vLLM's too)."""
+LogitBias = Annotated[int, Field(ge=-100, le=100)]
+MAX_STOP_SEQUENCES = 4
 
 
 class ChatCompletionRequest(BaseModel):
@@ -102,14 +106,17 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1, description="Same as `max_tokens`; wins over it.")
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
-    seed: int | None = None
-    stop: str | list[str] | None = Field(default=None, description="Up to 4 stop sequences.")
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX, description="A signed 64-bit integer.")
+    stop: list[str] | None = Field(
+        default=None, description="One stop sequence or a list of up to 4, none empty; an empty list: none."
+    )
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     user: str | None = Field(default=None, max_length=256, description="End-user id; accepted, not used.")
     n: int | None = Field(default=None, description="Choices to return; only 1.")
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    logit_bias: dict[str, LogitBias] | None = Field(default=None, description="Checked (-100..100), not used.")
     response_format: dict[str, Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     modalities: list[str] | None = None
@@ -119,12 +126,20 @@ class ChatCompletionRequest(BaseModel):
     collection: str | None = Field(default=None, description="Extension: the one collection to search.")
     collections: list[str] | None = Field(default=None, description="Extension: the collections to search.")
 
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop_is_a_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
     @field_validator("stop")
     @classmethod
-    def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and len(value) > 4:
-            raise ValueError(f"{len(value)} stop sequences; expected at most 4")
-        return value
+    def _stop(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(value) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"{len(value)} stop sequences; expected at most {MAX_STOP_SEQUENCES}")
+        for i, sequence in enumerate(value or ()):
+            if not sequence:
+                raise ValueError(f"stop[{i}] is empty; expected a non-empty stop sequence")
+        return value or None
 
     @field_validator("n")
     @classmethod

@@ -7,7 +7,6 @@ Modules, in the order a text goes through them:
 - `server`: statistics, configuration and model loading on the server;
 - `errors`: `EmbedderError`, `EmbedderOverloadedError`, `EmbedderStubFailedError`, and the translation of
   tritonclient's errors;
-  tritonclient's errors;
 - `stats`: the client's counters and call latencies.
 
 Every input: blank text is refused before anything is sent; text longer than the model limit is truncated (logged
@@ -16,13 +15,15 @@ model's own tokenizer; a non-finite embedding raises `EmbedderError` naming the 
 """
 
 from tools.embedder.channel import GRPC_MAX_MESSAGE_BYTES, channel_options
-from tools.embedder.client import TritonEmbedder
+from tools.embedder.client import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.embedder.errors import EmbedderError, EmbedderOverloadedError, EmbedderStubFailedError
 from tools.embedder.inputs import TextKind, length_buckets, pad_to_bucket
 from tools.embedder.stats import EmbedderStats
 
 __all__ = [
     "GRPC_MAX_MESSAGE_BYTES",
+    "PRIORITY_BULK",
+    "PRIORITY_INTERACTIVE",
     "EmbedderError",
     "EmbedderOverloadedError",
     "EmbedderStats",

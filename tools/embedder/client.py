@@ -74,6 +74,11 @@ from tools.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
+PRIORITY_INTERACTIVE = 1
+"""Triton request priority of a question's embedding: the highest level of a model with `priority_levels: 2`."""
+PRIORITY_BULK = 2
+"""Triton request priority of ingestion's embeddings: the lowest of `priority_levels: 2` (the configs' default)."""
+
 _BACKOFF_INITIAL_S = 0.1
 _BACKOFF_MAX_S = 2.0
 
@@ -109,6 +114,11 @@ class TritonEmbedder:
         buckets: padded sequence lengths to use instead of `length_buckets(spec.max_tokens)` (ascending; the
             model's `max_tokens` is appended if missing). Fewer buckets merge more requests on the server at the
             price of more padding.
+        priority: Triton request priority sent with every request (`ModelInferRequest.priority`: 1 is the
+            highest level; 0, the default, takes the model's `default_priority_level`). A model whose
+            `dynamic_batching` declares `priority_levels` serves queued requests of a higher level first; Triton
+            ignores the field for a model without priority levels (Triton docs, "Dynamic Batcher", Prioritization).
+            The service sends `PRIORITY_INTERACTIVE` for questions and `PRIORITY_BULK` for ingestion.
 
     Raises:
         ValueError: a timeout, retry count or in-flight limit out of range, bad buckets, or a `url` that names no
@@ -130,7 +140,10 @@ class TritonEmbedder:
         channel_args: Sequence[tuple[str, Any]] | Mapping[str, Any] | None = None,
         max_in_flight: int | None = None,
         buckets: Sequence[int] | None = None,
+        priority: int = 0,
     ) -> None:
+        if priority < 0:
+            raise ValueError(f"priority must be >= 0 (0: the model's default level); got {priority}")
         if timeout_s <= 0 or connect_timeout_s <= 0:
             raise ValueError(
                 f"timeouts must be > 0 s; got timeout_s={timeout_s}, connect_timeout_s={connect_timeout_s}"
@@ -144,6 +157,7 @@ class TritonEmbedder:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retries = retries
+        self.priority = priority
         self.channel_args = channel_options(channel_args)
         self._max_in_flight_arg = max_in_flight
         self.max_in_flight = max_in_flight or 0
@@ -374,6 +388,7 @@ class TritonEmbedder:
                                 self.model_name,
                                 inputs,
                                 outputs=outputs,
+                                priority=self.priority,
                                 timeout=int(self.timeout_s * 1_000_000),
                                 client_timeout=self.timeout_s,
                             )

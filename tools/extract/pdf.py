@@ -1,9 +1,22 @@
-"""PDF: the text layer, page by page, with PDFium (`pypdfium2`).
+"""PDF: the text layer, page by page, with PDFium (`pypdfium2`), in a separate worker process (`PdfExtractor`).
 
 Chosen over `pypdf` for speed at equal fidelity (measured by `python -m evals.extract_bench`, results in
 `evals/results/extract_bench.json` and the README). PDFium reads the file through a file handle, one page at a time,
-so memory holds one page's text objects (plus the text kept). PDFium is not thread-safe: one lock serialises every
-call into it in this process.
+so memory holds one page's text objects (plus the text kept).
+
+What a page shows is what is extracted:
+- a page cropped with a `CropBox` smaller than its `MediaBox` gives only the text inside the crop box (PDFium's
+  bounded text);
+- a page with rotated text (a landscape table turned on a portrait sheet and shown upright with `/Rotate`, or a
+  rotated block): PDFium's text page breaks such text into one character per line, so that page is read by `pypdf`,
+  which follows the text's own direction (its crop box is not applied then);
+- typographic ligatures (U+FB00..FB06, ﬁ ﬂ ﬀ ...) come out as their letters, from fonts embedded simple or CID-keyed
+  (Type0, Identity-H; how Chromium and most office suites embed fonts).
+
+PDFium is not thread-safe, and a malformed or hostile PDF can crash it (a segfault ends the process): every PDF is
+read in a worker process (`PdfExtractor`, one process, started with `spawn`), where one lock serialises the calls into
+PDFium. A worker that dies fails the file it was reading (`ExtractError`) and the next file starts a new one; the
+calling process (`rag serve`, an ingest) goes on.
 
 Layout models that would need downloaded weights are left out: a page without a text layer (a scan) is reported as
 such, since there is no OCR here.
@@ -11,11 +24,18 @@ such, since there is no OCR here.
 
 from __future__ import annotations
 
+import math
+import multiprocessing
 import re
 import threading
+import unicodedata
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
 
 from tools.extract.base import Extracted, ExtractError, Section, tidy
 
@@ -24,19 +44,70 @@ _PEEK_BYTES = 65_536
 _NO_PAGES = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+0\b|/Count\s+0\b[^>]*?/Type\s*/Pages\b")
 _SOFT_HYPHEN_BREAK = "\ufffe\r\n"
 """PDFium marks a word hyphenated across a line end with U+FFFE before the line break: the word is rejoined."""
+_LIGATURES = re.compile("[\ufb00-\ufb06]")
+_ROTATED_RAD = 0.05
+"""A character whose baseline turns more than this from the page's x axis, radians (about 3°), is rotated text."""
+_CROP_SLACK_PT = 0.5
+"""A crop box within this of the media box on every side (points) is no crop."""
+WORKER_DEATHS = 2
+"""Tries of one file when its worker process dies under it: the second death fails the file (a file that crashes
+PDFium is not retried forever; the first retry spares the files that were queued behind it)."""
 
 
-def _page_text(document: pdfium.PdfDocument, index: int) -> str:
+def _letters(text: str) -> str:
+    """`text` with typographic ligatures (U+FB00..FB06) replaced by their letters (NFKC of those characters only)."""
+    return _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
+
+
+def _clean(raw: str) -> str:
+    return tidy(_letters(raw.replace(_SOFT_HYPHEN_BREAK, "").replace("\ufffe", "").replace("\x02", "")))
+
+
+def _has_rotated_text(textpage: pdfium.PdfTextPage) -> bool:
+    """Whether any character's baseline is turned (`_ROTATED_RAD`) from the page's x axis."""
+    for index in range(textpage.count_chars()):
+        angle = pdfium_c.FPDFText_GetCharAngle(textpage.raw, index)
+        if angle >= 0 and min(angle, 2 * math.pi - angle) > _ROTATED_RAD:
+            return True
+    return False
+
+
+def _crop(page: pdfium.PdfPage) -> tuple[float, float, float, float] | None:
+    """The page's crop box (left, bottom, right, top; points) when it cuts into the media box; else None."""
+    crop: tuple[float, float, float, float] = tuple(page.get_cropbox())
+    media: tuple[float, float, float, float] = tuple(page.get_mediabox())
+    inside = crop[0] >= media[0] and crop[1] >= media[1] and crop[2] <= media[2] and crop[3] <= media[3]
+    if inside and all(abs(c - m) <= _CROP_SLACK_PT for c, m in zip(crop, media, strict=True)):
+        return None
+    return crop
+
+
+def _page_text(document: pdfium.PdfDocument, index: int) -> str | None:
+    """The page's text (None: it has rotated text, to be read by `_rotated_text`)."""
     page = document[index]
     try:
         textpage = page.get_textpage()
         try:
-            raw: str = textpage.get_text_range()
+            if _has_rotated_text(textpage):
+                return None
+            crop = _crop(page)
+            raw: str = textpage.get_text_range() if crop is None else textpage.get_text_bounded(*crop)
         finally:
             textpage.close()
     finally:
         page.close()
-    return tidy(raw.replace(_SOFT_HYPHEN_BREAK, "").replace("\ufffe", "").replace("\x02", ""))
+    return _clean(raw)
+
+
+def _rotated_text(path: Path, indexes: list[int]) -> dict[int, str]:
+    """The text of the pages `indexes` (0-based) as pypdf reads it, in each run of text's own direction."""
+    import pypdf
+
+    try:
+        reader = pypdf.PdfReader(path)
+        return {i: _clean(reader.pages[i].extract_text()) for i in indexes}
+    except (pypdf.errors.PyPdfError, ValueError, KeyError) as exc:
+        raise ExtractError(f"{path}: a page with rotated text cannot be read ({exc}); the file is corrupt") from None
 
 
 def _load_failure(path: Path, exc: pdfium.PdfiumError) -> str:
@@ -64,8 +135,9 @@ def _title(document: pdfium.PdfDocument) -> str:
     return title
 
 
-def extract_pdf(path: Path) -> Extracted:
-    """Text of every page of `path`, pages joined by a blank line; one `Section` per page that has text.
+def extract_here(path: str | Path) -> Extracted:
+    """Text of every page of `path`, pages joined by a blank line; one `Section` per page that has text; read in
+    this process (the worker's target: call `extract_pdf` elsewhere).
 
     The title is the document information `Title` when set, else the first line of text.
 
@@ -73,6 +145,7 @@ def extract_pdf(path: Path) -> Extracted:
         ExtractError: not a PDF PDFium can read (corrupt or truncated), encrypted with a password, no pages, or no
             text layer on any page (a scan; no OCR here).
     """
+    path = Path(path)
     with _LOCK:
         try:
             document = pdfium.PdfDocument(path)
@@ -80,12 +153,14 @@ def extract_pdf(path: Path) -> Extracted:
             raise ExtractError(f"{path}: {_load_failure(path, exc)}") from None
         try:
             pages = len(document)
-            texts = [_page_text(document, i) for i in range(pages)]
+            read = [_page_text(document, i) for i in range(pages)]
             title = _title(document)
         except pdfium.PdfiumError as exc:
             raise ExtractError(f"{path}: a page cannot be read ({exc}); the file is corrupt") from None
         finally:
             document.close()
+    rotated = _rotated_text(path, [i for i, text in enumerate(read) if text is None]) if None in read else {}
+    texts = [rotated[i] if text is None else text for i, text in enumerate(read)]
     if pages == 0:
         raise ExtractError(f"{path}: the PDF has no pages")
     if not any(texts):
@@ -106,3 +181,90 @@ def extract_pdf(path: Path) -> Extracted:
         offset += len(text)
     body = "\n\n".join(parts)
     return Extracted(body, title or body.split("\n", 1)[0].strip(), tuple(sections), pages)
+
+
+class PdfExtractor:
+    """`extract_here` in a worker process: PDFium's crashes and its thread-unsafety stay out of the caller.
+
+    One `ProcessPoolExecutor` (`max_workers` processes, `spawn` start method: no copy of the caller's threads, locks
+    or event loop), started at the first file. Callers block in `extract` (call it from a thread, as the ingest
+    pipeline does); their files queue for the workers. A worker that dies (BrokenProcessPool: every file queued on the
+    pool fails with it) is replaced by a new pool, and each file it failed is tried once more; a file under which
+    workers died `WORKER_DEATHS` times fails with `ExtractError` naming it. Thread-safe.
+
+    Args:
+        target: what a worker runs for a path (`extract_here`; tests pass one that crashes). Must be importable by
+            name (a module-level function) for the spawned worker.
+        max_workers: worker processes (PDFium is serialised within each).
+    """
+
+    def __init__(self, target: Callable[[str], Extracted] = extract_here, max_workers: int = 1) -> None:
+        self.target = target
+        self.max_workers = max_workers
+        self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
+        self._generation = 0
+
+    def _current(self) -> tuple[ProcessPoolExecutor, int]:
+        with self._lock:
+            if self._pool is None:
+                context = multiprocessing.get_context("spawn")
+                self._pool = ProcessPoolExecutor(self.max_workers, mp_context=context)
+            return self._pool, self._generation
+
+    def _replace(self, generation: int) -> None:
+        """Drop the broken pool of `generation` (once, whichever caller sees it first); the next call starts one."""
+        with self._lock:
+            if self._generation != generation or self._pool is None:
+                return
+            broken, self._pool = self._pool, None
+            self._generation += 1
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def extract(self, path: Path) -> Extracted:
+        """`extract_here(path)` run by a worker process; blocks until it is done.
+
+        Raises:
+            ExtractError: what `extract_here` raises, or the worker process died under this file `WORKER_DEATHS`
+                times (names the file; the file is not retried again).
+            OSError: the file cannot be read.
+        """
+        for _ in range(WORKER_DEATHS):
+            pool, generation = self._current()
+            try:
+                return pool.submit(self.target, str(path)).result()
+            except BrokenProcessPool:
+                self._replace(generation)
+        raise ExtractError(
+            f"{path}: the PDF reader's worker process died while reading this file ({WORKER_DEATHS} times: PDFium "
+            "crashed on it, a malformed or hostile PDF); it is not retried, and the other files go on"
+        )
+
+    def worker_pids(self) -> set[int]:
+        """Process ids of the current pool's workers (empty before the first file or after `close`)."""
+        with self._lock:
+            pool = self._pool
+        return set() if pool is None else {p.pid for p in pool._processes.values() if p.pid is not None}
+
+    def close(self) -> None:
+        """Stop the workers (waits for the files they are reading); a later `extract` starts new ones."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            self._generation += 1
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+EXTRACTOR = PdfExtractor()
+"""The process-wide PDF extractor that `extract_pdf` uses."""
+
+
+def extract_pdf(path: Path) -> Extracted:
+    """`extract_here(path)` in the process-wide worker process (`EXTRACTOR`); see `PdfExtractor.extract`.
+
+    Raises:
+        ExtractError: corrupt, encrypted, no pages, no text layer (see `extract_here`), or the worker process died
+            while reading it (names the file).
+        OSError: the file cannot be read.
+    """
+    return EXTRACTOR.extract(path)

@@ -10,7 +10,11 @@ Schema (created idempotently by `JobQueue.setup`):
 
 Claiming (`claim`): one statement picks the oldest job that is queued, or running with an expired lease (its worker
 died), with `FOR UPDATE SKIP LOCKED`, so concurrent workers never take the same job, and marks it running under a new
-lease of `lease_s` seconds. A running worker renews the lease (`heartbeat`) more often than it expires.
+lease of `lease_s` seconds and a new attempt number. A running worker renews the lease (`heartbeat`) more often than
+it expires, and before each file. Every write of a claim (`heartbeat`, `progress`, `finish`) is fenced by the
+worker's name and the attempt number and reports whether it was written: a worker that lost its lease while alive
+(paused past it) learns so at its next write and stops, and never writes over the claim that replaced it. A job
+claimed `max_attempts` times whose worker died each time is failed, not retried forever.
 """
 
 from __future__ import annotations
@@ -54,6 +58,13 @@ CREATE TABLE IF NOT EXISTS ingest_job_files (
 );
 ALTER TABLE ingest_jobs ADD COLUMN IF NOT EXISTS collection text NOT NULL DEFAULT 'default';
 """
+
+DEFAULT_MAX_ATTEMPTS = 3
+"""Claims of one job before a worker that stops mid-job (its lease expired) fails it instead."""
+
+_FENCED = "id = $1 AND worker = $2 AND attempts = $3 AND status = 'running'"
+"""The condition of every write of a claim: job $1, still claimed by worker $2 under attempt $3 (the fencing token:
+a worker that paused past its lease, or a process reusing its name, never writes over a later claim)."""
 
 _JOB_COLUMNS = (
     "id, status, created_at, started_at, finished_at, worker, attempts, prefix, collection, files_total, files_done, "
@@ -150,33 +161,51 @@ class JobQueue:
             )
         return job_id
 
-    async def claim(self, worker: str, lease_s: float) -> Job | None:
-        """The oldest claimable job (queued, or running with an expired lease), now running for `worker` under a
-        lease of `lease_s` seconds; None when there is none."""
-        row = await self.pool.fetchrow(
-            f"""
-            UPDATE ingest_jobs j SET status = 'running', worker = $1, attempts = j.attempts + 1,
-                started_at = now(), lease_until = now() + make_interval(secs => $2), files_done = 0, chunks = 0,
-                errors = '[]'
-            WHERE j.id = (
-                SELECT id FROM ingest_jobs
-                WHERE status = 'queued' OR (status = 'running' AND lease_until < now())
-                ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1
+    async def claim(self, worker: str, lease_s: float, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> Job | None:
+        """The oldest claimable job (queued, or running with an expired lease and fewer than `max_attempts` claims
+        so far), now running for `worker` under a lease of `lease_s` seconds and a new attempt number (`Job.attempts`,
+        the fencing token of every later write); None when there is none.
+
+        A running job whose lease expired after `max_attempts` claims (its worker died that often, e.g. on a file
+        that crashes the process) is marked `failed` instead, with an error saying so: it is not retried forever.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                """
+                UPDATE ingest_jobs SET status = 'failed', finished_at = now(), lease_until = NULL,
+                    errors = errors || jsonb_build_array(jsonb_build_object('file', '', 'error', format(
+                        'its worker stopped while running it %s times (a file may crash the process); not retried',
+                        attempts)))
+                WHERE status = 'running' AND lease_until < now() AND attempts >= $1
+                """,
+                max_attempts,
             )
-            RETURNING {_JOB_COLUMNS}
-            """,
-            worker,
-            lease_s,
-        )
+            row = await conn.fetchrow(
+                f"""
+                UPDATE ingest_jobs j SET status = 'running', worker = $1, attempts = j.attempts + 1,
+                    started_at = now(), lease_until = now() + make_interval(secs => $2), files_done = 0, chunks = 0,
+                    errors = '[]'
+                WHERE j.id = (
+                    SELECT id FROM ingest_jobs
+                    WHERE status = 'queued' OR (status = 'running' AND lease_until < now() AND attempts < $3)
+                    ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1
+                )
+                RETURNING {_JOB_COLUMNS}
+                """,
+                worker,
+                lease_s,
+                max_attempts,
+            )
         return _job(row) if row is not None else None
 
-    async def heartbeat(self, job_id: int, worker: str, lease_s: float) -> bool:
-        """Renew `worker`'s lease on job `job_id`; False when the job is no longer this worker's."""
+    async def heartbeat(self, job_id: int, worker: str, lease_s: float, *, attempt: int) -> bool:
+        """Renew the lease of `worker`'s claim `attempt` on job `job_id` for `lease_s` seconds; False when the job is
+        no longer that claim's (another worker claimed it after the lease expired, or it ended)."""
         status = await self.pool.execute(
-            "UPDATE ingest_jobs SET lease_until = now() + make_interval(secs => $3) "
-            "WHERE id = $1 AND worker = $2 AND status = 'running'",
+            f"UPDATE ingest_jobs SET lease_until = now() + make_interval(secs => $4) WHERE {_FENCED}",
             job_id,
             worker,
+            attempt,
             lease_s,
         )
         return status.endswith(" 1")
@@ -187,28 +216,36 @@ class JobQueue:
         return [JobFile(r["name"], bytes(r["data"])) for r in rows]
 
     async def progress(
-        self, job_id: int, worker: str, files_done: int, chunks: int, errors: list[dict[str, str]]
-    ) -> None:
-        """Record `worker`'s progress on job `job_id`."""
-        await self.pool.execute(
-            "UPDATE ingest_jobs SET files_done = $3, chunks = $4, errors = $5::jsonb WHERE id = $1 AND worker = $2",
+        self, job_id: int, worker: str, files_done: int, chunks: int, errors: list[dict[str, str]], *, attempt: int
+    ) -> bool:
+        """Record the progress of `worker`'s claim `attempt` on job `job_id`; False (nothing written) when the job
+        is no longer that claim's."""
+        status = await self.pool.execute(
+            f"UPDATE ingest_jobs SET files_done = $4, chunks = $5, errors = $6::jsonb WHERE {_FENCED}",
             job_id,
             worker,
+            attempt,
             files_done,
             chunks,
             json.dumps(errors),
         )
+        return status.endswith(" 1")
 
-    async def finish(self, job_id: int, worker: str, status: JobStatus, timings: dict[str, float]) -> None:
-        """Mark job `job_id` `done` or `failed` (if still `worker`'s)."""
-        await self.pool.execute(
-            "UPDATE ingest_jobs SET status = $3, finished_at = now(), lease_until = NULL, timings = $4::jsonb "
-            "WHERE id = $1 AND worker = $2",
+    async def finish(
+        self, job_id: int, worker: str, status: JobStatus, timings: dict[str, float], *, attempt: int
+    ) -> bool:
+        """Mark job `job_id` `done` or `failed` if it is still `worker`'s claim `attempt`; False (nothing written)
+        otherwise."""
+        result = await self.pool.execute(
+            "UPDATE ingest_jobs SET status = $4, finished_at = now(), lease_until = NULL, timings = $5::jsonb "
+            f"WHERE {_FENCED}",
             job_id,
             worker,
+            attempt,
             status,
             json.dumps(timings),
         )
+        return result.endswith(" 1")
 
     async def document_chunks(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> int:
         """Chunks stored for document `doc_id` of `collection` (0 when it is not stored there)."""

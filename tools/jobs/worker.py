@@ -3,8 +3,9 @@ file name is never used as a path; only a plain extension of it is kept), ingest
 job's document ids, record progress, renew the lease, and mark the job done or failed.
 
 A job is `done` when every file was handled (a file that cannot be extracted is an error of the job, listed per
-file, and the other files are stored), `failed` when ingestion itself failed (Triton or Postgres down); a failed job
-is not retried by itself.
+file, and the other files are stored), `failed` when ingestion itself failed (Triton or Postgres down), or when its
+worker died `max_attempts` times running it (a file that crashes the process); a failed job is not retried by
+itself. A worker that lost its lease while alive stops before its next file (`LeaseLostError`).
 """
 
 from __future__ import annotations
@@ -23,10 +24,18 @@ from pathlib import Path, PurePath
 from tools.embedder import TritonEmbedder
 from tools.extract import sniff
 from tools.ingest import InputFile, ingest
-from tools.jobs.queue import Job, JobQueue, JobStatus
+from tools.jobs.queue import DEFAULT_MAX_ATTEMPTS, Job, JobQueue, JobStatus
 from tools.store import VectorStore
 
 log = logging.getLogger(__name__)
+
+
+class LeaseLostError(Exception):
+    """This run's claim on the job was taken over (its lease expired while the worker was paused)."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id}: the lease was lost to another worker")
+
 
 JobHook = Callable[[Job, int], Awaitable[None]]
 """Awaited after each file of a job is handled, with the files done so far (a test's control point)."""
@@ -63,16 +72,21 @@ async def run_job(
     """Run one claimed job to the end; returns its final state.
 
     Files are ingested one at a time (each its own ingest run, so progress and the lease advance per file). The
-    lease is renewed every `lease_s / 3` seconds by a background task while the job runs.
+    lease is renewed every `lease_s / 3` seconds by a background task while the job runs, and before each file;
+    every write is fenced by the claim (`job.attempts`). A run whose claim was taken over (it paused past its lease
+    and another worker claimed the job) stops before its next file and writes nothing more: the job is the other
+    worker's.
     """
     start = time.perf_counter()
     errors: list[dict[str, str]] = []
     chunks = 0
+    claim = job.attempts  # the fencing token of every write of this run
 
     async def keep_lease() -> None:
         while True:
             await asyncio.sleep(lease_s / 3)
-            await queue.heartbeat(job.id, worker, lease_s)
+            if not await queue.heartbeat(job.id, worker, lease_s, attempt=claim):
+                return  # the claim was taken over: the file loop sees it before its next file
 
     lease = asyncio.create_task(keep_lease())
     status: JobStatus = "done"
@@ -80,6 +94,8 @@ async def run_job(
         files = await queue.files(job.id)
         with tempfile.TemporaryDirectory(prefix=f"rag-job-{job.id}-") as folder:
             for done, f in enumerate(files, 1):
+                if lease.done() or not await queue.heartbeat(job.id, worker, lease_s, attempt=claim):
+                    raise LeaseLostError(job.id)
                 path = Path(folder) / f"{done:06d}{safe_suffix(f.name)}"
                 await asyncio.to_thread(path.write_bytes, f.data)
                 kind = await asyncio.to_thread(sniff, path)
@@ -102,19 +118,25 @@ async def run_job(
                 for bad in report.failed:
                     errors.append({"file": f.name, "error": f"chunk {bad.chunk_index}: {bad.reason}"})
                 await asyncio.to_thread(path.unlink)
-                await queue.progress(job.id, worker, done, chunks, errors)
+                if not await queue.progress(job.id, worker, done, chunks, errors, attempt=claim):
+                    raise LeaseLostError(job.id)
                 if after_file is not None:
                     await after_file(job, done)
+    except LeaseLostError:
+        log.warning(
+            "job %d: %s lost its lease (claim %d); another worker runs it, this run stops", job.id, worker, claim
+        )
+        return await queue.get(job.id)
     except Exception as exc:  # noqa: BLE001 (any failure of the run is the job's outcome, recorded)
         status = "failed"
         errors.append({"file": "", "error": f"{type(exc).__name__}: {exc}"})
-        await queue.progress(job.id, worker, job.files_done, chunks, errors)
+        await queue.progress(job.id, worker, job.files_done, chunks, errors, attempt=claim)
         log.warning("job %d failed: %s", job.id, exc)
     finally:
         lease.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await lease
-    await queue.finish(job.id, worker, status, {"wall_s": round(time.perf_counter() - start, 3)})
+    await queue.finish(job.id, worker, status, {"wall_s": round(time.perf_counter() - start, 3)}, attempt=claim)
     return await queue.get(job.id)
 
 
@@ -131,13 +153,15 @@ async def work(
     stop: asyncio.Event | None = None,
     worker: str | None = None,
     after_file: JobHook | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> None:
-    """Claim and run jobs until `stop` is set (forever when None), polling every `poll_s` seconds when idle."""
+    """Claim and run jobs until `stop` is set (forever when None), polling every `poll_s` seconds when idle; a job
+    whose worker died `max_attempts` times is failed, not claimed again."""
     name = worker or worker_name()
     await queue.setup()
     stop = stop or asyncio.Event()
     while not stop.is_set():
-        job = await queue.claim(name, lease_s)
+        job = await queue.claim(name, lease_s, max_attempts)
         if job is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), poll_s)

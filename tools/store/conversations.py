@@ -4,9 +4,15 @@ store's schema set-up) and `ConversationStore`, the `tools.conversations.Convers
 
 Every operation is one transaction on the store's primary read pool (never a replica: a turn just stored must be read
 back by the next question) and not on the write pool, whose connections queue behind the documents' write lock
-during an ingest: a conversation write is one or two single-row statements. Appending a turn locks the conversation's
-row (`UPDATE ... RETURNING`), so concurrent turns of one conversation get consecutive numbers; deleting a
-conversation deletes its turns (`ON DELETE CASCADE`) in the same statement.
+during an ingest: a conversation write is a few single-row statements.
+
+A turn is numbered when its question arrives and filled when its answer is done: `reserve_turn` inserts a row without
+an answer (`answer IS NULL`: reserved, never read nor counted) numbered after the last row, holding the conversation's
+row lock, so concurrent questions get consecutive numbers in the order they arrived; `fill_turn` writes the answer
+into that row and `release_turn` deletes it when the answer failed. Deleting a conversation deletes its turns, the
+reserved ones included (`ON DELETE CASCADE`), in the same statement; `fill_turn` takes the conversation's row lock
+first, so a delete racing it leaves either the whole conversation or nothing. A reserved row whose process died before
+answering stays invisible until its conversation is deleted.
 """
 
 from __future__ import annotations
@@ -48,20 +54,27 @@ CREATE TABLE IF NOT EXISTS conversation_turns (
     conversation_id uuid NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     n integer NOT NULL,
     question text NOT NULL,
-    answer text NOT NULL,
+    answer text,  -- NULL: reserved for a question whose answer is not done yet (invisible to reads)
     citations jsonb NOT NULL DEFAULT '[]',
     refused boolean NOT NULL DEFAULT false,
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (conversation_id, n)
 );
+DO $$ BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'conversation_turns'::regclass AND attname = 'answer'
+               AND attnotnull) THEN
+        ALTER TABLE conversation_turns ALTER COLUMN answer DROP NOT NULL;  -- stores made before reserved turns
+    END IF;
+END $$;
 """
 """The conversation tables, idempotent (`tools.store.schema` runs it at every connect). `owner` is the API key id
 (nullable) that the HTTP API's caller identity scopes conversations by."""
 
 _COLUMNS = """
 c.id, c.owner, c.title, c.created_at, c.updated_at,
-(SELECT count(*) FROM conversation_turns t WHERE t.conversation_id = c.id) AS turn_count
+(SELECT count(*) FROM conversation_turns t WHERE t.conversation_id = c.id AND t.answer IS NOT NULL) AS turn_count
 """
+_TURN = "n, question, answer, citations::text AS citations, refused, created_at"
 
 
 def _owned(param: str) -> str:
@@ -166,37 +179,93 @@ class ConversationStore:
         refused: bool = False,
         owner: str | None = None,
     ) -> ConversationTurn | None:
-        """Append one turn numbered after the last, move `updated_at`, and name an untitled conversation after
-        `question`, in one transaction holding the conversation's row lock; None when the conversation is absent
-        (nothing stored)."""
-        async with self._transaction("storing a conversation turn") as conn:
+        """Append one finished turn: `reserve_turn` and `fill_turn`; None when the conversation is absent (nothing
+        stored)."""
+        n = await self.reserve_turn(conversation_id, question, owner)
+        return None if n is None else await self.fill_turn(conversation_id, n, answer, citations, refused)
+
+    async def reserve_turn(self, conversation_id: UUID, question: str, owner: str | None = None) -> int | None:
+        """Insert a reserved (answerless, invisible) turn for `question`, numbered after every row of the
+        conversation, in one transaction holding the conversation's row lock.
+
+        Returns:
+            Its number; None when the conversation is absent or another key's (nothing stored).
+        """
+        async with self._transaction("reserving a conversation turn") as conn:
             found = await conn.fetchval(
-                f"""
-                UPDATE conversations c SET updated_at = clock_timestamp(),
-                    title = CASE WHEN c.title = '' THEN $3 ELSE c.title END
-                WHERE c.id = $1 AND {_owned("$2")} RETURNING c.id
-                """,
+                f"SELECT c.id FROM conversations c WHERE c.id = $1 AND {_owned('$2')} FOR NO KEY UPDATE",
                 conversation_id,
                 owner,
-                auto_title(question),
             )
             if found is None:
                 return None
-            row = await conn.fetchrow(
+            n = await conn.fetchval(
                 """
-                INSERT INTO conversation_turns (conversation_id, n, question, answer, citations, refused)
-                SELECT $1, coalesce(max(n), 0) + 1, $2, $3, $4::jsonb, $5
-                FROM conversation_turns WHERE conversation_id = $1
-                RETURNING n, question, answer, citations::text AS citations, refused, created_at
+                INSERT INTO conversation_turns (conversation_id, n, question, answer)
+                SELECT $1, coalesce(max(n), 0) + 1, $2, NULL FROM conversation_turns WHERE conversation_id = $1
+                RETURNING n
                 """,
                 conversation_id,
                 question,
+            )
+        return int(n)
+
+    async def fill_turn(
+        self,
+        conversation_id: UUID,
+        n: int,
+        answer: str,
+        citations: Sequence[dict[str, Any]] = (),
+        refused: bool = False,
+    ) -> ConversationTurn | None:
+        """Write the answer into reserved turn `n`, move `updated_at` and name an untitled conversation after its
+        first question, in one transaction that takes the conversation's row lock first (a delete waits for it, or
+        it finds nothing).
+
+        Returns:
+            The stored turn; None when the conversation or the reservation is gone (nothing stored).
+        """
+        async with self._transaction("storing a conversation turn") as conn:
+            title = await conn.fetchval(
+                "SELECT title FROM conversations WHERE id = $1 FOR NO KEY UPDATE", conversation_id
+            )
+            if title is None:
+                return None
+            row = await conn.fetchrow(
+                f"""
+                UPDATE conversation_turns SET answer = $3, citations = $4::jsonb, refused = $5,
+                    created_at = clock_timestamp()
+                WHERE conversation_id = $1 AND n = $2 AND answer IS NULL RETURNING {_TURN}
+                """,
+                conversation_id,
+                n,
                 answer,
                 json.dumps(list(citations)),
                 refused,
             )
-        assert row is not None
+            if row is None:
+                return None
+            if not title:
+                first = await conn.fetchval(
+                    "SELECT question FROM conversation_turns WHERE conversation_id = $1 ORDER BY n LIMIT 1",
+                    conversation_id,
+                )
+                title = auto_title(first)
+            await conn.execute(
+                "UPDATE conversations SET updated_at = clock_timestamp(), title = $2 WHERE id = $1",
+                conversation_id,
+                title,
+            )
         return _turn(row)
+
+    async def release_turn(self, conversation_id: UUID, n: int) -> None:
+        """Delete reserved turn `n` (nothing when it is finished or gone)."""
+        async with self._transaction("releasing a reserved conversation turn") as conn:
+            await conn.execute(
+                "DELETE FROM conversation_turns WHERE conversation_id = $1 AND n = $2 AND answer IS NULL",
+                conversation_id,
+                n,
+            )
 
     async def delete(self, conversation_id: UUID, owner: str | None = None) -> bool:
         """Delete the conversation and its turns in one statement; False when absent or owned by another key."""
@@ -208,13 +277,13 @@ class ConversationStore:
 
 
 async def _turns(conn: Conn, conversation_id: UUID, last_turns: int | None) -> list[ConversationTurn]:
-    """The turns of a conversation, oldest first; only the last `last_turns` when given."""
+    """The finished turns of a conversation, oldest first; only the last `last_turns` when given."""
     if last_turns is not None and last_turns <= 0:
         return []
     rows = await conn.fetch(
-        """
-        SELECT n, question, answer, citations::text AS citations, refused, created_at FROM conversation_turns
-        WHERE conversation_id = $1 ORDER BY n DESC LIMIT $2
+        f"""
+        SELECT {_TURN} FROM conversation_turns
+        WHERE conversation_id = $1 AND answer IS NOT NULL ORDER BY n DESC LIMIT $2
         """,
         conversation_id,
         last_turns,

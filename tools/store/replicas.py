@@ -1,10 +1,13 @@
 """Read replicas: searches go to streaming replicas (`DATABASE_READ_URLS`), skipping one that is down or lags;
 writes, listings and counts stay on the primary.
 
-- **Health**: a replica is probed (one query: its replayed WAL position and its replay lag) when its last probe is
-  older than `probe_interval_s`; one that fails a probe or a search is skipped for `retry_down_s`, one whose lag
-  exceeds `max_lag_s` until a later probe finds it caught up. Lag = 0 when the replica has replayed all the WAL it
-  received, else the age of the last transaction it replayed (`pg_last_xact_replay_timestamp`).
+- **Health**: a replica is probed when its last probe is older than `probe_interval_s`: first the primary's flushed
+  WAL position (all that a WAL sender can send; recorded with the time it was read), then the replica's replayed
+  position. The replica is known to hold everything the primary had flushed at the latest recorded time whose
+  position it has replayed (`Replica.fresh_at`); its lag is the time since then, and it serves searches while that
+  lag is at most `max_lag_s`. The lag is measured against the primary, never against what the replica itself has
+  received: a replica whose WAL sender stopped or disconnected has replayed all it received and would otherwise
+  look current while the primary moves on. A replica that fails a probe or a search is skipped for `retry_down_s`.
 - **Read your writes**: after each write the store takes the primary's WAL position (past the write's commit) and
   waits, at most `max_lag_s`, until every healthy replica has replayed it (`wait_replayed`): a caller who has seen a
   write return finds it on any replica, in this process or another (a CLI ingest, then `rag ask`). A replica that
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -31,16 +34,21 @@ from tools.store.records import Conn
 
 T = TypeVar("T")
 
-PROBE_SQL = """
+REPLICA_SQL = """
 SELECT CASE WHEN pg_is_in_recovery() THEN (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint
-            ELSE (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint END AS replayed,
-       CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
-            ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0.0)::float8 END AS lag_s
+            ELSE (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint END AS replayed
 """
-"""A replica's replayed WAL position (bytes from 0/0) and replay lag (s); on a primary its own position and 0."""
+"""A replica's replayed WAL position (bytes from 0/0); on a server that is not in recovery, its own flushed one."""
 
-PRIMARY_LSN_SQL = "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint"
-"""The primary's current WAL write position (bytes from 0/0): past every commit that has returned."""
+PRIMARY_LSN_SQL = "SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint"
+"""The primary's flushed WAL position (bytes from 0/0): past every commit that has returned, and the end of what a
+WAL sender can send."""
+
+POSITIONS_KEPT = 1024
+"""Primary positions remembered for the lag, newest last; older ones only ever prove a lag past any sane bound."""
+
+REPROBE_UNUSABLE_S = 0.05
+"""Shortest interval between probes of a replica that lags or is behind this process' writes, seconds."""
 
 POLL_S = 0.01
 """Interval between replay-position checks while a write waits for the replicas, seconds."""
@@ -53,9 +61,14 @@ class Replica:
     url: str
     pool: asyncpg.Pool
     replayed: int = -1
-    lag_s: float = float("inf")
+    fresh_at: float = float("-inf")
     probed_at: float = float("-inf")
     down_until: float = float("-inf")
+
+    def lag_s(self, now: float) -> float:
+        """Seconds (monotonic clock) since the latest moment whose primary WAL this replica is known to have
+        replayed; infinite before a probe has shown any."""
+        return now - self.fresh_at
 
 
 @dataclass
@@ -63,6 +76,8 @@ class ReplicaSet:
     """The read replicas of one store (see the module docstring).
 
     Args:
+        replicas: the replicas' pools and probe results.
+        primary: a pool on the primary, where the lag is measured from (its flushed WAL position).
         max_lag_s: most replay lag of a replica that serves searches, and the longest a write waits for the
             replicas to replay it, seconds (`DATABASE_READ_MAX_LAG_S`).
         acquire_timeout_s: bounded acquire of a replica connection, seconds.
@@ -71,31 +86,63 @@ class ReplicaSet:
     """
 
     replicas: list[Replica]
+    primary: asyncpg.Pool
     max_lag_s: float
     acquire_timeout_s: float
     probe_interval_s: float = 1.0
     retry_down_s: float = 5.0
     written: int = 0
+    positions: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=POSITIONS_KEPT))
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
     async def close(self) -> None:
         for replica in self.replicas:
             await replica.pool.close()
 
-    async def probe(self, replica: Replica) -> None:
-        """Refresh `replica`'s replayed position and lag; mark it down when the probe fails."""
+    def record_primary(self, at: float, lsn: int) -> None:
+        """Remember that the primary had flushed WAL up to `lsn` (bytes from 0/0) at `at` (monotonic seconds, taken
+        before the position was read)."""
+        if not self.positions or lsn >= self.positions[-1][1]:
+            self.positions.append((at, lsn))
+
+    async def read_primary(self) -> None:
+        """Record the primary's flushed WAL position now; a primary that cannot answer records nothing (the
+        replicas' lag then grows until it answers again)."""
+        action, at = "reading the primary's WAL position", time.monotonic()
+        try:
+            async with pools.acquired(self.primary, self.acquire_timeout_s, action) as conn:
+                with translated(action):
+                    lsn = await conn.fetchval(PRIMARY_LSN_SQL)
+        except StoreError:
+            return
+        self.record_primary(at, int(lsn))
+
+    def fresh_at(self, replayed: int) -> float:
+        """The latest recorded time at which the primary's position was at most `replayed`, monotonic seconds;
+        -inf when no recorded position is that old."""
+        for at, lsn in reversed(self.positions):
+            if lsn <= replayed:
+                return at
+        return float("-inf")
+
+    async def probe(self, replica: Replica, *, read_primary: bool = True) -> None:
+        """Refresh `replica`'s replayed position and the moment it is known to be current as of (the primary's
+        position first, unless `read_primary` is False, then the replica's); mark it down when the replica does not
+        answer."""
+        if read_primary:
+            await self.read_primary()
         try:
             async with pools.acquired(replica.pool, self.acquire_timeout_s, "probing a read replica") as conn:
                 with translated("probing a read replica"):
-                    row = await conn.fetchrow(PROBE_SQL)
+                    replayed = await conn.fetchval(REPLICA_SQL)
         except StoreError:
             replica.down_until = time.monotonic() + self.retry_down_s
             return
-        assert row is not None
-        replica.replayed, replica.lag_s, replica.probed_at = int(row["replayed"]), float(row["lag_s"]), time.monotonic()
+        replica.replayed, replica.probed_at = int(replayed), time.monotonic()
+        replica.fresh_at = max(replica.fresh_at, self.fresh_at(replica.replayed))
 
-    def _usable(self, replica: Replica) -> bool:
-        return replica.lag_s <= self.max_lag_s and replica.replayed >= self.written
+    def _usable(self, replica: Replica, now: float) -> bool:
+        return replica.lag_s(now) <= self.max_lag_s and replica.replayed >= self.written
 
     async def candidates(self) -> list[Replica]:
         """The replicas a search may use now, round robin from a rotating start (probing stale ones first)."""
@@ -106,9 +153,11 @@ class ReplicaSet:
         for replica in ordered:
             if replica.down_until > now:
                 continue
-            if now - replica.probed_at > self.probe_interval_s or not self._usable(replica):
+            age = now - replica.probed_at
+            if age > self.probe_interval_s or (not self._usable(replica, now) and age > REPROBE_UNUSABLE_S):
                 await self.probe(replica)
-            if replica.down_until <= now and self._usable(replica):
+            now = time.monotonic()
+            if replica.down_until <= now and self._usable(replica, now):
                 usable.append(replica)
         return usable
 
@@ -135,7 +184,7 @@ class ReplicaSet:
         pending = [r for r in self.replicas if r.down_until <= time.monotonic()]
         while pending and time.monotonic() < deadline:
             for replica in pending:
-                await self.probe(replica)
+                await self.probe(replica, read_primary=False)  # the write's own position is recorded
             pending = [r for r in pending if r.down_until <= time.monotonic() and r.replayed < lsn]
             if pending:
                 await asyncio.sleep(POLL_S)
@@ -144,6 +193,7 @@ class ReplicaSet:
 async def open_replicas(
     urls: Sequence[str],
     *,
+    primary: asyncpg.Pool,
     max_size: int,
     max_lag_s: float,
     acquire_timeout_s: float,
@@ -151,7 +201,8 @@ async def open_replicas(
     command_timeout_s: float | None,
     statement_cache_size: int,
 ) -> ReplicaSet:
-    """Pools (opened lazily: a replica that is down does not stop the store from starting) for `urls`."""
+    """Pools (opened lazily: a replica that is down does not stop the store from starting) for `urls`; their lag is
+    measured against `primary` (the store's read pool on the primary)."""
     replicas = [
         Replica(
             url,
@@ -167,7 +218,7 @@ async def open_replicas(
         )
         for url in urls
     ]
-    return ReplicaSet(replicas, max_lag_s, acquire_timeout_s)
+    return ReplicaSet(replicas, primary, max_lag_s, acquire_timeout_s)
 
 
 READ = "BEGIN READ ONLY"
@@ -199,6 +250,8 @@ def read_only(
 
 async def replicated(primary: asyncpg.Pool, replica_set: ReplicaSet, acquire_timeout_s: float) -> None:
     """After a write has committed: the primary's WAL position, then `replica_set.wait_replayed` of it."""
+    at = time.monotonic()
     async with pools.transaction(primary, acquire_timeout_s, "reading the primary's WAL position", READ) as conn:
-        lsn = await conn.fetchval(PRIMARY_LSN_SQL)
-    await replica_set.wait_replayed(int(lsn))
+        lsn = int(await conn.fetchval(PRIMARY_LSN_SQL))
+    replica_set.record_primary(at, lsn)
+    await replica_set.wait_replayed(lsn)

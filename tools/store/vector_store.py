@@ -171,6 +171,7 @@ class VectorStore:
             if self.read_urls:
                 self._replicas = await replicas.open_replicas(
                     self.read_urls,
+                    primary=self._read,
                     max_size=self.max_pool_size,
                     max_lag_s=self.read_max_lag_s,
                     acquire_timeout_s=self.acquire_timeout_s,

@@ -1,0 +1,79 @@
+"""`rag bench mixed` at CI size on the real stack: questions through the Python API, idle and beside a `rag ingest`
+process and a `rag serve` upload job (PDFs printed by Chromium), each bulk run alone and beside them. Answers (the
+LLM) are left out here; the figures are the README's, from a full run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.settings import Settings
+from evals.bench_mixed import TARGETS, MixedBenchParams, check_targets, run_mixed_bench, write_plot
+
+
+@pytest.mark.stack
+@pytest.mark.skipif(not Path("/usr/bin/chromium").is_file(), reason="Debian chromium prints the upload's PDFs")
+async def test_ci_size_mixed_run_reports_every_phase(ingested: str, settings: Settings, tmp_path: Path) -> None:
+    params = MixedBenchParams(
+        workloads=("ingest", "upload"),
+        concurrencies=(1, 2),
+        retrieval_requests=4,
+        answers=False,
+        ingest_docs=60,
+        upload_files=2,
+        upload_pages=2,
+        warmup_s=0.0,
+    )
+    report = await run_mixed_bench(settings, params)
+    assert [p["kind"] for p in report["idle"]] == ["retrieval", "retrieval"]
+    assert all(p["latency_ms"]["n"] == 4 and not p["errors"] for p in report["idle"])
+    assert [ph["workload"] for ph in report["phases"]] == ["ingest", "upload"]
+    for phase in report["phases"]:
+        for run in (phase["alone"], phase["beside"]):
+            assert run["exit_code"] == 0 and run["done"] > 0 and run["rate"] > 0, run
+        assert phase["lost"] == 0
+        assert phase["rate_beside_over_alone"] == pytest.approx(phase["beside"]["rate"] / phase["alone"]["rate"], 0.02)
+        for probe in phase["probes"]:
+            assert probe["latency_ms"]["n"] == 4 and not probe["errors"]
+            assert probe["p50_over_idle"] > 0
+    ingest = report["phases"][0]
+    assert ingest["alone"]["done"] == ingest["beside"]["done"]  # the same chunks, into a fresh database each time
+    assert report["targets"]["failed_questions"] == {"value": 0, "target": "<= 0", "met": True}
+    assert report["targets"]["lost_bulk_work"]["met"]
+    assert set(report["targets"]) <= set(TARGETS)
+    assert write_plot(report, tmp_path / "mixed.png").stat().st_size > 0
+
+
+def test_targets_are_checked_at_concurrency_one_and_skipped_when_not_run() -> None:
+    def probe(kind: str, c: int, p50: float, p95: float, **extra: Any) -> dict[str, Any]:
+        return {"kind": kind, "concurrency": c, "latency_ms": {"p50": p50, "p95": p95}, "errors": {}, **extra}
+
+    stream: dict[str, Any] = {"errors": {}}
+    report = {
+        "idle": [probe("retrieval", 1, 40, 60)],
+        "phases": [
+            {
+                "workload": "ingest",
+                "probes": [probe("retrieval", 1, 100, 600, p50_over_idle=2.5), probe("retrieval", 8, 900, 9000)],
+                "stream": {"errors": {"EmbedderError": 1}},
+                "rate_beside_over_alone": 0.79,
+                "lost": 0,
+            },
+            {"workload": "upload", "probes": [], "stream": stream, "rate_beside_over_alone": 1.0, "lost": 1},
+        ],
+    }
+    targets = check_targets(report)
+    assert targets["retrieval_p50_over_idle_during_ingest"] == {"value": 2.5, "target": "<= 3", "met": True}
+    assert not targets["retrieval_p95_ms_during_ingest"]["met"]  # 600 ms at c=1; c=8 is not a target
+    assert not targets["ingest_rate_beside_over_alone"]["met"]
+    assert targets["failed_questions"]["value"] == 1 and targets["lost_bulk_work"]["value"] == 1
+    assert "ttft_p50_over_idle_during_eval" not in targets  # no eval phase, no answers: not judged
+
+
+def test_params_refuse_unknown_workloads_and_empty_counts() -> None:
+    with pytest.raises(ValueError, match="--workload"):
+        MixedBenchParams(workloads=("nightly",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least 1"):
+        MixedBenchParams(upload_files=0)

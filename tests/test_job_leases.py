@@ -1,0 +1,107 @@
+"""Job leases against the real Postgres (no Triton: the worker's ingest step is a recording double): a worker that
+loses its lease while alive (paused past it, another worker claimed the job) stops before its next file and writes
+nothing more to the job (every write is fenced by the claim's attempt number), and a job whose worker keeps dying
+(a file that crashes the process) is failed after `max_attempts` claims instead of being retried forever."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
+
+import asyncpg
+import pytest
+
+from tools.embedder import TritonEmbedder
+from tools.jobs import Job, JobFile, JobQueue, worker
+from tools.store import VectorStore
+
+
+@pytest.fixture
+async def queue(postgres_url: str) -> AsyncIterator[JobQueue]:
+    """A jobs queue on a new, empty database of the test Postgres, dropped afterwards."""
+    name = f"leases_{uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    url = urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
+    try:
+        jobs = JobQueue(pool)
+        await jobs.setup()
+        yield jobs
+    finally:
+        await pool.close()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def expire_lease(queue: JobQueue, job_id: int) -> None:
+    """The lease of `job_id` ran out (as when its worker paused past it): no clock is waited for."""
+    await queue.pool.execute("UPDATE ingest_jobs SET lease_until = now() - interval '1 second' WHERE id = $1", job_id)
+
+
+async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing_more(
+    queue: JobQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = [JobFile(f"note{i}.txt", b"Vitamin B12 lowers homocysteine.") for i in range(3)]
+    job_id = await queue.submit(files)
+    ingested: list[str] = []
+
+    async def fake_ingest(inputs: list[Any], *args: Any, **kwargs: Any) -> SimpleNamespace:
+        ingested.extend(Path(i.doc_id).name for i in inputs)
+        return SimpleNamespace(chunks=1, file_errors=[], failed=[])
+
+    async def one_chunk(doc_id: str, collection: str = "default") -> int:
+        return 1
+
+    monkeypatch.setattr(worker, "ingest", fake_ingest)
+    monkeypatch.setattr(queue, "document_chunks", one_chunk)
+    claimed = await queue.claim("A", 600)
+    assert claimed is not None and claimed.attempts == 1
+    taken: list[Job] = []
+
+    async def paused_after_first_file(job: Job, done: int) -> None:
+        if done == 1:  # A pauses past its lease; B claims the job
+            await expire_lease(queue, job.id)
+            again = await queue.claim("B", 600)
+            assert again is not None and again.id == job.id
+            taken.append(again)
+
+    nothing = cast(Any, None)
+    await worker.run_job(
+        claimed,
+        queue,
+        cast(TritonEmbedder, nothing),
+        cast(VectorStore, nothing),
+        worker="A",
+        chunk_tokens=128,
+        overlap_tokens=16,
+        lease_s=600,
+        max_file_bytes=1 << 20,
+        after_file=paused_after_first_file,
+    )
+    assert ingested == ["note0.txt"]  # A stopped at once: the other files are B's to ingest, once
+    state = await queue.get(job_id)
+    assert state is not None and taken
+    assert (state.status, state.worker, state.attempts, state.files_done) == ("running", "B", 2, 0)
+    assert state.finished_at is None and state.errors == []
+    # and a stale claim's writes are refused, even under the same worker name
+    assert not await queue.heartbeat(job_id, "A", 600, attempt=1)
+    assert not await queue.progress(job_id, "B", 3, 3, [], attempt=1)
+    assert not await queue.finish(job_id, "B", "done", {}, attempt=1)
+    assert await queue.progress(job_id, "B", 1, 1, [], attempt=2)
+
+
+async def test_a_job_whose_worker_keeps_dying_is_failed_after_max_attempts(queue: JobQueue) -> None:
+    job_id = await queue.submit([JobFile("crash.pdf", b"%PDF-1.7 crashes the reader")])
+    for attempt in (1, 2, 3):
+        claimed = await queue.claim(f"w{attempt}", 600, max_attempts=3)
+        assert claimed is not None and claimed.attempts == attempt
+        await expire_lease(queue, job_id)  # its worker died mid-file: nobody renews the lease
+    assert await queue.claim("w4", 600, max_attempts=3) is None
+    state = await queue.get(job_id)
+    assert state is not None and state.status == "failed" and state.finished_at is not None
+    assert "3 times" in state.errors[-1]["error"] and state.errors[-1]["file"] == ""

@@ -1,0 +1,137 @@
+"""PDFs as people make them, extracted by `tools.extract.pdf`: pages rotated with `/Rotate` (a landscape page whose
+text runs up the portrait sheet), pages cropped with a `CropBox` (the text outside it is not on the page any more),
+typographic ligatures (ﬁ ﬂ ﬀ) and fonts embedded as CID fonts (Type0, Identity-H: how Chromium embeds every font),
+Greek and Cyrillic included. The files are printed by headless Chromium (`tests/document_files.py`) and rotated or
+cropped with pypdf.
+
+PDFium runs in a separate worker process (`PdfExtractor`): a worker that dies on a file (a PDFium crash, played by
+`tests/pdf_crash.py`) fails that file with an error naming it, and the next file is extracted by a new worker, with
+the calling process alive."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pypdf
+import pytest
+from pypdf.generic import RectangleObject
+
+from tests.document_files import print_pdf
+from tests.pdf_crash import crash_on_marker
+from tools.extract import ExtractError
+from tools.extract.pdf import PdfExtractor, extract_pdf
+from tools.ingest.documents import IngestError
+from tools.ingest.inputs import plan_inputs
+from tools.ingest.readers import read_file_document
+
+LIGATURES = re.compile("[\ufb00-\ufb06]")
+
+PAGES_HTML = """<!doctype html><html><head><style>
+body { font-family: "DejaVu Serif"; font-size: 14pt; font-variant-ligatures: common-ligatures; }
+</style></head><body>
+<p>The official filing flow affirms efficient office workflows.</p>
+<p>Greek: Καλημέρα κόσμε. Cyrillic: Привет мир.</p>
+<div style="break-before: page"></div>
+<p>HIDDEN header about zebrafish printers.</p>
+<div style="height: 130mm"></div>
+<p>Visible paragraph about wombats and their burrows.</p>
+<div style="break-before: page"></div>
+<div style="transform: rotate(-90deg); transform-origin: top left; position: absolute; top: 760mm; left: 20mm;
+            width: 200mm">
+<p>Landscape table line one about quokkas on islands.</p>
+<p>Landscape line two about numbats eating termites.</p>
+</div>
+</body></html>
+"""
+"""Three printed pages: ligatures and non-Latin text; a header (`HIDDEN`) far above the paragraph that a crop keeps;
+a landscape block whose lines run up the page (the page is then given `/Rotate 90`, as landscape pages are)."""
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("pdf_pages")
+    printed = print_pdf(PAGES_HTML, folder / "printed.pdf")
+    out: dict[str, Path] = {}
+    for name, index in {"ligatures": 0, "cropped": 1, "rotated": 2}.items():
+        writer = pypdf.PdfWriter(clone_from=str(printed))
+        for drop in sorted((i for i in range(len(writer.pages)) if i != index), reverse=True):
+            writer.remove_page(drop)
+        page = writer.pages[0]
+        if name == "cropped":
+            page.cropbox = RectangleObject([0, 0, float(page.mediabox.width), 420])  # the lower half of the sheet
+        if name == "rotated":
+            page.rotate(90)
+        out[name] = folder / f"{name}.pdf"
+        writer.write(str(out[name]))
+    return out
+
+
+def test_ligatures_come_out_as_letters_from_cid_fonts(pages: dict[str, Path]) -> None:
+    reader = pypdf.PdfReader(pages["ligatures"])
+    resources = reader.pages[0]["/Resources"].get_object()
+    assert isinstance(resources, pypdf.generic.DictionaryObject)
+    font_dict = resources["/Font"].get_object()
+    assert isinstance(font_dict, pypdf.generic.DictionaryObject)
+    fonts = [f.get_object() for f in font_dict.values()]
+    assert fonts and all(f["/Subtype"] == "/Type0" for f in fonts)  # CID-keyed fonts
+    assert {d.get_object()["/Subtype"] for f in fonts for d in f["/DescendantFonts"]} == {"/CIDFontType2"}
+    assert LIGATURES.search(reader.pages[0].extract_text())  # the file does hold ligature glyphs
+    text = extract_pdf(pages["ligatures"]).text
+    assert "The official filing flow affirms efficient office workflows." in text
+    assert "Greek: Καλημέρα κόσμε. Cyrillic: Привет мир." in text
+    assert not LIGATURES.search(text)
+
+
+def test_text_outside_the_crop_box_is_not_on_the_page(pages: dict[str, Path]) -> None:
+    extracted = extract_pdf(pages["cropped"])
+    assert "Visible paragraph about wombats and their burrows." in extracted.text
+    assert "HIDDEN" not in extracted.text and "zebrafish" not in extracted.text
+
+
+def test_a_rotated_landscape_page_reads_line_by_line(pages: dict[str, Path]) -> None:
+    assert pypdf.PdfReader(pages["rotated"]).pages[0].rotation == 90
+    text = extract_pdf(pages["rotated"]).text
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    assert lines == [
+        "Landscape table line one about quokkas on islands.",
+        "Landscape line two about numbats eating termites.",
+    ]
+
+
+def test_a_worker_that_dies_fails_its_file_and_the_next_file_is_extracted(
+    pages: dict[str, Path], tmp_path: Path
+) -> None:
+    crash = tmp_path / "crash-me.pdf"
+    crash.write_bytes(pages["ligatures"].read_bytes())
+    extractor = PdfExtractor(target=crash_on_marker)
+    try:
+        assert "official" in extractor.extract(pages["ligatures"]).text
+        first_worker = extractor.worker_pids()
+        with pytest.raises(ExtractError, match=r"crash-me\.pdf: the PDF reader's worker process died") as caught:
+            extractor.extract(crash)
+        assert "not retried" in str(caught.value)
+        after = extractor.extract(pages["cropped"])  # a new worker
+        assert "wombats" in after.text and extractor.worker_pids().isdisjoint(first_worker)
+    finally:
+        extractor.close()
+    assert os.getpid() > 0  # this process (the server, in production) is alive and went on
+
+
+def test_ingest_reports_a_crashed_pdf_as_that_file_failing(
+    pages: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tools.extract.pdf as pdf
+
+    extractor = PdfExtractor(target=crash_on_marker)
+    monkeypatch.setattr(pdf, "EXTRACTOR", extractor)
+    crash = tmp_path / "crash-report.pdf"
+    crash.write_bytes(pages["ligatures"].read_bytes())
+    try:
+        with pytest.raises(IngestError, match=r"crash-report\.pdf"):
+            read_file_document(plan_inputs([crash])[0])
+        read = read_file_document(plan_inputs([pages["ligatures"]])[0])
+        assert read.document is not None and "office workflows" in read.document.text
+    finally:
+        extractor.close()
