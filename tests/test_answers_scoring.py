@@ -11,6 +11,7 @@ import pytest
 
 from agent.app import RagApp
 from agent.results import AskResult
+from agent.settings import Settings
 from evals.answers_eval import (
     AnswerOutput,
     CitationEvaluator,
@@ -112,7 +113,9 @@ def test_scifact_gold_verdicts_come_from_evidence_labels() -> None:
 
 
 class CutAnswers:
-    """The part of `RagApp` the eval's task uses: every answer stopped at the output budget."""
+    """The part of `RagApp` the eval's task uses: its settings, and every answer stopped at the output budget."""
+
+    settings = Settings.model_validate({})
 
     async def ask(self, request: object) -> AskResult:
         return AskResult(answer="SUPPORT. The passages show", citations=[], timings_ms={"total": 1.0}, truncated=True)
