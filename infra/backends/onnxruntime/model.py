@@ -10,7 +10,10 @@ shape after the batch axis are concatenated into one ONNX Runtime run and the ou
 batching is real here too. Outputs: exactly those the config names (e.g. the pooled `sentence_embedding`,
 `(batch, dim)`, or token states `(batch, seq, dim)` of another model), each split back along the batch axis; a
 config output missing from the graph fails the model load. Supported config `parameters` (same keys as the real
-backend): `intra_op_thread_count`, `inter_op_thread_count`.
+backend): `intra_op_thread_count`, `inter_op_thread_count`; and one of this backend's own, `nice`: the CPU
+niceness (0-19) of the thread that runs the model and of the ONNX Runtime threads it starts, so that on a shared CPU
+the kernel gives a bulk model's batches the cores only when nothing else wants them (the stub's health thread,
+started before, keeps its priority). Only the local CPU configs set it.
 
 This file runs inside Triton's Python stub with its own environment (`.venv-triton`: numpy<2 + onnxruntime), not
 the project's, so it cannot import `tools/` and keeps its own ONNX Runtime session set-up.
@@ -46,6 +49,9 @@ class TritonPythonModel:
         path = os.path.join(args["model_repository"], args["model_version"], filename)
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
 
+        if params.get("nice"):
+            # Linux: nice() applies to the calling thread; threads created after it (ONNX Runtime's pool) inherit.
+            os.nice(int(params["nice"]))
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if params.get("intra_op_thread_count"):
