@@ -207,6 +207,8 @@ class BulkRun:
     wall_s: float = 0.0
     exit_code: int | None = None
     detail: str = ""
+    http: dict[str, Any] = field(default_factory=dict)
+    """Upload only: `/v1/ask` latency on the serving process, idle and while its job worker runs (`run_upload`)."""
 
     @property
     def rate(self) -> float:
@@ -337,9 +339,35 @@ async def wait_ready(client: httpx.AsyncClient, proc: asyncio.subprocess.Process
     raise RuntimeError(f"rag serve not ready within {timeout_s} s")
 
 
-async def run_upload(settings: Settings, files: Sequence[Path], work: Path, tag: str, timeout_s: float) -> BulkRun:
+async def http_asks(client: httpx.AsyncClient, claims: Iterator[str], until: Callable[[], bool], most: int) -> Probe:
+    """Sequential `POST /v1/ask` of SciFact claims until `until()` or `most` were sent. On the upload's scratch
+    database every question is refused below the relevance threshold, so this measures the server's event loop,
+    embedding and search, not the LLM; a non-200 answer counts as an error of kind `http_<status>`."""
+    probe = Probe("retrieval", 1)
+    for _ in range(most):
+        if until():
+            break
+        start = time.perf_counter()
+        try:
+            response = await client.post("/v1/ask", json={"question": next(claims)})
+        except httpx.HTTPError as exc:
+            probe.errors[type(exc).__name__] = probe.errors.get(type(exc).__name__, 0) + 1
+            continue
+        if response.status_code != 200:
+            kind = f"http_{response.status_code}"
+            probe.errors[kind] = probe.errors.get(kind, 0) + 1
+            continue
+        probe.latencies_ms.append((time.perf_counter() - start) * 1000)
+    return probe
+
+
+async def run_upload(
+    settings: Settings, files: Sequence[Path], work: Path, tag: str, timeout_s: float, claims: Iterator[str]
+) -> BulkRun:
     """A `rag serve` (one job worker) over a fresh scratch database, sent `files` as one upload job and polled
-    every 0.5 s until the job ends; chunks/s of the job from the upload to its end."""
+    every 0.5 s until the job ends; chunks/s of the job from the upload to its end. Beside the job, questions are
+    sent to the same server over HTTP (`http_asks`), and before it as many idle, so `http` in the run's detail says
+    whether the job worker slows the server's event loop."""
     run = BulkRun("upload", "chunks/s", expected=len(files))
     env = cli_env(settings, DATABASE_URL=await fresh_database(settings), JOBS_SERVE_WORKERS="1")
     port = free_port()
@@ -348,19 +376,28 @@ async def run_upload(settings: Settings, files: Sequence[Path], work: Path, tag:
         httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120.0) as client,
     ):
         await wait_ready(client, proc)
+        idle = await http_asks(client, claims, lambda: False, 20)
         start = time.perf_counter()
         parts = [("files", (p.name, p.read_bytes(), "application/pdf")) for p in files]
         accepted = await client.post("/v1/documents/files", files=parts)
         accepted.raise_for_status()
         status_url = accepted.json()["status_url"]
         job: dict[str, Any] = {"status": "queued"}
-        while job["status"] in ("queued", "running") and time.perf_counter() - start < timeout_s:
-            await asyncio.sleep(0.5)
-            job = (await client.get(status_url)).json()
+
+        async def poll() -> None:
+            nonlocal job
+            while job["status"] in ("queued", "running") and time.perf_counter() - start < timeout_s:
+                await asyncio.sleep(0.5)
+                job = (await client.get(status_url)).json()
+
+        poller = asyncio.create_task(poll())
+        during = await http_asks(client, claims, poller.done, 10_000)
+        await poller
         run.wall_s = time.perf_counter() - start
     run.done = float(job.get("chunks") or 0)
     run.exit_code = 0 if job["status"] == "done" and not job.get("errors") else 1
     run.detail = f"job {job['status']}, {job.get('files_done', 0)} of {len(files)} files, errors {job.get('errors')}"
+    run.http = {"idle": idle.summary(), "during_job": during.summary()}
     return run
 
 
@@ -385,12 +422,14 @@ def lost(run: BulkRun) -> bool:
     return run.exit_code not in (0, None) or run.done <= 0 or (run.workload == "eval" and run.done < run.expected)
 
 
-async def _bulk(settings: Settings, params: MixedBenchParams, workload: Workload, work: Path, tag: str) -> BulkRun:
+async def _bulk(
+    settings: Settings, params: MixedBenchParams, workload: Workload, work: Path, tag: str, claims: Iterator[str]
+) -> BulkRun:
     if workload == "ingest":
         return await run_ingest(settings, ingest_corpus(work, params.ingest_docs), work, tag)
     if workload == "upload":
         files = await upload_pdfs(work, params.upload_files, params.upload_pages)
-        return await run_upload(settings, files, work, tag, params.bulk_timeout_s)
+        return await run_upload(settings, files, work, tag, params.bulk_timeout_s, claims)
     return await run_eval(settings, params, work, tag)
 
 
@@ -399,7 +438,7 @@ async def beside(
 ) -> tuple[BulkRun, list[Probe], Probe]:
     """The workload with questions beside it: the probes, then one retrieval every `question_gap_s` until it ends
     (a steady question stream). Returns its run, the probes and that stream."""
-    task = asyncio.create_task(_bulk(settings, params, workload, work, "beside"))
+    task = asyncio.create_task(_bulk(settings, params, workload, work, "beside", claims))
     try:
         await asyncio.wait({task}, timeout=params.warmup_s)  # the child imports and connects first
         measured = await probes(app, params, claims, lambda: not task.done())
@@ -496,7 +535,7 @@ async def run_mixed_bench(settings: Settings, params: MixedBenchParams) -> dict[
         report["idle"] = [p.summary() for p in await probes(app, params, claims, lambda: True)]
         for workload in params.workloads:
             log.info("%s alone", workload)
-            alone = await _bulk(settings, params, workload, work, "alone")
+            alone = await _bulk(settings, params, workload, work, "alone", claims)
             log.info("%s alone: %.2f %s; now beside the questions", workload, alone.rate, alone.units)
             run, measured, stream = await beside(app, settings, params, workload, work, claims)
             log.info("%s beside: %.2f %s", workload, run.rate, run.units)

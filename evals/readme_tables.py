@@ -503,6 +503,64 @@ def fidelity(results: dict[str, Any]) -> str:
     return markdown_table(header, rows)
 
 
+@table("bench-mixed", "bench-mixed.json")
+def bench_mixed(results: dict[str, Any]) -> str:
+    """Questions idle and beside each bulk workload: latency p50/p95/p99 ms (n), TTFT for answers, ratio of p50 to
+    idle; a probe that outlasted its workload is marked."""
+    rows: list[list[object]] = []
+    phases = [("idle", results["idle"])] + [(ph["workload"], ph["probes"]) for ph in results["phases"]]
+    for where, probes in phases:
+        for p in probes:
+            lat, ttft = p["latency_ms"], p.get("ttft_ms") or {}
+            ratio = p.get("ttft_p50_over_idle") if p["kind"] == "answer" else p.get("p50_over_idle")
+            rows.append(
+                [
+                    where + ("" if p.get("overlap", True) else " (ended first)"),
+                    p["kind"],
+                    p["concurrency"],
+                    f"{_ms(lat['p50'])} / {_ms(lat['p95'])} / {_ms(lat['p99'])} ({lat['n']})" if lat.get("n") else "-",
+                    f"{_ms(ttft['p50'])} / {_ms(ttft['p95'])}" if ttft.get("n") else "",
+                    "" if ratio is None else f"{ratio}x",
+                    sum(p["errors"].values()),
+                ]
+            )
+    header = ["while", "question", "c", "latency ms p50 / p95 / p99 (n)", "TTFT ms p50 / p95", "p50 / idle", "failed"]
+    return markdown_table(header, rows)
+
+
+@table("bench-mixed-bulk", "bench-mixed.json")
+def bench_mixed_bulk(results: dict[str, Any]) -> str:
+    """Each bulk workload's rate alone and beside the questions, their ratio, and work lost; then the targets."""
+    rows: list[list[object]] = []
+    for ph in results["phases"]:
+        units = ph["alone"]["units"]
+        rows.append(
+            [
+                ph["workload"],
+                f"{ph['alone']['rate']} {units}",
+                f"{ph['beside']['rate']} {units}",
+                ph["rate_beside_over_alone"],
+                ph["lost"],
+            ]
+        )
+    out = markdown_table(["bulk workload", "rate alone", "rate beside questions", "beside / alone", "lost"], rows)
+    upload = next((ph for ph in results["phases"] if ph["workload"] == "upload" and ph["alone"].get("http")), None)
+    if upload:  # /v1/ask on the serving process, idle and while its own job worker parses and embeds the upload
+        http = upload["alone"]["http"]
+        cells = []
+        for key in ("idle", "during_job"):
+            lat = http[key]["latency_ms"]
+            cells.append(f"{_ms(lat['p50'])} / {_ms(lat['p99'])} ({lat['n']})" if lat.get("n") else "-")
+        out += "\n" + markdown_table(
+            ["`POST /v1/ask` on the upload's server, ms p50 / p99 (n)", "idle", "while its job worker ingests"],
+            [["refused below the threshold: event loop + embed + search", *cells]],
+        )
+    targets = [
+        [name, t["value"], t["target"], "met" if t["met"] else "missed"] for name, t in results["targets"].items()
+    ]
+    return out + "\n" + markdown_table(["target (concurrency 1)", "value", "target", ""], targets)
+
+
 @table("extract-bench", "extract-bench.json")
 def extract_bench(results: dict[str, Any]) -> str:
     """Per format and library: speed, word fidelity against the source (difflib ratio), boilerplate leaked."""
