@@ -211,7 +211,7 @@ def build_services(settings: Settings) -> Services:
     async def postgres() -> str:
         # `/health` is open and shared by every tenant: no document or chunk count, which would span collections
         await store.ping()
-        return f"store of {embedder.model_name} vectors reachable"
+        return f"store of {store.model_name} vectors reachable"
 
     async def llm() -> str:
         return await served_model(settings)

@@ -65,7 +65,8 @@ async def test_bad_file_is_refused_and_nothing_stored_changes(
     bad_jsonl = tmp_path / "half.jsonl"
     bad_jsonl.write_text('{"_id": "new-1", "title": "t", "text": "a valid first record"}\n{not json\n')
     binary = tmp_path / "binary.txt"
-    binary.write_bytes(b"\xff\xfe\x00\x81 not utf-8")
+    # NULs and no byte order mark (FF FE would make it UTF-16 text, as a browser reads it)
+    binary.write_bytes(b"\x00\x01\x02\x81\x00\x00\x00 not utf-8 \x00\x00\x00\x00\x00\x00\x00\x00")
     for path, message in (
         (bad_jsonl, "half.jsonl:2"),
         (binary, "binary.txt"),  # fails alone, named in the per-file summary with its cause
