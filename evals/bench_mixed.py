@@ -13,9 +13,10 @@ claims). It is measured idle, then beside each bulk workload, each a process of 
 - `eval`: `rag eval answers --concurrency 8 --limit --eval-cases` on the settings' store (its LLM requests are
   bulk: `LLM_BULK_PRIORITY`).
 
-Each workload runs twice: alone (its rate: chunks/s or cases/s), then beside the questions (the probes, then one
-retrieval per second until it ends), which gives the rate beside questions and the questions' latency beside it.
-A probe counts only while its workload still ran at its end (`overlap`). Reported per phase and probe: p50/p95/p99
+Each workload runs three times: alone (its rate: chunks/s or cases/s); beside a steady stream of one retrieval a
+second (its rate beside questions, the ratio the targets judge, and the stream's latency); and beside the probes
+(the questions' latency beside it, then the stream until it ends; its rate there is reported too). A probe counts
+only while its workload still ran at its end (`overlap`). Reported per phase and probe: p50/p95/p99
 with n, errors, and the ratio of p50 to idle; per workload its rate alone and beside and their ratio, and whether
 it finished (nothing lost: every document stored, every case answered). Percentiles: `tools.stats.percentiles`.
 Progress goes to stderr; `--json` prints one JSON object.
@@ -434,14 +435,24 @@ async def _bulk(
 
 
 async def beside(
-    app: RagApp, settings: Settings, params: MixedBenchParams, workload: Workload, work: Path, claims: Iterator[str]
+    app: RagApp,
+    settings: Settings,
+    params: MixedBenchParams,
+    workload: Workload,
+    work: Path,
+    claims: Iterator[str],
+    with_probes: bool,
 ) -> tuple[BulkRun, list[Probe], Probe]:
-    """The workload with questions beside it: the probes, then one retrieval every `question_gap_s` until it ends
-    (a steady question stream). Returns its run, the probes and that stream."""
-    task = asyncio.create_task(_bulk(settings, params, workload, work, "beside", claims))
+    """The workload with questions beside it: with `with_probes`, the probes first; then (or from the start) one
+    retrieval every `question_gap_s` until it ends (a steady question stream, about 1/s). Returns its run, the
+    probes (none without `with_probes`) and that stream."""
+    tag = "beside-probes" if with_probes else "beside-stream"
+    task = asyncio.create_task(_bulk(settings, params, workload, work, tag, claims))
     try:
-        await asyncio.wait({task}, timeout=params.warmup_s)  # the child imports and connects first
-        measured = await probes(app, params, claims, lambda: not task.done())
+        measured: list[Probe] = []
+        if with_probes:
+            await asyncio.wait({task}, timeout=params.warmup_s)  # the child imports and connects first
+            measured = await probes(app, params, claims, lambda: not task.done())
         stream = Probe("retrieval", 1)
         while not task.done():
             await retrieval_once(app, next(claims), stream)
@@ -506,7 +517,7 @@ def check_targets(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         op, bound = target.split()
         met = {"<=": value <= float(bound), ">=": value >= float(bound)}[op]
-        out[name] = {"value": value, "target": target, "met": met}
+        out[name] = {"value": round(value, 2), "target": target, "met": met}
     return out
 
 
@@ -536,16 +547,20 @@ async def run_mixed_bench(settings: Settings, params: MixedBenchParams) -> dict[
         for workload in params.workloads:
             log.info("%s alone", workload)
             alone = await _bulk(settings, params, workload, work, "alone", claims)
-            log.info("%s alone: %.2f %s; now beside the questions", workload, alone.rate, alone.units)
-            run, measured, stream = await beside(app, settings, params, workload, work, claims)
-            log.info("%s beside: %.2f %s", workload, run.rate, run.units)
+            log.info("%s alone: %.2f %s; now beside a question a second", workload, alone.rate, alone.units)
+            steady, _, stream = await beside(app, settings, params, workload, work, claims, with_probes=False)
+            log.info("%s beside the stream: %.2f %s; now beside the probes", workload, steady.rate, steady.units)
+            run, measured, _ = await beside(app, settings, params, workload, work, claims, with_probes=True)
+            log.info("%s beside the probes: %.2f %s", workload, run.rate, run.units)
             report["phases"].append(
                 {
                     "workload": workload,
                     "alone": alone.summary(),
+                    "beside_stream": steady.summary(),
                     "beside": run.summary(),
-                    "rate_beside_over_alone": ratio(run.rate, alone.rate),
-                    "lost": int(lost(alone)) + int(lost(run)),
+                    "rate_beside_over_alone": ratio(steady.rate, alone.rate),
+                    "rate_beside_probes_over_alone": ratio(run.rate, alone.rate),
+                    "lost": int(lost(alone)) + int(lost(steady)) + int(lost(run)),
                     "probes": compare(report["idle"], [p.summary() for p in measured]),
                     "stream": stream.summary(),
                 }
@@ -607,16 +622,18 @@ def render(report: dict[str, Any], console: Any) -> None:
             str(sum(p["errors"].values())),
         )
     console.print(table)
-    bulk = Table(title="Bulk work: rate alone and beside the questions")
-    for column in ("workload", "alone", "beside", "ratio", "lost"):
+    bulk = Table(title="Bulk work: rate alone, beside a question a second, beside the probes")
+    for column in ("workload", "alone", "beside 1 q/s", "ratio", "beside probes", "ratio", "lost"):
         bulk.add_column(column)
     for ph in report["phases"]:
         units = ph["alone"]["units"]
         bulk.add_row(
             ph["workload"],
             f"{ph['alone']['rate']} {units}",
-            f"{ph['beside']['rate']} {units}",
+            f"{ph['beside_stream']['rate']} {units}",
             str(ph["rate_beside_over_alone"]),
+            f"{ph['beside']['rate']} {units}",
+            str(ph["rate_beside_probes_over_alone"]),
             str(ph["lost"]),
         )
     console.print(bulk)

@@ -538,12 +538,13 @@ def bench_mixed_bulk(results: dict[str, Any]) -> str:
             [
                 ph["workload"],
                 f"{ph['alone']['rate']} {units}",
-                f"{ph['beside']['rate']} {units}",
-                ph["rate_beside_over_alone"],
+                f"{ph['beside_stream']['rate']} {units} ({ph['rate_beside_over_alone']}x)",
+                f"{ph['beside']['rate']} {units} ({ph['rate_beside_probes_over_alone']}x)",
                 ph["lost"],
             ]
         )
-    out = markdown_table(["bulk workload", "rate alone", "rate beside questions", "beside / alone", "lost"], rows)
+    header = ["bulk workload", "rate alone", "beside a question a second", "beside the probes above", "lost"]
+    out = markdown_table(header, rows)
     upload = next((ph for ph in results["phases"] if ph["workload"] == "upload" and ph["alone"].get("http")), None)
     if upload:  # /v1/ask on the serving process, idle and while its own job worker parses and embeds the upload
         http = upload["alone"]["http"]

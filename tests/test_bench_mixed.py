@@ -31,15 +31,22 @@ async def test_ci_size_mixed_run_reports_every_phase(ingested: str, settings: Se
     assert all(p["latency_ms"]["n"] == 4 and not p["errors"] for p in report["idle"])
     assert [ph["workload"] for ph in report["phases"]] == ["ingest", "upload"]
     for phase in report["phases"]:
-        for run in (phase["alone"], phase["beside"]):
+        for run in (phase["alone"], phase["beside_stream"], phase["beside"]):
             assert run["exit_code"] == 0 and run["done"] > 0 and run["rate"] > 0, run
         assert phase["lost"] == 0
-        assert phase["rate_beside_over_alone"] == pytest.approx(phase["beside"]["rate"] / phase["alone"]["rate"], 0.02)
+        assert phase["rate_beside_over_alone"] == pytest.approx(
+            phase["beside_stream"]["rate"] / phase["alone"]["rate"], abs=0.01
+        )
+        assert phase["stream"]["latency_ms"]["n"] >= 1 and not phase["stream"]["errors"]
         for probe in phase["probes"]:
             assert probe["latency_ms"]["n"] == 4 and not probe["errors"]
             assert probe["p50_over_idle"] > 0
     ingest = report["phases"][0]
-    assert ingest["alone"]["done"] == ingest["beside"]["done"]  # the same chunks, into a fresh database each time
+    # the same chunks, into a fresh database each time
+    assert ingest["alone"]["done"] == ingest["beside_stream"]["done"] == ingest["beside"]["done"]
+    upload = report["phases"][1]["alone"]["http"]  # the upload's own server, asked over HTTP before and during
+    assert upload["idle"]["latency_ms"]["n"] == 20 and not upload["idle"]["errors"]
+    assert not upload["during_job"]["errors"]
     assert report["targets"]["failed_questions"] == {"value": 0, "target": "<= 0", "met": True}
     assert report["targets"]["lost_bulk_work"]["met"]
     assert set(report["targets"]) <= set(TARGETS)
