@@ -228,6 +228,18 @@ def test_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture
+def own_triton(settings: Settings, server_dir: Path) -> Iterator[Settings]:
+    """A Triton of the test's own (own data dir and free ports), for a test that stops its stub or reloads a model
+    with a config that would disturb the session's server; stopped by PID at the end, also when the test fails."""
+    own = with_own_triton(settings, server_dir)
+    try:
+        triton.start(StackConfig.of(own))
+        yield own
+    finally:
+        triton.stop(StackConfig.of(own))
+
+
 def with_own_triton(settings: Settings, data_dir: Path) -> Settings:
     """`settings` for a Triton of the caller's own: data dir `data_dir` and free gRPC, HTTP and metrics ports."""
     return settings.model_copy(

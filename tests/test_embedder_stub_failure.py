@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import psutil
@@ -21,26 +19,14 @@ import pytest
 
 from agent.settings import Settings
 from agent.wiring import build_embedder
-from infra import processes, triton
+from infra import processes
 from infra.config import StackConfig
-from tests.conftest import with_own_triton
 from tools.embedder import EmbedderStubFailedError
 
 FIRST = [f"Claim {i}: vitamin D supplementation lowers the risk of fracture in adults over {50 + i}." for i in range(8)]
 SECOND = [f"Claim {i}: statins reduce cardiovascular events in patients under {40 + i} years of age." for i in range(8)]
 """Two requests of the same size and length bucket: a misattributed answer would have the right shape."""
 THIRD = ["A short one.", "Another short text."]
-
-
-@pytest.fixture
-def own_triton(settings: Settings, server_dir: Path) -> Iterator[Settings]:
-    """A Triton this test owns (own data dir and ports), so stopping its stub disturbs no other test."""
-    own = with_own_triton(settings, server_dir)
-    try:
-        triton.start(StackConfig.of(own))
-        yield own
-    finally:
-        triton.stop(StackConfig.of(own))
 
 
 def stub_pid(settings: Settings, model: str) -> int:

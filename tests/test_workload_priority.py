@@ -11,8 +11,6 @@ vLLM: the local server schedules by request priority, so a bulk request's `prior
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,25 +19,11 @@ import pytest
 from agent.llm import bulk_model_settings
 from agent.settings import Settings
 from agent.wiring import build_embedder
-from infra import triton
-from infra.config import StackConfig
-from tests.conftest import with_own_triton
 
 pytestmark = pytest.mark.stack
 
 HOLD_S = 60
 """How long the reloaded bulk model's batcher holds a one-text batch, s: far beyond any question's time."""
-
-
-@pytest.fixture
-def own_triton(settings: Settings, server_dir: Path) -> Iterator[Settings]:
-    """A Triton this test owns, since the test reloads its bulk model with a batcher that holds requests."""
-    own = with_own_triton(settings, server_dir)
-    try:
-        triton.start(StackConfig.of(own))
-        yield own
-    finally:
-        triton.stop(StackConfig.of(own))
 
 
 async def test_a_question_is_embedded_while_a_bulk_request_waits_in_the_bulk_models_queue(
