@@ -320,6 +320,36 @@ class Settings(BaseSettings):
         "RRF_WEIGHT_FULL_TEXT).",
     )
     rrf_weight_full_text: float = Field(default=1.0, ge=0, description="RRF weight of the full-text list.")
+    fusion_method: Literal["rrf", "convex"] = Field(
+        default="rrf",
+        description="How `hybrid` fuses the dense and full-text lists: weighted reciprocal rank fusion (`rrf`: "
+        "RRF_K, RRF_WEIGHT_DENSE, RRF_WEIGHT_FULL_TEXT) or a convex combination of normalised scores (`convex`: "
+        "FUSION_ALPHA, FUSION_NORMALISATION; Bruch, Gai and Ingber, ACM TOIS 2023). Chosen with `rag eval "
+        "tune-fusion` (tuned on SciFact train, reported on test).",
+    )
+    fusion_alpha: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Convex fusion: the dense list's share alpha (score = alpha * dense + (1 - alpha) * full text, "
+        "each normalised); tuned on SciFact train with `rag eval tune-fusion`.",
+    )
+    fusion_normalisation: Literal["min_max", "z_score", "tmm"] = Field(
+        default="min_max",
+        description="Convex fusion: score normalisation per list, `min_max`, `z_score` or `tmm` (theoretical "
+        "min-max: cosine from −1, BM25 from 0); tuned on SciFact train with `rag eval tune-fusion`.",
+    )
+    rm3: bool = Field(
+        default=False,
+        description="RM3 pseudo-relevance feedback on the full-text leg (Lavrenko and Croft 2001; Abdul-Jaleel et "
+        "al. 2004): a second BM25 search with terms from the first one's top RM3_FB_DOCS chunks (two more store "
+        "round trips per search). Measured on SciFact with `rag eval tune-fusion`.",
+    )
+    rm3_fb_docs: int = Field(default=10, ge=1, le=100, description="RM3: feedback chunks (Anserini: 10).")
+    rm3_fb_terms: int = Field(default=10, ge=1, le=100, description="RM3: expansion terms kept (Anserini: 10).")
+    rm3_original_weight: float = Field(
+        default=0.5, ge=0, le=1, description="RM3: the original query's weight lambda (Anserini: 0.5)."
+    )
     retrieval_candidates: int = Field(
         default=50, ge=1, le=1000, description="Hits each list contributes to the hybrid fusion (at least top_k)."
     )

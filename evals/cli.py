@@ -54,6 +54,25 @@ def retrieval(
     run_retrieval_command(split, variant, limit, as_json, output, tune)
 
 
+@eval_app.command("tune-fusion")
+def tune_fusion(
+    rm3: Annotated[
+        bool, typer.Option("--rm3/--no-rm3", help="Also try RM3 feedback on the full-text leg (8 settings).")
+    ] = True,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N claims of each split.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report only.")] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="Write the JSON report here (default: DATA_DIR/evals/tune-fusion.json).")
+    ] = None,
+) -> None:
+    """Choose the hybrid fusion on SciFact train and report test with the chosen parameters: RRF (k, dense weight)
+    and the convex combination of normalised scores (alpha, normalisation), each with plain BM25 or RM3 as the
+    full-text leg. Candidate lists are fetched once through the stack and cached; the grid runs in Python."""
+    from evals.fusion_cli import run_tune_fusion_command
+
+    run_tune_fusion_command(limit, rm3, as_json, output)
+
+
 @eval_app.command("answers")
 def answers(
     split: Annotated[str, typer.Option(help="SciFact split: `test` to report, `train` to tune.")] = "test",

@@ -14,12 +14,34 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from agent.settings import Settings
-from evals.retrieval_eval import REFERENCE_NDCG10, RetrievalEvalReport, Variant, run_retrieval_eval, tune_fusion
+from evals.retrieval_eval import (
+    REFERENCE_NDCG10,
+    ProgressFn,
+    RetrievalEvalReport,
+    Variant,
+    run_retrieval_eval,
+    tune_fusion,
+)
 from evals.scifact import DatasetError, Split, load_corpus, load_qrels, load_queries
 from tools.embedder import EmbedderError
 from tools.store import StoreError
 
 METRIC_NAMES = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+
+
+def progress_bar(err: Console) -> tuple[Progress, ProgressFn]:
+    """A Rich progress display on `err` (one bar per stage) and the `(stage, done, total)` callback feeding it."""
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
+    )
+    tasks: dict[str, TaskID] = {}
+
+    def advance(stage: str, done: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(stage, total=total)
+        progress.update(tasks[stage], completed=done)
+
+    return progress, advance
 
 
 def render(report: RetrievalEvalReport, console: Console) -> None:
@@ -73,16 +95,7 @@ def run_retrieval_command(
         queries = load_queries(cast(Split, split))[:limit]
         qrels = load_qrels(cast(Split, split))
         server = settings.resolved_database_url()
-        progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
-        )
-        tasks: dict[str, TaskID] = {}
-
-        def advance(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = progress.add_task(stage, total=total)
-            progress.update(tasks[stage], completed=done)
-
+        progress, advance = progress_bar(err)
         with progress:
             report = asyncio.run(
                 run_retrieval_eval(
