@@ -18,6 +18,7 @@ from evals.fusion_tuning import (
     PLAIN,
     RM3_GRID,
     GridPoint,
+    Ranker,
     collect_candidates,
     grid_search,
     point_json,
@@ -29,6 +30,7 @@ from evals.fusion_tuning import (
 from evals.retrieval_cli import progress_bar
 from evals.scifact import DatasetError, load_corpus, load_qrels, load_queries
 from tools.embedder import EmbedderError
+from tools.retrieval import CandidateLists
 from tools.store import StoreError
 
 SHIPPED_RRF = GridPoint("rrf", PLAIN, {"rrf_k": 5.0, "dense_weight": 0.75, "full_text_weight": 1.0}, {})
@@ -37,8 +39,15 @@ DENSE = GridPoint("dense", PLAIN, {}, {})
 
 
 def _params(point: GridPoint) -> str:
+    if point.method == "dense":
+        return "–"
     text = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.params.items())
     return f"{point.lexical}; {text}" if text else point.lexical
+
+
+def truncated(ranker: Ranker, size: int) -> Ranker:
+    """`ranker` over the first `size` hits of each list: the lists the app fuses (`RETRIEVAL_CANDIDATES` each)."""
+    return lambda lists: ranker(CandidateLists(lists.dense[:size], lists.full_text[:size], {}))
 
 
 def run_tune_fusion_command(limit: int | None, rm3: bool, as_json: bool, output: Path | None) -> None:
@@ -81,13 +90,17 @@ def run_tune_fusion_command(limit: int | None, rm3: bool, as_json: bool, output:
                 "params": point.params,
                 "train": score(cache, train_qrels, ranker, point.lexical),
                 "test": score(cache, test_qrels, ranker, point.lexical),
+                f"test_top{settings.retrieval_candidates}": score(
+                    cache, test_qrels, truncated(ranker, settings.retrieval_candidates), point.lexical
+                ),
             }
         )
     data = {
         "command": "rag eval tune-fusion" + ("" if rm3 else " --no-rm3") + (f" --limit {limit}" if limit else ""),
         "tuned_on": f"SciFact train ({len(train_qrels)} claims)",
         "reported_on": f"SciFact test ({len(test_qrels)} claims)",
-        "depth": "top 100 dense and top 100 full-text hits per claim, passage layout",
+        "depth": "top 100 dense and top 100 full-text hits per claim, passage layout; test_topN: the same "
+        "parameters on each list's first N hits (RETRIEVAL_CANDIDATES, what the app fuses)",
         "methods": rows,
         "grid": [point_json(p) for p in points],
     }
@@ -117,7 +130,9 @@ def render(points: list[GridPoint], rows: list[dict[str, Any]], data: dict[str, 
             )
     console.print(grid)
     table = Table(title=f"Winners (chosen on {data['tuned_on']}) on {data['reported_on']}")
-    for column in ("name", "parameters", "train nDCG@10", "test nDCG@10", "test recall@10", "test recall@100"):
+    top = next((key for key in rows[0] if key.startswith("test_top")), "test") if rows else "test"
+    columns = ["name", "parameters", "train nDCG@10", "test nDCG@10", "test recall@10", "test recall@100"]
+    for column in [*columns, f"{top.replace('_', ' ')} nDCG@10"]:
         table.add_column(column, justify="left" if column in ("name", "parameters") else "right")
     for row in rows:
         point = GridPoint(row["method"], row["lexical"], row["params"], {})
@@ -128,5 +143,6 @@ def render(points: list[GridPoint], rows: list[dict[str, Any]], data: dict[str, 
             f"{row['test']['ndcg@10']:.4f}",
             f"{row['test']['recall@10']:.4f}",
             f"{row['test']['recall@100']:.4f}",
+            f"{row[top]['ndcg@10']:.4f}",
         )
     console.print(table)

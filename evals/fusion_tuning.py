@@ -48,6 +48,9 @@ PLAIN = "bm25"
 
 CACHE_VERSION = 1
 
+Ranker = Callable[[CandidateLists], list[ChunkHit]]
+"""A ranking of one query's candidate lists, best first."""
+
 
 def rm3_name(params: Rm3Params) -> str:
     """Short name of an RM3 setting, e.g. `rm3(10,10,0.5)` (fb_docs, fb_terms, original-query weight)."""
@@ -186,14 +189,12 @@ class GridPoint:
     metrics: dict[str, float]
 
 
-def score(
-    cache: CandidateCache, qrels: Qrels, ranker: Callable[[CandidateLists], list[ChunkHit]], lexical: str
-) -> dict[str, float]:
+def score(cache: CandidateCache, qrels: Qrels, ranker: Ranker, lexical: str) -> dict[str, float]:
     """Metrics of `ranker` over the cached lists of every query of `qrels`."""
     return evaluate(qrels, {q: doc_ranking(ranker(cache.lists(q, lexical))) for q in qrels})
 
 
-def _fused(**kwargs: Any) -> Callable[[CandidateLists], list[ChunkHit]]:
+def _fused(**kwargs: Any) -> Ranker:
     return lambda lists: [h for h, _ in rank_candidates(lists, "hybrid", **kwargs)]
 
 
@@ -249,7 +250,7 @@ def winners(points: Sequence[GridPoint]) -> dict[str, GridPoint]:
     return best
 
 
-def ranker_of(point: GridPoint) -> Callable[[CandidateLists], list[ChunkHit]]:
+def ranker_of(point: GridPoint) -> Ranker:
     """The ranking function of a grid point (method `dense`: the dense list as is)."""
     if point.method == "dense":
         return lambda lists: [h for h, _ in rank_candidates(lists, "dense")]
