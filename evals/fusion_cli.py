@@ -76,7 +76,7 @@ def run_tune_fusion_command(limit: int | None, rm3: bool, as_json: bool, output:
             legs = [PLAIN, *(rm3_name(p) for p in grid_rm3)]
             points = grid_search(cache, train_qrels, legs, progress=advance)
     except (DatasetError, EmbedderError, StoreError, ValueError, asyncpg.PostgresError, OSError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     best = winners(points)
     rows: list[dict[str, Any]] = []

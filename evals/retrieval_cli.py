@@ -124,7 +124,7 @@ def run_retrieval_command(
                 )
             )
     except (DatasetError, EmbedderError, StoreError, ValueError, asyncpg.PostgresError, OSError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     data = report.to_json()
     if tune:
