@@ -240,12 +240,13 @@ def _scored(cache: CandidateCache, qrels: Qrels, point: GridPoint) -> GridPoint:
 
 
 def winners(points: Sequence[GridPoint]) -> dict[str, GridPoint]:
-    """The best train nDCG@10 per method (`full_text`, `rrf`, `convex`) and per method with the plain BM25 leg
-    (`rrf_bm25`, `convex_bm25`); ties go to the first point in grid order."""
+    """The best train nDCG@10 per method (`full_text`, `rrf`, `convex`), per method with the plain BM25 leg
+    (`full_text_bm25`, `rrf_bm25`, `convex_bm25`) and per method with an RM3 leg (`full_text_rm3`, `rrf_rm3`,
+    `convex_rm3`); ties go to the first point in grid order."""
     best: dict[str, GridPoint] = {}
     for point in points:
-        for name in (point.method, f"{point.method}_{point.lexical}" if point.lexical == PLAIN else ""):
-            if name and (name not in best or point.metrics["ndcg@10"] > best[name].metrics["ndcg@10"]):
+        for name in (point.method, f"{point.method}_{PLAIN if point.lexical == PLAIN else 'rm3'}"):
+            if name not in best or point.metrics["ndcg@10"] > best[name].metrics["ndcg@10"]:
                 best[name] = point
     return best
 

@@ -61,6 +61,7 @@ def test_the_grid_scores_every_lexical_leg_then_fuses_with_plain_and_the_best_fe
     )
     assert best["rrf_bm25"].lexical == PLAIN
     assert best["full_text"].lexical == PLAIN  # a tie with rm3 goes to the first in grid order
+    assert (best["full_text_rm3"].lexical, best["convex_rm3"].lexical) == ("rm3", "rm3")
 
 
 def test_the_cache_round_trips_and_keeps_equal_texts_merged(tmp_path: Path) -> None:
