@@ -291,6 +291,14 @@ class Settings(BaseSettings):
     vllm_port: Port = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
     vllm_kvcache_space_gib: int = Field(default=2, description="VLLM_CPU_KVCACHE_SPACE for the local vLLM, GiB.")
     vllm_max_model_len: int = Field(default=4096, description="Context length the local vLLM serves, tokens.")
+    vllm_nice: int = Field(
+        default=5,
+        ge=0,
+        le=19,
+        description="Niceness of the local vLLM and its engine processes (Linux `nice`, 0-19). The engine keeps "
+        "every core busy while it decodes; at 5 the HTTP app's event loop (admission, refusals, streaming) is "
+        "scheduled before it, while the bulk embedder (niceness 10) still yields to it. 0: same as the app.",
+    )
     vllm_start_timeout_s: float = Field(
         default=900.0,
         description="How long `rag up` waits for vLLM, seconds: its first start on a machine compiles the model "

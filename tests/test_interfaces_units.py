@@ -165,6 +165,14 @@ def test_pid_file_records_start_time_and_command_line(tmp_path: Path) -> None:
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_service_spawned_nice_runs_at_that_niceness_under_its_own_pid(tmp_path: Path) -> None:
+    pid = processes.spawn(tmp_path, "svc", ["sh", "-c", "nice; echo $$"], nice=7)  # prints its niceness and PID
+    psutil.Process(pid).wait(timeout=120)
+    niceness, own_pid = processes.log_file(tmp_path, "svc").read_text().split()
+    assert int(niceness) == min(psutil.Process().nice() + 7, 19)
+    assert int(own_pid) == pid  # `nice` exec'd the command: the recorded PID is the service's own
+
+
 def test_a_reused_pid_is_never_signalled(
     tmp_path: Path, sleeper: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
 ) -> None:
