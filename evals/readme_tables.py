@@ -77,9 +77,15 @@ _BENCH_ROWS = {
 }
 
 
+def _cores(value: float | None) -> str:
+    """CPU used over a point, in cores ('–' when the results predate the measurement)."""
+    return "–" if value is None else f"{value:.2f}"
+
+
 @table("bench-embedder", "bench-embedder.json")
 def bench_embedder(results: dict[str, Any]) -> str:
-    """Headline point of each setup (short queries, concurrency 32): req/s, p50/p95/p99 ms, n, server mean batch.
+    """Headline point of each setup (short queries, concurrency 32): req/s, p50/p95/p99 ms, n, server mean batch, and
+    the cores the benchmark client and the server's processes used meanwhile (of the machine's cores).
 
     The in-process ceiling has no serving latency: its batch is the best of the batch sizes tried."""
     rows = []
@@ -89,7 +95,7 @@ def bench_embedder(results: dict[str, Any]) -> str:
             continue
         if key.startswith("ceiling"):
             best = int(point["mean_batch"])
-            rows.append([label.format(batch=best), point["rps"], "–", "–", "–", "–", best])
+            rows.append([label.format(batch=best), point["rps"], "–", "–", "–", "–", best, "–", "–"])
         else:
             batch = str(int(point["mean_batch"])) if key == "naive" else f"{point['mean_batch']:.2f}"
             rows.append(
@@ -101,9 +107,11 @@ def bench_embedder(results: dict[str, Any]) -> str:
                     _ms(point["p99_ms"]),
                     point["n"],
                     batch,
+                    _cores(point.get("client_cpu_cores")),
+                    _cores(point.get("server_cpu_cores")),
                 ]
             )
-    header = ["setup", "req/s", "p50 ms", "p95 ms", "p99 ms", "n", "server mean batch"]
+    header = ["setup", "req/s", "p50 ms", "p95 ms", "p99 ms", "n", "server mean batch", "client cores", "server cores"]
     return markdown_table(header, rows)
 
 
