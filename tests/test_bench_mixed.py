@@ -79,6 +79,25 @@ def test_targets_are_checked_at_concurrency_one_and_skipped_when_not_run() -> No
     assert "ttft_p50_over_idle_during_eval" not in targets  # no eval phase, no answers: not judged
 
 
+def test_a_probe_that_outlived_its_workload_does_not_meet_its_target() -> None:
+    answer = {"kind": "answer", "concurrency": 1, "latency_ms": {"p50": 900}, "errors": {}, "ttft_p50_over_idle": 1.1}
+    report = {
+        "idle": [],
+        "phases": [
+            {"workload": "eval", "probes": [{**answer, "overlap": False}], "stream": {"errors": {}}, "lost": 0},
+            {"workload": "ingest", "probes": [{**answer, "overlap": True}], "stream": {"errors": {}}, "lost": 0},
+        ],
+    }
+    targets = check_targets(report)
+    assert targets["ttft_p50_over_idle_during_eval"] == {
+        "value": 1.1,
+        "target": "<= 2",
+        "met": False,
+        "overlap": False,
+    }
+    assert targets["ttft_p50_over_idle_during_ingest"] == {"value": 1.1, "target": "<= 1.5", "met": True}
+
+
 def test_params_refuse_unknown_workloads_and_empty_counts() -> None:
     with pytest.raises(ValueError, match="--workload"):
         MixedBenchParams(workloads=("nightly",))  # type: ignore[arg-type]
