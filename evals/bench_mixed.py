@@ -69,7 +69,7 @@ TARGETS = {
     "failed_questions": "<= 0",
     "lost_bulk_work": "<= 0",
 }
-"""The targets `rag bench mixed` checks (at concurrency 1; README, "Questions while documents flow in")."""
+"""The targets `rag bench mixed` checks (at concurrency 1; docs/benchmarks.md, "Questions while documents flow in")."""
 
 
 @dataclass(frozen=True)

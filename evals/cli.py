@@ -286,7 +286,7 @@ def fidelity(
     distractors: Annotated[int, typer.Option(min=0, help="Abstracts added besides the claims' gold ones.")] = 300,
     book_docs: Annotated[int, typer.Option(min=1, help="Documents printed one per page for the page check.")] = 20,
     output: Annotated[
-        Path, typer.Option(help="Results file (the README's table reads evals/results/fidelity.json).")
+        Path, typer.Option(help="Results file (the docs' table reads evals/results/fidelity.json).")
     ] = Path(".rag/evals/fidelity.json"),
 ) -> None:
     """Format fidelity: SciFact documents rendered as PDF (headless Chromium), HTML and DOCX, each ingested into a
@@ -301,7 +301,7 @@ def fidelity(
 def extract(
     docs: Annotated[int, typer.Option(min=1, help="SciFact abstracts rendered as PDF, HTML and DOCX.")] = 200,
     output: Annotated[
-        Path, typer.Option(help="Results file (the README reads evals/results/extract-bench.json).")
+        Path, typer.Option(help="Results file (the docs read evals/results/extract-bench.json).")
     ] = Path(".rag/evals/extract-bench.json"),
 ) -> None:
     """Extraction libraries on real files: pages/s of pypdfium2 and pypdf on Debian's PDFs and on printed SciFact

@@ -100,7 +100,7 @@ def main(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 4,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="always and/or agentic (default both).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Also write the results JSON here (README table).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the results JSON here (docs table).")] = None,
 ) -> None:
     """Print the rates per policy."""
     chosen: list[Policy] = []

@@ -1,6 +1,6 @@
 """`rag bench mixed` at CI size on the real stack: questions through the Python API, idle and beside a `rag ingest`
 process and a `rag serve` upload job (PDFs printed by Chromium), each bulk run alone and beside them. Answers (the
-LLM) are left out here; the figures are the README's, from a full run."""
+LLM) are left out here; the figures in docs/benchmarks.md are from a full run."""
 
 from __future__ import annotations
 

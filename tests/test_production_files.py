@@ -31,6 +31,7 @@ from tritonclient.grpc import model_config_pb2
 
 from agent.admission import QUEUE_LIMIT_DEADLINES
 from agent.settings import Settings
+from tests import external_tools
 from tests.conftest import REPO_ROOT
 from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_spec
 
@@ -175,9 +176,7 @@ def http_host_port(url: str) -> tuple[str, int]:
 
 def kubectl() -> str:
     """The `kubectl` binary (Debian's kubernetes-client; infra/test.sh installs it when missing)."""
-    found = shutil.which("kubectl") or shutil.which("kubectl", path=str(REPO_ROOT / ".tools" / "usr" / "bin"))
-    assert found, "no kubectl: `apt-get install kubernetes-client` (infra/test.sh does) to render the kustomizations"
-    return found
+    return external_tools.kubectl()
 
 
 @functools.cache
@@ -1253,8 +1252,7 @@ def test_alerts_have_runbook_lines_and_match_the_prometheus_rule() -> None:
 
 
 def test_promtool_accepts_the_alerts_and_each_alert_fires_on_a_breach() -> None:
-    promtool = shutil.which("promtool") or shutil.which("promtool", path=str(REPO_ROOT / ".tools" / "usr" / "bin"))
-    assert promtool, "no promtool: infra/test.sh unpacks Debian's prometheus package into .tools/"
+    promtool = external_tools.promtool()
     for args in (
         ["check", "rules", str(PROD_DIR / "alerts.yml")],
         ["check", "config", str(PROD_DIR / "prometheus.yml")],
@@ -1316,9 +1314,7 @@ def test_grafana_dashboard_queries_parse_into_known_series() -> None:
 
 def pgbouncer_binary() -> str:
     """Debian's pgbouncer (the 1.18 of Dockerfile.pgbouncer): installed, or unpacked into .tools/ by infra/test.sh."""
-    found = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:{REPO_ROOT / '.tools/usr/sbin'}")
-    assert found, "no pgbouncer: infra/test.sh unpacks Debian's pgbouncer package into .tools/"
-    return found
+    return external_tools.pgbouncer()
 
 
 def start_shipped_pgbouncer(postgres_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:

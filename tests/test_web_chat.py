@@ -4,13 +4,13 @@ refused."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
 from agent.app import RagApp
 from agent.settings import Settings
+from tests import external_tools
 from tests.test_http_api import OFF_TOPIC, RagServe
 
 CHROMIUM = "/usr/bin/chromium"
@@ -39,7 +39,7 @@ def served(llm_settings: Settings, ingested: str) -> Iterator[RagServe]:
 
 
 async def test_typed_question_gets_a_cited_answer(served: RagServe, llm_settings: Settings) -> None:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
+    external_tools.chromium()
     from playwright.async_api import async_playwright, expect
 
     async with async_playwright() as pw:
