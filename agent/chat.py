@@ -4,7 +4,7 @@ Each answer streams token by token; tool activity (`search_documents`, `get_docu
 the validated sources follow each answer. The session is a stored conversation (Postgres, `RagApp.conversation`):
 it is created with the first question, its id is printed, and `rag chat --conversation ID` resumes it. Each question
 is asked inside it (`RagApp.ask(..., conversation=)`): the last `CHAT_HISTORY_TURNS` turns are its history (citation
-markers removed), a follow-up is searched with `agent.followup.condensed_query` of their questions, and the turn is
+markers removed), a follow-up is searched with `agent.core.followup.condensed_query` of their questions, and the turn is
 stored. Ctrl-C cancels the answer being written (nothing is stored), not the session; an empty line or Ctrl-D ends
 it. Errors of one answer (a hit limit, an unreachable LLM or Postgres) are printed as one readable line and the
 session goes on. Model and document text is printed as plain text (never parsed as Rich markup).
@@ -19,12 +19,12 @@ from uuid import UUID
 from rich.console import Console
 from rich.text import Text
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
-from agent.failures import describe
-from agent.results import AskResult
-from agent.settings import Policy
+from agent.config.settings import Policy
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
+from agent.core.failures import describe
+from agent.core.results import AskResult
 from tools.conversations import Conversation
 from tools.scope import SearchScope
 
@@ -111,7 +111,7 @@ async def next_turn_conversation(rag: RagApp, console: Console, conversation_id:
     (its id printed) when `conversation_id` is None.
 
     Raises:
-        agent.conversations.ConversationNotFoundError: the conversation was deleted meanwhile.
+        agent.core.conversations.ConversationNotFoundError: the conversation was deleted meanwhile.
     """
     if conversation_id is None:
         created = await rag.create_conversation()
@@ -137,7 +137,7 @@ async def run_chat(
         The conversation's id (None when no question was asked in a new session).
 
     Raises:
-        agent.conversations.ConversationNotFoundError: `conversation_id` does not exist (before any question).
+        agent.core.conversations.ConversationNotFoundError: `conversation_id` does not exist (before any question).
     """
     chosen = policy or rag.settings.agent_policy
     if conversation_id is not None:

@@ -3,7 +3,7 @@
 Output: results go to stdout; progress, spinners, warnings and errors go to stderr, so with `--json` stdout holds
 the JSON object and nothing else. Model and document text is printed as plain text, never as Rich markup.
 
-Errors: one handler (`RagTyper.__call__`) turns the product's error types (`agent.failures.describe`: agent,
+Errors: one handler (`RagTyper.__call__`) turns the product's error types (`agent.core.failures.describe`: agent,
 embedder, store, Postgres, settings validation, bad input, local stack) into one line `error: <message>` on stderr
 and exit code 1. Any other exception is a bug: it is reported as one line too, naming its type, and `rag --debug
 ...` shows the full traceback of every error.
@@ -27,18 +27,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
 from agent.chat import print_sources, run_chat
-from agent.errors import InputError
-from agent.failures import Failure, describe
+from agent.config.settings import Policy, Settings, describe_validation_error
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.errors import InputError
+from agent.core.failures import Failure, describe
+from agent.core.results import AskResult
+from agent.core.wiring import ingest_files
 from agent.ingest_cli import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
 from agent.jobs_cli import jobs_app, worker
 from agent.keys_cli import keys_app
-from agent.results import AskResult
-from agent.settings import Policy, Settings, describe_validation_error
 from agent.up_cli import UpProgress
-from agent.wiring import ingest_files
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig

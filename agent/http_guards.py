@@ -8,7 +8,7 @@ In the order a request meets them (`install_guards`):
 2. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
    `/metrics`, the page `/`), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw header bytes are
    compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is read, so an
-   unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.keys`, the app's
+   unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.core.keys`, the app's
    `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is looked up here too
    (`KeyRing.holder`, cached by `CachedKeys`), so a made-up one is refused before its body is read; an active key's
    holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
@@ -33,8 +33,8 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agent.keys import TOKEN_PREFIX
-from agent.settings import Settings, SettingsError
+from agent.config.settings import Settings, SettingsError
+from agent.core.keys import TOKEN_PREFIX
 
 OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/", "/"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page (which asks for
@@ -158,7 +158,7 @@ def caller_path(path: str) -> bool:
 
 
 def _app_keys(scope: Scope) -> Any:
-    """The app's API keys (`app.state.keys`, an `agent.keys.KeyRing` opened by its lifespan); None without them."""
+    """The app's API keys (`app.state.keys`, an `agent.core.keys.KeyRing` opened by its lifespan); None without them."""
     return getattr(getattr(scope.get("app"), "state", None), "keys", None)
 
 
@@ -184,7 +184,7 @@ async def active_holder(scope: Scope, authorization: bytes | None) -> bool:
 
 
 def holder_token(authorization: bytes | None) -> bool:
-    """Whether the raw `Authorization` header is `Bearer rag_...`: a token of the API keys table (`agent.keys`),
+    """Whether the raw `Authorization` header is `Bearer rag_...`: a token of the API keys table (`agent.core.keys`),
     checked by the routes' `Caller` dependency."""
     scheme, _, token = (authorization or b"").strip().partition(b" ")
     return scheme.lower() == b"bearer" and token.strip().startswith(TOKEN_PREFIX.encode())

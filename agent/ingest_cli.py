@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tools.ingest import IngestReport, ProgressFn
 
 log = logging.getLogger("rag.ingest")

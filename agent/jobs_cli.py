@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.errors import InputError
-from agent.settings import Settings
-from agent.wiring import build_embedder, build_store
+from agent.config.settings import Settings
+from agent.core.errors import InputError
+from agent.core.wiring import build_embedder, build_store
 from tools.jobs import Job, JobFile, JobQueue, work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec

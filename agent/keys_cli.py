@@ -1,4 +1,4 @@
-"""`rag keys create|list|revoke`: API keys scoped to collections (`agent.keys`), in the store's database."""
+"""`rag keys create|list|revoke`: API keys scoped to collections (`agent.core.keys`), in the store's database."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.errors import InputError
-from agent.keys import ApiKey, PostgresKeys, check_collections, settings_keys
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.errors import InputError
+from agent.core.keys import ApiKey, PostgresKeys, check_collections, settings_keys
 from tools.scope import ScopeError
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ tool error naming the argument.
 Every result carries structured content (the tool's output schema: `SearchOutput`, `DocumentOutput`,
 `AnswerOutput`) and the same facts as readable text. Bad arguments (schema violations, a blank query, an invalid
 filter or collection, an unknown doc id), admission control's refusal, LLM, embedder and store failures come back as
-tool errors (`is_error`) whose text names the argument or says what failed (`agent.failures.describe`); anything
+tool errors (`is_error`) whose text names the argument or says what failed (`agent.core.failures.describe`); anything
 else is a bug, reported by the SDK as `Error executing tool <name>` with the traceback on stderr.
 
 Transports: stdio (`serve_stdio`, the `rag mcp` command) and streamable HTTP at `/mcp` of `rag serve`
@@ -37,11 +37,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, BeforeValidator, Field
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.failures import describe
-from agent.results import AskResult, Citation
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.failures import describe
+from agent.core.results import AskResult, Citation
 from tools.retrieval import RetrievalResult
 from tools.scope import ScopeError, SearchScope
 
@@ -164,7 +164,7 @@ def scope_of(filter_spec: Mapping[str, Any] | None, collection: str | None) -> S
 
 
 def failure_text(exc: Exception) -> str | None:
-    """The tool error text of a product failure (`agent.failures.describe`: `kind: message`), None for a bug."""
+    """The tool error text of a product failure (`agent.core.failures.describe`: `kind: message`), None for a bug."""
     failure = describe(exc)
     if failure is None:
         return None
@@ -336,7 +336,7 @@ async def serve_stdio(settings: Settings) -> None:
     has taken stdout, so that nothing but MCP messages reaches it (logs go to stderr).
 
     Raises:
-        The `RagApp`'s start-up errors (e.g. `agent.errors.LLMConfigError`, a store that cannot be reached).
+        The `RagApp`'s start-up errors (e.g. `agent.core.errors.LLMConfigError`, a store that cannot be reached).
     """
     app = RagApp(settings)
 

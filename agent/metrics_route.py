@@ -26,7 +26,7 @@ class _ASGIEndpoint:
 
 
 def metrics_route(exposition: ASGIApp, path: str = "/metrics") -> Route:
-    """`GET path` (and HEAD) served by `exposition` (e.g. `agent.telemetry.metrics_app()`), outside the OpenAPI
+    """`GET path` (and HEAD) served by `exposition` (e.g. `agent.core.telemetry.metrics_app()`), outside the OpenAPI
     schema."""
     return Route(path, _ASGIEndpoint(exposition), methods=["GET"], include_in_schema=False)
 

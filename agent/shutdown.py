@@ -9,7 +9,7 @@ On the first SIGTERM (or SIGINT) the server keeps listening and starts draining 
 - when none is left, or `SHUTDOWN_GRACE_S` has passed, uvicorn's own shutdown runs: it stops listening, cancels what
   is still running after `CANCEL_AFTER_S`, and runs the lifespan's exit (the app closes its clients; the caller
   flushes telemetry with `flush_telemetry`); the trace exporter is shut down within
-  `agent.telemetry.SHUTDOWN_TIMEOUT_S`. The process then exits 0.
+  `agent.core.telemetry.SHUTDOWN_TIMEOUT_S`. The process then exits 0.
 - what still runs when the grace has passed is ended by the drain itself (`Drain.cut`), so that no client is left
   with a body cut off mid-way: the answer is cancelled (the LLM stops), a response not started yet is 503
   `shutting_down`, and an event stream (`text/event-stream`) gets a last event that says to retry: `event: error`
@@ -42,8 +42,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agent.core.telemetry import shutdown_telemetry
 from agent.http_guards import error_json
-from agent.telemetry import shutdown_telemetry
 
 CANCEL_AFTER_S = 2
 """Seconds uvicorn waits, after the drain ended, for requests still running before it cancels them."""

@@ -1,6 +1,6 @@
 """`rag bench mixed`: questions while bulk work runs on the same Triton, LLM and Postgres.
 
-Interactive load goes through the Python API (`agent.app.RagApp`, in this process, on the settings' stack and
+Interactive load goes through the Python API (`agent.core.app.RagApp`, in this process, on the settings' stack and
 store): retrieval alone (`RagApp.search`: embed on Triton + hybrid search) and whole answers (`RagApp.ask`, TTFT at
 the first text delta), each at concurrency 1 and 8, as closed loops of a fixed number of questions (SciFact test
 claims). It is measured idle, then beside each bulk workload, each a process of its own as users run them:
@@ -43,9 +43,9 @@ from typing import Any, Literal
 import asyncpg
 import httpx
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
 from evals.machine import machine_info
 from evals.plots import emit_report, pyplot, save_figure
 from evals.retrieval_eval import ensure_database

@@ -1,12 +1,12 @@
 """`rag bench query`: the query path (embed on Triton + search in Postgres) through the app's own clients
-(`agent.wiring.Clients`), as the user runs it.
+(`agent.core.wiring.Clients`), as the user runs it.
 
 What is measured, with the SHIPPED settings (`Settings()`: the running local stack, or whatever the environment
 points at):
 
 - For each retrieval mode (`dense`, `full_text`, `hybrid`; one `Retriever` per mode from
-  `agent.wiring.build_retriever` over the app's own embedder and store) and each concurrency C: N SciFact test claims
-  (cycled) searched with at most C in flight. Per point: queries/s, end-to-end latency p50/p95/p99 with n, the
+  `agent.core.wiring.build_retriever` over the app's own embedder and store) and each concurrency C: N SciFact test
+  claims (cycled) searched with at most C in flight. Per point: queries/s, end-to-end latency p50/p95/p99 with n, the
   p50 of the result's `embed` and `search` stage timings, and Triton's mean batch for the point (the difference of
   `TritonEmbedder.inference_statistics()` before and after: inferences / executions).
 - Embed-only throughput at each C with the same client (`app.embedder.embed([claim], kind="query")`), so the
@@ -40,8 +40,8 @@ from urllib.parse import urlsplit
 import asyncpg
 import numpy as np
 
-from agent.settings import Settings
-from agent.wiring import Clients, build_retriever, build_store
+from agent.config.settings import Settings
+from agent.core.wiring import Clients, build_retriever, build_store
 from evals.bench_embedder import run_load
 from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure

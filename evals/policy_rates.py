@@ -22,10 +22,10 @@ from typing import Annotated, Any
 
 import typer
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.errors import AgentError
-from agent.settings import Policy, Settings
+from agent.config.settings import Policy, Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.errors import AgentError
 from evals.off_topic import OFF_TOPIC
 from evals.refusal import stored_doc_ids, write_results
 from evals.scifact import claim_texts, gold_doc_ids

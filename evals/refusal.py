@@ -27,8 +27,8 @@ from typing import Annotated, cast, get_args
 import numpy as np
 import typer
 
-from agent.app import RagApp
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import RagApp
 from evals.machine import machine_info
 from evals.off_topic import OFF_TOPIC
 from evals.scifact import Split, claim_texts, gold_doc_ids

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.bench_mixed import TARGETS, MixedBenchParams, check_targets, run_mixed_bench, write_plot
 
 

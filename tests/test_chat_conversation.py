@@ -14,9 +14,9 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from agent.app import RagApp
 from agent.chat import run_chat
-from agent.conversations import ConversationNotFoundError
+from agent.core.app import RagApp
+from agent.core.conversations import ConversationNotFoundError
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model, app, texts
 from tools.scope import SearchScope
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _LITERAL_KINDS = re.compile(
     r'error_json\(\s*\d+,\s*"(\w+)"'  # the guards, the drain, /mcp
     r'|ApiError\(\s*\d+,\s*"(\w+)"'  # routes
-    r'|Failure\(\s*"(\w+)"'  # agent.failures and the routes
+    r'|Failure\(\s*"(\w+)"'  # agent.core.failures and the routes
     r'|\bkind = "(\w+)"'  # the agent's typed errors
     r'|OpenAIError\(\s*\d+,[^()]*?,\s*"(\w+)"'  # the OpenAI-compatible routes
 )

@@ -16,11 +16,11 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr, ValidationError
 
-from agent.admission import AdmissionController
+from agent.config.settings import Settings, SettingsError
+from agent.core.admission import AdmissionController
+from agent.core.keys import InMemoryKeys
 from agent.http_api import create_app
 from agent.http_guards import LOOPBACK_HOSTS, allowed_hosts_for, require_key_off_loopback
-from agent.keys import InMemoryKeys
-from agent.settings import Settings, SettingsError
 
 KEY = "s3cret-clé"  # non-ASCII: clients send it as UTF-8 bytes
 

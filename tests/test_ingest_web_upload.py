@@ -12,7 +12,7 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests import external_tools
 from tests.conftest import REPO_ROOT
 from tests.document_files import GUIDE_HTML, print_pdf

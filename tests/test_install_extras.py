@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 from tests.conftest import REPO_ROOT
 
 SERVICE_MODULES = (
-    "agent.app",
+    "agent.core.app",
     "agent.http_api",
     "agent.cli",
     "agent.chat",

@@ -20,13 +20,13 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agent.chat import print_sources, show_event
-from agent.errors import AnswerLimitError, InputError, LLMConfigError, LLMUnavailableError
-from agent.events import ToolCall, ToolResult
-from agent.failures import describe
+from agent.config.settings import Settings
+from agent.core.errors import AnswerLimitError, InputError, LLMConfigError, LLMUnavailableError
+from agent.core.events import ToolCall, ToolResult
+from agent.core.failures import describe
+from agent.core.results import AskResult, Citation
 from agent.http.ask import AskRequest
 from agent.http.errors import STATUS_OF_KIND, error_response
-from agent.results import AskResult, Citation
-from agent.settings import Settings
 from infra import processes, stack
 from infra.config import StackConfig
 from tests.conftest import REPO_ROOT
@@ -205,7 +205,7 @@ def test_rag_down_reports_a_stale_pid_file(tmp_path: Path, sleeper: subprocess.P
 
 
 def test_ingest_ceiling_is_a_flag_that_names_what_it_could_not_measure(tmp_path: Path) -> None:
-    from agent.wiring import build_embedder
+    from agent.core.wiring import build_embedder
     from evals.ingest_ceiling import ceiling_line
 
     embedder = build_embedder(Settings(_env_file=None, data_dir=tmp_path))  # type: ignore[call-arg]

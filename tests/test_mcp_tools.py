@@ -21,11 +21,11 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.wiring import Services
 from agent.http import create_app
 from agent.mcp_server import build_mcp_server
-from agent.settings import Settings
-from agent.wiring import Services
 from tests.test_agent_logic import COVERED, DOCUMENTS
 from tools.in_memory import InMemoryCollection
 

@@ -29,8 +29,8 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from agent.admission import QUEUE_LIMIT_DEADLINES
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.admission import QUEUE_LIMIT_DEADLINES
 from tests import external_tools
 from tests.conftest import REPO_ROOT
 from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_spec
@@ -61,8 +61,9 @@ COMPOSE_ONLY_KEYS = {
     "BGE_TOKENIZER_DIR",
     "RAG_DOCS_DIR",
 }
-# App settings the profile sets before agent/settings.py has the field: the names of the team's shared contract for
-# admission control, the embedder's channel and the HTTP limits (issues 16 and 19), landing with their own changes.
+# App settings the profile sets before agent/config/settings.py has the field: the names of the team's shared
+# contract for admission control, the embedder's channel and the HTTP limits (issues 16 and 19), landing with their
+# own changes.
 PENDING_SETTINGS: set[str] = {
     "TRITON_GRPC_CHANNEL_ARGS",
     "DB_ACQUIRE_TIMEOUT_S",
@@ -386,7 +387,7 @@ def test_env_template_is_a_settings_profile() -> None:
     profile = app_profile()
     fields = {name.upper() for name in Settings.model_fields}
     unknown = sorted(set(profile) - fields - PENDING_SETTINGS)
-    assert not unknown, f"not Settings fields (agent/settings.py): {unknown}"
+    assert not unknown, f"not Settings fields (agent/config/settings.py): {unknown}"
     # The values validate as Settings (types, and the embedder is a known model).
     settings = Settings.model_validate({k.lower(): v for k, v in profile.items() if k in fields})
     assert settings.embedder_model == "bge-large-en-v1.5" and settings.embedder_model in MODEL_SPECS

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra.processes import free_port
 from tests.conftest import cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer

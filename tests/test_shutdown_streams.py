@@ -18,8 +18,8 @@ import uvicorn
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from agent.core.telemetry import shutdown_telemetry
 from agent.shutdown import Drain, DrainingServer
-from agent.telemetry import shutdown_telemetry
 from tests.test_agent_logic import COVERED
 from tests.test_http_contract import Served, serve, sse_events
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent.cli import LIST_PAGE
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.retrieval_eval import ensure_database
 from tests.conftest import cli_env
 from tests.pgbouncer import pgbouncer

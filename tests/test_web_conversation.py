@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.wiring import Services
 from agent.http import create_app
-from agent.settings import Settings
-from agent.wiring import Services
 from tests import external_tools
 from tests.fake_openai import ThreadedServer
 from tests.test_agent_logic import DOCUMENTS

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.llm import build_model
+from agent.core.wiring import Services
 from agent.http import create_app
-from agent.llm import build_model
-from agent.settings import Settings
-from agent.wiring import Services
 from tests import external_tools
 from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer
 from tests.test_agent_logic import COVERED, DOCUMENTS

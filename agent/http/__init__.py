@@ -2,7 +2,7 @@
 
 - `ask` (`agent.http.ask`): `POST /v1/ask` `{"question": ..., "top_k": 5, "policy": "always"}` → the `AskResult`
   JSON of `rag ask --json`; `POST /v1/ask/stream` (same body) → Server-Sent Events: `queued` (while the answer
-  waits for a slot), `text`, `restart`, `tool_call`, `tool_result` events (the `agent.events` models as JSON), then
+  waits for a slot), `text`, `restart`, `tool_call`, `tool_result` events (the `agent.core.events` models as JSON), then
   one `result` (the `AskResult`) or one `error` (an `ErrorBody`). Closing the stream cancels the answer. Admission
   control refuses an answer it cannot start within `ANSWER_QUEUE_DEADLINE_S` with 503 `overloaded` and a
   `Retry-After` from the measured service rate, before the response starts. With `"conversation_id"` the question
@@ -32,7 +32,7 @@ tests swap the `RagApp` with `app.dependency_overrides[get_rag]`. A new area is 
 included in `create_app`.
 
 Errors (`agent.http.errors`): every error body is an `ErrorBody` `{"error": kind, "detail": message}` — request
-validation included — with the status from `STATUS_OF_KIND` (the kinds of `agent.failures.describe`); a dependency
+validation included — with the status from `STATUS_OF_KIND` (the kinds of `agent.core.failures.describe`); a dependency
 that is down or overloaded (Triton, Postgres, the LLM) answers 503 with `Retry-After`, a timeout 504. With `API_KEY`
 set or API keys made (`rag keys`), every route except `/health`, `/metrics` and the page needs `Authorization: Bearer
 <key>` (401 with `WWW-Authenticate: Bearer` otherwise); a key of the table sees only its collections (403

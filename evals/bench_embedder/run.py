@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.app import build_embedder
+from agent.core.app import build_embedder
 from evals.bench_embedder.ceiling import ceiling_points
 from evals.bench_embedder.load import kind_of, load_texts
 from evals.bench_embedder.naive import NAIVE_NAME, naive_points, start_naive

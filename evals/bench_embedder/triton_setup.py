@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.bench_embedder.load import kind_of, measured_load, n_requests, run_load, summarize
 from evals.bench_embedder.params import MODEL, BenchParams, Point
 from infra import processes

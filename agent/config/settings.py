@@ -387,7 +387,7 @@ class Settings(BaseSettings):
     otel_exporter_otlp_endpoint: str | None = Field(
         default=None,
         description="OpenTelemetry collector base URL for traces over OTLP/HTTP (e.g. `http://otel-collector:4318`); "
-        "unset: no tracing set-up at all (agent/telemetry.py).",
+        "unset: no tracing set-up at all (agent/core/telemetry.py).",
     )
     agent_policy: Policy = Field(
         default="always",
@@ -416,7 +416,7 @@ class Settings(BaseSettings):
         "page, `/v1/ask` with `conversation_id`); 0: none (each question stands alone).",
     )
 
-    # --- admission control of answers (agent/admission.py) --------------------------------------------------
+    # --- admission control of answers (agent/core/admission.py) --------------------------------------------------
     answer_max_in_progress: int = Field(
         default=32,
         ge=1,
@@ -454,7 +454,7 @@ class Settings(BaseSettings):
         "every request.",
     )
 
-    # --- HTTP hardening (agent/http_guards.py, agent/shutdown.py, agent/context_window.py) ---------------------
+    # --- HTTP hardening (agent/http_guards.py, agent/shutdown.py, agent/core/context_window.py) ---------------------
     allowed_hosts: Annotated[tuple[str, ...] | None, NoDecode] = Field(
         default=None,
         description="Host names `rag serve` answers (the request's `Host` header, port ignored), comma-separated; "

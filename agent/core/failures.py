@@ -1,7 +1,7 @@
 """What the interfaces (CLI, chat, HTTP API) tell a person about a failure: one classification of the product's
 error types into a stable `kind` and a one-line message. Only product error types are classified: each layer
 translates the errors of the libraries below it at its own boundary (the store asyncpg's, the embedder gRPC's,
-`agent.answer` pydantic-ai's), so nothing here imports a driver or walks a traceback.
+`agent.core.answer` pydantic-ai's), so nothing here imports a driver or walks a traceback.
 
 The CLI prints `error: <message>`; the HTTP API maps `kind` to a status code (`agent.http_api.STATUS_OF_KIND`) and
 answers `{"error": kind, "detail": message}`. Exceptions not listed here are bugs: `describe` returns None for them
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from agent.errors import AgentError, AnswerLimitError, InputError, LLMUnavailableError, OverloadedError
-from agent.settings import SettingsError, describe_validation_error
+from agent.config.settings import SettingsError, describe_validation_error
+from agent.core.errors import AgentError, AnswerLimitError, InputError, LLMUnavailableError, OverloadedError
 from tools import embedder
 from tools.ingest import IngestError
 from tools.scope import ScopeError
@@ -65,8 +65,8 @@ def _one_line(text: str) -> str:
 def describe(exc: BaseException) -> Failure | None:
     """Classify `exc`; None when it is not one of the product's error types (a bug).
 
-    Known: `agent.errors.AgentError` (its `kind`; an answer timeout is `timeout`; `overloaded`, admission control's
-    refusal, is retryable after its `retry_after_s`), `agent.errors.InputError` and
+    Known: `agent.core.errors.AgentError` (its `kind`; an answer timeout is `timeout`; `overloaded`, admission control's
+    refusal, is retryable after its `retry_after_s`), `agent.core.errors.InputError` and
     `tools.ingest.IngestError`, `tools.scope.ScopeError` (`bad_request`: the product's checked inputs), `EmbedderError`
     (`retrieval_unavailable`, or `embedder_overloaded` for a full Triton queue), the store's errors (a Postgres that
     is down: `postgres_unavailable`; no free pooled connection: `postgres_busy`; a failed statement:

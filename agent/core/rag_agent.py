@@ -1,5 +1,5 @@
-"""The answering agent (pydantic-ai): its dependencies, its tools and the two retrieval policies; `agent.answer` runs
-one answer with it.
+"""The answering agent (pydantic-ai): its dependencies, its tools and the two retrieval policies; `agent.core.answer`
+runs one answer with it.
 
 - `always`: retrieval runs with the user's question before the model writes; the model answers from the numbered
   passages in its prompt and gets no tools (for weak models such as the local SmolLM2-135M).
@@ -9,9 +9,9 @@ one answer with it.
 The agent depends on one narrow interface, `tools.retrieval.PassageSearch` (search, read a document), injected in
 `RagDeps`: `Retriever` in the service, `tools.in_memory.InMemoryCollection` in tests. Both policies retrieve
 through the same code (`search_passages`). Passages are numbered once per run: a chunk found again by a later search
-keeps its number. Only those chunks can be cited (`agent.citations`). When no retrieved chunk reaches
+keeps its number. Only those chunks can be cited (`agent.core.citations`). When no retrieved chunk reaches
 `refusal_min_score` (dense cosine similarity, which the search returns for every passage in every retrieval mode),
-the answer is the fixed refusal `agent.prompts.REFUSAL` without citations.
+the answer is the fixed refusal `agent.core.prompts.REFUSAL` without citations.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
-from agent.context_window import TOKENS_PER_MESSAGE, ContextFitter, message_texts
-from agent.errors import InputError
-from agent.events import AgentEvent, ToolCall, ToolResult
-from agent.prompts import AGENTIC_SYSTEM_PROMPT, SYSTEM_PROMPT, format_passages
-from agent.settings import Policy
+from agent.config.settings import Policy
+from agent.core.context_window import TOKENS_PER_MESSAGE, ContextFitter, message_texts
+from agent.core.errors import InputError
+from agent.core.events import AgentEvent, ToolCall, ToolResult
+from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, SYSTEM_PROMPT, format_passages
 from tools.retrieval import Passage, PassageSearch
 from tools.scope import SearchScope, collection_of
 from tools.timing import StageTimings
@@ -100,7 +100,7 @@ class RagDeps:
         top_k: passages retrieved up front (`always`) when the request names none.
         refusal_min_score: dense cosine similarity (−1..1) the best retrieved chunk must reach for an answer;
             below it the agent refuses. `-1.0` turns refusal off.
-        on_event: receives `agent.events` events while the answer runs (tool activity, text deltas).
+        on_event: receives `agent.core.events` events while the answer runs (tool activity, text deltas).
         context: fits the `always` policy's passages to the LLM's context window; None sends them all.
         scope: the documents this run may see (collections, filters); None: every document.
         state: filled during the run; `answer` gives each run a fresh one.

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import asyncpg
 from cachetools import TTLCache
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tools.scope import ScopeError, check_collection
 from tools.store.errors import translated
 from tools.store.pools import transaction

@@ -1,6 +1,7 @@
 """A question asked inside a stored conversation: its earlier turns become the answer's history (pydantic-ai
-messages) and its search query is `agent.followup.condensed_query` of the earlier questions (see that module for why
-a condensation and not an LLM rewrite). `RagApp.ask(request, conversation=...)` uses it and stores the finished turn.
+messages) and its search query is `agent.core.followup.condensed_query` of the earlier questions (see that module for
+why a condensation and not an LLM rewrite). `RagApp.ask(request, conversation=...)` uses it and stores the finished
+turn.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from uuid import UUID
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from agent.answer import AnswerRequest
-from agent.citations import CITATION_MARKER
-from agent.errors import AgentError
-from agent.followup import condensed_query
+from agent.core.answer import AnswerRequest
+from agent.core.citations import CITATION_MARKER
+from agent.core.errors import AgentError
+from agent.core.followup import condensed_query
 from tools.conversations import ConversationTurn
 
 _MARKERS = re.compile(rf"\s*(?:{CITATION_MARKER.pattern})", CITATION_MARKER.flags)

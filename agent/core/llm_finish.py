@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic_ai.exceptions import ModelRateLimitError
 from pydantic_ai.messages import ModelResponse
 
-from agent.errors import LLMRateLimitedError, LLMUnavailableError
+from agent.core.errors import LLMRateLimitedError, LLMUnavailableError
 
 
 def is_truncated(response: ModelResponse) -> bool:

@@ -102,7 +102,7 @@ class AskResult(BaseModel):
     dropped_passages: list[str] = Field(
         default_factory=list,
         description="Chunk ids of retrieved passages left out of the prompt, lowest-ranked first dropped, so that the "
-        "prompt fits the LLM's context window (`agent.context_window`); empty when all fitted.",
+        "prompt fits the LLM's context window (`agent.core.context_window`); empty when all fitted.",
     )
     usage: TokenUsage = Field(
         default_factory=TokenUsage,

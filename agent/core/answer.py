@@ -1,9 +1,9 @@
-"""One answer: a typed request (`AnswerRequest`) run through the agent (`agent.rag_agent`), streamed, with validated
-citations, refusal and limits.
+"""One answer: a typed request (`AnswerRequest`) run through the agent (`agent.core.rag_agent`), streamed, with
+validated citations, refusal and limits.
 
 The whole answer, retrieval included, runs inside `AnswerLimits.timeout_s` (`ANSWER_TIMEOUT_S`, `asyncio.timeout`);
 pydantic-ai's usage limits bound its LLM requests, tool calls and tokens. pydantic-ai's model errors become the
-agent's typed errors here (`agent.errors`), at the boundary where they occur.
+agent's typed errors here (`agent.core.errors`), at the boundary where they occur.
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ from pydantic_ai.run import AgentRunResultEvent
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import UsageLimits
 
-from agent.citations import extract_citations, stream_text
-from agent.context_window import message_texts
-from agent.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
-from agent.events import AgentEvent, AnswerRestart, TextDelta
-from agent.llm_finish import is_truncated, rate_limit_error, require_finish_reason
-from agent.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
-from agent.rag_agent import TOOLS_TEXT, RagDeps, search_passages
-from agent.results import AskResult, Citation, TokenUsage
-from agent.settings import Policy
+from agent.config.settings import Policy
+from agent.core.citations import extract_citations, stream_text
+from agent.core.context_window import message_texts
+from agent.core.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
+from agent.core.events import AgentEvent, AnswerRestart, TextDelta
+from agent.core.llm_finish import is_truncated, rate_limit_error, require_finish_reason
+from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
+from agent.core.rag_agent import TOOLS_TEXT, RagDeps, search_passages
+from agent.core.results import AskResult, Citation, TokenUsage
 from tools.scope import SearchScope
 
 # pydantic-ai warns, as a raw Python warning with its site-packages path, on every run whose LLM server sent no token
@@ -66,7 +66,7 @@ class AnswerRequest:
         history: earlier turns of a conversation (pydantic-ai messages); passages of earlier turns are not cited.
         retrieval_query: what the `always` policy searches with when it differs from the question (e.g. the bare
             claim, when the question wraps it in instructions); None: the question.
-        on_event: receives `agent.events` events while the answer runs (tool activity, text deltas, restarts).
+        on_event: receives `agent.core.events` events while the answer runs (tool activity, text deltas, restarts).
         on_text: receives each new piece of visible answer text (reasoning and invalid citation markers removed);
             the text sent after the last restart equals `AskResult.answer`.
         scope: the documents the answer may search and cite (collections, filters; `tools.scope`); None: all.
@@ -74,7 +74,7 @@ class AnswerRequest:
             pydantic-ai `ModelSettings`, merged key by key over the agent's); None: the app's alone.
 
     Raises:
-        agent.errors.InputError: blank question or top_k < 1.
+        agent.core.errors.InputError: blank question or top_k < 1.
     """
 
     question: str
@@ -115,7 +115,7 @@ async def answer(
     """Answer `request` with `agent`, streamed, with validated citations.
 
     Args:
-        agent: from `agent.rag_agent.build_agent` with the request's policy (None: `always`).
+        agent: from `agent.core.rag_agent.build_agent` with the request's policy (None: `always`).
         deps: search and defaults; this run gets a fresh `RunState` and the request's `on_event`.
 
     Returns:

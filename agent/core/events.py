@@ -48,7 +48,7 @@ class ToolResult(BaseModel):
 
 
 class Queued(BaseModel):
-    """The answer waits for a slot (admission control, `agent.admission`); `position` 1 is next. Sent when it joins
+    """The answer waits for a slot (admission control, `agent.core.admission`); `position` 1 is next. Sent when it joins
     the queue and each time it moves up; nothing else happens before it is admitted."""
 
     type: Literal["queued"] = "queued"

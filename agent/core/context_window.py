@@ -16,7 +16,7 @@ cannot be answered by a model served with 4096 tokens. `ContextFitter.fit` keeps
 - Earlier turns (`fit_history`): a conversation's history takes at most `HISTORY_SHARE` of the room the question
   leaves; the oldest turns beyond it are dropped (instructions, i.e. system messages, are kept), so a long
   conversation goes on instead of being refused. Only a question (with its instructions) that alone does not fit
-  is refused (`agent.errors.InputError`, "ask a shorter question").
+  is refused (`agent.core.errors.InputError`, "ask a shorter question").
 - Token counts: the LLM's own tokenizer (`LLM_TOKENIZER`, or the local stack's converted model folder
   `DATA_DIR/llm/<LLM_MODEL>/tokenizer.json` when it exists), else an estimate of `CHARS_PER_TOKEN` characters per
   token, deliberately low (BPE tokenizers average ~4 characters per token on English text; numbers and rare words
@@ -35,8 +35,8 @@ import httpx
 from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, ToolCallPart, UserPromptPart
 from tokenizers import Tokenizer
 
-from agent.errors import InputError
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.errors import InputError
 from tools.retrieval import Passage
 
 CHARS_PER_TOKEN = 3.0
@@ -194,12 +194,12 @@ class ContextFitter:
 
         Args:
             passages: retrieved passages in rank order.
-            render: the message holding a list of passages (e.g. `agent.prompts.user_prompt` with the question).
+            render: the message holding a list of passages (e.g. `agent.core.prompts.user_prompt` with the question).
             fixed: the other messages' texts sent with it (system prompt, earlier turns, tool definitions).
             reserved: tokens taken by something else in the same request (results of parallel tool calls).
 
         Raises:
-            agent.errors.InputError: even the message without passages leaves no room (a question or history longer
+            agent.core.errors.InputError: even the message without passages leaves no room (a question or history longer
                 than the context window); the message gives the token counts.
         """
         budget = await self.room(fixed, reserved)
@@ -244,7 +244,7 @@ class ContextFitter:
         answers after it) is dropped whole, so the history still starts with a user message.
 
         Raises:
-            agent.errors.InputError: the question with the instructions alone does not fit ("ask a shorter
+            agent.core.errors.InputError: the question with the instructions alone does not fit ("ask a shorter
                 question", with the token counts).
         """
         messages = list(history)

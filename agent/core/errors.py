@@ -81,7 +81,7 @@ class LLMRateLimitedError(LLMUnavailableError):
 class OverloadedError(AgentError):
     """The process refused the answer before doing any work: its admission queue is full, the wait could not be
     promised within `ANSWER_QUEUE_DEADLINE_S`, or the answer waited in the queue twice that deadline (a stalled
-    service; `agent.admission`).
+    service; `agent.core.admission`).
 
     Attributes:
         retry_after_s: when a retry may be admitted, seconds (from the measured service rate; the HTTP API sends it

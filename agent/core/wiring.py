@@ -1,5 +1,5 @@
 """The wiring of the service: every factory that turns `Settings` into a connected part, in one place that the CLI,
-the HTTP API, the Python API (`agent.app.RagApp`) and the evals share.
+the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
 
 - `build_embedder`, `build_store`, `build_retriever`: the Triton client, the Postgres store and the retrieval over
   them, unconnected; `Clients` opens the first two together.
@@ -24,12 +24,12 @@ from pydantic_ai import Agent
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
-from agent.answer import AnswerLimits
-from agent.context_window import ContextFitter
-from agent.library import DocumentLibrary, StoreLibrary
-from agent.llm import build_model, check_tool_calling, model_settings, served_model
-from agent.rag_agent import RagDeps, build_agent
-from agent.settings import Policy, Settings
+from agent.config.settings import Policy, Settings
+from agent.core.answer import AnswerLimits
+from agent.core.context_window import ContextFitter
+from agent.core.library import DocumentLibrary, StoreLibrary
+from agent.core.llm import build_model, check_tool_calling, model_settings, served_model
+from agent.core.rag_agent import RagDeps, build_agent
 from tools.conversations import ConversationLog
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.in_memory_conversations import InMemoryConversations
@@ -172,7 +172,7 @@ class Services:
 
     Attributes:
         search: the agent's retrieval (`tools.retrieval.PassageSearch`).
-        library: stored documents: list, add, delete, count (`agent.library.DocumentLibrary`).
+        library: stored documents: list, add, delete, count (`agent.core.library.DocumentLibrary`).
         model: the pydantic-ai model the agents call.
         checks: health check per dependency name (e.g. `triton`, `postgres`, `llm`).
         resources: opened in order when the app is entered, closed when it exits (clients, pools).
@@ -194,7 +194,7 @@ class Services:
 
 def build_services(settings: Settings) -> Services:
     """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library and
-    conversations, the OpenAI-compatible model (`agent.llm`), and checks of Triton (embeds one word), Postgres
+    conversations, the OpenAI-compatible model (`agent.core.llm`), and checks of Triton (embeds one word), Postgres
     (reads one chunk row at most) and the LLM (`GET /models` lists `LLM_MODEL`). Nothing is connected until the app
     enters `resources`.
 
@@ -238,7 +238,8 @@ def build_services(settings: Settings) -> Services:
 
 
 def build_agents(model: Model, settings: Settings) -> dict[Policy, Agent[RagDeps, str]]:
-    """One agent per retrieval policy over `model`, with the settings' request options (`agent.llm.model_settings`)."""
+    """One agent per retrieval policy over `model`, with the settings' request options
+    (`agent.core.llm.model_settings`)."""
     options = model_settings(settings)
     return {policy: build_agent(model, options, policy) for policy in get_args(Policy)}
 

@@ -20,8 +20,8 @@ from pydantic_ai.profiles.openai import OpenAIModelProfile
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 
-from agent.errors import LLMConfigError, LLMResponseError, LLMUnavailableError
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.errors import LLMConfigError, LLMResponseError, LLMUnavailableError
 
 PROFILES: dict[str, OpenAIModelProfile] = {
     # pydantic-ai sends the output budget as OpenAI's newer `max_completion_tokens` by default; both servers are sent

@@ -2,13 +2,13 @@
 
     async with RagApp(settings) as app:
         result = await app.ask("Does vitamin D affect bone density?")
-        async for event in app.ask_stream(AnswerRequest("...", top_k=3)):   # agent.events events, then the AskResult
+        async for event in app.ask_stream(AnswerRequest("...", top_k=3)):   # agent.core.events, then the AskResult
             ...
         conversation = await app.create_conversation()                      # a stored conversation (follow-ups)
         await app.ask("What raises homocysteine?", conversation=conversation)
         await app.ask("and what lowers it?", conversation=await app.conversation(conversation.id))
 
-`RagApp(settings)` builds its parts with `agent.wiring.build_services` (Triton, Postgres, the LLM); a test passes
+`RagApp(settings)` builds its parts with `agent.core.wiring.build_services` (Triton, Postgres, the LLM); a test passes
 its own `Services`. One `RagApp` is safe to share across concurrent requests in one event loop: each answer gets its
 own run state; the clients (gRPC channel, asyncpg pool, HTTP connection pool of the LLM client) are shared.
 """
@@ -22,19 +22,19 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from uuid import UUID
 
-from agent.admission import AdmissionController, Ticket
-from agent.answer import AnswerRequest, answer
-from agent.conversations import ConversationNotFoundError, follow_up
-from agent.errors import InputError
-from agent.events import AgentEvent, Queued
-from agent.rag_agent import RagDeps
-from agent.results import AskResult
-from agent.settings import Policy, Settings
-from agent.telemetry import answer_span
-from agent.wiring import Services, answer_limits, build_agents, build_services, run_check
-from agent.wiring import build_embedder as build_embedder  # the factories' home is agent.wiring; re-exported
-from agent.wiring import build_retriever as build_retriever
-from agent.wiring import build_store as build_store
+from agent.config.settings import Policy, Settings
+from agent.core.admission import AdmissionController, Ticket
+from agent.core.answer import AnswerRequest, answer
+from agent.core.conversations import ConversationNotFoundError, follow_up
+from agent.core.errors import InputError
+from agent.core.events import AgentEvent, Queued
+from agent.core.rag_agent import RagDeps
+from agent.core.results import AskResult
+from agent.core.telemetry import answer_span
+from agent.core.wiring import Services, answer_limits, build_agents, build_services, run_check
+from agent.core.wiring import build_embedder as build_embedder  # the factories' home is agent.core.wiring; re-exported
+from agent.core.wiring import build_retriever as build_retriever
+from agent.core.wiring import build_store as build_store
 from tools.conversations import MAX_PAGE as MAX_CONVERSATION_PAGE
 from tools.conversations import MAX_TITLE_CHARS, Conversation, ConversationLog, ConversationPage
 from tools.conversations import decode_cursor as decode_conversation_cursor
@@ -52,14 +52,15 @@ class RagApp:
 
     Args:
         settings: default: environment / `.env`.
-        services: the parts to use; default `agent.wiring.build_services(settings)`.
+        services: the parts to use; default `agent.core.wiring.build_services(settings)`.
 
     On entry it opens the services' resources (Triton, Postgres) and, when `AGENT_POLICY` is `agentic`, checks that
-    the LLM server accepts tool calls (`agent.llm.check_tool_calling`, raising `LLMConfigError` naming the missing
+    the LLM server accepts tool calls (`agent.core.llm.check_tool_calling`, raising `LLMConfigError` naming the missing
     server flags).
 
     Raises:
-        agent.settings.SettingsError: an uncalibrated embedder without `REFUSAL_MIN_SCORE` (here, not mid-answer).
+        agent.config.settings.SettingsError: an uncalibrated embedder without `REFUSAL_MIN_SCORE` (here, not
+            mid-answer).
     """
 
     def __init__(self, settings: Settings | None = None, services: Services | None = None) -> None:
@@ -104,10 +105,10 @@ class RagApp:
     async def ask(
         self, request: AnswerRequest | str, *, admission: Ticket | None = None, conversation: Conversation | None = None
     ) -> AskResult:
-        """Answer a question from the stored documents with citations; see `agent.answer.answer`.
+        """Answer a question from the stored documents with citations; see `agent.core.answer.answer`.
 
-        Admission control (`agent.admission`, `self.admission`) comes first: with `ANSWER_MAX_IN_PROGRESS` answers in
-        progress the question waits in the queue (`request.on_event` receives `Queued` events with its position),
+        Admission control (`agent.core.admission`, `self.admission`) comes first: with `ANSWER_MAX_IN_PROGRESS` answers
+        in progress the question waits in the queue (`request.on_event` receives `Queued` events with its position),
         or is refused at once with `OverloadedError`, before any embedding or LLM work.
 
         Args:
@@ -117,18 +118,18 @@ class RagApp:
                 response starts, so that a refusal is a 503); closed when the answer ends. Default: taken now.
             conversation: the stored conversation the question follows (from `self.conversation(id)`; its last
                 `CHAT_HISTORY_TURNS` turns are used): they are the answer's history and the search query is
-                `agent.followup.condensed_query` of their questions (`agent.conversations.follow_up`). The
+                `agent.core.followup.condensed_query` of their questions (`agent.core.conversations.follow_up`). The
                 question's turn number is reserved when it arrives (before admission), so concurrent questions keep
                 the order they arrived in; the finished answer (a refusal included) fills it, and a failed,
                 refused-by-admission or cancelled answer releases it (nothing of it is stored).
 
         Raises:
-            agent.conversations.ConversationNotFoundError: the conversation is gone when the question arrives, or
+            agent.core.conversations.ConversationNotFoundError: the conversation is gone when the question arrives, or
                 was deleted while the answer ran (the answer is not stored).
-            agent.errors.OverloadedError: refused by admission control (queue full, a wait that cannot be promised
+            agent.core.errors.OverloadedError: refused by admission control (queue full, a wait that cannot be promised
                 within `ANSWER_QUEUE_DEADLINE_S`, or twice that in the queue); `retry_after_s` says when to retry.
-            agent.errors.InputError: blank question, top_k < 1.
-            agent.errors.AgentError: a limit was hit or the LLM failed (typed subclasses).
+            agent.core.errors.InputError: blank question, top_k < 1.
+            agent.core.errors.AgentError: a limit was hit or the LLM failed (typed subclasses).
             EmbedderError / StoreError: retrieval failed.
         """
         request = AnswerRequest(request) if isinstance(request, str) else request
@@ -184,7 +185,7 @@ class RagApp:
     async def ask_stream(
         self, request: AnswerRequest | str, *, admission: Ticket | None = None, conversation: Conversation | None = None
     ) -> AsyncIterator[AgentEvent | AskResult]:
-        """`ask` as an async iterator: `agent.events` events as they happen (`Queued` while it waits for a slot),
+        """`ask` as an async iterator: `agent.core.events` events as they happen (`Queued` while it waits for a slot),
         then the `AskResult` (stored in `conversation` first, when given).
 
         Errors of `ask` are raised from the iterator (`OverloadedError` first, when refused). Closing the iterator
@@ -222,7 +223,7 @@ class RagApp:
             owner: the API key id that owns it (None: no key, or the admin key).
 
         Raises:
-            agent.errors.InputError: a title over 200 characters or with a NUL character.
+            agent.core.errors.InputError: a title over 200 characters or with a NUL character.
         """
         if len(title) > MAX_TITLE_CHARS or "\x00" in title:
             raise InputError(f"title of {len(title)} characters; expected at most {MAX_TITLE_CHARS}, without NUL")
@@ -237,7 +238,7 @@ class RagApp:
             owner: only a conversation of this API key id (None: any).
 
         Raises:
-            agent.conversations.ConversationNotFoundError: no such conversation (for `owner`).
+            agent.core.conversations.ConversationNotFoundError: no such conversation (for `owner`).
         """
         found = await self.conversations.get(conversation_id, last_turns=last_turns, owner=owner)
         if found is None:
@@ -251,7 +252,7 @@ class RagApp:
         previous page's `next_cursor`), with the total and the next page's cursor (None on the last page).
 
         Raises:
-            agent.errors.InputError: `limit` outside 1..1000 or a cursor this service did not issue.
+            agent.core.errors.InputError: `limit` outside 1..1000 or a cursor this service did not issue.
         """
         if not 1 <= limit <= MAX_CONVERSATION_PAGE:
             raise InputError(f"limit={limit}; expected 1..{MAX_CONVERSATION_PAGE}")
@@ -266,7 +267,7 @@ class RagApp:
         """Delete a conversation and its turns.
 
         Raises:
-            agent.conversations.ConversationNotFoundError: no such conversation (for `owner`).
+            agent.core.conversations.ConversationNotFoundError: no such conversation (for `owner`).
         """
         if not await self.conversations.delete(conversation_id, owner):
             raise ConversationNotFoundError(conversation_id)
@@ -286,7 +287,7 @@ class RagApp:
         in `scope` (None: all).
 
         Raises:
-            agent.errors.InputError: blank query or top_k < 1.
+            agent.core.errors.InputError: blank query or top_k < 1.
         """
         if not query.strip():
             raise InputError("query is empty; expected a non-blank query")
@@ -299,7 +300,7 @@ class RagApp:
         there.
 
         Raises:
-            agent.errors.InputError: blank doc id.
+            agent.core.errors.InputError: blank doc id.
             StoreError: the store failed.
         """
         if not doc_id.strip():
@@ -313,7 +314,7 @@ class RagApp:
         transaction; a document stored there with the same content hash is skipped, one with another hash replaced.
 
         Raises:
-            agent.errors.InputError: an invalid collection name, a document's doc id is blank, or its doc id, title
+            agent.core.errors.InputError: an invalid collection name, a document's doc id is blank, or its doc id, title
                 or text holds a NUL character (Postgres text cannot store it); checked for all before anything is
                 stored.
             EmbedderError / StoreError: embedding or storing failed (batches already written stay).
@@ -344,7 +345,7 @@ class RagApp:
         the last page); documents of other collections are neither listed nor counted.
 
         Raises:
-            agent.errors.InputError: `limit` outside 1..10,000, a negative `offset`, or a cursor this service did
+            agent.core.errors.InputError: `limit` outside 1..10,000, a negative `offset`, or a cursor this service did
                 not issue.
         """
         if not 1 <= limit <= MAX_PAGE or offset < 0:
@@ -379,7 +380,7 @@ class RagApp:
             The doc ids that were deleted (absent ids are not listed).
 
         Raises:
-            agent.errors.InputError: neither ids nor a source given.
+            agent.core.errors.InputError: neither ids nor a source given.
             StoreError: the delete failed; nothing was deleted.
         """
         if not doc_ids and source is None:

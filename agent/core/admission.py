@@ -1,5 +1,5 @@
 """Admission control for answers: at most `ANSWER_MAX_IN_PROGRESS` answers in progress per process, a bounded FIFO
-queue (`ANSWER_QUEUE_MAX`) in front of them, and an immediate refusal (`agent.errors.OverloadedError`, with a retry
+queue (`ANSWER_QUEUE_MAX`) in front of them, and an immediate refusal (`agent.core.errors.OverloadedError`, with a retry
 time) when the queue is full or the answer could not be promised a slot within `ANSWER_QUEUE_DEADLINE_S`. The
 decision is taken before any embedding or LLM work, so a refused request costs next to nothing, and an answer that
 is queued is answered: the queue refuses none of its waiters unless the service stalls.
@@ -43,7 +43,7 @@ from typing import Literal, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from agent.errors import OverloadedError
+from agent.core.errors import OverloadedError
 
 RejectionReason = Literal["queue_full", "expected_wait", "deadline"]
 """Why an answer was refused: the queue was full, its wait could not be promised within the deadline, or it waited

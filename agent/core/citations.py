@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agent.results import Citation, location_fields
+from agent.core.results import Citation, location_fields
 from tools.retrieval import Passage
 
 _NUMBERS = r"\d+(?:\s*[,;]\s*\d+)*"

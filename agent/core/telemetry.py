@@ -31,15 +31,15 @@ from prometheus_client import make_asgi_app as _make_asgi_app
 from pydantic_ai import Agent, InstrumentationSettings
 from starlette.types import ASGIApp
 
-from agent.errors import AgentError, InputError
-from agent.results import AskResult
+from agent.core.errors import AgentError, InputError
+from agent.core.results import AskResult
 from tools.timing import TRACER_NAME
 
 log = logging.getLogger(__name__)
 
 REQUESTS = Counter(
     "rag_requests",
-    "Answers by outcome: answered, refused, or the error kind (agent.errors, bad_request, ...).",
+    "Answers by outcome: answered, refused, or the error kind (agent.core.errors, bad_request, ...).",
     ["outcome"],
 )
 STAGE_SECONDS = Histogram(
