@@ -462,8 +462,8 @@ def serve(
     <key>` (required when --host is not a loopback address). Answers only the hosts of ALLOWED_HOSTS; SIGTERM
     drains for at most SHUTDOWN_GRACE_S seconds, then exits 0."""
     from agent.http import create_app
-    from agent.http_guards import allowed_hosts_for, require_key_off_loopback
-    from agent.shutdown import serve as serve_drained
+    from agent.http.guards import allowed_hosts_for, require_key_off_loopback
+    from agent.http.shutdown import serve as serve_drained
 
     settings = Settings()
     require_key_off_loopback(settings, host)
@@ -477,6 +477,6 @@ def mcp() -> None:
     """Serve the MCP tools `search`, `get_document` and `ask` over stdio, for an MCP host (e.g. Claude Desktop) that
     starts this command; stdout carries only MCP messages, logs and errors go to stderr. The same tools are served
     over HTTP at `/mcp` by `rag serve`."""
-    from agent.mcp_server import serve_stdio
+    from agent.http.mcp_server import serve_stdio
 
     asyncio.run(serve_stdio(Settings()))

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from agent.core.admission import AdmissionController, AdmissionMetrics, ServiceRate, Ticket
 from agent.core.errors import OverloadedError
 from agent.core.failures import Failure, describe
-from agent.http_api import error_response
+from agent.http.errors import error_response
 
 
 class ManualClock:

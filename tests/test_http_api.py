@@ -16,7 +16,7 @@ import pytest
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
-from agent.http_api import create_app
+from agent.http import create_app
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from infra.processes import free_port
 from tests.conftest import cli_env

@@ -21,7 +21,7 @@ from tests.conftest import REPO_ROOT
 
 SERVICE_MODULES = (
     "agent.core.app",
-    "agent.http_api",
+    "agent.http",
     "agent.cli",
     "agent.chat",
     "tools.embedder",

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
-from agent.http_api import create_app
+from agent.http import create_app
 from tests.conftest import cli_env
 from tests.fake_openai import VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply, ThreadedServer
 from tools.store import VectorStore

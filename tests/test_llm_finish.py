@@ -19,7 +19,7 @@ from agent.core.errors import LLMRateLimitedError, LLMUnavailableError
 from agent.core.llm import build_model, model_settings
 from agent.core.rag_agent import RagDeps, build_agent
 from agent.core.results import AskResult
-from agent.http_api import error_response, failure_of
+from agent.http.errors import error_response, failure_of
 from tests.fake_openai import FakeOpenAIServer, Reply
 from tests.ranked_search import RankedSearch
 

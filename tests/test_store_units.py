@@ -7,7 +7,7 @@ import asyncpg
 import pytest
 
 from agent.core.failures import describe
-from agent.http_api import STATUS_OF_KIND
+from agent.http.errors import STATUS_OF_KIND
 from tools.scope import collection_of, qualified_doc_id
 from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 from tools.store.errors import translate, translated

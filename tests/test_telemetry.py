@@ -20,7 +20,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.rag_agent import build_agent
 from agent.core.telemetry import configure_tracing, metrics_app
-from agent.http_api import create_app
+from agent.http import create_app
 
 COVERED = "Vitamin B12 deficiency and homocysteine levels"
 

@@ -416,7 +416,7 @@ class Settings(BaseSettings):
         "page, `/v1/ask` with `conversation_id`); 0: none (each question stands alone).",
     )
 
-    # --- admission control of answers (agent/core/admission.py) --------------------------------------------------
+    # --- admission control of answers (agent/core/admission.py) ---------------------------------------------
     answer_max_in_progress: int = Field(
         default=32,
         ge=1,
@@ -454,7 +454,7 @@ class Settings(BaseSettings):
         "every request.",
     )
 
-    # --- HTTP hardening (agent/http_guards.py, agent/shutdown.py, agent/core/context_window.py) ---------------------
+    # --- HTTP hardening (agent/http/guards.py, agent/http/shutdown.py, agent/core/context_window.py) -----------
     allowed_hosts: Annotated[tuple[str, ...] | None, NoDecode] = Field(
         default=None,
         description="Host names `rag serve` answers (the request's `Host` header, port ignored), comma-separated; "

@@ -3,7 +3,7 @@ error types into a stable `kind` and a one-line message. Only product error type
 translates the errors of the libraries below it at its own boundary (the store asyncpg's, the embedder gRPC's,
 `agent.core.answer` pydantic-ai's), so nothing here imports a driver or walks a traceback.
 
-The CLI prints `error: <message>`; the HTTP API maps `kind` to a status code (`agent.http_api.STATUS_OF_KIND`) and
+The CLI prints `error: <message>`; the HTTP API maps `kind` to a status code (`agent.http.errors.STATUS_OF_KIND`) and
 answers `{"error": kind, "detail": message}`. Exceptions not listed here are bugs: `describe` returns None for them
 and the interface decides (the CLI shows a traceback with `--debug`, the HTTP API answers 500 `internal_error`).
 """

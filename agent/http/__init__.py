@@ -20,9 +20,9 @@
   `{"documents": [{doc_id, title, text, metadata, source}]}` → `{"added", "skipped", "chunks"}` (201).
 - `service` (`agent.http.service`): `GET /health` → `{"ok": bool, "checks": {"triton" | "postgres" | "llm": {"ok",
   "detail", "ms"}}}`, 503 unless all pass; `/openapi.json`, `/docs`; `GET /` → the web chat page
-  (`agent/web/index.html`). `GET /metrics` (Prometheus) is routed by `create_app`; the request guards
-  (`agent.http_guards`) and the shutdown drain (`agent.shutdown`) are its middleware.
-- `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.mcp_server`: tools `search`, `get_document`, `ask`) over
+  (`agent/http/web/index.html`). `GET /metrics` (Prometheus) is routed by `create_app`; the request guards
+  (`agent.http.guards`) and the shutdown drain (`agent.http.shutdown`) are its middleware.
+- `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.http.mcp_server`: tools `search`, `get_document`, `ask`) over
   streamable HTTP, behind the API key like every other route; each tool call is scoped to the key of its HTTP
   request.
 
