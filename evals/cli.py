@@ -1,4 +1,4 @@
-"""`rag eval ...` and `rag bench ...` command groups (registered on the `rag` CLI in `agent/cli.py`).
+"""`rag eval ...` and `rag bench ...` command groups (registered on the `rag` CLI in `agent/cli/main.py`).
 
 Each evaluation or benchmark module adds its command here with `@eval_app.command(...)` / `@bench_app.command(...)`.
 """

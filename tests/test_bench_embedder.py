@@ -10,7 +10,7 @@ import time
 
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from evals.bench_embedder import SETUPS, BenchParams
 from evals.bench_embedder.load import measured_load
 from evals.bench_embedder.report import replica_target

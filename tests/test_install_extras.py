@@ -23,7 +23,7 @@ SERVICE_MODULES = (
     "agent.core.app",
     "agent.http",
     "agent.cli",
-    "agent.chat",
+    "agent.cli.chat",
     "tools.embedder",
     "tools.store",
     "tools.retrieval",

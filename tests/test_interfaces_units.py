@@ -19,7 +19,7 @@ import pytest
 from pydantic import ValidationError
 from rich.console import Console
 
-from agent.chat import print_sources, show_event
+from agent.cli.chat import print_sources, show_event
 from agent.config.settings import Settings
 from agent.core.errors import AnswerLimitError, InputError, LLMConfigError, LLMUnavailableError
 from agent.core.events import ToolCall, ToolResult

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from agent.chat import print_sources
+from agent.cli.chat import print_sources
 from agent.config.settings import Settings
 from agent.core.answer import AnswerLimits, AnswerRequest, answer
 from agent.core.errors import LLMRateLimitedError, LLMUnavailableError

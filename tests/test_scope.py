@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.cli import cli_scope
+from agent.cli.main import cli_scope
 from agent.core.errors import InputError
 from tools.scope import ScopeError, SearchScope
 from tools.store.filters import where_sql

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from agent.config.settings import Settings, SettingsError, describe_validation_error, split_host_port
 from agent.core.app import build_embedder
 from infra.config import StackConfig

@@ -27,7 +27,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.chat import print_sources, run_chat
+from agent.cli.chat import print_sources, run_chat
+from agent.cli.ingest import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
+from agent.cli.jobs import jobs_app, worker
+from agent.cli.keys import keys_app
+from agent.cli.up import UpProgress
 from agent.config.settings import Policy, Settings, describe_validation_error
 from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
@@ -35,10 +39,6 @@ from agent.core.errors import InputError
 from agent.core.failures import Failure, describe
 from agent.core.results import AskResult
 from agent.core.wiring import ingest_files
-from agent.ingest_cli import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
-from agent.jobs_cli import jobs_app, worker
-from agent.keys_cli import keys_app
-from agent.up_cli import UpProgress
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
