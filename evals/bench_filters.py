@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.core.wiring import Clients, build_store
+from evals.bench_corpus import scaled_database_name, stored_pages
 from evals.retrieval_eval import ensure_database
 from tools.scope import SearchScope
 from tools.stats import percentiles
@@ -108,8 +109,6 @@ async def build_filtered_store(
         ValueError: nothing stored, or a bad selectivity.
         asyncpg.PostgresError: the server refused CREATE/DROP DATABASE.
     """
-    from evals.bench_query import scaled_database_name, stored_pages
-
     rows = await app.store.pool.fetch(
         "SELECT d.doc_id, count(*) AS n FROM documents d JOIN chunks c ON c.document_id = d.id GROUP BY d.doc_id"
     )
