@@ -45,7 +45,7 @@ def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
             if work:
                 low[work[-1][0]] = min(low[work[-1][0]], low[module])
             if low[module] == index[module]:
-                component = []
+                component: list[str] = []
                 while True:
                     member = stack.pop()
                     on_stack.discard(member)
