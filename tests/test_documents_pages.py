@@ -11,7 +11,7 @@ import pytest
 from pydantic_ai.models.test import TestModel
 from typer.testing import CliRunner
 
-from agent import cli
+from agent.cli import main as cli
 from agent.config.settings import Settings
 from agent.core.app import RagApp
 from agent.core.errors import InputError
