@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.fusion_tuning import (
     PLAIN,
     RM3_GRID,

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.settings import Settings
-from agent.wiring import build_embedder, build_retriever, build_store
+from agent.config.settings import Settings
+from agent.core.wiring import build_embedder, build_retriever, build_store
 from evals.metrics import evaluate
 from evals.retrieval_eval import DEPTH, ProgressFn, database_name, doc_ranking, ensure_database, ingest_passages
 from evals.scifact import CorpusDoc, Qrels, Query

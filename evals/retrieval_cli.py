@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.beir import load_beir
 from evals.retrieval_eval import (
     REFERENCE_NDCG10,

@@ -249,7 +249,7 @@ class Retriever:
         candidates: how many hits each list contributes to the fusion (at least top_k).
         weights: RRF weights of the (dense, full-text) lists.
         fusion: how `hybrid` fuses: `rrf` or `convex` (normalised scores, `tools.fusion.convex_fusion`); the
-            app's choice and parameters are its settings' (`agent.wiring.build_retriever`).
+            app's choice and parameters are its settings' (`agent.core.wiring.build_retriever`).
         fusion_alpha, fusion_normalisation: the convex fusion's dense share (0..1) and score normalisation.
         rm3: RM3 feedback for the full-text leg (None: none); needs BM25 ranking and a store with term vectors
             (`tools.fusion.FeedbackStore`).
