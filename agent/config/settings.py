@@ -185,7 +185,7 @@ class Settings(BaseSettings):
         description="Most gRPC requests the app's embedder keeps at Triton at once, over all concurrent questions "
         "(more wait in the client, in order). Unset: twice the model's max_batch_size (read from Triton) per "
         "endpoint of TRITON_GRPC_URL. The "
-        "default of 8 comes from `rag bench query` on the local CPU stack (README, Query path benchmark): more "
+        "default of 8 comes from `rag bench query` on the local CPU stack (docs/benchmarks.md): more "
         "requests in flight there lowered embed throughput instead of filling batches.",
     )
     triton_python_env: Path = Field(
@@ -272,7 +272,7 @@ class Settings(BaseSettings):
         ge=-2.0,
         le=2.0,
         description="OpenAI `frequency_penalty`: penalises tokens by how often they already occur, against "
-        "repetition loops of small models (chosen on SciFact train claims; README, answer quality).",
+        "repetition loops of small models (chosen on SciFact train claims; docs/evaluations.md).",
     )
     llm_temperature: float = Field(default=0.0, description="Sampling temperature.")
     llm_timeout_s: float = Field(default=120.0, description="HTTP timeout of one LLM request, seconds.")

@@ -28,14 +28,14 @@ HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source, c.metadata"
 EXACT_BELOW_CHUNKS = 1000
 """A filtered dense search ranks every matching chunk exactly (index scans off, so no HNSW scan) when fewer than
 this many chunks pass the filter (a capped count that stops here); above, pgvector's iterative HNSW scan. Measured
-on a synthetic 8.9k-chunk store (and checked by `rag bench query --filter-selectivity`) (README "Filters"): up to
+on a synthetic 8.9k-chunk store (and checked by `rag bench query --filter-selectivity`) (docs/filters.md): up to
 ~1,000 matching chunks the exact ranking costs about what the filtered HNSW scan does, and it cannot miss a match
 or under-fill, which an HNSW scan of a selective filter can (`hnsw.max_scan_tuples`)."""
 
 BM25_EXHAUSTIVE_BELOW_CHUNKS = 3000
 """A filtered pruned BM25 search scores every posting of the matching chunks (`bm25_exhaustive` over the filtered
 set) when fewer than this many chunks pass the filter; above, it reads each term's top M postings among them.
-Measured (README "Filters"): reading a term's top M postings that pass a filter reads about M / selectivity
+Measured (docs/filters.md): reading a term's top M postings that pass a filter reads about M / selectivity
 postings, which cost more than scoring the filtered chunks directly up to ~3,000 matching chunks."""
 
 
