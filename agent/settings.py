@@ -323,6 +323,25 @@ class Settings(BaseSettings):
     retrieval_candidates: int = Field(
         default=50, ge=1, le=1000, description="Hits each list contributes to the hybrid fusion (at least top_k)."
     )
+    rerank_depth: int = Field(
+        default=0,
+        ge=0,
+        le=200,
+        description="Fused candidates the cross-encoder (RERANKER_MODEL on Triton) re-orders before the top_k are "
+        "cut; 0 turns the rerank step off. Off by default: on the local 2-core CPU the stage adds seconds per question "
+        "(README, rerank measurements; `python -m evals.rerank_eval`).",
+    )
+    reranker_model: str = Field(
+        default="minilm-l6-scifact-reranker",
+        description="Triton model of the rerank step (`tools.embedder.reranker.RERANKER_SPECS`). The local Triton "
+        "loads it when its model.onnx exists (made by `python -m evals.train_reranker`); production serves "
+        "`bge-reranker-v2-m3`.",
+    )
+    reranker_tokenizer: Path | None = Field(
+        default=None,
+        description="The reranker's tokenizer.json (file or folder); default: the packaged one where it ships "
+        "(the local MiniLM cross-encoder's is the embedder's).",
+    )
     full_text_match: Literal["all", "any"] = Field(
         default="any",
         description="Full-text query: `any` term (lexemes OR-ed; suits questions and claims) or `all` terms "

@@ -32,6 +32,7 @@ from agent.rag_agent import RagDeps, build_agent
 from agent.settings import Policy, Settings
 from tools.conversations import ConversationLog
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
+from tools.embedder.reranker import TritonReranker, get_reranker_spec
 from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
@@ -118,9 +119,31 @@ def build_store(url: str, model_name: str, dim: int, settings: Settings) -> Vect
     )
 
 
-def build_retriever(embedder: TritonEmbedder, store: VectorStore, settings: Settings) -> Retriever:
+def build_reranker(settings: Settings) -> TritonReranker:
+    """The Triton cross-encoder client of the rerank step: `RERANKER_MODEL` at `TRITON_GRPC_URL`, at interactive
+    priority, with the Triton timeouts, retries and channel arguments and `RERANKER_TOKENIZER`. Not connected yet.
+
+    Raises:
+        ValueError: unknown reranker model, or a setting out of range. LookupError / FileNotFoundError: no tokenizer.
+    """
+    return TritonReranker(
+        settings.triton_grpc_url,
+        get_reranker_spec(settings.reranker_model),
+        timeout_s=settings.triton_timeout_s,
+        retries=settings.triton_retries,
+        tokenizer_path=settings.reranker_tokenizer,
+        connect_timeout_s=settings.triton_connect_timeout_s,
+        channel_args=settings.triton_grpc_channel_args,
+        max_in_flight=settings.triton_max_in_flight,
+        priority=PRIORITY_INTERACTIVE,
+    )
+
+
+def build_retriever(
+    embedder: TritonEmbedder, store: VectorStore, settings: Settings, reranker: TritonReranker | None = None
+) -> Retriever:
     """The Retriever the settings describe (mode, RRF k and weights, candidates, full-text ranking, BM25
-    parameters, `hnsw.ef_search`), over `embedder` and `store`."""
+    parameters, `hnsw.ef_search`, `RERANK_DEPTH` with `reranker`), over `embedder` and `store`."""
     return Retriever(
         embedder,
         store,
@@ -133,6 +156,8 @@ def build_retriever(embedder: TritonEmbedder, store: VectorStore, settings: Sett
         full_text_rank=settings.full_text_rank,
         bm25_k1=settings.bm25_k1,
         bm25_b=settings.bm25_b,
+        reranker=reranker,
+        rerank_depth=settings.rerank_depth,
     )
 
 
@@ -144,6 +169,7 @@ class Clients:
         settings: what they were built from.
         embedder: `build_embedder(settings)`.
         store: `build_store(...)` at `DATABASE_URL` for the embedder's model and width.
+        reranker: `build_reranker(settings)` when `RERANK_DEPTH` > 0, else None.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -151,11 +177,14 @@ class Clients:
         self.embedder = build_embedder(settings)
         spec = self.embedder.spec
         self.store = build_store(settings.resolved_database_url(), spec.name, spec.dim, settings)
+        self.reranker = build_reranker(settings) if settings.rerank_depth > 0 else None
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Clients:
         try:
             await self._stack.enter_async_context(self.embedder)
+            if self.reranker is not None:
+                await self._stack.enter_async_context(self.reranker)
             await self._stack.enter_async_context(self.store)
         except BaseException:
             await self._stack.aclose()
@@ -220,7 +249,7 @@ def build_services(settings: Settings) -> Services:
         await check_tool_calling(settings)
 
     return Services(
-        search=build_retriever(embedder, store, settings),
+        search=build_retriever(embedder, store, settings, clients.reranker),
         library=StoreLibrary(
             embedder,
             store,

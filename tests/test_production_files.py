@@ -32,6 +32,7 @@ from tritonclient.grpc import model_config_pb2
 from agent.admission import QUEUE_LIMIT_DEADLINES
 from agent.settings import Settings
 from tests.conftest import REPO_ROOT
+from tools.embedder.reranker import LOCAL_RERANKER, RERANK_OUTPUT, RERANKER_SPECS
 from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_spec
 
 PROD_DIR = REPO_ROOT / "infra" / "production"
@@ -105,8 +106,19 @@ def config_files() -> list[Path]:
 
 
 def onnx_config_files() -> list[Path]:
-    """ONNX model configs, found by text so that a config that fails to parse fails its own test, not collection."""
+    """ONNX embedder configs (rerankers apart), found by text so that a config that fails to parse fails its own test,
+    not collection."""
+    return [p for p in all_onnx_config_files() if p.parent.name not in RERANKER_SPECS]
+
+
+def all_onnx_config_files() -> list[Path]:
+    """Every ONNX model config: the embedders' and the rerankers'."""
     return [p for p in config_files() if re.search(r'^platform:\s*"onnxruntime_onnx"', p.read_text(), re.MULTILINE)]
+
+
+def reranker_config_files() -> list[Path]:
+    """The rerankers' configs (`tools.embedder.reranker.RERANKER_SPECS`)."""
+    return [p for p in all_onnx_config_files() if p.parent.name in RERANKER_SPECS]
 
 
 def env_template() -> dict[str, str]:
@@ -264,7 +276,7 @@ def compose_binary() -> list[str] | None:
 
 def test_model_repository_has_the_production_models() -> None:
     names = {p.parent.name for p in config_files()}
-    assert {"all-minilm-l6-v2", "bge-large-en-v1.5", LLM_DIR.name} <= names
+    assert {"all-minilm-l6-v2", "bge-large-en-v1.5", LLM_DIR.name, *RERANKER_SPECS} <= names
 
 
 @pytest.mark.parametrize("path", config_files(), ids=lambda p: p.parent.name)
@@ -299,7 +311,45 @@ def test_onnx_config_matches_the_export_contract(path: Path) -> None:
     assert policy.default_timeout_microseconds > 0 and policy.allow_timeout_override
 
 
-@pytest.mark.parametrize("path", onnx_config_files(), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", reranker_config_files(), ids=lambda p: p.parent.name)
+def test_reranker_config_matches_the_export_contract(path: Path) -> None:
+    """infra/export_reranker.py: input_ids/attention_mask (+ token_type_ids for BERT) INT64 [batch, seq] -> logits
+    FP32 [batch, 1]; the dynamic batcher merges questions' candidates."""
+    config = load_config(path)
+    int64 = model_config_pb2.TYPE_INT64
+    inputs = [("input_ids", int64, [-1]), ("attention_mask", int64, [-1])]
+    if config.name == LOCAL_RERANKER:  # BERT has segment embeddings; XLM-RoBERTa (bge-reranker-v2-m3) has none
+        inputs.append(("token_type_ids", int64, [-1]))
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == inputs
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [
+        (RERANK_OUTPUT, model_config_pb2.TYPE_FP32, [1])
+    ]
+    assert config.max_batch_size >= 50, "one question's depth-50 candidates fit one request"
+    assert config.HasField("dynamic_batching") and config.dynamic_batching.max_queue_delay_microseconds > 0
+
+
+def test_bge_reranker_config_is_the_gpu_production_config() -> None:
+    """bge-reranker-v2-m3 on a GPU: TensorRT FP16 with a profile covering every request (depth 50 x 4 questions per
+    execution, 512 tokens), a bounded queue, and its export step documented in the config."""
+    spec = RERANKER_SPECS["bge-reranker-v2-m3"]
+    path = MODEL_REPO / spec.name / "config.pbtxt"
+    config = load_config(path)
+    assert config.platform == "onnxruntime_onnx"
+    assert [(g.kind, g.count) for g in config.instance_group] == [(model_config_pb2.ModelInstanceGroup.KIND_GPU, 1)]
+    assert config.max_batch_size == 50 * 4
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    params = dict(accelerator.parameters)
+    assert accelerator.name == "tensorrt" and params["precision_mode"] == "FP16"
+    batch, tokens = config.max_batch_size, spec.max_tokens
+    assert params["trt_profile_max_shapes"] == f"input_ids:{batch}x{tokens},attention_mask:{batch}x{tokens}"
+    assert params["trt_engine_cache_path"] == f"/cache/trt/{spec.name}"
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT and policy.max_queue_size > 0
+    assert f"python -m infra.export_reranker --weights ~/models/{spec.name}" in path.read_text()
+    assert f"--out model_repository/{spec.name}/1/model.onnx" in path.read_text()
+
+
+@pytest.mark.parametrize("path", all_onnx_config_files(), ids=lambda p: p.parent.name)
 def test_exported_onnx_graph_matches_config(path: Path) -> None:
     onnx = pytest.importorskip("onnx", reason="onnx is in the `stack` extra")
     model_file = path.parent / "1" / "model.onnx"

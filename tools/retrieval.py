@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tools.embedder import TextKind
+from tools.rerank import PairScorer, rerank
 from tools.scope import SearchScope
 from tools.store import ChunkHit, FullTextMatch, FullTextRank
 from tools.timing import StageTimings
@@ -78,7 +79,8 @@ class Passage(ChunkHit):
     """A retrieved chunk (the `ChunkHit` fields) numbered for citation (`number` from 1, in rank order).
 
     `score` is the ranking score of the mode used: cosine similarity (dense), the full-text score (BM25 or
-    `ts_rank_cd`) or the RRF score (hybrid); `dense_score` is the chunk's cosine similarity (−1..1) to the query
+    `ts_rank_cd`) or the RRF score (hybrid), or the cross-encoder's logit when the rerank step re-ordered it
+    (`tools.rerank`); `dense_score` is the chunk's cosine similarity (−1..1) to the query
     (`PassageSearch.search` fills it for every passage it returns; None only for a passage built elsewhere).
     """
 
@@ -233,9 +235,11 @@ class Retriever:
         full_text_rank: `bm25` (pruned Okapi BM25), `bm25_exhaustive` or `ts_rank_cd`; see
             `VectorStore.full_text_search`.
         bm25_k1, bm25_b: BM25 parameters (Anserini's 0.9 and 0.4 by default).
+        reranker: the cross-encoder of the rerank step (`tools.rerank`), or None.
+        rerank_depth: ranked hits the reranker re-orders before the top `top_k` are cut; 0 (or no reranker): off.
 
-    A search asks each list for `candidates` hits (at least `top_k`), so that hits dropped as duplicate texts
-    still leave `top_k` passages.
+    A search asks each list for `candidates` hits (at least `top_k`, and at least `rerank_depth` when reranking), so
+    that hits dropped as duplicate texts still leave `top_k` passages.
     """
 
     def __init__(
@@ -251,6 +255,8 @@ class Retriever:
         full_text_rank: FullTextRank = "bm25",
         bm25_k1: float = 0.9,
         bm25_b: float = 0.4,
+        reranker: PairScorer | None = None,
+        rerank_depth: int = 0,
     ) -> None:
         if mode not in ("dense", "full_text", "hybrid"):
             raise ValueError(f"retrieval mode {mode!r}; expected 'dense', 'full_text' or 'hybrid'")
@@ -259,6 +265,8 @@ class Retriever:
                 f"rrf_k={rrf_k}, candidates={candidates}, weights={weights}: expected rrf_k > 0, candidates >= 1 "
                 f"and two weights (dense, full-text)"
             )
+        if rerank_depth < 0:
+            raise ValueError(f"rerank_depth={rerank_depth}; expected >= 0 (0: no reranking)")
         self.embedder = embedder
         self.store = store
         self.mode = mode
@@ -270,6 +278,8 @@ class Retriever:
         self.full_text_rank = full_text_rank
         self.bm25_k1 = bm25_k1
         self.bm25_b = bm25_b
+        self.reranker = reranker
+        self.rerank_depth = rerank_depth if reranker is not None else 0
 
     async def candidate_lists(
         self,
@@ -341,19 +351,26 @@ class Retriever:
 
         A passage that dense search did not return (full-text mode, or a hybrid hit only full-text search found)
         gets its cosine from its stored embedding and the query vector this search embedded (one indexed lookup,
-        counted in `search`); the query is embedded once per search in every mode.
+        counted in `search`); the query is embedded once per search in every mode. With a reranker and
+        `rerank_depth` > 0 the first `rerank_depth` ranked hits are re-ordered by it before the cut
+        (`tools.rerank.rerank`; its time is the stage `rerank`).
 
         Raises:
             ValueError: blank query or top_k < 1.
-            EmbedderError / StoreError: from the embedder or store.
+            EmbedderError / StoreError: from the embedder, the reranker or the store.
         """
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
-        lists = await self.candidate_lists(query, max(top_k, self.candidates), embed_query=True, scope=scope)
+        size = max(top_k, self.candidates, self.rerank_depth)
+        lists = await self.candidate_lists(query, size, embed_query=True, scope=scope)
         dense_scores = {h.chunk_id: h.score for h in lists.dense}
-        ranked = self.rank(lists)[:top_k]
+        ranked = self.rank(lists)
         timings = StageTimings()
         timings.add(lists.timings_ms)
+        if self.reranker is not None and self.rerank_depth > 0:
+            with timings.stage("rerank", pairs=min(self.rerank_depth, len(ranked))):
+                ranked = await rerank(query, ranked, self.reranker, self.rerank_depth, top_k)
+        ranked = ranked[:top_k]
         missing = [h.chunk_id for h, _ in ranked if h.chunk_id not in dense_scores]
         if missing and lists.query_vector is not None:
             with timings.stage("dense_scores", key="search", chunks=len(missing)):
