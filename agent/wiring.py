@@ -224,7 +224,8 @@ class Services:
 def build_services(settings: Settings) -> Services:
     """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library and
     conversations, the OpenAI-compatible model (`agent.llm`), and checks of Triton (embeds one word), Postgres
-    (reads one chunk row at most) and the LLM (`GET /models` lists `LLM_MODEL`). Nothing is connected until the app
+    (reads one chunk row at most), the LLM (`GET /models` lists `LLM_MODEL`) and, with `RERANK_DEPTH` > 0, the
+    reranker (scores one pair). Nothing is connected until the app
     enters `resources`.
 
     Raises:
@@ -248,6 +249,16 @@ def build_services(settings: Settings) -> Services:
     async def tools() -> None:
         await check_tool_calling(settings)
 
+    checks: dict[str, HealthCheck] = {"triton": triton, "postgres": postgres, "llm": llm}
+    reranker = clients.reranker
+    if reranker is not None:
+
+        async def rerank_check() -> str:
+            await reranker.score("health", ["health"])
+            return f"{reranker.model_name} at {settings.triton_grpc_url} (RERANK_DEPTH={settings.rerank_depth})"
+
+        checks["reranker"] = rerank_check
+
     return Services(
         search=build_retriever(embedder, store, settings, clients.reranker),
         library=StoreLibrary(
@@ -258,7 +269,7 @@ def build_services(settings: Settings) -> Services:
             batch_docs=settings.ingest_batch_docs,
         ),
         model=build_model(settings),
-        checks={"triton": triton, "postgres": postgres, "llm": llm},
+        checks=checks,
         resources=[clients],
         tool_check=tools,
         context=ContextFitter(settings),

@@ -60,7 +60,7 @@ class TrainConfig:
         threads: torch CPU threads.
     """
 
-    epochs: int = 2
+    epochs: int = 1
     negatives: int = 3
     groups_per_step: int = 4
     learning_rate: float = 5e-5
@@ -187,7 +187,7 @@ def train(groups: Sequence[Group], corpus: dict[str, CorpusDoc], config: TrainCo
             optimizer.step()
             schedule.step()
             optimizer.zero_grad()
-            losses.append(float(loss))
+            losses.append(loss.item())
             pairs += len(texts)
             if (step + 1) % 20 == 0:
                 log.info(
