@@ -1,5 +1,5 @@
 """`python -m agent` runs the `rag` CLI."""
 
-from agent.cli import app
+from agent.cli.main import app
 
 app(prog_name="rag")

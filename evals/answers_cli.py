@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.settings import Settings, SettingsError
+from agent.config.settings import Settings, SettingsError
 from evals.answers_eval import (
     JOURNAL_FILE,
     AnswerJournal,

@@ -35,10 +35,10 @@ from pydantic_evals.evaluators import Evaluator, EvaluatorContext
 from pydantic_evals.lifecycle import CaseLifecycle
 from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.llm import bulk_model_settings
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.llm import bulk_model_settings
 from evals.scifact import SCIFACT_DIR, Split, load_queries
 from tools.stats import percentiles as latency_percentiles
 

@@ -8,7 +8,7 @@ is chosen for selectivity s: documents in a seeded random order are taken until 
 chunk count and exactly those tags is reused; otherwise it is dropped and rebuilt (`--rebuild-scale` forces it).
 
 Per selectivity, over the SciFact test claims (at most `requests`, each embedded once on Triton), searched one at
-a time through the store the app searches with (`agent.wiring.build_store`):
+a time through the store the app searches with (`agent.core.wiring.build_store`):
 - recall@10 of the filtered search the retriever runs against the exact filtered search (dense: `dense_search`
   against `dense_search(exact=True)`, same scope; full text: pruned BM25 against `bm25_exhaustive`, same scope),
   the mean over claims whose exact filtered top 10 is not empty;
@@ -30,7 +30,8 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from agent.wiring import Clients, build_store
+from agent.core.wiring import Clients, build_store
+from evals.bench_corpus import scaled_database_name, stored_pages
 from evals.retrieval_eval import ensure_database
 from tools.scope import SearchScope
 from tools.stats import percentiles
@@ -108,8 +109,6 @@ async def build_filtered_store(
         ValueError: nothing stored, or a bad selectivity.
         asyncpg.PostgresError: the server refused CREATE/DROP DATABASE.
     """
-    from evals.bench_query import scaled_database_name, stored_pages
-
     rows = await app.store.pool.fetch(
         "SELECT d.doc_id, count(*) AS n FROM documents d JOIN chunks c ON c.document_id = d.id GROUP BY d.doc_id"
     )

@@ -1,12 +1,12 @@
 """`rag bench query`: the query path (embed on Triton + search in Postgres) through the app's own clients
-(`agent.wiring.Clients`), as the user runs it.
+(`agent.core.wiring.Clients`), as the user runs it.
 
 What is measured, with the SHIPPED settings (`Settings()`: the running local stack, or whatever the environment
 points at):
 
 - For each retrieval mode (`dense`, `full_text`, `hybrid`; one `Retriever` per mode from
-  `agent.wiring.build_retriever` over the app's own embedder and store) and each concurrency C: N SciFact test claims
-  (cycled) searched with at most C in flight. Per point: queries/s, end-to-end latency p50/p95/p99 with n, the
+  `agent.core.wiring.build_retriever` over the app's own embedder and store) and each concurrency C: N SciFact test
+  claims (cycled) searched with at most C in flight. Per point: queries/s, end-to-end latency p50/p95/p99 with n, the
   p50 of the result's `embed` and `search` stage timings, and Triton's mean batch for the point (the difference of
   `TritonEmbedder.inference_statistics()` before and after: inferences / executions).
 - Embed-only throughput at each C with the same client (`app.embedder.embed([claim], kind="query")`), so the
@@ -27,21 +27,20 @@ one JSON object on stdout.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 import numpy as np
 
-from agent.settings import Settings
-from agent.wiring import Clients, build_retriever, build_store
+from agent.config.settings import Settings
+from agent.core.wiring import Clients, build_retriever, build_store
+from evals.bench_corpus import scaled_database_name, stored_pages
 from evals.bench_embedder import run_load
 from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
@@ -57,8 +56,6 @@ MODES: tuple[RetrievalMode, ...] = RETRIEVAL_MODES
 JITTER_SIGMA = 0.01
 """Standard deviation of the Gaussian noise added to each coordinate of a replica's unit vector (then
 re-normalised): replicas stay near their original (cosine ~0.98 for dim 384) without being exact duplicates."""
-SCALE_PAGE_DOCS = 200
-"""Documents read from the 1x store per page while building the scaled database."""
 
 
 @dataclass
@@ -149,50 +146,6 @@ async def embed_only_point(
 
 
 # --- the scaled database -----------------------------------------------------------------------------------------
-
-
-def scaled_database_name(url: str, factor: int) -> str:
-    """`<database of url>_x<factor>` (at most 63 characters, Postgres' identifier limit)."""
-    base = urlsplit(url).path.lstrip("/") or "postgres"
-    suffix = f"_x{factor}"
-    return base[: 63 - len(suffix)] + suffix
-
-
-async def stored_pages(store: VectorStore) -> AsyncIterator[list[DocumentRecord]]:
-    """The stored documents with their chunks and embeddings, `SCALE_PAGE_DOCS` documents per page."""
-    last_id = 0
-    while True:
-        docs = await store.pool.fetch(
-            "SELECT id, doc_id, title, source, metadata::text AS metadata, content_hash FROM documents "
-            "WHERE id > $1 ORDER BY id LIMIT $2",
-            last_id,
-            SCALE_PAGE_DOCS,
-        )
-        if not docs:
-            return
-        last_id = int(docs[-1]["id"])
-        rows = await store.pool.fetch(
-            "SELECT document_id, chunk_index, text, token_count, embedding FROM chunks "
-            "WHERE document_id = ANY($1::bigint[]) ORDER BY document_id, chunk_index",
-            [d["id"] for d in docs],
-        )
-        chunks: dict[int, list[ChunkRecord]] = {}
-        for r in rows:
-            vector = np.asarray(r["embedding"].to_numpy(), dtype=np.float32)  # pgvector.Vector
-            chunks.setdefault(int(r["document_id"]), []).append(
-                ChunkRecord(int(r["chunk_index"]), str(r["text"]), int(r["token_count"]), vector)
-            )
-        yield [
-            DocumentRecord(
-                str(d["doc_id"]),
-                str(d["title"]),
-                str(d["source"]),
-                str(d["content_hash"]),
-                chunks.get(int(d["id"]), []),
-                json.loads(d["metadata"]),
-            )
-            for d in docs
-        ]
 
 
 def replicate(doc: DocumentRecord, replica: int, rng: np.random.Generator) -> DocumentRecord:

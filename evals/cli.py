@@ -1,4 +1,4 @@
-"""`rag eval ...` and `rag bench ...` command groups (registered on the `rag` CLI in `agent/cli.py`).
+"""`rag eval ...` and `rag bench ...` command groups (registered on the `rag` CLI in `agent/cli/main.py`).
 
 Each evaluation or benchmark module adds its command here with `@eval_app.command(...)` / `@bench_app.command(...)`.
 """
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, cast
 import typer
 
 if TYPE_CHECKING:
-    from agent.settings import Settings
+    from agent.config.settings import Settings
     from tools.ingest import IngestReport
     from tools.retrieval import RetrievalMode
 
@@ -24,7 +24,7 @@ bench_app = typer.Typer(help="Load benchmarks that print figures.", no_args_is_h
 def ingest_ceiling_line(report: IngestReport, settings: Settings) -> str:
     """`rag ingest --ceiling`: the run's chunks/s against the in-process ONNX Runtime ceiling on a sample of its
     chunks (`evals.ingest_ceiling`; needs the `local` extra's onnxruntime)."""
-    from agent.wiring import build_embedder
+    from agent.core.wiring import build_embedder
     from evals.ingest_ceiling import ceiling_line
 
     model_file = settings.model_repository / settings.embedder_model / "1" / "model.onnx"
@@ -124,7 +124,7 @@ def bench_embedder(
 ) -> None:
     """Embedding service load test: Triton with and without dynamic batching, a naive FastAPI + Transformers
     server and the in-process ONNX Runtime ceiling; throughput, p50/p95/p99 and server mean batch per point."""
-    from agent.settings import Settings
+    from agent.config.settings import Settings
     from evals.bench_embedder import SETUPS, BenchParams, run_bench_command
 
     data_dir = Settings().data_dir / "bench"
@@ -247,7 +247,7 @@ def bench_serve(
     """End-to-end load on a running `rag serve` over HTTP with SciFact claims: closed-loop concurrency levels, then
     Poisson arrivals at --overload x the measured capacity; goodput, latency and TTFT p50/p95/p99, rejections and
     their latency, errors by kind, LLM tokens/s, and the overload targets."""
-    from agent.settings import Settings
+    from agent.config.settings import Settings
     from evals.bench_serve import ServeBenchParams, ServerUnreachableError, run_serve_bench_command
 
     settings = Settings()
@@ -286,7 +286,7 @@ def fidelity(
     distractors: Annotated[int, typer.Option(min=0, help="Abstracts added besides the claims' gold ones.")] = 300,
     book_docs: Annotated[int, typer.Option(min=1, help="Documents printed one per page for the page check.")] = 20,
     output: Annotated[
-        Path, typer.Option(help="Results file (the README's table reads evals/results/fidelity.json).")
+        Path, typer.Option(help="Results file (the docs' table reads evals/results/fidelity.json).")
     ] = Path(".rag/evals/fidelity.json"),
 ) -> None:
     """Format fidelity: SciFact documents rendered as PDF (headless Chromium), HTML and DOCX, each ingested into a
@@ -301,7 +301,7 @@ def fidelity(
 def extract(
     docs: Annotated[int, typer.Option(min=1, help="SciFact abstracts rendered as PDF, HTML and DOCX.")] = 200,
     output: Annotated[
-        Path, typer.Option(help="Results file (the README reads evals/results/extract-bench.json).")
+        Path, typer.Option(help="Results file (the docs read evals/results/extract-bench.json).")
     ] = Path(".rag/evals/extract-bench.json"),
 ) -> None:
     """Extraction libraries on real files: pages/s of pypdfium2 and pypdf on Debian's PDFs and on printed SciFact
@@ -340,7 +340,7 @@ def bench_mixed(
 ) -> None:
     """Questions beside bulk work on the same stack: retrieval and answer latency (p50/p95/p99, TTFT) idle and
     while an ingest, an upload job or an eval run goes on, and each bulk workload's rate alone and beside them."""
-    from agent.settings import Settings
+    from agent.config.settings import Settings
     from evals.bench_mixed import WORKLOADS, MixedBenchParams, Workload, run_mixed_bench_command
 
     chosen = tuple(workload or WORKLOADS)

@@ -24,8 +24,8 @@ from typing import Any
 
 import asyncpg
 
-from agent.settings import Settings
-from agent.wiring import build_embedder, build_retriever, build_store
+from agent.config.settings import Settings
+from agent.core.wiring import build_embedder, build_retriever, build_store
 from evals.metrics import evaluate
 from evals.render_docs import render
 from evals.retrieval_eval import doc_ranking, with_database

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.fidelity import run_fidelity
 
 

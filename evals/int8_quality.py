@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import typer
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.metrics import evaluate
 from evals.scifact import claim_texts, load_corpus, load_qrels
 from tools.embedder import TextKind, TritonEmbedder, pad_to_bucket

@@ -22,10 +22,10 @@ from typing import Annotated, Any
 
 import typer
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.errors import AgentError
-from agent.settings import Policy, Settings
+from agent.config.settings import Policy, Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.errors import AgentError
 from evals.off_topic import OFF_TOPIC
 from evals.refusal import stored_doc_ids, write_results
 from evals.scifact import claim_texts, gold_doc_ids
@@ -100,7 +100,7 @@ def main(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 4,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="always and/or agentic (default both).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Also write the results JSON here (README table).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the results JSON here (docs table).")] = None,
 ) -> None:
     """Print the rates per policy."""
     chosen: list[Policy] = []

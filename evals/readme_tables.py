@@ -1,19 +1,20 @@
-"""The README's measured tables, generated from the stored results in `evals/results/`.
+"""The measured tables of README.md and the documentation pages (`docs/`), generated from the stored results in
+`evals/results/`.
 
-Each table lives in README.md between `<!-- results:NAME -->` and `<!-- /results:NAME -->` and is rendered by the
-function registered for NAME with `@table(NAME, "results file")`; adding a table is one such function plus the two
-marker lines in the README. Every registered table must appear in the README once, and every marker must name a
-registered table.
+Each table lives in one of those pages (`pages()`) between `<!-- results:NAME -->` and `<!-- /results:NAME -->` and
+is rendered by the function registered for NAME with `@table(NAME, "results file", ...)`, which gets the parsed
+JSON of each file named; adding a table is one such function plus the two marker lines on the page that quotes it.
+Every registered table must appear once over all the pages, and every marker must name a registered table.
 
-    python -m evals.readme_tables           # rewrite the blocks in README.md
-    python -m evals.readme_tables --check   # exit 1, naming the stale blocks, when README.md disagrees
+    python -m evals.readme_tables           # rewrite the blocks in README.md and docs/**/*.md
+    python -m evals.readme_tables --check   # exit 1, naming the stale blocks, when a page disagrees
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,8 +22,10 @@ from typing import Annotated, Any
 import typer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-"""The stored results the README quotes (reports of the runs, with their dates and conditions)."""
-README = Path(__file__).resolve().parent.parent / "README.md"
+"""The stored results the pages quote (reports of the runs, with their dates and conditions)."""
+ROOT = Path(__file__).resolve().parent.parent
+"""The source checkout."""
+README = ROOT / "README.md"
 """The README of the source checkout."""
 
 _BLOCK = re.compile(r"<!-- results:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
@@ -34,21 +37,23 @@ class ReadmeTablesError(ValueError):
 
 @dataclass(frozen=True)
 class Table:
-    """A README table: its results file (relative to `RESULTS_DIR`) and the function rendering it from the JSON."""
+    """A generated table: its results files (relative to `RESULTS_DIR`) and the function rendering it from their
+    parsed JSON, one argument per file in that order."""
 
     name: str
-    source: str
-    render: Callable[[Any], str]
+    sources: tuple[str, ...]
+    render: Callable[..., str]
 
 
 TABLES: dict[str, Table] = {}
 
 
-def table(name: str, source: str) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
-    """Register `render(results_json) -> markdown` as README table `name`, fed from `RESULTS_DIR / source`."""
+def table(name: str, *sources: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Register `render(*results_json) -> markdown` as table `name`, fed from `RESULTS_DIR / source` for each
+    source."""
 
-    def register(render: Callable[[Any], str]) -> Callable[[Any], str]:
-        TABLES[name] = Table(name, source, render)
+    def register(render: Callable[..., str]) -> Callable[..., str]:
+        TABLES[name] = Table(name, sources, render)
         return render
 
     return register
@@ -77,9 +82,15 @@ _BENCH_ROWS = {
 }
 
 
+def _cores(value: float | None) -> str:
+    """CPU used over a point, in cores ('–' when the results predate the measurement)."""
+    return "–" if value is None else f"{value:.2f}"
+
+
 @table("bench-embedder", "bench-embedder.json")
 def bench_embedder(results: dict[str, Any]) -> str:
-    """Headline point of each setup (short queries, concurrency 32): req/s, p50/p95/p99 ms, n, server mean batch.
+    """Headline point of each setup (short queries, concurrency 32): req/s, p50/p95/p99 ms, n, server mean batch, and
+    the cores the benchmark client and the server's processes used meanwhile (of the machine's cores).
 
     The in-process ceiling has no serving latency: its batch is the best of the batch sizes tried."""
     rows = []
@@ -89,7 +100,7 @@ def bench_embedder(results: dict[str, Any]) -> str:
             continue
         if key.startswith("ceiling"):
             best = int(point["mean_batch"])
-            rows.append([label.format(batch=best), point["rps"], "–", "–", "–", "–", best])
+            rows.append([label.format(batch=best), point["rps"], "–", "–", "–", "–", best, "–", "–"])
         else:
             batch = str(int(point["mean_batch"])) if key == "naive" else f"{point['mean_batch']:.2f}"
             rows.append(
@@ -101,9 +112,11 @@ def bench_embedder(results: dict[str, Any]) -> str:
                     _ms(point["p99_ms"]),
                     point["n"],
                     batch,
+                    _cores(point.get("client_cpu_cores")),
+                    _cores(point.get("server_cpu_cores")),
                 ]
             )
-    header = ["setup", "req/s", "p50 ms", "p95 ms", "p99 ms", "n", "server mean batch"]
+    header = ["setup", "req/s", "p50 ms", "p95 ms", "p99 ms", "n", "server mean batch", "client cores", "server cores"]
     return markdown_table(header, rows)
 
 
@@ -470,9 +483,6 @@ def bench_serve_targets(results: dict[str, Any]) -> str:
     return markdown_table(["figure", "value", "target", "met"], rows)
 
 
-# --- rewriting the README --------------------------------------------------------------------------------------------
-
-
 # --- rag eval fidelity / rag bench extract ------------------------------------------------------------------
 
 
@@ -593,62 +603,164 @@ def extract_bench(results: dict[str, Any]) -> str:
     return markdown_table(["format", "library", "speed", "word ratio", "boilerplate leaked"], rows)
 
 
+# --- the README's headline figures ------------------------------------------------------------------------------
+
+
+@table(
+    "headline",
+    "retrieval-scifact-test.json",
+    "answers-scifact-test/summary.json",
+    "bench-embedder.json",
+    "bench-query.json",
+    "bench-serve.json",
+)
+def headline(
+    retrieval: dict[str, Any],
+    answers: dict[str, Any],
+    embedder: dict[str, Any],
+    query: dict[str, Any],
+    serve: dict[str, Any],
+) -> str:
+    """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, answer verdict accuracy,
+    the embedding service's throughput and p99, the query path's p50, goodput under overload; each with its date
+    and the page holding the full table."""
+    hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
+    dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
+    hybrid1 = _point(query, "hybrid", 1)
+    goodput = serve["targets"]["goodput_over_capacity"]["value"]
+    rows: list[list[object]] = [
+        [
+            "retrieval, SciFact test (BEIR), hybrid default",
+            f"nDCG@10 **{hybrid['ndcg@10']:.4f}** (published: {hybrid['published_ndcg@10']})",
+            hybrid["date"],
+            "[Evaluations](docs/evaluations.md)",
+        ],
+        [
+            f"answers, {answers['n']} SciFact test claims, {answers['llm_model']} on CPU",
+            f"verdict accuracy {answers['verdict_accuracy']:.3f} (majority class {answers['majority_baseline']:.3f}), "
+            f"citation precision {answers['citation_precision']:.3f}",
+            answers["date"],
+            "[Evaluations](docs/evaluations.md)",
+        ],
+        [
+            "embedding service on Triton, short queries, concurrency 32",
+            f"{dynamic['rps']} req/s, p99 {_ms(dynamic['p99_ms'])} ms "
+            f"(naive FastAPI + Transformers: {naive['rps']} req/s)",
+            embedder["machine"]["date_utc"][:10],
+            "[Benchmarks](docs/benchmarks.md)",
+        ],
+    ]
+    if hybrid1:
+        rows.append(
+            [
+                "question to passages (embed + hybrid search), concurrency 1",
+                f"p50 {_ms(hybrid1['p50_ms'])} ms",
+                query["machine"]["date_utc"][:10],
+                "[Benchmarks](docs/benchmarks.md)",
+            ]
+        )
+    rows.append(
+        [
+            "answers under overload (open loop)",
+            f"goodput {goodput:g} × that at capacity, {serve['targets']['timeouts']['value']:g} timeouts",
+            serve["machine"]["date_utc"][:10],
+            "[Benchmarks](docs/benchmarks.md)",
+        ]
+    )
+    return markdown_table(["what", "figure", "measured", "details"], rows)
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    """The pages that may hold generated tables: `root`'s README.md and every Markdown file under `root/docs/`."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def read_pages(root: Path = ROOT) -> dict[Path, str]:
+    """The text of each of `pages(root)`."""
+    return {page: page.read_text(encoding="utf-8") for page in pages(root)}
+
+
 def render_table(name: str, results_dir: Path = RESULTS_DIR) -> str:
-    """The Markdown of table `name` from its results file.
+    """The Markdown of table `name` from its results files.
 
     Raises:
-        ReadmeTablesError: no such table, or its results file is missing.
+        ReadmeTablesError: no such table, or one of its results files is missing.
     """
     if name not in TABLES:
-        raise ReadmeTablesError(f"README marker results:{name} names no table; known: {', '.join(sorted(TABLES))}")
-    path = results_dir / TABLES[name].source
-    if not path.is_file():
-        raise ReadmeTablesError(f"table {name}: results file {path} is missing")
-    return TABLES[name].render(json.loads(path.read_text()))
+        raise ReadmeTablesError(f"marker results:{name} names no table; known: {', '.join(sorted(TABLES))}")
+    results = []
+    for source in TABLES[name].sources:
+        path = results_dir / source
+        if not path.is_file():
+            raise ReadmeTablesError(f"table {name}: results file {path} is missing")
+        results.append(json.loads(path.read_text()))
+    return TABLES[name].render(*results)
 
 
-def render_readme(text: str, results_dir: Path = RESULTS_DIR) -> str:
-    """`text` with every results block replaced by its freshly rendered table.
+def check_markers(texts: Iterable[str]) -> None:
+    """Check that every registered table has exactly one block over all of `texts` (the pages).
 
     Raises:
-        ReadmeTablesError: a marker names no registered table, or a registered table has no block or two.
+        ReadmeTablesError: a registered table has no block, or two.
     """
-    names = [m["name"] for m in _BLOCK.finditer(text)]
+    names = [m["name"] for text in texts for m in _BLOCK.finditer(text)]
     missing = sorted(set(TABLES) - set(names))
     twice = sorted({n for n in names if names.count(n) > 1})
     if missing or twice:
-        raise ReadmeTablesError(f"README blocks missing: {missing or 'none'}; repeated: {twice or 'none'}")
+        raise ReadmeTablesError(f"table blocks missing: {missing or 'none'}; repeated: {twice or 'none'}")
+
+
+def render_blocks(text: str, results_dir: Path = RESULTS_DIR) -> str:
+    """`text` with every results block replaced by its freshly rendered table.
+
+    Raises:
+        ReadmeTablesError: a marker names no registered table, or a results file is missing.
+    """
     return _BLOCK.sub(
         lambda m: f"<!-- results:{m['name']} -->\n{render_table(m['name'], results_dir)}<!-- /results:{m['name']} -->",
         text,
     )
 
 
+def render_pages(texts: Mapping[Path, str], results_dir: Path = RESULTS_DIR) -> dict[Path, str]:
+    """Each page's text with its results blocks freshly rendered, after checking that every table has one block.
+
+    Raises:
+        ReadmeTablesError: as `check_markers` and `render_blocks`.
+    """
+    check_markers(texts.values())
+    return {page: render_blocks(text, results_dir) for page, text in texts.items()}
+
+
 def stale_tables(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
-    """Names of the README blocks whose text differs from what their results render to."""
+    """Names of the blocks in `text` whose table differs from what their results render to."""
     return [m["name"] for m in _BLOCK.finditer(text) if m["body"] != render_table(m["name"], results_dir)]
 
 
 def main(
     check: Annotated[bool, typer.Option("--check", help="Only report stale tables (exit 1); change nothing.")] = False,
-    readme: Annotated[Path, typer.Option(help="The README to rewrite.")] = README,
+    root: Annotated[Path, typer.Option(help="The checkout whose README.md and docs/ to rewrite.")] = ROOT,
 ) -> None:
-    """Rewrite (or check) the measured tables of the README from evals/results/."""
-    text = readme.read_text()
+    """Rewrite (or check) the measured tables of README.md and docs/ from evals/results/."""
+    texts = read_pages(root)
     try:
-        updated = render_readme(text)
-        stale = stale_tables(text)
+        updated = render_pages(texts)
+        stale = {page: stale_tables(text) for page, text in texts.items()}
     except ReadmeTablesError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    stale = {page: names for page, names in stale.items() if names}
     if check:
+        for page, names in stale.items():
+            typer.echo(f"{page}: stale tables {', '.join(names)}: run `python -m evals.readme_tables`", err=True)
         if stale:
-            typer.echo(f"{readme}: stale tables {', '.join(stale)}: run `python -m evals.readme_tables`", err=True)
             raise typer.Exit(1)
         return
-    if updated != text:
-        readme.write_text(updated)
-    typer.echo(f"{readme}: {len(stale)} table(s) rewritten ({', '.join(stale) or 'none stale'})")
+    for page, text in updated.items():
+        if text != texts[page]:
+            page.write_text(text, encoding="utf-8")
+    shown = "; ".join(f"{page.relative_to(root)}: {', '.join(names)}" for page, names in stale.items())
+    typer.echo(f"{sum(map(len, stale.values()))} table(s) rewritten ({shown or 'none stale'})")
 
 
 if __name__ == "__main__":

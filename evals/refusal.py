@@ -11,7 +11,7 @@ half: the Mann–Whitney form of the AUC).
     python -m evals.refusal --top-k 5 [--split train] [--answer-rate 0.95] [--json] [--out results.json]
 
 `--out` writes the calibration with the command, the date and the machine (`evals.machine.machine_info`): the
-README's calibration table is generated from `evals/results/refusal-calibration.json`.
+calibration table of docs/agent.md is generated from `evals/results/refusal-calibration.json`.
 
 Needs the stack (Triton, Postgres) and an ingested corpus; the LLM is not called.
 """
@@ -27,8 +27,8 @@ from typing import Annotated, cast, get_args
 import numpy as np
 import typer
 
-from agent.app import RagApp
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import RagApp
 from evals.machine import machine_info
 from evals.off_topic import OFF_TOPIC
 from evals.scifact import Split, claim_texts, gold_doc_ids

@@ -95,8 +95,8 @@ async def run_rerank_eval(depths: Sequence[int], limit: int | None, timed_claims
     Raises:
         EmbedderError / StoreError / asyncpg.PostgresError: the stack is down, or the reranker is not loaded.
     """
-    from agent.settings import Settings
-    from agent.wiring import build_embedder, build_reranker, build_retriever, build_store
+    from agent.config.settings import Settings
+    from agent.core.wiring import build_embedder, build_reranker, build_retriever, build_store
     from evals.machine import machine_info
 
     settings = Settings()

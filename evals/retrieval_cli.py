@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.retrieval_eval import REFERENCE_NDCG10, RetrievalEvalReport, Variant, run_retrieval_eval, tune_fusion
 from evals.scifact import DatasetError, Split, load_corpus, load_qrels, load_queries
 from tools.embedder import EmbedderError

@@ -34,8 +34,8 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from agent.settings import Settings
-from agent.wiring import build_embedder, build_retriever, build_store
+from agent.config.settings import Settings
+from agent.core.wiring import build_embedder, build_retriever, build_store
 from evals.metrics import evaluate
 from evals.scifact import CorpusDoc, Qrels, Query
 from tools.embedder import TritonEmbedder

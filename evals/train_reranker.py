@@ -82,8 +82,8 @@ async def mine_hard_negatives(
     Raises:
         EmbedderError / StoreError / asyncpg.PostgresError: the stack is down or failed.
     """
-    from agent.settings import Settings
-    from agent.wiring import build_embedder, build_retriever, build_store
+    from agent.config.settings import Settings
+    from agent.core.wiring import build_embedder, build_retriever, build_store
     from evals.retrieval_eval import database_name, doc_ranking, ensure_database, ingest_passages
 
     settings = Settings()

@@ -39,6 +39,7 @@ class StackConfig:
     vllm_port: int
     vllm_kvcache_space_gib: int
     vllm_max_model_len: int
+    vllm_nice: int
     vllm_start_timeout_s: float
     services: tuple[str, ...]
 

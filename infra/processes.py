@@ -177,12 +177,21 @@ def require_free_ports(service: str, ports: Mapping[str, int]) -> None:
         )
 
 
-def spawn(run_dir: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
-    """Start `argv` detached in its own session, output to `<run_dir>/<name>.log`; record and return its PID."""
+def spawn(
+    run_dir: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None, nice: int = 0
+) -> int:
+    """Start `argv` detached in its own session, output to `<run_dir>/<name>.log`; record and return its PID.
+
+    `nice` (0-19) is added to the process's niceness before it runs, so it and every process it starts get the CPU
+    after the processes at niceness 0 (Linux CFS weights: 1024 at 0, 335 at 5, 110 at 10).
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     log = log_file(run_dir, name).open("ab")
+    # coreutils `nice` sets the niceness and execs the command in place: same PID, no preexec_fn (unsafe in a
+    # process with threads, e.g. a progress bar's).
+    command = ["nice", "-n", str(nice), *argv] if nice else list(argv)
     proc = subprocess.Popen(
-        list(argv),
+        command,
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

@@ -49,4 +49,9 @@ fi
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports
+# The documentation site (mkdocs.yml, docs/): strict, so a broken link, anchor or missing page fails the run; built
+# into a temporary folder, removed afterwards. (Not --quiet: it hides the warnings that --strict counts.)
+site="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site"
+rm -rf "$site"
 .venv/bin/python -m pytest -q "$@"

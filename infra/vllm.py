@@ -92,7 +92,7 @@ def launch(config: StackConfig) -> int:
     if pid is None:
         convert(model_dir(config))
         processes.require_free_ports(NAME, {"VLLM_PORT": config.vllm_port})
-        pid = processes.spawn(run_dir, NAME, argv(config), env=server_env(config))
+        pid = processes.spawn(run_dir, NAME, argv(config), env=server_env(config), nice=config.vllm_nice)
     return pid
 
 

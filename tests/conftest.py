@@ -29,8 +29,8 @@ from types import FrameType
 
 import pytest
 
-from agent.app import build_embedder
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import build_embedder
 from evals.scifact import SCIFACT_DIR
 from infra import postgres, stack, triton, vllm, watchdog
 from infra.config import StackConfig

@@ -3,13 +3,14 @@ Debian Chromium, DOCX written by python-docx, encrypted and empty PDFs written b
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import zipfile
 from pathlib import Path
 
 import docx
 import pypdf
+
+from tests import external_tools
 
 CHROMIUM = "/usr/bin/chromium"
 PRINT_TIMEOUT_S = 120
@@ -31,7 +32,7 @@ GUIDE_HTML = """<!doctype html><html><head><title>Handbook</title></head><body>
 
 def print_pdf(html: str, out: Path) -> Path:
     """`html` printed to the PDF `out` by headless Chromium (`--print-to-pdf`, no header or footer)."""
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
+    external_tools.chromium()
     page = out.with_suffix(".print.html")
     page.write_text(html, encoding="utf-8")
     subprocess.run(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from agent.settings import Settings
-from agent.wiring import build_embedder, build_store
+from agent.config.settings import Settings
+from agent.core.wiring import build_embedder, build_store
 from tools.jobs import Job, JobQueue, work
 from tools.model_specs import get_spec
 

@@ -15,7 +15,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agent.cli import app
+from agent.cli.main import app
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import DocumentRecord, IngestCounts, VectorStore
 

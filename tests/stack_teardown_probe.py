@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra import processes, triton
 from infra.config import StackConfig
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra import postgres
 from infra.config import StackConfig
 from tools.store import ChunkRecord, DocumentRecord, VectorStore

@@ -1,4 +1,4 @@
-"""Admission control for answers (agent/admission.py): slots, the FIFO queue, refusals with their retry time,
+"""Admission control for answers (agent/core/admission.py): slots, the FIFO queue, refusals with their retry time,
 deadline, cancellation while queued, service-rate estimate and metrics. Pure logic: a manual clock, no real time."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.admission import AdmissionController, AdmissionMetrics, ServiceRate, Ticket
-from agent.errors import OverloadedError
-from agent.failures import Failure, describe
-from agent.http_api import error_response
+from agent.core.admission import AdmissionController, AdmissionMetrics, ServiceRate, Ticket
+from agent.core.errors import OverloadedError
+from agent.core.failures import Failure, describe
+from agent.http.errors import error_response
 
 
 class ManualClock:

@@ -15,13 +15,13 @@ import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.app import RagApp
-from agent.errors import OverloadedError
-from agent.events import Queued
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.errors import OverloadedError
+from agent.core.events import Queued
+from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_rag
-from agent.settings import Settings
-from agent.wiring import Services
 from tests.test_agent_logic import COVERED, DOCUMENTS
 from tests.test_http_contract import sse_events
 from tools.in_memory import InMemoryCollection

@@ -23,8 +23,8 @@ import pytest
 from httpx_sse import EventSource
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent.settings import Settings
-from agent.wiring import ingest_files
+from agent.config.settings import Settings
+from agent.core.wiring import ingest_files
 from evals.bench_serve import ServeBenchParams, render, run_serve_bench, write_plot
 from evals.scifact import SCIFACT_DIR
 from tests.fake_openai import FakeState, Reply, ThreadedServer, build_app

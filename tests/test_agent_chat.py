@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from agent.prompts import REFUSAL
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.prompts import REFUSAL
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from tests.conftest import cli_env
 from tools.store import VectorStore

@@ -12,13 +12,13 @@ from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.usage import UsageLimits
 
-from agent.answer import AnswerLimits, AnswerRequest, answer
-from agent.app import RagApp
-from agent.errors import AnswerLimitError, LLMConfigError, LLMResponseError, LLMUnavailableError
-from agent.llm import build_model, check_tool_calling, model_settings
-from agent.rag_agent import RagDeps, build_agent
-from agent.results import AskResult
-from agent.settings import Policy, Settings
+from agent.config.settings import Policy, Settings
+from agent.core.answer import AnswerLimits, AnswerRequest, answer
+from agent.core.app import RagApp
+from agent.core.errors import AnswerLimitError, LLMConfigError, LLMResponseError, LLMUnavailableError
+from agent.core.llm import build_model, check_tool_calling, model_settings
+from agent.core.rag_agent import RagDeps, build_agent
+from agent.core.results import AskResult
 from infra.processes import free_port
 from tests.fake_openai import TRITON_DEFAULT_MAX_TOKENS, VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply
 from tests.test_agent_logic import DOCUMENTS

@@ -16,13 +16,13 @@ from pydantic_ai.messages import ModelMessage, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
-from agent.answer import AnswerLimits, AnswerRequest, answer
-from agent.errors import AnswerLimitError, InputError, LLMResponseError
-from agent.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
-from agent.prompts import REFUSAL
-from agent.rag_agent import RagDeps, build_agent, shown_in
-from agent.results import AskResult
-from agent.settings import Policy
+from agent.config.settings import Policy
+from agent.core.answer import AnswerLimits, AnswerRequest, answer
+from agent.core.errors import AnswerLimitError, InputError, LLMResponseError
+from agent.core.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
+from agent.core.prompts import REFUSAL
+from agent.core.rag_agent import RagDeps, build_agent, shown_in
+from agent.core.results import AskResult
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument

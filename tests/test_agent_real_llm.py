@@ -17,13 +17,13 @@ import pytest
 from pydantic_ai import capture_run_messages
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.events import AgentEvent, ToolCall
-from agent.prompts import REFUSAL
-from agent.results import AskResult
-from agent.settings import Settings
-from agent.wiring import ingest_files
+from agent.config.settings import Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.events import AgentEvent, ToolCall
+from agent.core.prompts import REFUSAL
+from agent.core.results import AskResult
+from agent.core.wiring import ingest_files
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from evals.scifact import SCIFACT_DIR as SCIFACT
 from tests.conftest import GOLD_CLAIMS

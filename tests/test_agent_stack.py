@@ -13,11 +13,11 @@ import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.answer import AnswerLimits, AnswerRequest, answer
-from agent.errors import AnswerLimitError
-from agent.prompts import REFUSAL
-from agent.rag_agent import RagDeps, build_agent
-from agent.results import AskResult
+from agent.core.answer import AnswerLimits, AnswerRequest, answer
+from agent.core.errors import AnswerLimitError
+from agent.core.prompts import REFUSAL
+from agent.core.rag_agent import RagDeps, build_agent
+from agent.core.results import AskResult
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from tools.embedder import TextKind, TritonEmbedder
 from tools.retrieval import RETRIEVAL_MODES, RetrievalMode, Retriever

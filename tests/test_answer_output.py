@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.conftest import cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.answers_eval import load_cases, run_answers_eval, scifact_dataset
 from tests.conftest import GOLD_CLAIMS, cli_env, run_cli
 from tests.fake_openai import FakeOpenAIServer, Reply

@@ -9,9 +9,9 @@ from typing import cast
 import numpy as np
 import pytest
 
-from agent.app import RagApp
-from agent.results import AskResult
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.results import AskResult
 from evals.answers_eval import (
     AnswerOutput,
     CitationEvaluator,

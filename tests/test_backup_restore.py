@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.retrieval_eval import database_name, ensure_database, run_retrieval_eval, with_database
 from evals.scifact import SCIFACT_DIR, CorpusDoc, Query, load_corpus, load_qrels, load_queries
 from infra import postgres

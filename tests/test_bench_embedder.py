@@ -1,12 +1,18 @@
-"""`rag bench embedder` without servers: the replica setup's share against its target, and the setups the command
-accepts."""
+"""`rag bench embedder` without servers: the replica setup's share against its target, the setups the command
+accepts, and the CPU accounting of a load point."""
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
+import time
+
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from evals.bench_embedder import SETUPS, BenchParams
+from evals.bench_embedder.load import measured_load
 from evals.bench_embedder.report import replica_target
 
 
@@ -24,3 +30,22 @@ def test_unknown_setup_is_a_usage_error_listing_every_setup() -> None:
     result = CliRunner().invoke(app, ["bench", "embedder", "--setup", "bogus"])
     assert result.exit_code == 2
     assert "triton_replicas" in result.output and "'bogus'" in result.output
+
+
+def test_load_reports_the_cores_the_client_and_the_server_tree_used() -> None:
+    server = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+    try:
+
+        async def busy_call(text: str) -> object:
+            start = time.process_time()
+            while time.process_time() - start < 0.02:  # 20 ms of this process's CPU per call
+                pass
+            return text
+
+        latencies, wall, client, srv = asyncio.run(measured_load(busy_call, ["a", "b"], 10, 2, 600.0, server.pid))
+    finally:
+        server.kill()
+        server.wait()
+    assert len(latencies) == 10
+    assert client * wall >= 0.2  # at least the 10 x 20 ms the calls burned
+    assert srv is not None and 0.0 <= srv < client  # the sleeping server used (almost) nothing

@@ -9,7 +9,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.bench_filters import chosen_documents, tag_key, tagged
 from tests.conftest import run_cli
 from tests.store_helpers import record

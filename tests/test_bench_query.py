@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.stack

@@ -24,7 +24,7 @@ from evals.bench_serve import (
     summarize,
     targets,
 )
-from evals.readme_tables import README, RESULTS_DIR, render_readme, stale_tables
+from evals.readme_tables import RESULTS_DIR, read_pages, render_pages, stale_tables
 
 RESULT = {"answer": "Yes [1].", "citations": [], "timings_ms": {"total": 1.0}, "refused": False}
 
@@ -143,7 +143,7 @@ def test_bad_parameters_name_their_option(kwargs: dict[str, object], message: st
         ServeBenchParams(**kwargs)  # type: ignore[arg-type]
 
 
-def test_the_readme_tables_follow_the_stored_serve_results(tmp_path: Path) -> None:
+def test_the_docs_tables_follow_the_stored_serve_results(tmp_path: Path) -> None:
     results = tmp_path / "results"
     shutil.copytree(RESULTS_DIR, results, ignore=shutil.ignore_patterns("*.png"))
     stored = results / "bench-serve.json"
@@ -151,9 +151,10 @@ def test_the_readme_tables_follow_the_stored_serve_results(tmp_path: Path) -> No
     data["open_loop"]["goodput_rps"] = 123.456
     data["targets"]["max_rejection_ms"]["value"] = 42.0
     stored.write_text(json.dumps(data))
-    text = README.read_text()
+    texts = read_pages()
+    text = "".join(texts.values())
     assert stale_tables(text, results) == ["bench-serve", "bench-serve-targets"]
-    rendered = render_readme(text, results)
+    rendered = "".join(render_pages(texts, results).values())
     assert "| 123.456 |" in rendered and "| slowest rejection, ms | 42 | < 100 | yes |" in rendered
 
 

@@ -1,4 +1,4 @@
-"""`rag chat` keeps its session as a stored conversation, without servers: `agent.chat.run_chat` on a `RagApp` over
+"""`rag chat` keeps its session as a stored conversation, without servers: `agent.cli.chat.run_chat` on a `RagApp` over
 the in-memory collection, conversation log and a scripted FunctionModel, with the console's input scripted. The id
 is printed, a follow-up is searched with the earlier turn's subject, and `--conversation ID` resumes it. The same
 subprocess against the real stack: test_chat_conversation_stack.py."""
@@ -14,9 +14,9 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from agent.app import RagApp
-from agent.chat import run_chat
-from agent.conversations import ConversationNotFoundError
+from agent.cli.chat import run_chat
+from agent.core.app import RagApp
+from agent.core.conversations import ConversationNotFoundError
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model, app, texts
 from tools.scope import SearchScope
 

@@ -12,7 +12,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.conftest import cli_env
 from tests.fake_openai import FakeOpenAIServer
 from tools.model_specs import get_spec

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.scifact import SCIFACT_DIR
 from tools.chunking import SENTENCE_END, chunk_text, fit_window, max_chunks
 from tools.tokenizer import load_tokenizer

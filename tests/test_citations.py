@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.citations import extract_citations, render_answer, stream_text, strip_reasoning
+from agent.core.citations import extract_citations, render_answer, stream_text, strip_reasoning
 from tools.retrieval import Passage
 from tools.store import ChunkHit
 
@@ -57,7 +57,7 @@ def test_uncited_quote_is_attributed_to_the_passage_it_copies() -> None:
 
 def consume(pieces: list[str]) -> tuple[str, int]:
     """What a streaming consumer ends up showing (text since the last restart) and how many restarts it saw,
-    given the model output in `pieces`, with the final flush `agent.rag_agent.answer` sends."""
+    given the model output in `pieces`, with the final flush `agent.core.rag_agent.answer` sends."""
     shown, restarts, output = "", 0, ""
     for piece in pieces:
         output += piece

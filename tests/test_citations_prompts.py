@@ -3,7 +3,7 @@ conversation: test_conversations_logic.py)."""
 
 from __future__ import annotations
 
-from agent.prompts import format_passages, sanitize_passage, user_prompt
+from agent.core.prompts import format_passages, sanitize_passage, user_prompt
 from tools.retrieval import Passage
 from tools.store import ChunkHit
 

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
 from infra import processes, triton
 from infra.config import StackConfig
 from infra.processes import free_port

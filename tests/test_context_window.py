@@ -1,4 +1,4 @@
-"""Passages fitted to the LLM's context window (agent/context_window.py), through the real agent and OpenAI client
+"""Passages fitted to the LLM's context window (agent/core/context_window.py), through the real agent and OpenAI client
 against the scripted fake OpenAI server, which reports `max_model_len` as vLLM does. Token counts use a real
 `tokenizer.json` (the embedder's, shipped in its package: any Hugging Face tokenizer exercises the same logic; the
 real LLM's is used in test_context_window_real_llm.py)."""
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, TextPart, UserPromptPart
 
-from agent.answer import AnswerLimits, AnswerRequest, answer
-from agent.context_window import MARGIN_TOKENS, TOKENS_PER_MESSAGE, ContextFitter, tokenizer_counter
-from agent.llm import build_model, model_settings
-from agent.prompts import SYSTEM_PROMPT, user_prompt
-from agent.rag_agent import NO_ROOM, RagDeps, build_agent
-from agent.results import AskResult
-from agent.settings import Policy, Settings
+from agent.config.settings import Policy, Settings
+from agent.core.answer import AnswerLimits, AnswerRequest, answer
+from agent.core.context_window import MARGIN_TOKENS, TOKENS_PER_MESSAGE, ContextFitter, tokenizer_counter
+from agent.core.llm import build_model, model_settings
+from agent.core.prompts import SYSTEM_PROMPT, user_prompt
+from agent.core.rag_agent import NO_ROOM, RagDeps, build_agent
+from agent.core.results import AskResult
 from tests.fake_openai import FakeOpenAIServer, Reply
 from tests.ranked_search import RankedSearch, passage
 from tools.model_specs import get_spec

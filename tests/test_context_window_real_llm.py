@@ -1,6 +1,7 @@
 """`rag ask --top-k 40` against the real vLLM (4096-token context, SmolLM2's own tokenizer found in the converted model
 folder): the 40 passages do not fit, so the lowest-ranked are dropped and the question is answered instead of vLLM's
-400 (agent/context_window.py). The test stores 48 documents of its own (one ~200-token chunk each) and removes them."""
+400 (agent/core/context_window.py). The test stores 48 documents of its own (one ~200-token chunk each) and removes
+them."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import json
 
 import pytest
 
-from agent.app import RagApp
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import RagApp
 from tests.conftest import run_cli
 from tools.ingest import SourceDocument
 

@@ -16,10 +16,10 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.app import RagApp
-from agent.conversations import ConversationNotFoundError
-from agent.settings import Settings
-from agent.wiring import Services
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.conversations import ConversationNotFoundError
+from agent.core.wiring import Services
 from evals.retrieval_eval import ensure_database
 from tests.test_agent_logic import COVERED, DOCUMENTS
 from tools.conversations import ConversationLog

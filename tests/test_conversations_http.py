@@ -12,11 +12,11 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_rag
-from agent.settings import Settings
-from agent.wiring import Services
 from tests.test_agent_logic import DOCUMENTS
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model, texts
 from tests.test_http_contract import assert_error, sse_events

@@ -1,8 +1,8 @@
 """Follow-up questions in a stored conversation, without servers: `RagApp` over the in-memory collection, the
 in-memory conversation log and a scripted pydantic-ai FunctionModel. A follow-up that names nothing ("and what about
-its side effects?") is searched with the subject of the earlier turn (`agent.followup.condensed_query`), the earlier
-turns reach the model as history (bounded by CHAT_HISTORY_TURNS, citation markers removed), and the turn is stored.
-The same against Postgres: test_conversations_store.py; over HTTP: test_conversations_http.py."""
+its side effects?") is searched with the subject of the earlier turn (`agent.core.followup.condensed_query`), the
+earlier turns reach the model as history (bounded by CHAT_HISTORY_TURNS, citation markers removed), and the turn is
+stored. The same against Postgres: test_conversations_store.py; over HTTP: test_conversations_http.py."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.conversations import ConversationNotFoundError, follow_up, history_messages
-from agent.errors import InputError
-from agent.settings import Settings
-from agent.wiring import Services
+from agent.config.settings import Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.conversations import ConversationNotFoundError, follow_up, history_messages
+from agent.core.errors import InputError
+from agent.core.wiring import Services
 from tests.test_agent_logic import DOCUMENTS
 from tools.conversations import ConversationTurn, auto_title
 from tools.in_memory import InMemoryCollection

@@ -12,9 +12,9 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from agent.app import RagApp
-from agent.settings import Settings
-from agent.wiring import Services
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.wiring import Services
 from evals.retrieval_eval import ensure_database
 from tests.test_agent_logic import DOCUMENTS
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model

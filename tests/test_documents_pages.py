@@ -11,13 +11,13 @@ import pytest
 from pydantic_ai.models.test import TestModel
 from typer.testing import CliRunner
 
-from agent import cli
-from agent.app import RagApp
-from agent.errors import InputError
+from agent.cli import main as cli
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.errors import InputError
+from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_rag
-from agent.settings import Settings
-from agent.wiring import Services
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from agent.settings import Settings
-from agent.wiring import Clients
+from agent.config.settings import Settings
+from agent.core.wiring import Clients
 from infra import stack
 from infra.config import StackConfig
 from infra.processes import free_port

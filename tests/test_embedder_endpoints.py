@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 from starlette.testclient import TestClient
 
-from agent.settings import Settings, SettingsError, describe_validation_error
-from agent.telemetry import metrics_app
+from agent.config.settings import Settings, SettingsError, describe_validation_error
+from agent.core.telemetry import metrics_app
 from tools.embedder import TritonEmbedder
 from tools.embedder.channel import (
     GRPC_MAX_MESSAGE_BYTES,

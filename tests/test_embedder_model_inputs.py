@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tools.embedder import EmbedderError, TritonEmbedder
 from tools.model_specs import EMBEDDING_OUTPUT
 

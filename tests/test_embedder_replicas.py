@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.app import build_embedder
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import build_embedder
 from infra import processes, triton
 from infra.config import StackConfig
 from infra.processes import free_port

@@ -17,8 +17,8 @@ import numpy as np
 import psutil
 import pytest
 
-from agent.settings import Settings
-from agent.wiring import build_embedder
+from agent.config.settings import Settings
+from agent.core.wiring import build_embedder
 from infra import processes
 from infra.config import StackConfig
 from tools.embedder import EmbedderStubFailedError

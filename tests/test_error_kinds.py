@@ -1,5 +1,6 @@
-"""The HTTP error contract as a whole: every error kind the server can answer is in the README's error table, and a
-body the server cannot read (not UTF-8, not JSON) is one kind and status on every route. In-process, no server."""
+"""The HTTP error contract as a whole: every error kind the server can answer is in the error table of the HTTP API
+page (docs/http-api.md), and a body the server cannot read (not UTF-8, not JSON) is one kind and status on every
+route. In-process, no server."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _LITERAL_KINDS = re.compile(
     r'error_json\(\s*\d+,\s*"(\w+)"'  # the guards, the drain, /mcp
     r'|ApiError\(\s*\d+,\s*"(\w+)"'  # routes
-    r'|Failure\(\s*"(\w+)"'  # agent.failures and the routes
+    r'|Failure\(\s*"(\w+)"'  # agent.core.failures and the routes
     r'|\bkind = "(\w+)"'  # the agent's typed errors
     r'|OpenAIError\(\s*\d+,[^()]*?,\s*"(\w+)"'  # the OpenAI-compatible routes
 )
@@ -31,18 +32,19 @@ def answered_kinds() -> set[str]:
     return kinds - NOT_HTTP
 
 
-def readme_error_table() -> str:
-    text = (ROOT / "README.md").read_text()
+def docs_error_table() -> str:
+    """The error table of the HTTP API page."""
+    text = (ROOT / "docs" / "http-api.md").read_text()
     start = text.index("| status | `error` |")
     return text[start : text.index("\n\n", start)]
 
 
-def test_the_readme_error_table_lists_every_kind_the_server_answers() -> None:
-    table = readme_error_table()
+def test_the_docs_error_table_lists_every_kind_the_server_answers() -> None:
+    table = docs_error_table()
     kinds = answered_kinds()
     assert {"unauthorized", "shutting_down", "forbidden_origin", "payload_too_large"} <= kinds  # the scan works
     missing = sorted(kind for kind in kinds if f"`{kind}`" not in table)
-    assert missing == [], f"add these kinds to the README's error table: {missing}"
+    assert missing == [], f"add these kinds to the error table of docs/http-api.md: {missing}"
 
 
 async def test_a_body_that_is_not_utf8_is_the_same_error_as_malformed_json() -> None:

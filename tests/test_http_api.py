@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.app import RagApp
-from agent.http_api import create_app
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.http import create_app
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from infra.processes import free_port
 from tests.conftest import cli_env

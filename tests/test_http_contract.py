@@ -18,12 +18,12 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.app import RagApp
-from agent.errors import InputError
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.errors import InputError
+from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_rag
-from agent.settings import Settings
-from agent.wiring import Services
 from tests.test_agent_logic import COVERED, DOCUMENTS, OFF_TOPIC
 from tools.in_memory import InMemoryCollection
 

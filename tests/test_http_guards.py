@@ -1,5 +1,5 @@
-"""What `rag serve` checks before routing or parsing (agent/http_guards.py), the exact `/metrics` route, document ids
-holding `/`, and the drain's answers, in-process on the real FastAPI app (`agent.http_api.create_app`) over httpx's
+"""What `rag serve` checks before routing or parsing (agent/http/guards.py), the exact `/metrics` route, document ids
+holding `/`, and the drain's answers, in-process on the real FastAPI app (`agent.http.create_app`) over httpx's
 ASGI transport: no server, no lifespan (routes that need the `RagApp` get a small in-memory one)."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr, ValidationError
 
-from agent.admission import AdmissionController
-from agent.http_api import create_app
-from agent.http_guards import LOOPBACK_HOSTS, allowed_hosts_for, require_key_off_loopback
-from agent.keys import InMemoryKeys
-from agent.settings import Settings, SettingsError
+from agent.config.settings import Settings, SettingsError
+from agent.core.admission import AdmissionController
+from agent.core.keys import InMemoryKeys
+from agent.http import create_app
+from agent.http.guards import LOOPBACK_HOSTS, allowed_hosts_for, require_key_off_loopback
 
 KEY = "s3cret-clé"  # non-ASCII: clients send it as UTF-8 bytes
 

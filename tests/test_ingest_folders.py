@@ -16,7 +16,7 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.conftest import REPO_ROOT, cli_env
 from tests.document_files import GUIDE_HTML, empty_pdf, encrypted_pdf, guide_docx, print_pdf, zip_named
 from tools.embedder import TritonEmbedder

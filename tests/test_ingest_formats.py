@@ -183,7 +183,7 @@ def test_section_location_is_the_chunk_metadata() -> None:
 
 
 def test_citation_shows_the_page_or_the_section_path() -> None:
-    from agent.results import Citation, location_fields
+    from agent.core.results import Citation, location_fields
 
     pdf = Citation(
         doc_id="docs/handbook.pdf",

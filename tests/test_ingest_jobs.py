@@ -18,8 +18,8 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from agent.settings import Settings
-from agent.wiring import build_embedder
+from agent.config.settings import Settings
+from agent.core.wiring import build_embedder
 from tests.conftest import REPO_ROOT, cli_env
 from tests.document_files import GUIDE_HTML, zip_named
 from tools.embedder import TritonEmbedder

@@ -14,8 +14,8 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from agent.settings import Settings
-from agent.wiring import build_embedder
+from agent.config.settings import Settings
+from agent.core.wiring import build_embedder
 from evals.scifact import SCIFACT_DIR, load_corpus
 from tools.chunking import chunk_parts, fit_window
 from tools.embedder import TritonEmbedder

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.scifact import SCIFACT_DIR
 from infra import postgres, processes, triton
 from infra.config import StackConfig

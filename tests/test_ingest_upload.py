@@ -14,7 +14,7 @@ import asyncpg
 import httpx
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.conftest import REPO_ROOT
 from tests.document_files import GUIDE_HTML, guide_docx, print_pdf
 from tests.test_http_api import RagServe

@@ -4,7 +4,6 @@ shows, the document list shows them, and a document is deleted from the list."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -13,7 +12,8 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
+from tests import external_tools
 from tests.conftest import REPO_ROOT
 from tests.document_files import GUIDE_HTML, print_pdf
 from tests.test_http_api import RagServe
@@ -45,7 +45,7 @@ def served(triton_server: Settings, fresh_db: str) -> Iterator[RagServe]:
 
 
 async def test_files_picked_or_dropped_are_ingested_listed_and_deleted(served: RagServe, tmp_path: Path) -> None:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
+    external_tools.chromium()
     from playwright.async_api import async_playwright, expect
 
     pdf = print_pdf(GUIDE_HTML, tmp_path / "handbook.pdf")

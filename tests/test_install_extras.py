@@ -20,10 +20,10 @@ from packaging.utils import canonicalize_name
 from tests.conftest import REPO_ROOT
 
 SERVICE_MODULES = (
-    "agent.app",
-    "agent.http_api",
+    "agent.core.app",
+    "agent.http",
     "agent.cli",
-    "agent.chat",
+    "agent.cli.chat",
     "tools.embedder",
     "tools.store",
     "tools.retrieval",

@@ -16,9 +16,9 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent.app import RagApp
-from agent.http_api import create_app
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.http import create_app
 from tests.conftest import cli_env
 from tests.fake_openai import VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply, ThreadedServer
 from tools.store import VectorStore

@@ -19,14 +19,14 @@ import pytest
 from pydantic import ValidationError
 from rich.console import Console
 
-from agent.chat import print_sources, show_event
-from agent.errors import AnswerLimitError, InputError, LLMConfigError, LLMUnavailableError
-from agent.events import ToolCall, ToolResult
-from agent.failures import describe
+from agent.cli.chat import print_sources, show_event
+from agent.config.settings import Settings
+from agent.core.errors import AnswerLimitError, InputError, LLMConfigError, LLMUnavailableError
+from agent.core.events import ToolCall, ToolResult
+from agent.core.failures import describe
+from agent.core.results import AskResult, Citation
 from agent.http.ask import AskRequest
 from agent.http.errors import STATUS_OF_KIND, error_response
-from agent.results import AskResult, Citation
-from agent.settings import Settings
 from infra import processes, stack
 from infra.config import StackConfig
 from tests.conftest import REPO_ROOT
@@ -165,6 +165,14 @@ def test_pid_file_records_start_time_and_command_line(tmp_path: Path) -> None:
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_service_spawned_nice_runs_at_that_niceness_under_its_own_pid(tmp_path: Path) -> None:
+    pid = processes.spawn(tmp_path, "svc", ["sh", "-c", "nice; echo $$"], nice=7)  # prints its niceness and PID
+    psutil.Process(pid).wait(timeout=120)
+    niceness, own_pid = processes.log_file(tmp_path, "svc").read_text().split()
+    assert int(niceness) == min(psutil.Process().nice() + 7, 19)
+    assert int(own_pid) == pid  # `nice` exec'd the command: the recorded PID is the service's own
+
+
 def test_a_reused_pid_is_never_signalled(
     tmp_path: Path, sleeper: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -197,7 +205,7 @@ def test_rag_down_reports_a_stale_pid_file(tmp_path: Path, sleeper: subprocess.P
 
 
 def test_ingest_ceiling_is_a_flag_that_names_what_it_could_not_measure(tmp_path: Path) -> None:
-    from agent.wiring import build_embedder
+    from agent.core.wiring import build_embedder
     from evals.ingest_ceiling import ceiling_line
 
     embedder = build_embedder(Settings(_env_file=None, data_dir=tmp_path))  # type: ignore[call-arg]

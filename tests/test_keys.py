@@ -1,4 +1,4 @@
-"""API keys and the caller of a request, in-process without servers: tokens and hashes (`agent.keys`), the `Caller`
+"""API keys and the caller of a request, in-process without servers: tokens and hashes (`agent.core.keys`), the `Caller`
 dependency (`agent.http.deps`) over in-memory keys swapped in with `app.dependency_overrides[get_keys]`, and the
 routes' answers to key holders (401, 403 `forbidden_collection`, identical 404s, empty listings). The same against
 Postgres and the real stack: test_keys_stack.py, test_tenancy_isolation.py."""
@@ -12,13 +12,13 @@ from uuid import uuid4
 import pytest
 from pydantic import SecretStr
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.errors import InputError
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.errors import InputError
+from agent.core.keys import TOKEN_PREFIX, ApiKey, CachedKeys, InMemoryKeys, new_token, token_hash
+from agent.core.results import AskResult
 from agent.http.deps import ADMIN, CallerIdentity, get_keys
 from agent.http.errors import ApiError
-from agent.keys import TOKEN_PREFIX, ApiKey, CachedKeys, InMemoryKeys, new_token, token_hash
-from agent.results import AskResult
 from tests.test_http_contract import Served, assert_error, serve
 from tools.scope import SearchScope
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.errors import LLMConfigError, LLMResponseError
-from agent.llm import check_tool_calling
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.errors import LLMConfigError, LLMResponseError
+from agent.core.llm import check_tool_calling
 from tests.fake_openai import (
     TRITON_NO_TOOLS_ERROR,
     TRITON_UNKNOWN_MODEL_ERROR,

@@ -1,4 +1,4 @@
-"""How an LLM response ended (agent/llm_finish.py), through the real agent and OpenAI client against the scripted
+"""How an LLM response ended (agent/core/llm_finish.py), through the real agent and OpenAI client against the scripted
 fake OpenAI server: an answer cut at max_tokens is flagged `truncated`, a stream cut short is an error, a persistent
 429 is a 503 that passes the server's `Retry-After` on. Retrieval is a fixed ranked list (no servers)."""
 
@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from agent.answer import AnswerLimits, AnswerRequest, answer
-from agent.chat import print_sources
-from agent.errors import LLMRateLimitedError, LLMUnavailableError
-from agent.http_api import error_response, failure_of
-from agent.llm import build_model, model_settings
-from agent.rag_agent import RagDeps, build_agent
-from agent.results import AskResult
-from agent.settings import Settings
+from agent.cli.chat import print_sources
+from agent.config.settings import Settings
+from agent.core.answer import AnswerLimits, AnswerRequest, answer
+from agent.core.errors import LLMRateLimitedError, LLMUnavailableError
+from agent.core.llm import build_model, model_settings
+from agent.core.rag_agent import RagDeps, build_agent
+from agent.core.results import AskResult
+from agent.http.errors import error_response, failure_of
 from tests.fake_openai import FakeOpenAIServer, Reply
 from tests.ranked_search import RankedSearch
 

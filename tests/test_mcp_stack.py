@@ -22,8 +22,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from agent.settings import Settings
-from agent.wiring import ingest_files
+from agent.config.settings import Settings
+from agent.core.wiring import ingest_files
 from evals.scifact import SCIFACT_DIR
 from tests.conftest import REPO_ROOT, cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply

@@ -1,4 +1,4 @@
-"""The MCP tools in-process, without servers, through the SDK's own client: the server of `agent.mcp_server` over a
+"""The MCP tools in-process, without servers, through the SDK's own client: the server of `agent.http.mcp_server` over a
 `RagApp` of the in-memory collection and a pydantic-ai FunctionModel, connected directly (`mcp.Client(server)`) and
 over streamable HTTP through the `rag serve` app (`agent.http.create_app`, ASGI transport, its lifespan run).
 Tool listing, results (text and structured content), argument errors, overload and LLM failures, the API key.
@@ -21,11 +21,11 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.wiring import Services
 from agent.http import create_app
-from agent.mcp_server import build_mcp_server
-from agent.settings import Settings
-from agent.wiring import Services
+from agent.http.mcp_server import build_mcp_server
 from tests.test_agent_logic import COVERED, DOCUMENTS
 from tools.in_memory import InMemoryCollection
 

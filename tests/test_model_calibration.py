@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tools.model_specs import MODEL_SPECS
 
 

@@ -20,15 +20,15 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.app import RagApp
-from agent.followup import condensed_query
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.followup import condensed_query
+from agent.core.prompts import REFUSAL
+from agent.core.results import AskResult
+from agent.core.wiring import Services
 from agent.http import create_app, openai_chat
 from agent.http.deps import get_rag
 from agent.http.openai_chat import completion_of
-from agent.prompts import REFUSAL
-from agent.results import AskResult
-from agent.settings import Settings
-from agent.wiring import Services
 from tests.test_agent_logic import COVERED, DOCUMENTS, OFF_TOPIC
 from tools.in_memory import InMemoryCollection
 from tools.retrieval import RetrievalResult

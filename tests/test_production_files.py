@@ -29,8 +29,9 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from agent.admission import QUEUE_LIMIT_DEADLINES
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.admission import QUEUE_LIMIT_DEADLINES
+from tests import external_tools
 from tests.conftest import REPO_ROOT
 from tools.embedder.reranker import LOCAL_RERANKER, RERANK_OUTPUT, RERANKER_SPECS
 from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_spec
@@ -61,8 +62,9 @@ COMPOSE_ONLY_KEYS = {
     "BGE_TOKENIZER_DIR",
     "RAG_DOCS_DIR",
 }
-# App settings the profile sets before agent/settings.py has the field: the names of the team's shared contract for
-# admission control, the embedder's channel and the HTTP limits (issues 16 and 19), landing with their own changes.
+# App settings the profile sets before agent/config/settings.py has the field: the names of the team's shared
+# contract for admission control, the embedder's channel and the HTTP limits (issues 16 and 19), landing with their
+# own changes.
 PENDING_SETTINGS: set[str] = {
     "TRITON_GRPC_CHANNEL_ARGS",
     "DB_ACQUIRE_TIMEOUT_S",
@@ -187,9 +189,7 @@ def http_host_port(url: str) -> tuple[str, int]:
 
 def kubectl() -> str:
     """The `kubectl` binary (Debian's kubernetes-client; infra/test.sh installs it when missing)."""
-    found = shutil.which("kubectl") or shutil.which("kubectl", path=str(REPO_ROOT / ".tools" / "usr" / "bin"))
-    assert found, "no kubectl: `apt-get install kubernetes-client` (infra/test.sh does) to render the kustomizations"
-    return found
+    return external_tools.kubectl()
 
 
 @functools.cache
@@ -437,7 +437,7 @@ def test_env_template_is_a_settings_profile() -> None:
     profile = app_profile()
     fields = {name.upper() for name in Settings.model_fields}
     unknown = sorted(set(profile) - fields - PENDING_SETTINGS)
-    assert not unknown, f"not Settings fields (agent/settings.py): {unknown}"
+    assert not unknown, f"not Settings fields (agent/config/settings.py): {unknown}"
     # The values validate as Settings (types, and the embedder is a known model).
     settings = Settings.model_validate({k.lower(): v for k, v in profile.items() if k in fields})
     assert settings.embedder_model == "bge-large-en-v1.5" and settings.embedder_model in MODEL_SPECS
@@ -1303,8 +1303,7 @@ def test_alerts_have_runbook_lines_and_match_the_prometheus_rule() -> None:
 
 
 def test_promtool_accepts_the_alerts_and_each_alert_fires_on_a_breach() -> None:
-    promtool = shutil.which("promtool") or shutil.which("promtool", path=str(REPO_ROOT / ".tools" / "usr" / "bin"))
-    assert promtool, "no promtool: infra/test.sh unpacks Debian's prometheus package into .tools/"
+    promtool = external_tools.promtool()
     for args in (
         ["check", "rules", str(PROD_DIR / "alerts.yml")],
         ["check", "config", str(PROD_DIR / "prometheus.yml")],
@@ -1366,9 +1365,7 @@ def test_grafana_dashboard_queries_parse_into_known_series() -> None:
 
 def pgbouncer_binary() -> str:
     """Debian's pgbouncer (the 1.18 of Dockerfile.pgbouncer): installed, or unpacked into .tools/ by infra/test.sh."""
-    found = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:{REPO_ROOT / '.tools/usr/sbin'}")
-    assert found, "no pgbouncer: infra/test.sh unpacks Debian's pgbouncer package into .tools/"
-    return found
+    return external_tools.pgbouncer()
 
 
 def start_shipped_pgbouncer(postgres_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:

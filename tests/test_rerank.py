@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra import triton
 from infra.config import StackConfig
 from tests.test_retrieval_logic import DENSE, FULL_TEXT, FakeEmbedder, FakeStore, hit

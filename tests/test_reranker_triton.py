@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra.export_reranker import export_cross_encoder
 from tools.embedder import EmbedderError, TritonEmbedder
 from tools.embedder.reranker import LOCAL_RERANKER, TritonReranker, get_reranker_spec, pad_pairs

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.retrieval_eval import run_retrieval_eval
 from evals.scifact import load_corpus, load_qrels, load_queries
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
-from agent.settings import Settings
+from agent.cli.main import app
+from agent.config.settings import Settings
 from evals.metrics import evaluate, ranked_to_scores
 from evals.retrieval_eval import database_name, doc_ranking, with_database
 from evals.scifact import DatasetError, load_corpus, load_qrels, load_queries

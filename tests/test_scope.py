@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent.cli import cli_scope
-from agent.errors import InputError
+from agent.cli.main import cli_scope
+from agent.core.errors import InputError
 from tools.scope import ScopeError, SearchScope
 from tools.store.filters import where_sql
 

@@ -18,12 +18,12 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import SecretStr
 from pydantic_ai.models.function import FunctionModel
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.keys import InMemoryKeys
+from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_keys
-from agent.keys import InMemoryKeys
-from agent.settings import Settings
-from agent.wiring import Services
 from tests import test_conversations_http
 from tests.test_agent_logic import COVERED, DOCUMENTS
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT

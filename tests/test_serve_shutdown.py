@@ -1,5 +1,5 @@
-"""`rag serve`'s shutdown (agent/shutdown.py) on a real subprocess with the real Triton and Postgres, the fake OpenAI
-server as the LLM and a fake OTLP collector: on SIGTERM an open answer stream, held at the LLM by a gate the test
+"""`rag serve`'s shutdown (agent/http/shutdown.py) on a real subprocess with the real Triton and Postgres, the fake
+OpenAI server as the LLM and a fake OTLP collector: on SIGTERM an open answer stream, held at the LLM by a gate the test
 opens, finishes; meanwhile new requests and /health get 503 (not a refused connection); the last spans are
 exported; the process exits 0. With a short grace, a stream that never finishes ends with a retryable `error` event
 and the exit is still 0.
@@ -20,7 +20,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra.processes import free_port
 from tests.conftest import cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from agent.app import build_embedder
-from agent.cli import app
-from agent.settings import Settings, SettingsError, describe_validation_error, split_host_port
+from agent.cli.main import app
+from agent.config.settings import Settings, SettingsError, describe_validation_error, split_host_port
+from agent.core.app import build_embedder
 from infra.config import StackConfig
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE
 

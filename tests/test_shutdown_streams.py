@@ -1,4 +1,4 @@
-"""What a request still running when `rag serve`'s drain ends (`SHUTDOWN_GRACE_S`) receives (agent/shutdown.py),
+"""What a request still running when `rag serve`'s drain ends (`SHUTDOWN_GRACE_S`) receives (agent/http/shutdown.py),
 in-process over httpx's ASGI transport with the scripted model held at a gate: an answer stream ends with a
 retryable `error` event (`shutting_down`), the OpenAI-compatible stream with an error chunk and `data: [DONE]`, and
 an answer whose response has not started gets 503 `shutting_down`; a trace collector that never answers does not
@@ -18,8 +18,8 @@ import uvicorn
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from agent.shutdown import Drain, DrainingServer
-from agent.telemetry import shutdown_telemetry
+from agent.core.telemetry import shutdown_telemetry
+from agent.http.shutdown import Drain, DrainingServer
 from tests.test_agent_logic import COVERED
 from tests.test_http_contract import Served, serve, sse_events
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra import postgres, processes, stack
 from infra.config import StackConfig
 from tests.conftest import REPO_ROOT, SERVER_ROOT_ENV

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from infra import stack
 from infra.config import StackConfig
 from tests.conftest import cli_env, with_own_triton

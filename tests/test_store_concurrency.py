@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agent.failures import describe
+from agent.core.failures import describe
 from evals.retrieval_eval import ensure_database
 from tests.store_helpers import DIM, MODEL, record, unit_vector
 from tools.embedder import TextKind, TritonEmbedder

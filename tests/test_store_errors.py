@@ -10,8 +10,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from agent.failures import describe
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.failures import describe
 from infra import postgres
 from infra.config import StackConfig
 from tests.store_helpers import DIM, MODEL, own_postgres, record, unit_vector

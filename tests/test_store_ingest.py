@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.scifact import SCIFACT_DIR as SCIFACT
 from tests.conftest import GOLD_CLAIMS, run_cli
 from tools.embedder import TritonEmbedder

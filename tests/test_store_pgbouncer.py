@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agent.cli import LIST_PAGE
-from agent.settings import Settings
+from agent.cli.main import LIST_PAGE
+from agent.config.settings import Settings
 from evals.retrieval_eval import ensure_database
 from tests.conftest import cli_env
 from tests.pgbouncer import pgbouncer
@@ -153,7 +153,7 @@ def test_docs_list_streams_every_page_through_pgbouncer_without_a_statement_cach
 ) -> None:
     """Each `rag` run connects anew; through one PgBouncer server connection no run may leave a named prepared
     statement behind for the next (asyncpg's `__asyncpg_stmt_N__` names repeat in every client). The listing
-    spans more than one page (`agent.cli.LIST_PAGE`)."""
+    spans more than one page (`agent.cli.main.LIST_PAGE`)."""
     n = LIST_PAGE + 150
     asyncio.run(add_many(stores[0].dsn, n))
     ids = [f"many/{i:05d}" for i in range(n)]

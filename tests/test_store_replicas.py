@@ -10,7 +10,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from evals.retrieval_eval import ensure_database
 from tests import replica as standby
 from tests.store_helpers import DIM, MODEL, own_postgres, record

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from agent.failures import describe
-from agent.http_api import STATUS_OF_KIND
+from agent.core.failures import describe
+from agent.http.errors import STATUS_OF_KIND
 from tools.scope import collection_of, qualified_doc_id
 from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 from tools.store.errors import translate, translated
@@ -113,7 +113,7 @@ def test_search_settings_are_local_to_the_transaction() -> None:
 
 
 def test_read_replica_urls_come_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.settings import Settings
+    from agent.config.settings import Settings
 
     monkeypatch.setenv("DATABASE_READ_URLS", "postgresql://rag@replica-1/rag, postgresql://rag@replica-2/rag")
     assert Settings(_env_file=None).database_read_urls == (  # type: ignore[call-arg]

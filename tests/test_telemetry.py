@@ -15,12 +15,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.answer import AnswerRequest
-from agent.app import RagApp
-from agent.http_api import create_app
-from agent.rag_agent import build_agent
-from agent.settings import Settings
-from agent.telemetry import configure_tracing, metrics_app
+from agent.config.settings import Settings
+from agent.core.answer import AnswerRequest
+from agent.core.app import RagApp
+from agent.core.rag_agent import build_agent
+from agent.core.telemetry import configure_tracing, metrics_app
+from agent.http import create_app
 
 COVERED = "Vitamin B12 deficiency and homocysteine levels"
 
@@ -34,7 +34,7 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 
 
 def test_no_endpoint_means_no_tracing_set_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    import agent.telemetry as telemetry
+    import agent.core.telemetry as telemetry
 
     monkeypatch.setattr(telemetry, "_provider", None)  # as in a fresh process, whatever other tests configured
     assert configure_tracing(None) is None and telemetry._provider is None

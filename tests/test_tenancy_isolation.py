@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.conftest import REPO_ROOT, run_cli
 from tests.fake_openai import FakeOpenAIServer
 from tests.test_http_api import RagServe, sse_events

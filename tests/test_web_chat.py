@@ -4,13 +4,13 @@ refused."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from agent.app import RagApp
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from tests import external_tools
 from tests.test_http_api import OFF_TOPIC, RagServe
 
 CHROMIUM = "/usr/bin/chromium"
@@ -39,7 +39,7 @@ def served(llm_settings: Settings, ingested: str) -> Iterator[RagServe]:
 
 
 async def test_typed_question_gets_a_cited_answer(served: RagServe, llm_settings: Settings) -> None:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
+    external_tools.chromium()
     from playwright.async_api import async_playwright, expect
 
     async with async_playwright() as pw:
@@ -56,7 +56,7 @@ async def test_typed_question_gets_a_cited_answer(served: RagServe, llm_settings
             answer = (await turn.locator(".answer").inner_text()).strip()
             cited = await turn.locator(".citation").evaluate_all("items => items.map(i => i.dataset.docId)")
             # a new conversation: inside the first one the off-topic question would be searched together with the
-            # claim (the condensed follow-up query, agent/followup.py) and find its passages
+            # claim (the condensed follow-up query, agent/core/followup.py) and find its passages
             await page.click("#new-conversation")
             await expect(page.locator(".turn")).to_have_count(0)
             await page.fill("#question", OFF_TOPIC)

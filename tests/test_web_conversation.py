@@ -5,14 +5,13 @@ with the other browser tests (it needs Chromium, not a server)."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.wiring import Services
 from agent.http import create_app
-from agent.settings import Settings
-from agent.wiring import Services
+from tests import external_tools
 from tests.fake_openai import ThreadedServer
 from tests.test_agent_logic import DOCUMENTS
 from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model
@@ -23,7 +22,7 @@ pytestmark = pytest.mark.stack
 
 
 async def test_the_page_keeps_the_conversation_across_turns_and_reloads() -> None:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
+    external_tools.chromium()
     from playwright.async_api import async_playwright, expect
 
     settings = Settings.model_validate({"refusal_min_score": 0.3})

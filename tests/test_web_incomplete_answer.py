@@ -4,15 +4,14 @@ limit (`finish_reason: length`). In the stack tier with the other browser tests 
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.llm import build_model
+from agent.core.wiring import Services
 from agent.http import create_app
-from agent.llm import build_model
-from agent.settings import Settings
-from agent.wiring import Services
+from tests import external_tools
 from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer
 from tests.test_agent_logic import COVERED, DOCUMENTS
 from tests.test_web_chat import CHROMIUM, CHROMIUM_ARGS
@@ -22,7 +21,7 @@ pytestmark = pytest.mark.stack
 
 
 async def test_the_page_flags_an_answer_cut_at_the_output_limit() -> None:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} missing: apt-get install -y chromium (Debian package)"
+    external_tools.chromium()
     from playwright.async_api import async_playwright, expect
 
     with FakeOpenAIServer() as fake:

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.llm import bulk_model_settings
-from agent.settings import Settings
-from agent.wiring import build_embedder
+from agent.config.settings import Settings
+from agent.core.llm import bulk_model_settings
+from agent.core.wiring import build_embedder
 
 pytestmark = pytest.mark.stack
 

@@ -1,7 +1,7 @@
 """The retrieval core: what the agent's tools call, with no dependency on the agent, the evals or the local stack.
 
 The name is the design card's (`agent/`, `tools/`, `model_repository/`, `infra/`, `evals/`): the agent's *tools*
-(`search_documents`, `get_document` in `agent.rag_agent`) run on what lives here. By the flow of a question:
+(`search_documents`, `get_document` in `agent.core.rag_agent`) run on what lives here. By the flow of a question:
 
 - embedding: `embedder` (the Triton gRPC client), `tokenizer`, `model_specs`, `pooling` (the numpy reference),
   `onnx_session` (in-process ONNX Runtime for benchmarks);

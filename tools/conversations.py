@@ -30,7 +30,7 @@ MAX_PAGE = 1000
 @dataclass(frozen=True)
 class ConversationTurn:
     """One finished turn: the question, the answer as given (citation markers included), its citations (JSON objects
-    of `agent.results.Citation`), whether it was a refusal, and when it was stored (UTC).
+    of `agent.core.results.Citation`), whether it was a refusal, and when it was stored (UTC).
 
     Attributes:
         n: position in the conversation, from 1, in the order the questions arrived (`ConversationLog.reserve_turn`),

@@ -1,5 +1,5 @@
 """`InMemoryConversations`: the `tools.conversations.ConversationLog` of tests and of apps built without Postgres
-(a `agent.wiring.Services` made by hand); the same behaviour as the Postgres store, kept in one process' memory."""
+(a `agent.core.wiring.Services` made by hand); the same behaviour as the Postgres store, kept in one process' memory."""
 
 from __future__ import annotations
 

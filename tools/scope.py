@@ -1,7 +1,7 @@
 """Which documents a search, an answer or a listing may see: `SearchScope` (collections and metadata filters).
 
 One scope travels from every interface (HTTP `filter` / `collection`, CLI `--filter key=value` / `--collection`,
-the MCP search tool, an API key's collections) through `agent.answer.AnswerRequest` and
+the MCP search tool, an API key's collections) through `agent.core.answer.AnswerRequest` and
 `tools.retrieval.PassageSearch` to the store, which applies it in both search legs (dense and full text) and in
 document reads. Pure: no store or server here.
 

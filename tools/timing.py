@@ -7,7 +7,7 @@ merges the timings of the runs it calls with `add`. `timed` is the same timer fo
 only, e.g. one Triton inference).
 
 Spans go through the OpenTelemetry API only: with no SDK configured (no `OTEL_EXPORTER_OTLP_ENDPOINT`, see
-`agent.telemetry`) the tracer is the API's no-op one, so a timer costs two `perf_counter` calls and a no-op span.
+`agent.core.telemetry`) the tracer is the API's no-op one, so a timer costs two `perf_counter` calls and a no-op span.
 """
 
 from __future__ import annotations

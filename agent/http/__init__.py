@@ -2,7 +2,7 @@
 
 - `ask` (`agent.http.ask`): `POST /v1/ask` `{"question": ..., "top_k": 5, "policy": "always"}` → the `AskResult`
   JSON of `rag ask --json`; `POST /v1/ask/stream` (same body) → Server-Sent Events: `queued` (while the answer
-  waits for a slot), `text`, `restart`, `tool_call`, `tool_result` events (the `agent.events` models as JSON), then
+  waits for a slot), `text`, `restart`, `tool_call`, `tool_result` events (the `agent.core.events` models as JSON), then
   one `result` (the `AskResult`) or one `error` (an `ErrorBody`). Closing the stream cancels the answer. Admission
   control refuses an answer it cannot start within `ANSWER_QUEUE_DEADLINE_S` with 503 `overloaded` and a
   `Retry-After` from the measured service rate, before the response starts. With `"conversation_id"` the question
@@ -20,9 +20,9 @@
   `{"documents": [{doc_id, title, text, metadata, source}]}` → `{"added", "skipped", "chunks"}` (201).
 - `service` (`agent.http.service`): `GET /health` → `{"ok": bool, "checks": {"triton" | "postgres" | "llm": {"ok",
   "detail", "ms"}}}`, 503 unless all pass; `/openapi.json`, `/docs`; `GET /` → the web chat page
-  (`agent/web/index.html`). `GET /metrics` (Prometheus) is routed by `create_app`; the request guards
-  (`agent.http_guards`) and the shutdown drain (`agent.shutdown`) are its middleware.
-- `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.mcp_server`: tools `search`, `get_document`, `ask`) over
+  (`agent/http/web/index.html`). `GET /metrics` (Prometheus) is routed by `create_app`; the request guards
+  (`agent.http.guards`) and the shutdown drain (`agent.http.shutdown`) are its middleware.
+- `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.http.mcp_server`: tools `search`, `get_document`, `ask`) over
   streamable HTTP, behind the API key like every other route; each tool call is scoped to the key of its HTTP
   request.
 
@@ -32,7 +32,7 @@ tests swap the `RagApp` with `app.dependency_overrides[get_rag]`. A new area is 
 included in `create_app`.
 
 Errors (`agent.http.errors`): every error body is an `ErrorBody` `{"error": kind, "detail": message}` — request
-validation included — with the status from `STATUS_OF_KIND` (the kinds of `agent.failures.describe`); a dependency
+validation included — with the status from `STATUS_OF_KIND` (the kinds of `agent.core.failures.describe`); a dependency
 that is down or overloaded (Triton, Postgres, the LLM) answers 503 with `Retry-After`, a timeout 504. With `API_KEY`
 set or API keys made (`rag keys`), every route except `/health`, `/metrics` and the page needs `Authorization: Bearer
 <key>` (401 with `WWW-Authenticate: Bearer` otherwise); a key of the table sees only its collections (403

@@ -7,18 +7,18 @@ from contextlib import asynccontextmanager, nullcontext
 
 from fastapi import FastAPI
 
-from agent.app import RagApp
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.keys import CachedKeys, settings_keys
+from agent.core.telemetry import configure_tracing, metrics_app
 from agent.http import ask, conversations, documents, jobs, openai_chat, service
 from agent.http.errors import install_error_handlers
+from agent.http.guards import install_guards
 from agent.http.mcp import McpEndpoint
+from agent.http.metrics import metrics_routes
 from agent.http.openai_errors import OpenAIErrorShape, stream_ending
+from agent.http.shutdown import flush_telemetry, install_drain
 from agent.http.streams import EventStreamHeaders
-from agent.http_guards import install_guards
-from agent.keys import CachedKeys, settings_keys
-from agent.metrics_route import metrics_routes
-from agent.settings import Settings
-from agent.shutdown import flush_telemetry, install_drain
-from agent.telemetry import configure_tracing, metrics_app
 
 
 def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> FastAPI:

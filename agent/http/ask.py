@@ -5,7 +5,7 @@ Both take a place in admission control (`agent.http.deps.Admitted`) before the r
 stream by itself; `/v1/ask` watches for the disconnect).
 
 Conversations: a body with `conversation_id` (from `POST /v1/conversations`) asks a follow-up: the conversation's last
-`CHAT_HISTORY_TURNS` turns are the answer's history, the search query is `agent.followup.condensed_query` of their
+`CHAT_HISTORY_TURNS` turns are the answer's history, the search query is `agent.core.followup.condensed_query` of their
 questions, and the finished answer is stored as the conversation's next turn. An unknown id, or the id of another API
 key's conversation, is 404 `conversation_not_found`, answered before the response starts (also on the stream).
 Without `conversation_id` a question is a one-off, as before: nothing is stored and the response's `conversation_id`
@@ -24,12 +24,12 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from agent.answer import AnswerRequest
+from agent.config.settings import Policy
+from agent.core.answer import AnswerRequest
+from agent.core.results import AskResult
 from agent.http.deps import CALLER, Admitted, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_body, failure_of
 from agent.http.streams import until_disconnected
-from agent.results import AskResult
-from agent.settings import Policy
 from tools.conversations import Conversation
 from tools.scope import SearchScope
 
@@ -111,7 +111,7 @@ async def conversation_of(body: AskRequest, rag: Rag, caller: Caller) -> Convers
     `CHAT_HISTORY_TURNS` turns, read before the response starts; None without `conversation_id`.
 
     Raises:
-        agent.conversations.ConversationNotFoundError: unknown id, or another key's conversation (404
+        agent.core.conversations.ConversationNotFoundError: unknown id, or another key's conversation (404
             `conversation_not_found`, the same answer).
     """
     if body.conversation_id is None:

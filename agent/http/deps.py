@@ -1,7 +1,7 @@
 """What the routes depend on, as FastAPI dependencies: the app's `RagApp`, its `Settings`, the caller (who holds which
 key, and so which collections it may use), a place in admission control.
 
-`create_app` stores the settings on `app.state` at creation, the opened `RagApp` and the API keys (`agent.keys`) in
+`create_app` stores the settings on `app.state` at creation, the opened `RagApp` and the API keys (`agent.core.keys`) in
 its lifespan; only these functions read `app.state`. Tests replace them with
 `app.dependency_overrides[get_rag] = lambda: rag` (and `get_keys` for keys of their own).
 
@@ -23,12 +23,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 from starlette.exceptions import HTTPException
 
-from agent.admission import Ticket
-from agent.app import RagApp
-from agent.errors import InputError
+from agent.config.settings import Settings
+from agent.core.admission import Ticket
+from agent.core.app import RagApp
+from agent.core.errors import InputError
+from agent.core.keys import KeyRing
 from agent.http.errors import ApiError
-from agent.keys import KeyRing
-from agent.settings import Settings
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
 
@@ -76,7 +76,7 @@ key holders depend on `Caller` instead)."""
 
 
 def get_keys(request: Request) -> KeyRing | None:
-    """The API keys the app's lifespan opened (`agent.keys.PostgresKeys`); None for an app without them."""
+    """The API keys the app's lifespan opened (`agent.core.keys.PostgresKeys`); None for an app without them."""
     keys: KeyRing | None = getattr(request.app.state, "keys", None)
     return keys
 
@@ -188,7 +188,7 @@ async def get_caller(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> CallerIdentity:
     """The request's caller (see the module docstring). The admin key is compared in constant time; a key holder's
-    token is found by its sha256 (`agent.keys`).
+    token is found by its sha256 (`agent.core.keys`).
 
     Raises:
         HTTPException: 401 with `WWW-Authenticate: Bearer` for a missing, wrong or revoked key.
@@ -225,12 +225,12 @@ CALLER = Depends(get_caller)
 
 
 async def admitted(rag: Rag) -> AsyncIterator[Ticket]:
-    """A place in the app's admission control (`agent.admission`), taken before the response starts, so that a
+    """A place in the app's admission control (`agent.core.admission`), taken before the response starts, so that a
     refusal is a 503 `overloaded` (never an `error` event after a 200 stream), and given back when the request ends,
     whatever the answer did.
 
     Raises:
-        agent.errors.OverloadedError: refused at once (queue full, or the expected wait beyond the deadline).
+        agent.core.errors.OverloadedError: refused at once (queue full, or the expected wait beyond the deadline).
     """
     ticket = rag.admission.enter()
     try:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
 
-from agent.failures import Failure
+from agent.core.failures import Failure
 from agent.http.ask import no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_response

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
-from agent.failures import KNOWN_ERRORS, Failure, describe
+from agent.core.failures import KNOWN_ERRORS, Failure, describe
 
 RETRY_AFTER_S = 5
 """`Retry-After` seconds sent with a 503: about the time the local Postgres or Triton takes to come back after a
@@ -47,7 +47,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "os_error": 500,
     "internal_error": 500,
 }
-"""HTTP status of each failure kind (`agent.failures.Failure.kind`); a kind not listed is 500."""
+"""HTTP status of each failure kind (`agent.core.failures.Failure.kind`); a kind not listed is 500."""
 
 KIND_OF_STATUS = {
     401: "unauthorized",
@@ -112,7 +112,7 @@ def error_body(failure: Failure) -> ErrorBody:
 
 
 def failure_of(exc: Exception) -> Failure:
-    """`agent.failures.describe(exc)`, or `internal_error` (logged with its traceback) for an unknown exception."""
+    """`agent.core.failures.describe(exc)`, or `internal_error` (logged with its traceback) for an unknown exception."""
     failure = describe(exc)
     if failure is None:
         log.exception("unexpected error", exc_info=exc)

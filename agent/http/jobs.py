@@ -25,11 +25,11 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
-from agent.errors import InputError
+from agent.config.settings import Settings
+from agent.core.errors import InputError
+from agent.core.wiring import build_embedder, build_store
 from agent.http.deps import CALLER, AppSettings, Caller
 from agent.http.errors import ERROR_RESPONSES
-from agent.settings import Settings
-from agent.wiring import build_embedder, build_store
 from tools.extract import sniff_bytes
 from tools.extract.dispatch import REFUSED
 from tools.jobs import Job, JobFile, JobQueue, work

@@ -1,9 +1,10 @@
-"""The MCP server over streamable HTTP at `/mcp` of `rag serve` (`agent.mcp_server`'s tools over the app's `RagApp`).
+"""The MCP server over streamable HTTP at `/mcp` of `rag serve` (`agent.http.mcp_server`'s tools over the app's
+`RagApp`).
 
 `McpEndpoint.routes` go into the app's router, and `McpEndpoint.running()` belongs in the app's lifespan: it runs the
 SDK's session manager (`StreamableHTTPSessionManager.run`), without which the endpoint cannot serve a request.
 
-The app's guards (`agent.http_guards`) come first, as for every route: a bearer token (401 `unauthorized` without
+The app's guards (`agent.http.guards`) come first, as for every route: a bearer token (401 `unauthorized` without
 one once a key is configured), the `Host` check of `ALLOWED_HOSTS` (so the SDK's own DNS-rebinding check, which would
 allow only loopback names, is off) and `MAX_BODY_BYTES`. Then `CallerGate` finds the request's caller
 (`agent.http.deps.request_caller`: the admin key, or an API key's holder; a wrong or revoked token is 401 before the
@@ -32,8 +33,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.http.deps import CallerIdentity, request_caller
 from agent.http.errors import ApiError, error_response, failure_of
-from agent.http_guards import error_json, host_allowed
-from agent.mcp_server import RagSource, build_mcp_server
+from agent.http.guards import error_json, host_allowed
+from agent.http.mcp_server import RagSource, build_mcp_server
 from tools.scope import SearchScope
 
 MCP_PATH = "/mcp"
@@ -44,7 +45,7 @@ CALLER_KEY = "triton_rag.caller"
 
 
 def narrow_to_caller(scope: SearchScope, request: Any) -> SearchScope:
-    """The `agent.mcp_server.Narrow` of `/mcp`: `scope` within the collections of the caller `CallerGate` found for
+    """The `agent.http.mcp_server.Narrow` of `/mcp`: `scope` within the collections of the caller `CallerGate` found for
     `request` (the HTTP request that carries the tool call).
 
     Raises:

@@ -5,8 +5,8 @@ the official `openai` SDK and chat UIs work against `rag serve` unmodified.
   `triton-rag-agentic` choose the policy. Any other model is a 404 `model_not_found` (as OpenAI answers).
 - A conversation: the last message is the question; earlier user and assistant turns (the last `CHAT_HISTORY_TURNS`
   of them, citation markers removed from answers, as `rag chat` sends them) and every system / developer message
-  become `AnswerRequest.history`; retrieval searches with `agent.followup.condensed_query` of the earlier user turns
-  and the question.
+  become `AnswerRequest.history`; retrieval searches with `agent.core.followup.condensed_query` of the earlier user
+  turns and the question.
 - The answer is `/v1/ask`'s: same refusal, limits, admission control (a refusal is a 503 before any stream starts),
   callers (the admin key, or an API key's holder: the search covers only its collections, and naming another
   collection is a 403 `forbidden_collection`) and errors (statuses, `Retry-After`), in OpenAI's error shape
@@ -36,9 +36,11 @@ from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, format_sse_event
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, TextPart, UserPromptPart
 from pydantic_ai.settings import ModelSettings
 
-from agent.answer import AnswerRequest
-from agent.citations import CITATION_MARKER
-from agent.followup import condensed_query
+from agent.config.settings import Policy, Settings
+from agent.core.answer import AnswerRequest
+from agent.core.citations import CITATION_MARKER
+from agent.core.followup import condensed_query
+from agent.core.results import AskResult
 from agent.http.ask import cancelled_on_disconnect, no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, CallerIdentity, Rag
 from agent.http.openai_errors import OpenAIError, OpenAIRoute, openai_error_of
@@ -56,8 +58,6 @@ from agent.http.openai_schema import (
     Usage,
 )
 from agent.http.streams import until_disconnected
-from agent.results import AskResult
-from agent.settings import Policy, Settings
 from tools.scope import ScopeError, SearchScope, check_collection
 
 MODELS: dict[str, Policy | None] = {"triton-rag": None, "triton-rag-always": "always", "triton-rag-agentic": "agentic"}

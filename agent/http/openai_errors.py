@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.http.errors import STATUS_OF_KIND, ApiError, error_response, failure_of, unreadable_body
-from agent.shutdown import CUT_DETAIL, sse_error_ending
+from agent.http.shutdown import CUT_DETAIL, sse_error_ending
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
 """Paths (and, for `/v1/models`, the paths under it) whose errors take OpenAI's shape."""
@@ -88,9 +88,9 @@ def openai_error_of(exc: Exception) -> OpenAIErrorBody:
 
 
 def stream_ending(path: str) -> bytes:
-    """The last bytes of an event stream on `path` cut by the end of `rag serve`'s drain (`agent.shutdown`): on the
+    """The last bytes of an event stream on `path` cut by the end of `rag serve`'s drain (`agent.http.shutdown`): on the
     OpenAI-compatible routes an error chunk (`data: {"error": {...}}`, code `shutting_down`, a retryable 503) and
-    `data: [DONE]`; elsewhere `agent.shutdown.sse_error_ending`."""
+    `data: [DONE]`; elsewhere `agent.http.shutdown.sse_error_ending`."""
     if not is_openai_path(path):
         return sse_error_ending(path)
     body = openai_error_body(STATUS_OF_KIND["shutting_down"], CUT_DETAIL, "shutting_down")

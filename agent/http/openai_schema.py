@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent.results import Citation
+from agent.core.results import Citation
 
 IGNORED_NOTE = (
     "tools (with tool_choice auto or none), parallel_tool_calls, logit_bias (checked), metadata, store, service_tier, "

@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from agent.http.deps import CALLER, Rag
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parent / "web"
 """Where the web chat page (`index.html`) lives."""
 
 router = APIRouter()

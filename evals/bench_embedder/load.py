@@ -7,6 +7,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
+import psutil
 
 from evals.bench_embedder.params import BenchParams, Point
 from evals.scifact import claim_texts, load_corpus
@@ -29,6 +30,47 @@ def n_requests(params: BenchParams, length: str) -> int:
 def kind_of(length: str) -> TextKind:
     """Short texts are queries (query prefix, if the model has one), abstracts are documents."""
     return "query" if length == "short" else "document"
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds used so far by process `pid` (None: this process) and its live children, s.
+
+    A child that has exited is not counted (the servers' model processes live for the whole benchmark).
+    """
+    process = psutil.Process(pid)
+    tree = [process, *process.children(recursive=True)] if pid is not None else [process]
+    total = 0.0
+    for proc in tree:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+async def measured_load(
+    call: Callable[[str], Awaitable[object]],
+    texts: Sequence[str],
+    n: int,
+    concurrency: int,
+    max_seconds: float,
+    server_pid: int | None,
+) -> tuple[list[float], float, float, float | None]:
+    """`run_load`, plus the cores used meanwhile by this process and by the server's process tree.
+
+    On a machine with few cores the client's and the serving layer's CPU is taken from the model's: these two
+    figures say how much of the gap to the in-process ceiling they explain.
+
+    Returns:
+        latencies (s), wall time (s), client cores, server cores (None when `server_pid` is None).
+    """
+    client0 = cpu_seconds()
+    server0 = cpu_seconds(server_pid) if server_pid is not None else 0.0
+    latencies, wall = await run_load(call, texts, n, concurrency, max_seconds)
+    client = (cpu_seconds() - client0) / wall
+    server = (cpu_seconds(server_pid) - server0) / wall if server_pid is not None else None
+    return latencies, wall, client, server
 
 
 def summarize(setup: str, length: str, concurrency: int, latencies_s: Sequence[float], wall_s: float) -> Point:

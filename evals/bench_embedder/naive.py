@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from evals.bench_embedder.load import n_requests, run_load, summarize
+from evals.bench_embedder.load import measured_load, n_requests, run_load, summarize
 from evals.bench_embedder.params import MODEL, BenchParams, Point
 from infra import processes
 
@@ -44,8 +44,10 @@ def start_naive(params: BenchParams, port: int) -> None:
 
 
 async def naive_points(texts: dict[str, list[str]], params: BenchParams, port: int) -> list[Point]:
-    """Sweep lengths x concurrencies against the naive server over HTTP (httpx, one connection per worker)."""
+    """Sweep lengths x concurrencies against the naive server over HTTP (httpx, one connection per worker), with
+    the CPU this process and the server used per point."""
     points = []
+    pid = processes.read_pid(params.data_dir.resolve() / "run", NAIVE_NAME)
     limits = httpx.Limits(
         max_connections=max(params.concurrencies), max_keepalive_connections=max(params.concurrencies)
     )
@@ -59,10 +61,11 @@ async def naive_points(texts: dict[str, list[str]], params: BenchParams, port: i
         for length in params.lengths:
             for concurrency in params.concurrencies:
                 await run_load(call, texts[length], min(8, concurrency), concurrency, 10.0)
-                latencies, wall = await run_load(
-                    call, texts[length], n_requests(params, length), concurrency, params.max_seconds_per_point
+                latencies, wall, client_cpu, server_cpu = await measured_load(
+                    call, texts[length], n_requests(params, length), concurrency, params.max_seconds_per_point, pid
                 )
                 point = summarize("naive", length, concurrency, latencies, wall)
+                point.client_cpu_cores, point.server_cpu_cores = client_cpu, server_cpu
                 log.info("%s", point)
                 points.append(point)
     return points

@@ -65,3 +65,7 @@ class Point:
     p99_ms: float
     mean_batch: float
     wall_s: float
+    client_cpu_cores: float | None = None
+    """CPU the benchmark's own process used over the point, in cores (CPU seconds / wall seconds)."""
+    server_cpu_cores: float | None = None
+    """CPU the server's process tree used over the point, in cores (None: in process, no server)."""

@@ -61,7 +61,8 @@ def render(report: dict[str, Any], console: Any) -> None:
         f"{m['model_threads']} model threads, load avg {m['load_average_1m_at_start']} -> "
         f"{m['load_average_1m_at_end']}, {m['date_utc']}"
     )
-    for col in ("setup", "length", "C / batch", "n", "req/s", "seq/s", "p50 ms", "p95 ms", "p99 ms", "mean batch"):
+    columns = ("setup", "length", "C / batch", "n", "req/s", "seq/s", "p50 ms", "p95 ms", "p99 ms", "mean batch")
+    for col in (*columns, "client cores", "server cores"):
         table.add_column(col, justify="left" if col in ("setup", "length") else "right")
     for p in report["sweep"]:
         table.add_row(
@@ -75,6 +76,7 @@ def render(report: dict[str, Any], console: Any) -> None:
             f"{p['p95_ms']:.1f}",
             f"{p['p99_ms']:.1f}",
             f"{p['mean_batch']:.2f}",
+            *("-" if p.get(k) is None else f"{p[k]:.2f}" for k in ("client_cpu_cores", "server_cpu_cores")),
         )
     console.print(table)
     if report.get("queue_delay_sweep"):

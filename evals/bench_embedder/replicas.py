@@ -11,8 +11,8 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from agent.app import build_embedder
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.core.app import build_embedder
 from evals.bench_embedder.load import run_load, summarize
 from evals.bench_embedder.params import REPORT_CONCURRENCY, BenchParams, Point
 from evals.bench_embedder.triton_setup import configure

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.app import build_embedder
+from agent.core.app import build_embedder
 from evals.bench_embedder.ceiling import ceiling_points
 from evals.bench_embedder.load import kind_of, load_texts
 from evals.bench_embedder.naive import NAIVE_NAME, naive_points, start_naive
@@ -52,12 +52,14 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
     if triton_needed:
         if int8:
             settings.triton_extra_models = (INT8_MODEL,)
-        triton.start(StackConfig.of(settings))
+        triton_pid = triton.start(StackConfig.of(settings))
         try:
             async with build_embedder(settings, timeout_s=120.0, buckets=params.buckets) as embedder:
                 base = await configure(embedder, params.threads, params.queue_delay_us)
                 if "triton_dynamic" in params.setups:
-                    points += await triton_points(embedder, "triton_dynamic", texts, params, params.concurrencies)
+                    points += await triton_points(
+                        embedder, "triton_dynamic", texts, params, params.concurrencies, triton_pid
+                    )
                 if params.queue_delays_us and "short" in params.lengths:
                     sweep = []
                     for delay in params.queue_delays_us:
@@ -68,7 +70,9 @@ async def run_benchmark(params: BenchParams) -> dict[str, Any]:
                     extras["queue_delay_sweep"] = sweep
                 if "triton_no_batching" in params.setups:
                     await configure(embedder, params.threads, None, base)
-                    points += await triton_points(embedder, "triton_no_batching", texts, params, params.concurrencies)
+                    points += await triton_points(
+                        embedder, "triton_no_batching", texts, params, params.concurrencies, triton_pid
+                    )
                 await configure(embedder, params.threads, params.queue_delay_us, base)
             if int8:
                 async with build_embedder(

@@ -8,8 +8,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from agent.settings import Settings
-from evals.bench_embedder.load import kind_of, n_requests, run_load, summarize
+from agent.config.settings import Settings
+from evals.bench_embedder.load import kind_of, measured_load, n_requests, run_load, summarize
 from evals.bench_embedder.params import MODEL, BenchParams, Point
 from infra import processes
 from tools.embedder import TextKind, TritonEmbedder
@@ -67,8 +67,10 @@ async def triton_points(
     texts: dict[str, list[str]],
     params: BenchParams,
     concurrencies: Sequence[int],
+    server_pid: int | None = None,
 ) -> list[Point]:
-    """Sweep lengths x `concurrencies` through the Triton client; mean batch from the server statistics."""
+    """Sweep lengths x `concurrencies` through the Triton client; mean batch from the server statistics, CPU use of
+    this process and of `server_pid`'s process tree (Triton and its model processes) per point."""
     points = []
     for length in params.lengths:
         kind = kind_of(length)
@@ -79,11 +81,12 @@ async def triton_points(
         for concurrency in concurrencies:
             await run_load(call, texts[length], min(8, concurrency), concurrency, 10.0)  # warm-up
             before = await server_counts(embedder)
-            latencies, wall = await run_load(
-                call, texts[length], n_requests(params, length), concurrency, params.max_seconds_per_point
+            latencies, wall, client_cpu, server_cpu = await measured_load(
+                call, texts[length], n_requests(params, length), concurrency, params.max_seconds_per_point, server_pid
             )
             after = await server_counts(embedder)
             point = summarize(setup, length, concurrency, latencies, wall)
+            point.client_cpu_cores, point.server_cpu_cores = client_cpu, server_cpu
             executions = after[1] - before[1]
             point.mean_batch = (after[0] - before[0]) / executions if executions else 0.0
             log.info("%s", point)

@@ -1,6 +1,6 @@
-"""Conversations in Postgres: the `conversations` and `conversation_turns` tables (`SCHEMA_SQL`, created by the
-store's schema set-up) and `ConversationStore`, the `tools.conversations.ConversationLog` over a connected
-`VectorStore`'s pool.
+"""Conversations in Postgres: `ConversationStore`, the `tools.conversations.ConversationLog` over a connected
+`VectorStore`'s pool, on the `conversations` and `conversation_turns` tables (created by the store's schema set-up,
+`tools.store.schema.CONVERSATIONS_SQL`).
 
 Every operation is one transaction on the store's primary read pool (never a replica: a turn just stored must be read
 back by the next question) and not on the write pool, whose connections queue behind the documents' write lock
@@ -39,36 +39,6 @@ from tools.store.records import Conn
 
 if TYPE_CHECKING:
     from tools.store.vector_store import VectorStore
-
-SCHEMA_SQL = """
-CREATE TABLE IF NOT EXISTS conversations (
-    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    owner text,  -- the API key id that owns it; NULL: made without a key or with the admin key (tenancy scopes by it)
-    title text NOT NULL DEFAULT '',
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS conversations_recent ON conversations (updated_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS conversations_owner_recent ON conversations (owner, updated_at DESC, id DESC);
-CREATE TABLE IF NOT EXISTS conversation_turns (
-    conversation_id uuid NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    n integer NOT NULL,
-    question text NOT NULL,
-    answer text,  -- NULL: reserved for a question whose answer is not done yet (invisible to reads)
-    citations jsonb NOT NULL DEFAULT '[]',
-    refused boolean NOT NULL DEFAULT false,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (conversation_id, n)
-);
-DO $$ BEGIN
-    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'conversation_turns'::regclass AND attname = 'answer'
-               AND attnotnull) THEN
-        ALTER TABLE conversation_turns ALTER COLUMN answer DROP NOT NULL;  -- stores made before reserved turns
-    END IF;
-END $$;
-"""
-"""The conversation tables, idempotent (`tools.store.schema` runs it at every connect). `owner` is the API key id
-(nullable) that the HTTP API's caller identity scopes conversations by."""
 
 _COLUMNS = """
 c.id, c.owner, c.title, c.created_at, c.updated_at,

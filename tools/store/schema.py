@@ -8,14 +8,14 @@
   GENERATED from the chunk text)`, an HNSW index (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index
   on `tsv`;
 - the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings);
-- the conversation tables of `tools.store.conversations` (`conversations`, `conversation_turns`).
+- the conversation tables (`CONVERSATIONS_SQL`: `conversations`, `conversation_turns`), read and written by
+  `tools.store.conversations`.
 """
 
 from __future__ import annotations
 
 from tools import bm25
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import conversations
 from tools.store.errors import StoreError
 from tools.store.records import Conn
 
@@ -24,6 +24,37 @@ MAX_HNSW_DIM = 2000
 
 SCHEMA_LOCK = 4242
 """Advisory lock key that serialises concurrent schema set-up."""
+
+CONVERSATIONS_SQL = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    owner text,  -- the API key id that owns it; NULL: made without a key or with the admin key (tenancy scopes by it)
+    title text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS conversations_recent ON conversations (updated_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS conversations_owner_recent ON conversations (owner, updated_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS conversation_turns (
+    conversation_id uuid NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    n integer NOT NULL,
+    question text NOT NULL,
+    answer text,  -- NULL: reserved for a question whose answer is not done yet (invisible to reads)
+    citations jsonb NOT NULL DEFAULT '[]',
+    refused boolean NOT NULL DEFAULT false,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (conversation_id, n)
+);
+DO $$ BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'conversation_turns'::regclass AND attname = 'answer'
+               AND attnotnull) THEN
+        ALTER TABLE conversation_turns ALTER COLUMN answer DROP NOT NULL;  -- stores made before reserved turns
+    END IF;
+END $$;
+"""
+"""The conversation tables, idempotent (run by `set_up` at every connect; read and written by
+`tools.store.conversations`). `owner` is the API key id (nullable) that the HTTP API's caller identity scopes
+conversations by."""
 
 
 async def set_up(conn: Conn, model_name: str, dim: int, k1: float, b: float) -> str:
@@ -82,7 +113,7 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
     if await conn.fetchval("SELECT to_regclass('bm25_corpus')") is None:
         await conn.execute(bm25.SCHEMA_SQL)
         await bm25.rebuild(conn, k1, b)
-    await conn.execute(conversations.SCHEMA_SQL)
+    await conn.execute(CONVERSATIONS_SQL)
 
 
 async def _unique_per_collection(conn: Conn) -> None:

@@ -1,0 +1,355 @@
+"""The wiring of the service: every factory that turns `Settings` into a connected part, in one place that the CLI,
+the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
+
+- `build_embedder`, `build_store`, `build_retriever`: the Triton client, the Postgres store and the retrieval over
+  them, unconnected; `Clients` opens the first two together.
+- `build_services`: what one `RagApp` uses (search, document library, conversations, LLM model, health checks), as
+  `Services`;
+  tests build a `Services` of their own (e.g. over `tools.in_memory.InMemoryCollection` and a pydantic-ai
+  `FunctionModel`).
+- `build_agents`, `answer_limits`: the agent per retrieval policy and the bounds of one answer.
+- `ingest_files`: `rag ingest`, which opens only the store and an ingestion embedder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic_ai import Agent
+from pydantic_ai.models import Model
+from pydantic_ai.usage import UsageLimits
+
+from agent.config.settings import Policy, Settings
+from agent.core.answer import AnswerLimits
+from agent.core.context_window import ContextFitter
+from agent.core.library import DocumentLibrary, StoreLibrary
+from agent.core.llm import build_model, check_tool_calling, model_settings, served_model
+from agent.core.rag_agent import RagDeps, build_agent
+from tools.conversations import ConversationLog
+from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
+from tools.embedder.reranker import TritonReranker, get_reranker_spec
+from tools.in_memory_conversations import InMemoryConversations
+from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
+from tools.model_specs import get_spec
+from tools.retrieval import PassageSearch, Retriever
+from tools.scope import DEFAULT_COLLECTION
+from tools.store import VectorStore
+from tools.store.conversations import ConversationStore
+
+HealthCheck = Callable[[], Awaitable[str]]
+"""One dependency's check: returns a one-line detail, raises when the dependency is unusable."""
+
+
+Workload = Literal["interactive", "bulk"]
+"""Who an embedder serves: `interactive` (questions: the interactive model, Triton priority 1, TRITON_MAX_IN_FLIGHT)
+or `bulk` (ingestion and uploads: EMBEDDER_MODEL, priority 2, INGEST_MAX_IN_FLIGHT)."""
+
+
+def build_embedder(
+    settings: Settings,
+    *,
+    workload: Workload = "interactive",
+    model: str | None = None,
+    timeout_s: float | None = None,
+    buckets: Sequence[int] | None = None,
+    max_in_flight: int | None = None,
+) -> TritonEmbedder:
+    """The Triton embedding client the settings describe for one workload: `TRITON_GRPC_URL`, the model,
+    `TRITON_TIMEOUT_S` (or `timeout_s`, seconds), `TRITON_RETRIES`, `TRITON_CONNECT_TIMEOUT_S`,
+    `TRITON_GRPC_CHANNEL_ARGS` and `EMBEDDER_TOKENIZER`. Not connected yet: use it as an async context manager.
+
+    Interactive and bulk work never share a queue where the model repository serves the embedder twice: questions
+    go to `Settings.embedder_interactive_model` (e.g. `all-minilm-l6-v2-query`, its own batcher and instance),
+    ingestion to `EMBEDDER_MODEL`. Where one model serves both (production bge-large with `priority_levels: 2`),
+    questions are sent at Triton priority 1 and bulk at 2, so queued questions are batched first.
+
+    Args:
+        workload: `interactive` (questions; `TRITON_MAX_IN_FLIGHT` requests at once) or `bulk` (ingestion;
+            `INGEST_MAX_IN_FLIGHT`).
+        model: another Triton model in `tools.model_specs` to call instead (e.g. the int8 variant); it is its own
+            spec and sent at the workload's priority.
+        buckets: the client's padded length buckets in tokens (default `tools.embedder.length_buckets`).
+        max_in_flight: most concurrent requests this client sends (default: the workload's setting above).
+
+    Raises:
+        ValueError: the model is not in `tools.model_specs`, or a timeout, retry or in-flight setting is out of
+            range (from `TritonEmbedder`).
+    """
+    spec = get_spec(model or settings.embedder_model)
+    name = model or (settings.embedder_interactive_model if workload == "interactive" else settings.embedder_model)
+    workload_in_flight = settings.triton_max_in_flight if workload == "interactive" else settings.ingest_max_in_flight
+    return TritonEmbedder(
+        settings.triton_grpc_url,
+        spec,
+        timeout_s=settings.triton_timeout_s if timeout_s is None else timeout_s,
+        retries=settings.triton_retries,
+        tokenizer_path=settings.embedder_tokenizer if spec.name == settings.embedder_model else None,
+        connect_timeout_s=settings.triton_connect_timeout_s,
+        model_name=name,
+        max_in_flight=max_in_flight or workload_in_flight,
+        buckets=buckets,
+        channel_args=settings.triton_grpc_channel_args,
+        priority=PRIORITY_INTERACTIVE if workload == "interactive" else PRIORITY_BULK,
+    )
+
+
+def build_store(url: str, model_name: str, dim: int, settings: Settings) -> VectorStore:
+    """The (unconnected) VectorStore at `url` for an embedder (`model_name`, `dim`) with the settings' pool and
+    search options (pool size, statement timeout and cache, `hnsw.ef_search`, BM25 parameters and pruning)."""
+    return VectorStore(
+        url,
+        model_name,
+        dim,
+        settings.db_pool_max_size,
+        write_pool_size=settings.db_write_pool_size,
+        acquire_timeout_s=settings.db_acquire_timeout_s,
+        read_urls=settings.database_read_urls,
+        read_max_lag_s=settings.database_read_max_lag_s,
+        ef_search=settings.hnsw_ef_search,
+        bm25_k1=settings.bm25_k1,
+        bm25_b=settings.bm25_b,
+        postings_per_term=settings.bm25_postings_per_term,
+        command_timeout_s=settings.db_command_timeout_s,
+        statement_cache_size=settings.db_statement_cache_size,
+    )
+
+
+def build_reranker(settings: Settings) -> TritonReranker:
+    """The Triton cross-encoder client of the rerank step: `RERANKER_MODEL` at `TRITON_GRPC_URL`, at interactive
+    priority, with the Triton timeouts, retries and channel arguments and `RERANKER_TOKENIZER`. Not connected yet.
+
+    Raises:
+        ValueError: unknown reranker model, or a setting out of range. LookupError / FileNotFoundError: no tokenizer.
+    """
+    return TritonReranker(
+        settings.triton_grpc_url,
+        get_reranker_spec(settings.reranker_model),
+        timeout_s=settings.triton_timeout_s,
+        retries=settings.triton_retries,
+        tokenizer_path=settings.reranker_tokenizer,
+        connect_timeout_s=settings.triton_connect_timeout_s,
+        channel_args=settings.triton_grpc_channel_args,
+        max_in_flight=settings.triton_max_in_flight,
+        priority=PRIORITY_INTERACTIVE,
+    )
+
+
+def build_retriever(
+    embedder: TritonEmbedder, store: VectorStore, settings: Settings, reranker: TritonReranker | None = None
+) -> Retriever:
+    """The Retriever the settings describe (mode, RRF k and weights, candidates, full-text ranking, BM25
+    parameters, `hnsw.ef_search`, `RERANK_DEPTH` with `reranker`), over `embedder` and `store`."""
+    return Retriever(
+        embedder,
+        store,
+        mode=settings.retrieval_mode,
+        ef_search=settings.hnsw_ef_search,
+        rrf_k=settings.rrf_k,
+        candidates=settings.retrieval_candidates,
+        weights=(settings.rrf_weight_dense, settings.rrf_weight_full_text),
+        full_text_match=settings.full_text_match,
+        full_text_rank=settings.full_text_rank,
+        bm25_k1=settings.bm25_k1,
+        bm25_b=settings.bm25_b,
+        reranker=reranker,
+        rerank_depth=settings.rerank_depth,
+    )
+
+
+class Clients:
+    """The Triton client and the Postgres store the settings describe, connected together as an async context
+    manager (for the service, the benchmarks and the evals).
+
+    Attributes:
+        settings: what they were built from.
+        embedder: `build_embedder(settings)`.
+        store: `build_store(...)` at `DATABASE_URL` for the embedder's model and width.
+        reranker: `build_reranker(settings)` when `RERANK_DEPTH` > 0, else None.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.embedder = build_embedder(settings)
+        spec = self.embedder.spec
+        self.store = build_store(settings.resolved_database_url(), spec.name, spec.dim, settings)
+        self.reranker = build_reranker(settings) if settings.rerank_depth > 0 else None
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> Clients:
+        try:
+            await self._stack.enter_async_context(self.embedder)
+            if self.reranker is not None:
+                await self._stack.enter_async_context(self.reranker)
+            await self._stack.enter_async_context(self.store)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+@dataclass
+class Services:
+    """What one `RagApp` uses, built by `build_services` (or by a test).
+
+    Attributes:
+        search: the agent's retrieval (`tools.retrieval.PassageSearch`).
+        library: stored documents: list, add, delete, count (`agent.core.library.DocumentLibrary`).
+        model: the pydantic-ai model the agents call.
+        checks: health check per dependency name (e.g. `triton`, `postgres`, `llm`).
+        resources: opened in order when the app is entered, closed when it exits (clients, pools).
+        tool_check: probes that the LLM server accepts tool calls (for the `agentic` policy); None: no probe.
+        context: fits the `always` policy's passages to the LLM's context window; None: every passage is sent.
+        conversations: stored conversations (`tools.conversations.ConversationLog`); default: in this process'
+            memory (a test's `Services`), `build_services` keeps them in Postgres.
+    """
+
+    search: PassageSearch
+    library: DocumentLibrary
+    model: Model
+    checks: Mapping[str, HealthCheck] = field(default_factory=dict)
+    resources: Sequence[AbstractAsyncContextManager[Any]] = ()
+    tool_check: Callable[[], Awaitable[None]] | None = None
+    context: ContextFitter | None = None
+    conversations: ConversationLog = field(default_factory=InMemoryConversations)
+
+
+def build_services(settings: Settings) -> Services:
+    """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library and
+    conversations, the OpenAI-compatible model (`agent.core.llm`), and checks of Triton (embeds one word), Postgres
+    (reads one chunk row at most), the LLM (`GET /models` lists `LLM_MODEL`) and, with `RERANK_DEPTH` > 0, the
+    reranker (scores one pair). Nothing is connected until the app
+    enters `resources`.
+
+    Raises:
+        KeyError: the embedder model is not in `tools.model_specs`.
+    """
+    clients = Clients(settings)
+    embedder, store = clients.embedder, clients.store
+
+    async def triton() -> str:
+        await embedder.embed(["health"], kind="query")
+        return f"{embedder.model_name} at {settings.triton_grpc_url}"
+
+    async def postgres() -> str:
+        # `/health` is open and shared by every tenant: no document or chunk count, which would span collections
+        await store.ping()
+        return f"store of {store.model_name} vectors reachable"
+
+    async def llm() -> str:
+        return await served_model(settings)
+
+    async def tools() -> None:
+        await check_tool_calling(settings)
+
+    checks: dict[str, HealthCheck] = {"triton": triton, "postgres": postgres, "llm": llm}
+    reranker = clients.reranker
+    if reranker is not None:
+
+        async def rerank_check() -> str:
+            await reranker.score("health", ["health"])
+            return f"{reranker.model_name} at {settings.triton_grpc_url} (RERANK_DEPTH={settings.rerank_depth})"
+
+        checks["reranker"] = rerank_check
+
+    return Services(
+        search=build_retriever(embedder, store, settings, clients.reranker),
+        library=StoreLibrary(
+            embedder,
+            store,
+            chunk_tokens=settings.chunk_tokens,
+            overlap_tokens=settings.chunk_overlap_tokens,
+            batch_docs=settings.ingest_batch_docs,
+        ),
+        model=build_model(settings),
+        checks=checks,
+        resources=[clients],
+        tool_check=tools,
+        context=ContextFitter(settings),
+        conversations=ConversationStore(store),
+    )
+
+
+def build_agents(model: Model, settings: Settings) -> dict[Policy, Agent[RagDeps, str]]:
+    """One agent per retrieval policy over `model`, with the settings' request options
+    (`agent.core.llm.model_settings`)."""
+    options = model_settings(settings)
+    return {policy: build_agent(model, options, policy) for policy in get_args(Policy)}
+
+
+def answer_limits(settings: Settings) -> AnswerLimits:
+    """The bounds of one answer: `AGENT_REQUEST_LIMIT`, `AGENT_TOOL_CALLS_LIMIT`, `ANSWER_TOKEN_BUDGET`,
+    `ANSWER_TIMEOUT_S` and (quoted in errors) `LLM_TIMEOUT_S`."""
+    usage = UsageLimits(
+        request_limit=settings.agent_request_limit,
+        tool_calls_limit=settings.agent_tool_calls_limit,
+        total_tokens_limit=settings.answer_token_budget,
+    )
+    return AnswerLimits(usage=usage, timeout_s=settings.answer_timeout_s, llm_timeout_s=settings.llm_timeout_s)
+
+
+async def ingest_files(
+    settings: Settings,
+    paths: list[Path],
+    on_progress: ProgressFn | None = None,
+    *,
+    root: Path | None = None,
+    prefix: str = "",
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    collection: str = DEFAULT_COLLECTION,
+) -> tuple[IngestReport, int, int]:
+    """Ingest files and folders (PDF, HTML, DOCX, Markdown, text, BEIR JSONL; types sniffed from the content) through
+    `tools.ingest.ingest`: every input is scanned first (a
+    malformed one stores nothing), then documents stream through chunking, embedding and storing in batches of
+    `INGEST_BATCH_DOCS`, with an embedder limited to `INGEST_MAX_IN_FLIGHT` requests in flight. Opens only the
+    store and that embedder (no LLM).
+
+    Args:
+        on_progress: called as `(documents handled, documents in all inputs, chunks written)` per batch.
+        root, prefix: how document files are named (see `tools.ingest.plan_inputs`).
+        include, exclude: globs filtering the files found in folders.
+        collection: the collection every document goes into (`tools.scope`).
+
+    Returns:
+        (the run's report, documents stored afterwards, chunks stored afterwards).
+
+    Raises:
+        tools.ingest.IngestError: a path is missing, unreadable, unsupported, malformed, or two inputs get the same
+            document id.
+        EmbedderError / StoreError: Triton or Postgres failed; stored batches stay, re-running resumes.
+    """
+    inputs = plan_inputs(paths, root, prefix, include, exclude)
+    embedder = build_embedder(settings, workload="bulk")
+    spec = embedder.spec
+    async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
+        report = await ingest(
+            inputs,
+            embedder,
+            store,
+            chunk_tokens=settings.chunk_tokens,
+            overlap_tokens=settings.chunk_overlap_tokens,
+            batch_docs=settings.ingest_batch_docs,
+            on_progress=on_progress,
+            max_file_bytes=settings.ingest_max_file_bytes,
+            collection=collection,
+        )
+        docs, chunks = await store.count()
+    return report, docs, chunks
+
+
+async def run_check(check: HealthCheck) -> dict[str, object]:
+    """`{"ok", "detail", "ms"}` of one health check; never raises (a failure is reported as data)."""
+    start = time.perf_counter()
+    try:
+        detail, ok = await check(), True
+    except Exception as exc:  # noqa: BLE001 - a health check reports any failure as data
+        detail, ok = f"{type(exc).__name__}: {exc}", False
+    return {"ok": ok, "detail": str(detail), "ms": round((time.perf_counter() - start) * 1000, 1)}

@@ -1,0 +1,313 @@
+"""Checks `rag serve` makes on every HTTP request before routing or parsing anything (pure ASGI middleware).
+
+In the order a request meets them (`install_guards`):
+
+1. `HostGuard`: the `Host` header must name a host in `ALLOWED_HOSTS` (else 400 `host_not_allowed`). A web page
+   that rebinds its own DNS name to 127.0.0.1 sends its own name as `Host`, so a local server that answers only its
+   own names cannot be driven from a browser tab.
+2. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
+   `/metrics`, the page `/`), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw header bytes are
+   compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is read, so an
+   unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.core.keys`, the app's
+   `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is looked up here too
+   (`KeyRing.holder`, cached by `CachedKeys`), so a made-up one is refused before its body is read; an active key's
+   holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
+   dependency); every other path stays the admin key's.
+3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
+   it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
+   that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
+
+Every refusal has the API's error shape `{"error": kind, "detail": message}`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import secrets
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agent.config.settings import Settings, SettingsError
+from agent.core.keys import TOKEN_PREFIX
+
+OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/", "/"})
+"""Paths served without the API key: the readiness check, Prometheus' scrape and the web page (which asks for
+the key itself)."""
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+"""`ALLOWED_HOSTS` of a server listening on a loopback address when the setting is unset."""
+
+log = logging.getLogger(__name__)
+
+
+def error_json(status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The API's error response: `{"error": kind, "detail": detail}` with `status`."""
+    return JSONResponse({"error": kind, "detail": detail}, status_code=status, headers=headers)
+
+
+def is_loopback(bind_host: str) -> bool:
+    """True when `bind_host` (an interface `rag serve --host` listens on) is reachable only from this machine."""
+    if bind_host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind_host.strip("[]")).is_loopback
+    except ValueError:  # a host name other than localhost
+        return False
+
+
+def allowed_hosts_for(settings: Settings, bind_host: str) -> tuple[str, ...]:
+    """The host names a server listening on `bind_host` answers: `ALLOWED_HOSTS` when set, else this machine's
+    names (`LOOPBACK_HOSTS`) on a loopback address, else any host (`*`)."""
+    if settings.allowed_hosts is not None:
+        return settings.allowed_hosts
+    return LOOPBACK_HOSTS if is_loopback(bind_host) else ("*",)
+
+
+def require_key_off_loopback(settings: Settings, bind_host: str) -> None:
+    """Refuse to serve beyond this machine without a key.
+
+    Raises:
+        SettingsError: `bind_host` is not a loopback address (e.g. `0.0.0.0`) and `API_KEY` is unset.
+    """
+    if settings.api_key is None and not is_loopback(bind_host):
+        raise SettingsError(
+            f"--host {bind_host} accepts connections from other machines but API_KEY is unset: set API_KEY, or "
+            f"listen on 127.0.0.1 (the default)"
+        )
+
+
+def _host_of(value: str | None) -> str | None:
+    """The lower-cased host name of a `Host` header (`name`, `name:port`, `[::1]:8080`), None when malformed."""
+    if not value:
+        return None
+    try:
+        host = urlsplit(f"//{value}").hostname
+    except ValueError:
+        return None
+    return host.lower() if host else None
+
+
+def host_allowed(host: str, patterns: Iterable[str]) -> bool:
+    """Whether `host` (lower case, no port) matches a pattern: the same name, `*.example.com` for a subdomain of
+    example.com, or `*` for any host (the matching of Starlette's `TrustedHostMiddleware`)."""
+    for pattern in patterns:
+        pattern = pattern.lower().strip("[]")
+        if pattern == "*" or host == pattern or (pattern.startswith("*.") and host.endswith(pattern[1:])):
+            return True
+    return False
+
+
+class HostGuard:
+    """Answers 400 `host_not_allowed` unless the request's `Host` header matches `allowed_hosts`."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str]) -> None:
+        for pattern in allowed_hosts:
+            if "*" in pattern[1:] or (pattern.startswith("*") and pattern != "*" and not pattern.startswith("*.")):
+                raise SettingsError(f"ALLOWED_HOSTS entry {pattern!r}: expected a name, `*.example.com` or `*`")
+        self.app = app
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.allow_any = "*" in self.allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, or refuse it."""
+        if self.allow_any or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = Headers(scope=scope).get("host")
+        host = _host_of(raw)
+        if host is None or not host_allowed(host, self.allowed_hosts):
+            detail = f"Host {raw!r} is not served here; expected one of ALLOWED_HOSTS ({', '.join(self.allowed_hosts)})"
+            await error_json(400, "host_not_allowed", detail)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def key_matches(authorization: bytes | None, key: bytes) -> bool:
+    """Whether the raw `Authorization` header bytes are `Bearer <key>` (scheme case-insensitive; the token is
+    compared byte for byte, in constant time, with `key`: the API key's UTF-8 bytes)."""
+    if not authorization:
+        return False
+    scheme, _, token = authorization.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), key)
+
+
+CALLER_PATHS = (
+    "/v1/ask",
+    "/v1/documents",
+    "/v1/jobs",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/v1/conversations",
+    "/mcp",
+    "/openapi.json",
+    "/docs",
+)
+"""Path prefixes whose routes identify key holders (`agent.http.deps.Caller`; MCP's `agent.http.mcp.CallerGate`) and
+scope them to their collections."""
+
+
+def caller_path(path: str) -> bool:
+    """Whether `path` is one of `CALLER_PATHS` or under one."""
+    return any(path == p or path.startswith(p + "/") for p in CALLER_PATHS)
+
+
+def _app_keys(scope: Scope) -> Any:
+    """The app's API keys (`app.state.keys`, an `agent.core.keys.KeyRing` opened by its lifespan); None without them."""
+    return getattr(getattr(scope.get("app"), "state", None), "keys", None)
+
+
+async def keys_exist(scope: Scope) -> bool:
+    """Whether the app's API keys (`app.state.keys`, opened by its lifespan) hold any key."""
+    keys = _app_keys(scope)
+    return keys is not None and bool(await keys.any_keys())
+
+
+async def active_holder(scope: Scope, authorization: bytes | None) -> bool:
+    """Whether the `Authorization` header holds the token of an active key of the app's API keys (one look-up by
+    its hash, remembered by `CachedKeys`); False without keys.
+
+    Raises:
+        Whatever the keys raise when they cannot be read (`tools.store` errors).
+    """
+    keys = _app_keys(scope)
+    if keys is None:
+        return False
+    # Starlette decodes header bytes as latin-1 (as `agent.http.deps.get_caller` reads the token)
+    token = (authorization or b"").strip().partition(b" ")[2].strip().decode("latin-1")
+    return await keys.holder(token) is not None
+
+
+def holder_token(authorization: bytes | None) -> bool:
+    """Whether the raw `Authorization` header is `Bearer rag_...`: a token of the API keys table (`agent.core.keys`),
+    checked by the routes' `Caller` dependency."""
+    scheme, _, token = (authorization or b"").strip().partition(b" ")
+    return scheme.lower() == b"bearer" and token.strip().startswith(TOKEN_PREFIX.encode())
+
+
+class BearerKeyGuard:
+    """Answers 401 `unauthorized` unless the request carries `Authorization: Bearer <key>` (or, on `CALLER_PATHS`, a
+    token of the keys table), on every path but `open_paths`; `key` None lets everything through while no API key
+    exists."""
+
+    def __init__(self, app: ASGIApp, key: str | None, open_paths: frozenset[str] = OPEN_PATHS) -> None:
+        self.app = app
+        self.key = key.encode("utf-8") if key is not None else None
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, or refuse it before its body is read."""
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k.lower() == b"authorization"), None)
+        if self.key is not None and key_matches(given, self.key):
+            await self.app(scope, receive, send)
+            return
+        try:
+            holder = holder_token(given) and caller_path(scope["path"]) and await active_holder(scope, given)
+            open_server = not holder and self.key is None and not await keys_exist(scope)
+        except Exception as exc:  # noqa: BLE001 (the keys cannot be read: refuse, retryable)
+            detail = f"the API keys cannot be read ({type(exc).__name__}); try again"
+            await error_json(503, "postgres_unavailable", detail, {"Retry-After": "5"})(scope, receive, send)
+            return
+        if not holder and not open_server:  # a holder's route `Caller` scopes it to its collections
+            headers = {"WWW-Authenticate": "Bearer"}
+            await error_json(401, "unauthorized", "missing, wrong or revoked API key", headers)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyTooLargeError(Exception):
+    """A streamed request body passed the limit (raised from `receive` into the application)."""
+
+
+class BodyLimit:
+    """Answers 413 `payload_too_large` for a body over its path's limit: before reading when `Content-Length` says
+    so, else as soon as the streamed body passes the limit (the application's own response is then replaced).
+
+    Args:
+        max_bytes: the limit of every path (`MAX_BODY_BYTES`).
+        path_limits: `(path prefix, bytes, setting name)` for paths with a limit of their own (uploads); the longest
+            matching prefix wins.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: Sequence[tuple[str, int, str]] = ()) -> None:
+        for name, value in (("MAX_BODY_BYTES", max_bytes), *((n, v) for _, v, n in path_limits)):
+            if value < 1:
+                raise SettingsError(f"{name}={value}; expected at least 1 byte")
+        self.app = app
+        self.max_bytes = max_bytes
+        self.path_limits = sorted(path_limits, key=lambda limit: -len(limit[0]))
+
+    def limit_of(self, path: str) -> tuple[int, str]:
+        """The body limit of `path` in bytes and the setting that sets it."""
+        for prefix, limit, name in self.path_limits:
+            if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
+                return limit, name
+        return self.max_bytes, "MAX_BODY_BYTES"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on with a counting `receive`, or refuse it."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        max_bytes, setting = self.limit_of(scope["path"])
+        detail = f"the request body is larger than {max_bytes} bytes ({setting})"
+        refusal = error_json(413, "payload_too_large", detail, {"Connection": "close"})
+        length = Headers(scope=scope).get("content-length")
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            await refusal(scope, receive, send)
+            return
+        received = 0
+        too_large = False
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > max_bytes:
+                    too_large = True
+                    raise BodyTooLargeError(f"request body over {max_bytes} bytes ({setting})")
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if too_large:  # the application's answer to the aborted read is replaced by the 413
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except Exception:
+            if not too_large:
+                raise
+        if too_large and not started:
+            await refusal(scope, receive, send)
+
+
+UPLOAD_PATHS = ("/v1/documents",)
+"""Path prefixes that take document uploads (JSON documents, files), limited by `UPLOAD_MAX_REQUEST_BYTES`."""
+
+
+def install_guards(app: Any, settings: Settings, allowed_hosts: Sequence[str]) -> None:
+    """Add the guards to a Starlette/FastAPI `app` (outermost first: host, API key, body size: `MAX_BODY_BYTES`,
+    `UPLOAD_MAX_REQUEST_BYTES` under `UPLOAD_PATHS`).
+
+    Args:
+        allowed_hosts: host patterns to answer (`allowed_hosts_for`); `("*",)` answers any host.
+    """
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    uploads = [(path, settings.upload_max_request_bytes, "UPLOAD_MAX_REQUEST_BYTES") for path in UPLOAD_PATHS]
+    # add_middleware puts each new middleware outside the ones added before it
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, path_limits=uploads)
+    app.add_middleware(BearerKeyGuard, key=key)
+    app.add_middleware(HostGuard, allowed_hosts=tuple(allowed_hosts))

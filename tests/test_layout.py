@@ -1,0 +1,119 @@
+"""The code's layout: no import cycle between any two modules of agent/, tools/, evals/ or infra/ (on grimp's import
+graph, the one `lint-imports` checks the layers on), the Python API's documented import paths, and the web page
+shipped as package data where the HTTP app serves it from. No server."""
+
+from __future__ import annotations
+
+import tomllib
+
+import grimp
+
+from tests.conftest import REPO_ROOT
+
+ROOT_PACKAGES = ("agent", "tools", "evals", "infra")
+
+
+def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """The import cycles of `graph`: its strongly connected components of more than one module, plus every module
+    that imports itself, each sorted, the list sorted. Tarjan's algorithm (Tarjan 1972, "Depth-first search and
+    linear graph algorithms"), iterative so a deep graph does not hit Python's recursion limit."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, imported = work[-1]
+            step = next(imported, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph.find_modules_directly_imported_by(step)))))
+                elif step in on_stack:
+                    low[module] = min(low[module], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[module])
+            if low[module] == index[module]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == module:
+                        break
+                if len(component) > 1 or module in graph.find_modules_directly_imported_by(module):
+                    cycles.append(sorted(component))
+    return sorted(cycles)
+
+
+def test_no_import_cycles_between_our_modules() -> None:
+    """Not one cycle, direct or through other modules, imports under `TYPE_CHECKING` and inside functions included
+    (grimp sees them all): a cycle is a module whose import order matters and a layer that cannot be split."""
+    graph = grimp.build_graph(*ROOT_PACKAGES, include_external_packages=False, cache_dir=None)
+    assert len(graph.modules) > 100  # the whole code, not an empty graph
+    assert import_cycles(graph) == []
+
+
+def test_import_cycles_finds_direct_indirect_and_self_imports() -> None:
+    graph = grimp.ImportGraph()
+    for module in ("p", "p.a", "p.b", "p.c", "p.d", "p.e", "p.f"):
+        graph.add_module(module)
+    for importer, imported in [
+        ("p.a", "p.b"),
+        ("p.b", "p.a"),  # direct
+        ("p.c", "p.d"),
+        ("p.d", "p.e"),
+        ("p.e", "p.c"),  # through p.d and p.e
+        ("p.f", "p.f"),  # itself
+        ("p.a", "p.c"),  # one way only: joins no cycle
+    ]:
+        graph.add_import(importer=importer, imported=imported)
+    assert import_cycles(graph) == [["p.a", "p.b"], ["p.c", "p.d", "p.e"], ["p.f"]]
+    graph.remove_import(importer="p.e", imported="p.c")
+    assert import_cycles(graph) == [["p.a", "p.b"], ["p.f"]]
+
+
+def test_public_import_paths_are_the_core_objects() -> None:
+    """The Python API's documented paths (`from agent.app import RagApp`, `from agent.answer import AnswerRequest`,
+    `from agent.settings import Settings`) and the `rag` entry point (`agent.cli:app`) name the objects that live in
+    agent/core/, agent/config/ and agent/cli/main.py, not copies."""
+    import agent.answer
+    import agent.app
+    import agent.cli
+    import agent.settings
+    from agent.cli import main
+    from agent.config import settings
+    from agent.core import answer, app, wiring
+
+    assert agent.app.RagApp is app.RagApp
+    assert agent.app.build_services is wiring.build_services
+    assert agent.answer.AnswerRequest is answer.AnswerRequest
+    assert agent.settings.Settings is settings.Settings
+    assert agent.cli.app is main.app
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["rag"] == "agent.cli:app"
+
+
+def test_web_page_is_package_data_where_it_is_served_from() -> None:
+    """`pip install .` ships the page the HTTP app's `GET /` reads (`agent.http.service.WEB_DIR`)."""
+    from agent.http.service import WEB_DIR
+
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    shipped = {
+        path.resolve()
+        for pattern in pyproject["tool"]["setuptools"]["package-data"]["agent"]
+        for path in (REPO_ROOT / "agent").glob(pattern)
+    }
+    assert (WEB_DIR / "index.html").resolve() in shipped
+    assert (WEB_DIR / "index.html").is_file()
