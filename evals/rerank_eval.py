@@ -1,7 +1,8 @@
 """The rerank eval: the cross-encoder on top of hybrid retrieval, on SciFact test, through the real stack.
 
-`python -m evals.rerank_eval` (needs `rag up` and the reranker on Triton: `python -m evals.train_reranker`, then
-`rag down` / `rag up` so that the local Triton loads it). For each test claim, one at a time (concurrency 1):
+`rag eval rerank` (needs `rag up` and the reranker on Triton: `python -m
+evals.train_reranker`, then `rag down` / `rag up` so that the local Triton loads it). For each test claim, one at a
+time (concurrency 1):
 
 1. the app's hybrid candidate lists (`tools.retrieval.Retriever.candidate_lists`, 100 hits per list) over the
    SciFact passage store of `rag eval retrieval`, fused by the settings' RRF (`Retriever.rank`): the fused ranking;
@@ -31,11 +32,10 @@ import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import typer
 
 from evals.metrics import evaluate
 from evals.plots import emit_report, pyplot, save_figure
@@ -170,7 +170,7 @@ async def run_rerank_eval(depths: Sequence[int], limit: int | None, timed_claims
             },
         }
     report: dict[str, Any] = {
-        "command": "python -m evals.rerank_eval",
+        "command": "rag eval rerank",
         "label": LABEL,
         "reranker": settings.reranker_model,
         "split": "test",
@@ -242,19 +242,17 @@ def render(report: dict[str, Any], console: Any) -> None:
     console.print(f"verdict: {report['verdict']}")
 
 
-def main(
-    depths: Annotated[list[int] | None, typer.Option("--depth", help="Rerank depths (repeat).")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="First N test claims only.")] = None,
-    output: Annotated[Path, typer.Option(help="Report JSON.")] = RESULTS / "rerank-scifact-test.json",
-    plot_path: Annotated[Path, typer.Option("--plot", help="Figure (PNG).")] = RESULTS / "rerank-scifact-test.png",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
-    timed_claims: Annotated[int, typer.Option(min=1, help="Claims whose rerank latency is timed at each depth.")] = 40,
+def run_rerank_command(
+    depths: Sequence[int] | None,
+    limit: int | None,
+    output: Path | None,
+    plot_path: Path | None,
+    as_json: bool,
+    timed_claims: int,
 ) -> None:
-    """Measure the rerank stage on SciFact test (module docstring)."""
+    """`rag eval rerank` (options in `evals.cli.rerank`): measure, plot, print and write the report (default
+    `evals/results/rerank-scifact-test.json` and `.png`)."""
     report = asyncio.run(run_rerank_eval(tuple(depths or DEPTHS), limit, timed_claims))
-    report["plot"] = plot(report, plot_path).name
-    emit_report(report, as_json, output, render)
+    report["plot"] = plot(report, plot_path or RESULTS / "rerank-scifact-test.png").name
+    emit_report(report, as_json, output or RESULTS / "rerank-scifact-test.json", render)
 
-
-if __name__ == "__main__":
-    typer.run(main)

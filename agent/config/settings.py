@@ -336,7 +336,7 @@ class Settings(BaseSettings):
         ge=0,
         le=200,
         description="Fused candidates the cross-encoder (RERANKER_MODEL on Triton) re-orders before the top_k are "
-        "cut; 0 turns the rerank step off. Off by default: measured on SciFact test (`python -m evals.rerank_eval`, "
+        "cut; 0 turns the rerank step off. Off by default: measured on SciFact test (`rag eval rerank`, "
         "evals/results/rerank-scifact-test.json) the local in-domain cross-encoder lowered nDCG@10 (0.639 at depth 20 "
         "against 0.724 fused) and added 1.4 s (p50) per question at depth 20 on 2 CPU cores.",
     )
