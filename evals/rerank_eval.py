@@ -5,7 +5,8 @@ evals.train_reranker`, then `rag down` / `rag up` so that the local Triton loads
 time (concurrency 1):
 
 1. the app's hybrid candidate lists (`tools.retrieval.Retriever.candidate_lists`, 100 hits per list) over the
-   SciFact passage store of `rag eval retrieval`, fused by the settings' RRF (`Retriever.rank`): the fused ranking;
+   SciFact passage store of `rag eval retrieval`, fused as the settings say (`Retriever.rank`: RRF or convex
+   fusion): the fused ranking;
 2. the reranker on Triton (`tools.embedder.reranker.TritonReranker`) scores the first `max(depths)` fused hits once;
    the ranking at each depth re-orders the first `depth` of them by those scores (`tools.rerank.rerank` with a
    scorer that replays them: a pair's logit does not depend on the other pairs), the rest keep their fused order;
@@ -178,8 +179,13 @@ async def run_rerank_eval(depths: Sequence[int], limit: int | None, timed_claims
         "timed_claims": min(timed_claims, len(queries)),
         "concurrency": 1,
         "fused": {
-            "retrieval": f"hybrid RRF k={settings.rrf_k:g}, weights {settings.rrf_weight_dense:g}:"
-            f"{settings.rrf_weight_full_text:g} (the app's settings)",
+            "retrieval": (
+                f"hybrid convex fusion alpha={settings.fusion_alpha:g}, {settings.fusion_normalisation}"
+                if settings.fusion_method == "convex"
+                else f"hybrid RRF k={settings.rrf_k:g}, weights {settings.rrf_weight_dense:g}:"
+                f"{settings.rrf_weight_full_text:g}"
+            )
+            + " (the app's settings)",
             "ndcg@10": round(fused_metrics["ndcg@10"], 4),
             "recall@10": round(fused_metrics["recall@10"], 4),
             "mrr@10": round(fused_metrics["mrr@10"], 4),

@@ -33,6 +33,7 @@ from agent.core.rag_agent import RagDeps, build_agent
 from tools.conversations import ConversationLog
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.embedder.reranker import TritonReranker, get_reranker_spec
+from tools.fusion import Rm3Params
 from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
@@ -142,8 +143,8 @@ def build_reranker(settings: Settings) -> TritonReranker:
 def build_retriever(
     embedder: TritonEmbedder, store: VectorStore, settings: Settings, reranker: TritonReranker | None = None
 ) -> Retriever:
-    """The Retriever the settings describe (mode, RRF k and weights, candidates, full-text ranking, BM25
-    parameters, `hnsw.ef_search`, `RERANK_DEPTH` with `reranker`), over `embedder` and `store`."""
+    """The Retriever the settings describe (mode, fusion and its parameters, candidates, full-text ranking, BM25
+    parameters, RM3, `hnsw.ef_search`, `RERANK_DEPTH` with `reranker`), over `embedder` and `store`."""
     return Retriever(
         embedder,
         store,
@@ -156,9 +157,20 @@ def build_retriever(
         full_text_rank=settings.full_text_rank,
         bm25_k1=settings.bm25_k1,
         bm25_b=settings.bm25_b,
+        fusion=settings.fusion_method,
+        fusion_alpha=settings.fusion_alpha,
+        fusion_normalisation=settings.fusion_normalisation,
+        rm3=rm3_params(settings),
         reranker=reranker,
         rerank_depth=settings.rerank_depth,
     )
+
+
+def rm3_params(settings: Settings) -> Rm3Params | None:
+    """The full-text leg's RM3 parameters the settings describe; None when RM3 is off."""
+    if not settings.rm3:
+        return None
+    return Rm3Params(settings.rm3_fb_docs, settings.rm3_fb_terms, settings.rm3_original_weight)
 
 
 class Clients:

@@ -18,6 +18,7 @@ from tools.store.records import (
     FullTextRank,
     IngestCounts,
     StoredDocument,
+    TermVectors,
 )
 from tools.store.schema import MAX_HNSW_DIM
 from tools.store.search import BM25_EXHAUSTIVE_SQL, BM25_SQL, DENSE_FILTERED_SQL, DENSE_SQL
@@ -42,5 +43,6 @@ __all__ = [
     "StoreQueryError",
     "StoreUnavailableError",
     "StoredDocument",
+    "TermVectors",
     "VectorStore",
 ]
