@@ -136,3 +136,34 @@ def test_local_triton_loads_the_reranker_only_once_it_is_exported(tmp_path: Path
     onnx.parent.mkdir(parents=True)
     onnx.write_bytes(b"graph")
     assert triton.served_models(config)[-1] == "minilm-l6-scifact-reranker"
+
+
+def test_rag_eval_rerank_writes_the_report_and_plot_for_the_depths_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rag eval rerank` passes its depths, limit and timed claims to the eval, then writes the JSON report and the
+    plot where asked (the eval itself, against the stack, is replaced by the stored SciFact report)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from agent.cli.main import app
+    from evals import rerank_eval
+
+    stored = json.loads((rerank_eval.RESULTS / "rerank-scifact-test.json").read_text())
+    asked: list[tuple[Sequence[int], int | None, int]] = []
+
+    async def fake_eval(depths: Sequence[int], limit: int | None, timed_claims: int) -> dict[str, Any]:
+        asked.append((depths, limit, timed_claims))
+        return {k: v for k, v in stored.items() if k != "plot"}
+
+    monkeypatch.setattr(rerank_eval, "run_rerank_eval", fake_eval)
+    out, figure = tmp_path / "rerank.json", tmp_path / "rerank.png"
+    args = ["eval", "rerank", "--depth", "20", "--depth", "50", "--limit", "7", "--timed-claims", "3"]
+    result = CliRunner().invoke(app, [*args, "--output", str(out), "--plot", str(figure), "--json"])
+    assert result.exit_code == 0, result.output
+    assert asked == [((20, 50), 7, 3)]
+    report = json.loads(result.stdout)
+    assert report == json.loads(out.read_text()) and report["plot"] == "rerank.png"
+    assert report["depths"]["20"]["ndcg@10"] == stored["depths"]["20"]["ndcg@10"]
+    assert figure.read_bytes().startswith(b"\x89PNG")
