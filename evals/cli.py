@@ -83,6 +83,29 @@ def tune_fusion(
     run_tune_fusion_command(limit, rm3, as_json, output)
 
 
+@eval_app.command("rerank")
+def rerank(
+    depth: Annotated[
+        list[int] | None, typer.Option("--depth", min=1, help="Rerank depths (repeatable; default 20 50 100).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="First N test claims only.")] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Report JSON (default evals/results/rerank-scifact-test.json).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Figure (default evals/results/rerank-scifact-test.png).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    timed_claims: Annotated[int, typer.Option(min=1, help="Claims whose rerank latency is timed at each depth.")] = 40,
+) -> None:
+    """The rerank stage on SciFact test: nDCG@10 and recall@10 of the hybrid (fused) ranking and of the reranked
+    ranking at each depth, the latency the stage adds per question (p50/p95, concurrency 1) and a plot. Needs `rag up`
+    with the reranker on Triton (`python -m evals.train_reranker`, then `rag down` / `rag up`)."""
+    from evals.rerank_eval import run_rerank_command
+
+    run_rerank_command(depth, limit, output, plot, as_json, timed_claims)
+
+
 @eval_app.command("answers")
 def answers(
     split: Annotated[str, typer.Option(help="SciFact split: `test` to report, `train` to tune.")] = "test",

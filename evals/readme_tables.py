@@ -515,6 +515,40 @@ def fidelity(results: dict[str, Any]) -> str:
     return markdown_table(header, rows)
 
 
+@table("rerank", "rerank-scifact-test.json")
+def rerank(results: dict[str, Any]) -> str:
+    """`rag eval rerank`: the hybrid (fused) ranking, then the reranked one at each depth: nDCG@10 (and its change),
+    recall@10, the latency the stage adds per question (p50/p95 ms at concurrency 1, n timed claims) and the machine
+    seconds per 1,000 questions."""
+    fused = results["fused"]
+    rows: list[list[object]] = [
+        ["hybrid (fused), no rerank", f"{fused['ndcg@10']:.4f}", "–", f"{fused['recall@10']:.4f}", "–", "–", "–"]
+    ]
+    for depth, row in results["depths"].items():
+        added = row["added_ms"]
+        rows.append(
+            [
+                f"reranked top {depth}",
+                f"{row['ndcg@10']:.4f}",
+                f"{row['ndcg@10'] - fused['ndcg@10']:+.4f}",
+                f"{row['recall@10']:.4f}",
+                f"{added['p50']:.0f}",
+                f"{added['p95']:.0f}",
+                f"{row['machine_seconds_per_1000_questions']:,.0f}",
+            ]
+        )
+    header = [
+        "ranking",
+        "nDCG@10",
+        "Δ nDCG@10",
+        "recall@10",
+        f"added p50 ms (n={results['timed_claims']})",
+        "added p95 ms",
+        "s per 1,000 questions",
+    ]
+    return markdown_table(header, rows)
+
+
 @table("bench-mixed", "bench-mixed.json")
 def bench_mixed(results: dict[str, Any]) -> str:
     """Questions idle and beside each bulk workload: latency p50/p95/p99 ms (n), TTFT for answers, ratio of p50 to

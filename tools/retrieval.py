@@ -30,6 +30,7 @@ from tools.fusion import (
     convex_fusion,
     rm3_search,
 )
+from tools.rerank import PairScorer, rerank
 from tools.scope import SearchScope
 from tools.store import ChunkHit, FullTextMatch, FullTextRank
 from tools.timing import StageTimings
@@ -89,7 +90,8 @@ class Passage(ChunkHit):
     """A retrieved chunk (the `ChunkHit` fields) numbered for citation (`number` from 1, in rank order).
 
     `score` is the ranking score of the mode used: cosine similarity (dense), the full-text score (BM25 or
-    `ts_rank_cd`) or the RRF score (hybrid); `dense_score` is the chunk's cosine similarity (−1..1) to the query
+    `ts_rank_cd`) or the RRF score (hybrid), or the cross-encoder's logit when the rerank step re-ordered it
+    (`tools.rerank`); `dense_score` is the chunk's cosine similarity (−1..1) to the query
     (`PassageSearch.search` fills it for every passage it returns; None only for a passage built elsewhere).
     """
 
@@ -257,9 +259,11 @@ class Retriever:
         full_text_rank: `bm25` (pruned Okapi BM25), `bm25_exhaustive` or `ts_rank_cd`; see
             `VectorStore.full_text_search`.
         bm25_k1, bm25_b: BM25 parameters (Anserini's 0.9 and 0.4 by default).
+        reranker: the cross-encoder of the rerank step (`tools.rerank`), or None.
+        rerank_depth: ranked hits the reranker re-orders before the top `top_k` are cut; 0 (or no reranker): off.
 
-    A search asks each list for `candidates` hits (at least `top_k`), so that hits dropped as duplicate texts
-    still leave `top_k` passages.
+    A search asks each list for `candidates` hits (at least `top_k`, and at least `rerank_depth` when reranking), so
+    that hits dropped as duplicate texts still leave `top_k` passages.
     """
 
     def __init__(
@@ -279,6 +283,8 @@ class Retriever:
         fusion_alpha: float = 0.5,
         fusion_normalisation: Normalisation = "min_max",
         rm3: Rm3Params | None = None,
+        reranker: PairScorer | None = None,
+        rerank_depth: int = 0,
     ) -> None:
         if mode not in ("dense", "full_text", "hybrid"):
             raise ValueError(f"retrieval mode {mode!r}; expected 'dense', 'full_text' or 'hybrid'")
@@ -294,6 +300,8 @@ class Retriever:
                 f"rrf_k={rrf_k}, candidates={candidates}, weights={weights}: expected rrf_k > 0, candidates >= 1 "
                 f"and two weights (dense, full-text)"
             )
+        if rerank_depth < 0:
+            raise ValueError(f"rerank_depth={rerank_depth}; expected >= 0 (0: no reranking)")
         self.embedder = embedder
         self.store = store
         self.mode = mode
@@ -309,6 +317,8 @@ class Retriever:
         self.fusion_alpha = fusion_alpha
         self.fusion_normalisation = fusion_normalisation
         self.rm3 = rm3
+        self.reranker = reranker
+        self.rerank_depth = rerank_depth if reranker is not None else 0
 
     async def candidate_lists(
         self,
@@ -404,19 +414,26 @@ class Retriever:
 
         A passage that dense search did not return (full-text mode, or a hybrid hit only full-text search found)
         gets its cosine from its stored embedding and the query vector this search embedded (one indexed lookup,
-        counted in `search`); the query is embedded once per search in every mode.
+        counted in `search`); the query is embedded once per search in every mode. With a reranker and
+        `rerank_depth` > 0 the first `rerank_depth` ranked hits are re-ordered by it before the cut
+        (`tools.rerank.rerank`; its time is the stage `rerank`).
 
         Raises:
             ValueError: blank query or top_k < 1.
-            EmbedderError / StoreError: from the embedder or store.
+            EmbedderError / StoreError: from the embedder, the reranker or the store.
         """
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
-        lists = await self.candidate_lists(query, max(top_k, self.candidates), embed_query=True, scope=scope)
+        size = max(top_k, self.candidates, self.rerank_depth)
+        lists = await self.candidate_lists(query, size, embed_query=True, scope=scope)
         dense_scores = {h.chunk_id: h.score for h in lists.dense}
-        ranked = self.rank(lists)[:top_k]
+        ranked = self.rank(lists)
         timings = StageTimings()
         timings.add(lists.timings_ms)
+        if self.reranker is not None and self.rerank_depth > 0:
+            with timings.stage("rerank", pairs=min(self.rerank_depth, len(ranked))):
+                ranked = await rerank(query, ranked, self.reranker, self.rerank_depth, top_k)
+        ranked = ranked[:top_k]
         missing = [h.chunk_id for h, _ in ranked if h.chunk_id not in dense_scores]
         if missing and lists.query_vector is not None:
             with timings.stage("dense_scores", key="search", chunks=len(missing)):

@@ -365,6 +365,26 @@ class Settings(BaseSettings):
     retrieval_candidates: int = Field(
         default=50, ge=1, le=1000, description="Hits each list contributes to the hybrid fusion (at least top_k)."
     )
+    rerank_depth: int = Field(
+        default=0,
+        ge=0,
+        le=200,
+        description="Fused candidates the cross-encoder (RERANKER_MODEL on Triton) re-orders before the top_k are "
+        "cut; 0 turns the rerank step off. Off by default: measured on SciFact test (`rag eval rerank`, "
+        "evals/results/rerank-scifact-test.json) the local in-domain cross-encoder lowered nDCG@10 (0.639 at depth 20 "
+        "against 0.724 for the RRF fusion then default) and added 1.4 s (p50) per question at depth 20 on 2 CPU cores.",
+    )
+    reranker_model: str = Field(
+        default="minilm-l6-scifact-reranker",
+        description="Triton model of the rerank step (`tools.embedder.reranker.RERANKER_SPECS`). The local Triton "
+        "loads it when its model.onnx exists (made by `python -m evals.train_reranker`); production serves "
+        "`bge-reranker-v2-m3`.",
+    )
+    reranker_tokenizer: Path | None = Field(
+        default=None,
+        description="The reranker's tokenizer.json (file or folder); default: the packaged one where it ships "
+        "(the local MiniLM cross-encoder's is the embedder's).",
+    )
     full_text_match: Literal["all", "any"] = Field(
         default="any",
         description="Full-text query: `any` term (lexemes OR-ed; suits questions and claims) or `all` terms "
