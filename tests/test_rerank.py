@@ -16,7 +16,7 @@ import pytest
 from agent.config.settings import Settings
 from infra import triton
 from infra.config import StackConfig
-from tests.test_retrieval_logic import DENSE, FULL_TEXT, FakeEmbedder, FakeStore, hit
+from tests.retrieval_doubles import DENSE, FULL_TEXT, FakeEmbedder, FakeStore, hit
 from tools.embedder import EmbedderError
 from tools.rerank import rerank
 from tools.retrieval import Retriever
