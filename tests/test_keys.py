@@ -15,12 +15,13 @@ from pydantic import SecretStr
 from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.errors import InputError
-from agent.core.keys import TOKEN_PREFIX, ApiKey, CachedKeys, InMemoryKeys, new_token, token_hash
+from agent.core.keys import CachedKeys, InMemoryKeys
 from agent.core.results import AskResult
 from agent.http.deps import ADMIN, CallerIdentity, get_keys
 from agent.http.errors import ApiError
 from tests.test_http_contract import Served, assert_error, serve
 from tools.scope import SearchScope
+from tools.store.keys import TOKEN_PREFIX, ApiKey, new_token, token_hash
 
 
 def keyed(keys: InMemoryKeys, **settings: Any) -> Served:

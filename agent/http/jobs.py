@@ -32,9 +32,10 @@ from agent.http.deps import CALLER, AppSettings, Caller
 from agent.http.errors import ERROR_RESPONSES
 from tools.extract import sniff_bytes
 from tools.extract.dispatch import REFUSED
-from tools.jobs import Job, JobFile, JobQueue, work
+from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
+from tools.store.jobs import Job, JobFile, JobQueue
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 MAX_FILES = 1000
@@ -131,7 +132,7 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
     progress at shutdown is claimed again by a worker once its lease expires)."""
     spec = get_spec(settings.embedder_model)
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
-        queue = JobQueue(store.pool)
+        queue = JobQueue(store.pool, store.acquire_timeout_s)
         await queue.setup()
         if settings.jobs_serve_workers == 0:
             yield queue
