@@ -9,7 +9,9 @@ the cause); the file name is never used as a path: only its last component is ke
 optional `prefix` form field). The optional `collection` form field names the collection the documents go into
 (`default` unless given; 403 `forbidden_collection` outside the API key's); a job is seen only by callers holding its
 collection (any other job id is 404, exactly like a missing one). Starlette spools uploaded files to disk past 1 MiB
-while it parses, so memory holds one file at a time.
+while it parses, so memory holds one file at a time. While Postgres is down or restarting, these routes answer 503
+`postgres_unavailable` with `Retry-After` (the jobs table raises the store's `StoreUnavailableError`, which the app's
+error handlers map like any other route's).
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ async def job_list(jobs: Jobs, caller: Caller, limit: int = 50) -> dict[str, lis
 @asynccontextmanager
 async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
     """The jobs queue on the configured store, with `JOBS_SERVE_WORKERS` worker loops running until exit (a job in
-    progress at shutdown is claimed again by a worker once its lease expires)."""
+    progress at shutdown is claimed again by a worker once its lease expires); a worker waits out a Postgres restart
+    (`tools.jobs.worker.work`)."""
     spec = get_spec(settings.embedder_model)
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
         queue = JobQueue(store.pool, store.acquire_timeout_s)

@@ -43,8 +43,8 @@ T = TypeVar("T")
 
 STORE_BACKOFF: wait_base = wait_exponential_jitter(multiplier=0.5, max=10.0, jitter=0.5)
 """Wait before the worker tries the store again while it is unavailable, seconds: 0.5 doubling per try up to 10, plus
-up to 0.5 of random jitter (tenacity's `wait_exponential_jitter`, capped at 10). The local Postgres restarts in about
-1 s (`agent.http.errors.RETRY_AFTER_S`); the cap bounds how late a worker notices a longer outage's end."""
+up to 0.5 of random jitter (tenacity's `wait_exponential_jitter`, capped at 10). The embedded Postgres restarts in
+about a second; the cap bounds how late a worker notices the end of a longer outage."""
 
 
 class LeaseLostError(Exception):
