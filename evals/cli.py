@@ -33,7 +33,9 @@ def ingest_ceiling_line(report: IngestReport, settings: Settings) -> str:
 
 @eval_app.command("retrieval")
 def retrieval(
-    split: Annotated[str, typer.Option(help="SciFact split: `test` (report) or `train` (tuning).")] = "test",
+    split: Annotated[
+        str, typer.Option(help="Split: `test` (report) or `train` (tuning); with --dataset, its qrels/SPLIT.tsv.")
+    ] = "test",
     variant: Annotated[
         list[str] | None,
         typer.Option(help="Corpus variant(s): `passage` (one 256-token passage per doc) and/or `chunked`."),
@@ -46,12 +48,62 @@ def retrieval(
     output: Annotated[
         Path | None, typer.Option(help="Write the JSON report here (default: DATA_DIR/evals/retrieval-SPLIT.json).")
     ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) to evaluate instead of SciFact, in "
+            "its own scratch database (re-runs reuse its vectors)."
+        ),
+    ] = None,
 ) -> None:
-    """SciFact retrieval (BEIR protocol): nDCG@10, recall@10/100, MRR@10 of dense, full-text and hybrid search
-    through Triton and pgvector, HNSW recall@10 against exact search, and the published reference figures."""
+    """SciFact retrieval (BEIR protocol), or any BEIR folder's with --dataset: nDCG@10, recall@10/100, MRR@10 of
+    dense, full-text and hybrid search through Triton and pgvector, HNSW recall@10 against exact search, and (for
+    SciFact) the published reference figures."""
     from evals.retrieval_cli import run_retrieval_command
 
-    run_retrieval_command(split, variant, limit, as_json, output, tune)
+    run_retrieval_command(split, variant, limit, as_json, output, tune, dataset)
+
+
+@eval_app.command("tune-fusion")
+def tune_fusion(
+    rm3: Annotated[
+        bool, typer.Option("--rm3/--no-rm3", help="Also try RM3 feedback on the full-text leg (8 settings).")
+    ] = True,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N claims of each split.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report only.")] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="Write the JSON report here (default: DATA_DIR/evals/tune-fusion.json).")
+    ] = None,
+) -> None:
+    """Choose the hybrid fusion on SciFact train and report test with the chosen parameters: RRF (k, dense weight)
+    and the convex combination of normalised scores (alpha, normalisation), each with plain BM25 or RM3 as the
+    full-text leg. Candidate lists are fetched once through the stack and cached; the grid runs in Python."""
+    from evals.fusion_cli import run_tune_fusion_command
+
+    run_tune_fusion_command(limit, rm3, as_json, output)
+
+
+@eval_app.command("rerank")
+def rerank(
+    depth: Annotated[
+        list[int] | None, typer.Option("--depth", min=1, help="Rerank depths (repeatable; default 20 50 100).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="First N test claims only.")] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Report JSON (default evals/results/rerank-scifact-test.json).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Figure (default evals/results/rerank-scifact-test.png).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    timed_claims: Annotated[int, typer.Option(min=1, help="Claims whose rerank latency is timed at each depth.")] = 40,
+) -> None:
+    """The rerank stage on SciFact test: nDCG@10 and recall@10 of the hybrid (fused) ranking and of the reranked
+    ranking at each depth, the latency the stage adds per question (p50/p95, concurrency 1) and a plot. Needs `rag up`
+    with the reranker on Triton (`python -m evals.train_reranker`, then `rag down` / `rag up`)."""
+    from evals.rerank_eval import run_rerank_command
+
+    run_rerank_command(depth, limit, output, plot, as_json, timed_claims)
 
 
 @eval_app.command("answers")

@@ -363,13 +363,15 @@ async def run_retrieval_eval(
     variants: Sequence[Variant] = ("passage", "chunked"),
     db_prefix: str = "rag_eval_scifact",
     progress: ProgressFn | None = None,
+    source: str = "scifact",
 ) -> RetrievalEvalReport:
     """Run the eval for `variants` with one Triton embedder built from `settings`.
 
     Args:
         server_url: a database URL of the Postgres server that gets the eval databases.
         docs, queries, qrels: the corpus, the split's queries and their judgements (see `evals.scifact`).
-        db_prefix: database name prefix (tests use their own).
+        db_prefix: database name prefix (tests and other datasets use their own).
+        source: the stored documents' `source`.
 
     Raises:
         ValueError: no queries, or queries without qrels.
@@ -385,7 +387,7 @@ async def run_retrieval_eval(
     async with build_embedder(settings) as embedder:
         for variant in variants:
             reports[variant] = await evaluate_variant(
-                variant, docs, queries, qrels, embedder, settings, server_url, db_prefix, progress=progress
+                variant, docs, queries, qrels, embedder, settings, server_url, db_prefix, source, progress
             )
     return RetrievalEvalReport(split, len(queries), reports)
 

@@ -65,7 +65,12 @@ Qrels = dict[str, dict[str, int]]
 """query id -> {doc id: relevance grade} (SciFact grades are all 1)."""
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
+    """(line number, record) of each non-blank line of `path` (`tools.jsonl.read_records`).
+
+    Raises:
+        DatasetError: missing file, or a line that is not UTF-8 JSON object with `_id` (names file:line).
+    """
     if not path.is_file():
         raise DatasetError(f"{path}: no such file")
     try:
@@ -82,11 +87,11 @@ def load_corpus(root: Path = SCIFACT_DIR) -> dict[str, CorpusDoc]:
     """
     return {
         str(r["_id"]): CorpusDoc(str(r["_id"]), str(r.get("title") or ""), str(r.get("text") or ""))
-        for _, r in _jsonl(root / "corpus.jsonl")
+        for _, r in jsonl_records(root / "corpus.jsonl")
     }
 
 
-def load_qrels(split: Split, root: Path = SCIFACT_DIR) -> Qrels:
+def load_qrels(split: str, root: Path = SCIFACT_DIR) -> Qrels:
     """Relevance judgements of `split` from `root/qrels/<split>.tsv`.
 
     Raises:
@@ -103,9 +108,14 @@ def load_qrels(split: Split, root: Path = SCIFACT_DIR) -> Qrels:
             if not row:
                 continue
             try:
+                if len(row) != 3:
+                    raise ValueError(f"{len(row)} columns")
                 query_id, doc_id, score = row[0], row[1], int(row[2])
-            except (IndexError, ValueError) as exc:
-                raise DatasetError(f"{path}:{lineno}: expected 'query-id<TAB>corpus-id<TAB>score': {row}") from exc
+            except ValueError as exc:
+                raise DatasetError(
+                    f"{path}:{lineno}: expected 'query-id<TAB>corpus-id<TAB>score' (3 columns, integer score), got "
+                    f"{row} ({exc})"
+                ) from exc
             qrels.setdefault(query_id, {})[doc_id] = score
     return qrels
 
@@ -120,7 +130,7 @@ def load_queries(split: Split, root: Path = SCIFACT_DIR) -> list[Query]:
     wanted = load_qrels(split, root)
     path = root / "queries.jsonl"
     queries: list[Query] = []
-    for lineno, record in _jsonl(path):
+    for lineno, record in jsonl_records(path):
         query_id = str(record["_id"])
         if query_id not in wanted:
             continue

@@ -29,6 +29,7 @@ class StackConfig:
     embedder_model: str
     embedder_interactive_model: str
     triton_extra_models: tuple[str, ...]
+    reranker_model: str
     triton_python_env: Path
     triton_start_timeout_s: float
     database_url: str | None

@@ -83,11 +83,14 @@ def module_table(root: Path = ROOT) -> str:
 
 def contracts_table(root: Path = ROOT) -> str:
     """The import contracts `lint-imports` checks (`[[tool.importlinter.contracts]]` of pyproject.toml) as a
-    Markdown table: name, type, the modules it constrains and those they may not import (or the layers)."""
+    Markdown table: name, type, the modules it constrains (a layers contract's layers by full name, highest first,
+    e.g. `agent.cli`) and those they may not import."""
     contracts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     rows = []
     for contract in contracts:
-        source = contract.get("source_modules") or contract.get("layers") or []
+        containers, layers = contract.get("containers") or [""], contract.get("layers", [])
+        source = contract.get("source_modules") or [f"{c}.{layer}" for c in containers for layer in layers]
+        source = [module.lstrip(".") for module in source]
         forbidden = contract.get("forbidden_modules") or []
         ignored = contract.get("ignore_imports") or []
         rows.append(

@@ -22,8 +22,8 @@ from agent.core.events import Queued
 from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_rag
-from tests.test_agent_logic import COVERED, DOCUMENTS
-from tests.test_http_contract import sse_events
+from tests.agent_corpus import COVERED, DOCUMENTS
+from tests.http_rig import sse_events
 from tools.in_memory import InMemoryCollection
 from tools.retrieval import RetrievalResult
 from tools.scope import SearchScope

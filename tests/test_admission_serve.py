@@ -28,7 +28,7 @@ from agent.core.wiring import ingest_files
 from evals.bench_serve import ServeBenchParams, render, run_serve_bench, write_plot
 from evals.scifact import SCIFACT_DIR
 from tests.fake_openai import FakeState, Reply, ThreadedServer, build_app
-from tests.test_http_api import RagServe
+from tests.http_server import RagServe
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 ANSWER = "Yes, the passage reports higher homocysteine [1]."

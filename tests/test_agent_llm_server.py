@@ -20,8 +20,8 @@ from agent.core.llm import build_model, check_tool_calling, model_settings
 from agent.core.rag_agent import RagDeps, build_agent
 from agent.core.results import AskResult
 from infra.processes import free_port
+from tests.agent_corpus import DOCUMENTS
 from tests.fake_openai import TRITON_DEFAULT_MAX_TOKENS, VLLM_NO_TOOLS_ERROR, FakeOpenAIServer, Reply
-from tests.test_agent_logic import DOCUMENTS
 from tools.embedder import TritonEmbedder
 from tools.in_memory import InMemoryCollection
 from tools.retrieval import PassageSearch, Retriever

@@ -23,20 +23,11 @@ from agent.core.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, To
 from agent.core.prompts import REFUSAL
 from agent.core.rag_agent import RagDeps, build_agent, shown_in
 from agent.core.results import AskResult
-from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
+from tests.agent_corpus import COVERED, DOCUMENTS, OFF_TOPIC
 from tools.in_memory import InMemoryCollection
-from tools.ingest import SourceDocument
 from tools.retrieval import RETRIEVAL_MODES, Passage, RetrievalMode
 from tools.scope import SearchScope
 
-DOCUMENTS = [
-    SourceDocument("b12", "Vitamin B12", "Vitamin B12 deficiency raises plasma homocysteine in older adults.", "t", {}),
-    SourceDocument("folate", "Folate", "Folate intake lowers homocysteine levels in adults.", "t", {}),
-    SourceDocument("mri", "Diffusion MRI", "Diffusion tensor imaging of newborn white matter.", "t", {}),
-    SourceDocument("aldh1", "ALDH1", "ALDH1 expression marks breast cancer stem cells.", "t", {}),
-]
-COVERED = "Vitamin B12 deficiency and homocysteine levels"
-OFF_TOPIC = OFF_TOPIC_QUESTIONS[0]  # "Who won the 2018 FIFA World Cup?": no word in common with DOCUMENTS
 REFUSAL_MIN_SCORE = 0.3  # hashed bag-of-words cosine: COVERED vs the B12 document ~0.5, OFF_TOPIC vs any 0.0
 
 Call = tuple[str, dict[str, Any]]

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from evals.retrieval_eval import ensure_database
-from tools.store import BM25_EXHAUSTIVE_SQL, BM25_SQL, ChunkRecord, DocumentRecord, VectorStore
+from tests.bm25_stats import statistics
+from tools.store import BM25_EXHAUSTIVE_SQL, BM25_SQL, ChunkRecord, DocumentRecord, StoreError, VectorStore
 
 pytestmark = pytest.mark.stack
 
@@ -39,27 +40,6 @@ async def small_store(postgres_url: str) -> AsyncIterator[VectorStore]:
         yield store
 
 
-async def statistics(store: VectorStore) -> dict[str, Any]:
-    """The maintained statistics and postings, and the same recounted from the chunks' tsvectors."""
-    async with store.pool.acquire() as conn:
-        corpus = await conn.fetchrow("SELECT chunks, sum_dl FROM bm25_corpus")
-        recount = await conn.fetchrow("SELECT count(*) AS chunks, coalesce(sum(token_count), 0) AS sum_dl FROM chunks")
-        lexicon = await conn.fetch("SELECT lexeme, df FROM bm25_lexicon ORDER BY lexeme")
-        df = await conn.fetch(
-            "SELECT u.lexeme, count(*) AS df FROM chunks c, unnest(c.tsv) u GROUP BY u.lexeme ORDER BY u.lexeme"
-        )
-        postings = await conn.fetch("SELECT chunk, lexeme, tf, dl FROM bm25_postings ORDER BY chunk, lexeme")
-        expected = await conn.fetch(
-            """
-            SELECT c.id AS chunk, u.lexeme, cardinality(u.positions) AS tf, c.token_count AS dl
-            FROM chunks c, unnest(c.tsv) u ORDER BY c.id, u.lexeme
-            """
-        )
-    assert corpus is not None and recount is not None
-    return {
-        "maintained": (tuple(corpus), [tuple(r) for r in lexicon], [tuple(r) for r in postings]),
-        "recount": (tuple(recount), [tuple(r) for r in df], [tuple(r) for r in expected]),
-    }
 
 
 async def test_statistics_equal_a_recount_after_add_replace_delete(small_store: VectorStore) -> None:
@@ -122,6 +102,31 @@ async def test_pruned_bm25_equals_exhaustive_and_hand_computation(small_store: V
     for i, score in enumerate(expected):
         if score > 0:
             assert by_doc[f"d{i}"] == pytest.approx(score, rel=1e-9)
+
+
+async def test_weighted_query_scales_each_terms_contribution(small_store: VectorStore) -> None:
+    texts = ["zebra zebra lion", "lion tiger", "zebra tiger tiger tiger", "okapi", "lion lion lion lion zebra"]
+    await small_store.add_documents([record(f"d{i}", [t]) for i, t in enumerate(texts)])
+    docs = [t.split() for t in texts]
+    assert await small_store.query_lexemes("the zebra, a lion and the zebra") == ["lion", "zebra"]
+    for rank in ("bm25", "bm25_exhaustive"):
+        unit = await small_store.weighted_full_text_search({"zebra": 1.0, "lion": 1.0}, 10, rank=rank)
+        plain = await small_store.full_text_search("zebra lion", 10, rank=rank)
+        assert [(h.chunk_id, h.score) for h in unit] == [(h.chunk_id, h.score) for h in plain]
+        weighted = await small_store.weighted_full_text_search({"zebra": 0.25, "tiger": 2.0}, 10, rank=rank)
+        zebra, tiger = bm25_by_hand(docs, ["zebra"]), bm25_by_hand(docs, ["tiger"])
+        expected = {f"d{i}": 0.25 * z + 2.0 * t for i, (z, t) in enumerate(zip(zebra, tiger, strict=True)) if z or t}
+        assert {h.doc_id: h.score for h in weighted} == pytest.approx(expected, rel=1e-9)
+        assert [h.doc_id for h in weighted] == sorted(expected, key=lambda d: -expected[d])
+    ids = {h.doc_id: h.chunk_id for h in weighted}
+    vectors = await small_store.term_vectors([ids["d0"], ids["d2"], "missing#0"])
+    assert vectors.chunks == 5
+    assert vectors.tf == {ids["d0"]: {"zebra": 2, "lion": 1}, ids["d2"]: {"zebra": 1, "tiger": 3}}
+    assert vectors.df == {"zebra": 3, "lion": 3, "tiger": 2}
+    with pytest.raises(StoreError, match="weights finite > 0"):
+        await small_store.weighted_full_text_search({"zebra": -1.0}, 10)
+    with pytest.raises(StoreError, match="bm25"):
+        await small_store.weighted_full_text_search({"zebra": 1.0}, 10, rank="ts_rank_cd")
 
 
 VOCABULARY = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(400)]  # "waa", "wab", ... (no stop words)

@@ -17,7 +17,7 @@ from rich.text import Text
 from agent.cli.chat import run_chat
 from agent.core.app import RagApp
 from agent.core.conversations import ConversationNotFoundError
-from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model, app, texts
+from tests.conversation_rig import FOLLOW_UP, SUBJECT, Model, app, texts
 from tools.scope import SearchScope
 
 

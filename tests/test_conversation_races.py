@@ -21,7 +21,7 @@ from agent.core.app import RagApp
 from agent.core.conversations import ConversationNotFoundError
 from agent.core.wiring import Services
 from evals.retrieval_eval import ensure_database
-from tests.test_agent_logic import COVERED, DOCUMENTS
+from tests.agent_corpus import COVERED, DOCUMENTS
 from tools.conversations import ConversationLog
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations

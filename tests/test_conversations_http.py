@@ -5,46 +5,21 @@ and stored; unknown ids are 404 `conversation_not_found` before anything runs; t
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID, uuid4
 
-import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent.config.settings import Settings
-from agent.core.app import RagApp
-from agent.core.wiring import Services
-from agent.http import create_app
-from agent.http.deps import get_rag
-from tests.test_agent_logic import DOCUMENTS
-from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model, texts
-from tests.test_http_contract import assert_error, sse_events
-from tools.in_memory import InMemoryCollection
-
-
-class Served:
-    """The app, its model and collection, and an ASGI client factory."""
-
-    def __init__(self, **update: Any) -> None:
-        settings = Settings.model_validate({"refusal_min_score": 0.3} | update)
-        self.model = Model()
-        self.collection = InMemoryCollection(DOCUMENTS)
-        self.rag = RagApp(settings, Services(self.collection, self.collection, self.model.model))
-        self.app = create_app(settings)
-        self.app.dependency_overrides[get_rag] = lambda: self.rag
-
-    def client(self, **headers: str) -> httpx.AsyncClient:
-        transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
-        return httpx.AsyncClient(transport=transport, base_url="http://rag", headers=headers, timeout=30)
+from tests.conversation_rig import FOLLOW_UP, SUBJECT, ConversationServed, texts
+from tests.http_rig import assert_error, sse_events
 
 
 @pytest.fixture
-def served() -> Served:
-    return Served()
+def served() -> ConversationServed:
+    return ConversationServed()
 
 
-async def test_follow_up_over_ask_uses_the_earlier_turn_and_is_stored(served: Served) -> None:
+async def test_follow_up_over_ask_uses_the_earlier_turn_and_is_stored(served: ConversationServed) -> None:
     async with served.client() as client:
         created = await client.post("/v1/conversations")
         assert created.status_code == 201, created.text
@@ -67,7 +42,7 @@ async def test_follow_up_over_ask_uses_the_earlier_turn_and_is_stored(served: Se
     assert (await served.rag.conversation(UUID(read["id"]))).turn_count == 2
 
 
-async def test_follow_up_over_the_stream_carries_the_conversation_id(served: Served) -> None:
+async def test_follow_up_over_the_stream_carries_the_conversation_id(served: ConversationServed) -> None:
     async with served.client() as client:
         cid = (await client.post("/v1/conversations", json={"title": "streamed"})).json()["id"]
         await client.post("/v1/ask/stream", json={"question": SUBJECT, "conversation_id": cid})
@@ -80,7 +55,7 @@ async def test_follow_up_over_the_stream_carries_the_conversation_id(served: Ser
     assert read["title"] == "streamed" and [t["question"] for t in read["turns"]] == [SUBJECT, FOLLOW_UP]
 
 
-async def test_unknown_conversation_is_a_404_before_any_work(served: Served) -> None:
+async def test_unknown_conversation_is_a_404_before_any_work(served: ConversationServed) -> None:
     unknown = str(uuid4())
     async with served.client() as client:
         for path in ("/v1/ask", "/v1/ask/stream"):
@@ -94,7 +69,7 @@ async def test_unknown_conversation_is_a_404_before_any_work(served: Served) -> 
     assert not served.collection.searches and served.model.seen == []
 
 
-async def test_list_pages_newest_first_and_delete(served: Served) -> None:
+async def test_list_pages_newest_first_and_delete(served: ConversationServed) -> None:
     async with served.client() as client:
         ids = [(await client.post("/v1/conversations", json={"title": f"c{i}"})).json()["id"] for i in range(3)]
         await client.post("/v1/ask", json={"question": SUBJECT, "conversation_id": ids[0]})
@@ -115,7 +90,7 @@ async def test_list_pages_newest_first_and_delete(served: Served) -> None:
 
 
 async def test_api_key_guards_the_conversation_routes() -> None:
-    served = Served(api_key=SecretStr("s3cret-key"))
+    served = ConversationServed(api_key=SecretStr("s3cret-key"))
     async with served.client() as client:
         assert_error(await client.post("/v1/conversations"), 401, "unauthorized")
         assert_error(await client.get("/v1/conversations"), 401, "unauthorized")

@@ -6,60 +6,18 @@ stored. The same against Postgres: test_conversations_store.py; over HTTP: test_
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
 from uuid import uuid4
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.messages import ModelRequest, ModelResponse
 
-from agent.config.settings import Settings
 from agent.core.answer import AnswerRequest
-from agent.core.app import RagApp
 from agent.core.conversations import ConversationNotFoundError, follow_up, history_messages
 from agent.core.errors import InputError
-from agent.core.wiring import Services
-from tests.test_agent_logic import DOCUMENTS
+from tests.conversation_rig import FOLLOW_UP, SUBJECT, Model, app, texts
 from tools.conversations import ConversationTurn, auto_title
-from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
-
-SUBJECT = "Vitamin B12 deficiency and homocysteine"
-FOLLOW_UP = "and what about its side effects?"  # no word in common with any document: alone it is refused
-
-
-class Model:
-    """A FunctionModel that answers `reply` and records the messages of every request."""
-
-    def __init__(self, reply: str = "It raises it [1].") -> None:
-        self.reply = reply
-        self.seen: list[list[ModelMessage]] = []
-        self.model = FunctionModel(stream_function=self.stream)
-
-    async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-        self.seen.append(list(messages))
-        yield self.reply
-
-
-def app(model: Model, **settings: Any) -> tuple[RagApp, InMemoryConversations]:
-    conversations = InMemoryConversations()
-    collection = InMemoryCollection(DOCUMENTS)
-    services = Services(collection, collection, model.model, conversations=conversations)
-    return RagApp(Settings.model_validate({"refusal_min_score": 0.3} | settings), services), conversations
-
-
-def texts(messages: list[ModelMessage]) -> list[tuple[str, str]]:
-    """(role, text) of the user prompts and model texts in `messages`."""
-    out: list[tuple[str, str]] = []
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, UserPromptPart) and isinstance(part.content, str):
-                out.append(("user", part.content))
-            elif isinstance(part, TextPart):
-                out.append(("model", part.content))
-    return out
 
 
 async def test_follow_up_is_searched_with_the_subject_of_the_earlier_turn() -> None:

@@ -16,8 +16,8 @@ from agent.config.settings import Settings
 from agent.core.app import RagApp
 from agent.core.wiring import Services
 from evals.retrieval_eval import ensure_database
-from tests.test_agent_logic import DOCUMENTS
-from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model
+from tests.agent_corpus import DOCUMENTS
+from tests.conversation_rig import FOLLOW_UP, SUBJECT, Model
 from tools.in_memory import InMemoryCollection
 from tools.store import StoreError, VectorStore
 from tools.store.conversations import ConversationStore

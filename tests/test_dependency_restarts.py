@@ -24,7 +24,7 @@ from infra.config import StackConfig
 from infra.processes import free_port
 from tests.conftest import cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply
-from tests.test_http_api import RagServe
+from tests.http_server import RagServe
 
 pytestmark = pytest.mark.stack
 

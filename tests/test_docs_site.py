@@ -134,6 +134,17 @@ def test_the_contracts_table_lists_every_import_contract() -> None:
     assert all(c["name"].replace("|", "\\|") in table for c in contracts)
 
 
+def test_a_layers_contract_names_its_layers_as_importable_modules(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[[tool.importlinter.contracts]]\nname = 'by layer'\ntype = 'layers'\ncontainers = ['agent']\n"
+        "layers = ['cli', 'core']\n\n[[tool.importlinter.contracts]]\nname = 'flat'\ntype = 'layers'\n"
+        "layers = ['tools.a', 'tools.b']\n"
+    )
+    rows = docs_site.contracts_table(tmp_path).splitlines()[2:]
+    assert "`agent.cli`, `agent.core`" in rows[0]
+    assert "`tools.a`, `tools.b`" in rows[1]
+
+
 def test_links_are_rewritten_to_their_place_in_the_site() -> None:
     readme = "See [the CLI](docs/cli.md#output), [guide](infra/production/README.md), [web](https://x.org/a.md)."
     assert docs_site.rewrite_links(readme, "index.md") == (

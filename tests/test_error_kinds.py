@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from agent.http import errors, openai_errors
-from tests.test_http_contract import assert_error, serve
+from tests.http_rig import assert_error, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 _LITERAL_KINDS = re.compile(

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from agent.http import openai_chat
-from tests.test_agent_logic import COVERED
-from tests.test_openai_chat import Rig, ask
+from tests.agent_corpus import COVERED
+from tests.openai_rig import Rig, ask
 
 STREAMS = {
     "/v1/ask/stream": {"question": COVERED},

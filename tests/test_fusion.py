@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tools.fusion import Rm3Params, convex_fusion, normalise, rm3_terms
 from tools.retrieval import reciprocal_rank_fusion
-from tools.store import ChunkHit
+from tools.store import ChunkHit, TermVectors
 
 
 def hit(chunk_id: str) -> ChunkHit:
@@ -24,3 +25,56 @@ def test_rrf_rejects_bad_arguments() -> None:
         reciprocal_rank_fusion([[hit("a#0")]], k=0)
     with pytest.raises(ValueError, match="1 RRF weights for 2 ranked lists"):
         reciprocal_rank_fusion([[hit("a#0")], [hit("b#0")]], weights=[1.0])
+
+
+def scored(chunk_id: str, score: float) -> ChunkHit:
+    return ChunkHit(chunk_id, chunk_id.split("#")[0], "", "", "", score)
+
+
+def test_normalisations_match_hand_computation() -> None:
+    assert normalise([3.0, 2.0, 1.0], "min_max") == pytest.approx([1.0, 0.5, 0.0])
+    assert normalise([1.0, 2.0, 3.0], "z_score") == pytest.approx([-(1.5**0.5), 0.0, 1.5**0.5])
+    assert normalise([0.5, 0.0], "tmm", theoretical_min=-1.0) == pytest.approx([1.0, 1 / 1.5])
+    assert normalise([2.0, 2.0], "min_max") == [1.0, 1.0]
+    assert normalise([2.0, 2.0], "z_score") == [0.0, 0.0]
+    with pytest.raises(ValueError, match="normalisation 'max'"):
+        normalise([1.0], "max")  # type: ignore[arg-type]
+
+
+def test_convex_fusion_matches_hand_computation() -> None:
+    dense = [scored("a#0", 0.9), scored("b#0", 0.7), scored("c#0", 0.5)]
+    lexical = [scored("b#0", 12.0), scored("d#0", 4.0)]
+    fused = dict((h.chunk_id, s) for h, s in convex_fusion(dense, lexical, alpha=0.6))
+    # dense min-max: a 1, b 0.5, c 0; lexical: b 1, d 0; a chunk missing from a list takes its lowest (0)
+    assert fused == pytest.approx({"a#0": 0.6, "b#0": 0.6 * 0.5 + 0.4, "c#0": 0.0, "d#0": 0.0})
+    assert [h.chunk_id for h, _ in convex_fusion(dense, lexical, alpha=0.6)] == ["b#0", "a#0", "c#0", "d#0"]
+    tmm = dict((h.chunk_id, s) for h, s in convex_fusion(dense, lexical, alpha=0.5, normalisation="tmm"))
+    # dense from -1: (s + 1) / 1.9; lexical from 0: s / 12; missing: the list's lowest (c 1.5/1.9, d 4/12)
+    assert tmm["a#0"] == pytest.approx(0.5 * 1.0 + 0.5 * 4 / 12)
+    assert tmm["d#0"] == pytest.approx(0.5 * 1.5 / 1.9 + 0.5 * 4 / 12)
+    assert [h.chunk_id for h, _ in convex_fusion(dense, lexical, alpha=1.0)][:3] == ["a#0", "b#0", "c#0"]
+    with pytest.raises(ValueError, match=r"alpha=1\.5"):
+        convex_fusion(dense, lexical, alpha=1.5)
+
+
+def test_rm3_terms_match_hand_computation() -> None:
+    vectors = TermVectors(
+        100,
+        {"x#0": {"cell": 2, "tumor": 1, "the9": 1}, "y#0": {"cell": 1, "gene": 3, "a": 5}, "z#0": {"rare": 9}},
+        {"cell": 5, "tumor": 3, "the9": 2, "gene": 4, "a": 1, "rare": 1},
+    )
+    first = [scored("x#0", 2.0), scored("y#0", 1.0), scored("z#0", 0.5)]
+    terms = rm3_terms(["cell", "cancer"], first, vectors, Rm3Params(fb_docs=2, fb_terms=2, original_weight=0.5))
+    # P(w|R) ∝ sum_d tf/|d| * score: cell 2/4*2 + 1/4*1 = 1.25, tumor 0.5, the9 0.5, gene 0.75 ("a" too short);
+    # top 2: cell 1.25, gene 0.75 -> 0.625, 0.375; interpolated with the query (cell 0.5, cancer 0.5) at 0.5
+    assert terms == pytest.approx({"cell": 0.25 + 0.3125, "cancer": 0.25, "gene": 0.1875})
+    assert sum(terms.values()) == pytest.approx(1.0)
+
+
+def test_rm3_skips_terms_in_more_than_a_tenth_of_the_chunks() -> None:
+    vectors = TermVectors(10, {"x#0": {"common": 5, "rare": 1}}, {"common": 2, "rare": 1})
+    terms = rm3_terms(["q"], [scored("x#0", 1.0)], vectors, Rm3Params(fb_terms=5, original_weight=0.0))
+    assert terms == {"rare": 1.0}
+    assert rm3_terms(["q"], [], vectors, Rm3Params()) == {"q": 1.0}
+    with pytest.raises(ValueError, match="fb_docs >= 1"):
+        Rm3Params(fb_docs=0)

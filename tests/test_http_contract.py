@@ -7,77 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-import httpx
 import pytest
-from fastapi import FastAPI
 from pydantic import SecretStr
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.config.settings import Settings
-from agent.core.app import RagApp
 from agent.core.errors import InputError
-from agent.core.wiring import Services
-from agent.http import create_app
-from agent.http.deps import get_rag
-from tests.test_agent_logic import COVERED, DOCUMENTS, OFF_TOPIC
-from tools.in_memory import InMemoryCollection
-
-
-class Script:
-    """What the fake model does: stream `text`, or raise `error`, after `gate` opens (when set)."""
-
-    def __init__(self) -> None:
-        self.text = "It does [1]."
-        self.error: Exception | None = None
-        self.gate: asyncio.Event | None = None
-        self.started = asyncio.Event()
-        self.cancelled = False
-
-    async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-        self.started.set()
-        try:
-            if self.gate is not None:
-                await self.gate.wait()
-        except asyncio.CancelledError:
-            self.cancelled = True
-            raise
-        if self.error is not None:
-            raise self.error
-        for i in range(0, len(self.text), 5):
-            yield self.text[i : i + 5]
-
-
-class Served:
-    """An app, its in-memory RagApp, the model's script and a client over ASGI."""
-
-    def __init__(self, app: FastAPI, rag: RagApp, script: Script, collection: InMemoryCollection) -> None:
-        self.app, self.rag, self.script, self.collection = app, rag, script, collection
-
-    def client(self, **headers: str) -> httpx.AsyncClient:
-        transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)  # a bug: a 500, then re-raised
-        return httpx.AsyncClient(transport=transport, base_url="http://rag", headers=headers, timeout=30)
-
-
-def serve(checks_ok: bool = True, **update: Any) -> Served:
-    settings = Settings.model_validate({"refusal_min_score": 0.3, "answer_timeout_s": 5.0} | update)
-    script = Script()
-    collection = InMemoryCollection(DOCUMENTS)
-
-    async def memory() -> str:
-        if not checks_ok:
-            raise ConnectionError("memory is down")
-        return f"{(await collection.count())[0]} documents"
-
-    services = Services(collection, collection, FunctionModel(stream_function=script.stream), {"memory": memory})
-    rag = RagApp(settings, services)
-    app = create_app(settings)
-    app.dependency_overrides[get_rag] = lambda: rag
-    return Served(app, rag, script, collection)
+from tests.agent_corpus import COVERED, DOCUMENTS, OFF_TOPIC
+from tests.http_rig import Served, assert_error, serve, sse_events
 
 
 @pytest.fixture
@@ -85,22 +24,8 @@ def served() -> Iterator[Served]:
     yield serve()
 
 
-def sse_events(text: str) -> list[tuple[str, Any]]:
-    """(event, JSON data) pairs of a `text/event-stream` body; every block must have an event and one data line."""
-    events = []
-    for block in text.strip().split("\n\n"):
-        lines = block.splitlines()
-        names = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
-        data = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
-        assert len(names) == 1 and len(data) == 1, block
-        events.append((names[0], json.loads(data[0])))
-    return events
 
 
-def assert_error(response: httpx.Response, status: int, kind: str, needle: str = "") -> None:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "detail"} and body["error"] == kind and needle in body["detail"], body
 
 
 async def test_ask_returns_the_typed_json_result(served: Served) -> None:

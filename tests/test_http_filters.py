@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.test_agent_logic import COVERED
-from tests.test_http_contract import Served, assert_error, serve, sse_events
+from tests.agent_corpus import COVERED
+from tests.http_rig import Served, assert_error, serve, sse_events
 from tools.ingest import SourceDocument
 
 NUTRITION = SourceDocument(

@@ -17,7 +17,7 @@ import pytest
 from agent.config.settings import Settings
 from tests.conftest import REPO_ROOT
 from tests.document_files import GUIDE_HTML, guide_docx, print_pdf
-from tests.test_http_api import RagServe
+from tests.http_server import RagServe
 
 DONE_WITHIN_S = 600.0
 """A bound on waiting for the job on a loaded machine (the outcome does not depend on it)."""

@@ -14,10 +14,10 @@ import pytest
 
 from agent.config.settings import Settings
 from tests import external_tools
+from tests.chromium import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import REPO_ROOT
 from tests.document_files import GUIDE_HTML, print_pdf
-from tests.test_http_api import RagServe
-from tests.test_web_chat import CHROMIUM, CHROMIUM_ARGS
+from tests.http_server import RagServe
 
 JOB_TIMEOUT_MS = 600_000
 """A bound on waiting for the job on a loaded machine (the outcome does not depend on it)."""

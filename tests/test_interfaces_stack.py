@@ -196,7 +196,7 @@ async def test_http_document_lifecycle(
 async def test_web_page_asks_for_the_api_key_once(fake_settings: Settings, fake_llm: FakeOpenAIServer) -> None:
     from playwright.async_api import Dialog, async_playwright, expect
 
-    from tests.test_web_chat import CHROMIUM, CHROMIUM_ARGS
+    from tests.chromium import CHROMIUM, CHROMIUM_ARGS
 
     keyed = fake_settings.model_copy(update={"api_key": SecretStr("page-key")})
     fake_llm.reset()

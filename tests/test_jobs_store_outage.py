@@ -17,7 +17,7 @@ import pytest
 from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
-from tests.test_http_contract import assert_error, serve
+from tests.http_rig import assert_error, serve
 from tools.embedder import TritonEmbedder
 from tools.jobs import worker
 from tools.store import StoreQueryError, StoreUnavailableError, VectorStore

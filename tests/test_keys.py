@@ -12,14 +12,12 @@ from uuid import uuid4
 import pytest
 from pydantic import SecretStr
 
-from agent.core.answer import AnswerRequest
-from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.keys import CachedKeys, InMemoryKeys
-from agent.core.results import AskResult
 from agent.http.deps import ADMIN, CallerIdentity, get_keys
 from agent.http.errors import ApiError
-from tests.test_http_contract import Served, assert_error, serve
+from tests.http_rig import Served, assert_error, serve
+from tests.key_rig import scopes_asked
 from tools.scope import SearchScope
 from tools.store.keys import TOKEN_PREFIX, ApiKey, new_token, token_hash
 
@@ -31,18 +29,6 @@ def keyed(keys: InMemoryKeys, **settings: Any) -> Served:
     return served
 
 
-def scopes_asked(rag: RagApp) -> list[SearchScope | None]:
-    """The search scope of every answer `rag.ask` is asked for from now on, in order (a spy around the method)."""
-    scopes: list[SearchScope | None] = []
-    ask = rag.ask
-
-    async def spy(request: AnswerRequest | str, **kwargs: Any) -> AskResult:
-        assert isinstance(request, AnswerRequest)
-        scopes.append(request.scope)
-        return await ask(request, **kwargs)
-
-    rag.ask = spy  # type: ignore[method-assign]
-    return scopes
 
 
 def bearer(token: str) -> dict[str, str]:

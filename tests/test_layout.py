@@ -4,6 +4,7 @@ shipped as package data where the HTTP app serves it from. No server."""
 
 from __future__ import annotations
 
+import ast
 import tomllib
 
 import grimp
@@ -117,3 +118,45 @@ def test_web_page_is_package_data_where_it_is_served_from() -> None:
     }
     assert (WEB_DIR / "index.html").resolve() in shipped
     assert (WEB_DIR / "index.html").is_file()
+
+
+def imported_test_modules(source: str) -> set[str]:
+    """The test modules (`test_*` under `tests`) that Python `source` imports, in any import form."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("tests.") and _is_test(a.name)}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tests":
+            if _is_test(node.module):
+                found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names if a.name.startswith("test_")}
+    return found
+
+
+def _is_test(module: str) -> bool:
+    return module.rsplit(".", 1)[-1].startswith("test_")
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared fixtures live in `conftest.py`, shared doubles and rigs in helper modules: a test module is a leaf."""
+    offenders = {
+        str(path.relative_to(REPO_ROOT)): sorted(found)
+        for path in sorted((REPO_ROOT / "tests").rglob("*.py"))
+        if (found := imported_test_modules(path.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_test_module_imports_are_found_in_every_form() -> None:
+    source = (
+        "from tests.test_a import x\nimport tests.test_b\nfrom tests import test_c, rig\n"
+        "from tests.contracts.test_d import y\nfrom tests.http_rig import serve\n"
+        "def f():\n    from tests.test_e import z\n"
+    )
+    assert imported_test_modules(source) == {
+        "tests.test_a",
+        "tests.test_b",
+        "tests.test_c",
+        "tests.contracts.test_d",
+        "tests.test_e",
+    }

@@ -11,8 +11,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.test_agent_logic import COVERED
-from tests.test_mcp_tools import Model, connected, rag_app, text_of
+from tests.agent_corpus import COVERED
+from tests.mcp_rig import connected, rag_app, text_of
+from tests.scripted_model import ScriptedModel as Model
 
 
 @pytest.fixture

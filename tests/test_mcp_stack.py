@@ -27,7 +27,7 @@ from agent.core.wiring import ingest_files
 from evals.scifact import SCIFACT_DIR
 from tests.conftest import REPO_ROOT, cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply
-from tests.test_http_api import RagServe
+from tests.http_server import RagServe
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 ANSWER = "The passage reports it [1]."

@@ -15,64 +15,31 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import CallToolResult, TextContent
 from pydantic import SecretStr
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.config.settings import Settings
 from agent.core.app import RagApp
-from agent.core.wiring import Services
 from agent.http import create_app
-from agent.http.mcp_server import build_mcp_server
-from tests.test_agent_logic import COVERED, DOCUMENTS
-from tools.in_memory import InMemoryCollection
+from tests.agent_corpus import COVERED
+from tests.mcp_rig import connected, rag_app, text_of
+from tests.scripted_model import ScriptedModel as Model
 
 TOOLS = {"search", "get_document", "ask"}
 
 
-class Model:
-    """The fake LLM: streams `text` (after `gate` opens, when set) or raises `error`; `started` is set on a call."""
-
-    def __init__(self) -> None:
-        self.text = "It does [1]."
-        self.error: Exception | None = None
-        self.gate: asyncio.Event | None = None
-        self.started = asyncio.Event()
-
-    async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-        self.started.set()
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.error is not None:
-            raise self.error
-        yield self.text
 
 
-def rag_app(model: Model, **update: Any) -> RagApp:
-    """A `RagApp` over the in-memory `DOCUMENTS` and `model`."""
-    settings = Settings.model_validate({"refusal_min_score": 0.3, "answer_timeout_s": 10.0} | update)
-    collection = InMemoryCollection(DOCUMENTS)
-    return RagApp(settings, Services(collection, collection, FunctionModel(stream_function=model.stream)))
+
+
+
+
+
+
 
 
 @pytest.fixture
 def model() -> Iterator[Model]:
     yield Model()
-
-
-@asynccontextmanager
-async def connected(rag: RagApp) -> AsyncIterator[Client]:
-    """The SDK's client connected in-process to the MCP server over the opened `rag`."""
-    async with rag, Client(build_mcp_server(lambda: rag)) as client:
-        yield client
-
-
-def text_of(result: CallToolResult) -> str:
-    """The text of a result's single text block."""
-    assert len(result.content) == 1 and isinstance(result.content[0], TextContent), result.content
-    return result.content[0].text
 
 
 async def test_the_tools_are_listed_with_descriptions_and_schemas(model: Model) -> None:

@@ -8,130 +8,37 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
-import httpx
-import httpx2
 import openai
 import pytest
 from pydantic import SecretStr
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
 
-from agent.config.settings import Settings
-from agent.core.app import RagApp
 from agent.core.followup import condensed_query
 from agent.core.prompts import REFUSAL
 from agent.core.results import AskResult
-from agent.core.wiring import Services
-from agent.http import create_app, openai_chat
-from agent.http.deps import get_rag
+from agent.http import openai_chat
 from agent.http.openai_chat import completion_of
-from tests.test_agent_logic import COVERED, DOCUMENTS, OFF_TOPIC
-from tools.in_memory import InMemoryCollection
-from tools.retrieval import RetrievalResult
+from tests.agent_corpus import COVERED, OFF_TOPIC
+from tests.openai_rig import Rig, ask, assert_openai_error, chunks
 from tools.scope import SearchScope
 
 KEY = "s3cret-key"
 
 
-class Model:
-    """The fake LLM: streams `text` (or raises `error`) after `gate` opens, when set; records what it was sent."""
-
-    def __init__(self) -> None:
-        self.text = "It does [1]."
-        self.error: Exception | None = None
-        self.gate: asyncio.Event | None = None
-        self.started = asyncio.Event()
-        self.cancelled = False
-        self.seen: list[list[ModelMessage]] = []
-        self.settings: list[dict[str, Any]] = []
-        self.tools: list[list[str]] = []
-
-    async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-        self.seen.append(list(messages))
-        self.settings.append(dict(info.model_settings or {}))
-        self.tools.append([tool.name for tool in info.function_tools])
-        self.started.set()
-        try:
-            if self.gate is not None:
-                await self.gate.wait()
-        except asyncio.CancelledError:
-            self.cancelled = True
-            raise
-        if self.error is not None:
-            raise self.error
-        for i in range(0, len(self.text), 5):
-            yield self.text[i : i + 5]
 
 
-class ScopedCollection(InMemoryCollection):
-    """The in-memory collection, recording each search's query and scope (and searching everything)."""
-
-    scopes: list[SearchScope | None]
-
-    async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
-        self.scopes = [*getattr(self, "scopes", []), scope]
-        return await super().search(query, top_k)
 
 
-class Rig:
-    """The app over the in-memory RagApp; `http()` raw and `sdk()` official-SDK clients over ASGI."""
-
-    def __init__(self, **update: Any) -> None:
-        self.settings = Settings.model_validate(
-            {"refusal_min_score": 0.3, "answer_timeout_s": 30.0, "llm_max_tokens": 64} | update
-        )
-        self.model, self.collection = Model(), ScopedCollection(DOCUMENTS)
-        services = Services(self.collection, self.collection, FunctionModel(stream_function=self.model.stream), {})
-        self.rag = RagApp(self.settings, services)
-        self.app = create_app(self.settings)
-
-        async def rag() -> RagApp:
-            return self.rag
-
-        self.app.dependency_overrides[get_rag] = rag
-
-    def http(self, **headers: str) -> httpx.AsyncClient:
-        transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
-        return httpx.AsyncClient(transport=transport, base_url="http://rag", headers=headers, timeout=30)
-
-    def sdk(self, api_key: str = "unused") -> openai.AsyncOpenAI:
-        """The SDK over ASGI (its HTTP client is `httpx2`, the SDK's own dependency); no retries."""
-        client = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=self.app, raise_app_exceptions=False))
-        return openai.AsyncOpenAI(base_url="http://rag/v1", api_key=api_key, max_retries=0, http_client=client)
 
 
-def chunks(text: str) -> list[Any]:
-    """The `data:` payloads of an SSE body, JSON-decoded (`[DONE]` kept as the string); keep-alive comments
-    skipped."""
-    events = []
-    for block in text.strip().split("\n\n"):
-        if block == ": ping":
-            continue
-        data = [line.removeprefix("data: ") for line in block.splitlines() if line.startswith("data: ")]
-        assert len(data) == 1 and not any(line.startswith("event:") for line in block.splitlines()), block
-        events.append(data[0] if data[0] == "[DONE]" else json.loads(data[0]))
-    return events
 
 
-def assert_openai_error(response: httpx.Response, status: int, code: str, param: str | None = None) -> str:
-    """Check OpenAI's error shape; returns the message."""
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-    assert body["error"]["code"] == code and body["error"]["param"] == param, body
-    expected_type = {401: "authentication_error", 422: "invalid_request_error", 404: "invalid_request_error"}
-    assert body["error"]["type"] == expected_type.get(status, "server_error"), body
-    message: str = body["error"]["message"]
-    assert message
-    return message
 
 
-def ask(content: str = COVERED, **extra: Any) -> dict[str, Any]:
-    return {"model": "triton-rag", "messages": [{"role": "user", "content": content}]} | extra
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.test_agent_logic import COVERED
-from tests.test_openai_chat import Rig, ask, assert_openai_error, chunks
+from tests.agent_corpus import COVERED
+from tests.openai_rig import Rig, ask, assert_openai_error, chunks
 
 CHAT = "/v1/chat/completions"
 

@@ -11,7 +11,7 @@ import pytest
 
 from agent.config.settings import Settings
 from tests.fake_openai import FakeOpenAIServer, Reply
-from tests.test_http_api import CLAIM, RagServe
+from tests.http_server import CLAIM, RagServe
 
 pytestmark = pytest.mark.stack
 

@@ -33,6 +33,7 @@ from agent.config.settings import Settings
 from agent.core.admission import QUEUE_LIMIT_DEADLINES
 from tests import external_tools
 from tests.conftest import REPO_ROOT
+from tools.embedder.reranker import LOCAL_RERANKER, RERANK_OUTPUT, RERANKER_SPECS, pad_pairs, pair_tokenizer
 from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_spec
 
 PROD_DIR = REPO_ROOT / "infra" / "production"
@@ -59,6 +60,7 @@ COMPOSE_ONLY_KEYS = {
     "POSTGRES_PASSWORD",
     "HF_TOKEN",
     "BGE_TOKENIZER_DIR",
+    "BGE_RERANKER_TOKENIZER_DIR",
     "RAG_DOCS_DIR",
 }
 # App settings the profile sets before agent/config/settings.py has the field: the names of the team's shared
@@ -107,8 +109,19 @@ def config_files() -> list[Path]:
 
 
 def onnx_config_files() -> list[Path]:
-    """ONNX model configs, found by text so that a config that fails to parse fails its own test, not collection."""
+    """ONNX embedder configs (rerankers apart), found by text so that a config that fails to parse fails its own test,
+    not collection."""
+    return [p for p in all_onnx_config_files() if p.parent.name not in RERANKER_SPECS]
+
+
+def all_onnx_config_files() -> list[Path]:
+    """Every ONNX model config: the embedders' and the rerankers'."""
     return [p for p in config_files() if re.search(r'^platform:\s*"onnxruntime_onnx"', p.read_text(), re.MULTILINE)]
+
+
+def reranker_config_files() -> list[Path]:
+    """The rerankers' configs (`tools.embedder.reranker.RERANKER_SPECS`)."""
+    return [p for p in all_onnx_config_files() if p.parent.name in RERANKER_SPECS]
 
 
 def env_template() -> dict[str, str]:
@@ -264,7 +277,7 @@ def compose_binary() -> list[str] | None:
 
 def test_model_repository_has_the_production_models() -> None:
     names = {p.parent.name for p in config_files()}
-    assert {"all-minilm-l6-v2", "bge-large-en-v1.5", LLM_DIR.name} <= names
+    assert {"all-minilm-l6-v2", "bge-large-en-v1.5", LLM_DIR.name, *RERANKER_SPECS} <= names
 
 
 @pytest.mark.parametrize("path", config_files(), ids=lambda p: p.parent.name)
@@ -299,14 +312,72 @@ def test_onnx_config_matches_the_export_contract(path: Path) -> None:
     assert policy.default_timeout_microseconds > 0 and policy.allow_timeout_override
 
 
-@pytest.mark.parametrize("path", onnx_config_files(), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", reranker_config_files(), ids=lambda p: p.parent.name)
+def test_reranker_config_matches_the_export_contract(path: Path) -> None:
+    """infra/export_reranker.py: input_ids/attention_mask (+ token_type_ids for BERT) INT64 [batch, seq] -> logits
+    FP32 [batch, 1]; the dynamic batcher merges questions' candidates."""
+    config = load_config(path)
+    int64 = model_config_pb2.TYPE_INT64
+    inputs = [("input_ids", int64, [-1]), ("attention_mask", int64, [-1])]
+    if config.name == LOCAL_RERANKER:  # BERT has segment embeddings; XLM-RoBERTa (bge-reranker-v2-m3) has none
+        inputs.append(("token_type_ids", int64, [-1]))
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == inputs
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [
+        (RERANK_OUTPUT, model_config_pb2.TYPE_FP32, [1])
+    ]
+    assert config.max_batch_size >= 50, "one question's depth-50 candidates fit one request"
+    assert config.HasField("dynamic_batching") and config.dynamic_batching.max_queue_delay_microseconds > 0
+
+
+def test_bge_reranker_config_is_the_gpu_production_config() -> None:
+    """bge-reranker-v2-m3 on a GPU: TensorRT FP16 with a profile covering every request (depth 50 x 4 questions per
+    execution, 512 tokens), a bounded queue, and its export step documented in the config."""
+    spec = RERANKER_SPECS["bge-reranker-v2-m3"]
+    path = MODEL_REPO / spec.name / "config.pbtxt"
+    config = load_config(path)
+    assert config.platform == "onnxruntime_onnx"
+    assert [(g.kind, g.count) for g in config.instance_group] == [(model_config_pb2.ModelInstanceGroup.KIND_GPU, 1)]
+    assert config.max_batch_size == 50 * 4
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    params = dict(accelerator.parameters)
+    assert accelerator.name == "tensorrt" and params["precision_mode"] == "FP16"
+    batch, tokens = config.max_batch_size, spec.max_tokens
+    assert params["trt_profile_max_shapes"] == f"input_ids:{batch}x{tokens},attention_mask:{batch}x{tokens}"
+    assert params["trt_engine_cache_path"] == f"/cache/trt/{spec.name}"
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT and policy.max_queue_size > 0
+    assert f"python -m infra.export_reranker --weights ~/models/{spec.name}" in path.read_text()
+    assert f"--out model_repository/{spec.name}/1/model.onnx" in path.read_text()
+
+
+@pytest.mark.parametrize("path", reranker_config_files(), ids=lambda p: p.parent.name)
+def test_reranker_config_takes_what_the_client_sends(path: Path) -> None:
+    """Every input the config declares is one `TritonReranker` fills (`pad_pairs` of a real pair encoding: int64
+    `(pairs, bucket)`), and its output is the one the client reads (`RERANK_OUTPUT`, one logit per pair)."""
+    local = RERANKER_SPECS[LOCAL_RERANKER]
+    encoding = pair_tokenizer(local.tokenizer_file(), local.max_tokens).encode("a claim", "a passage")
+    sent = pad_pairs([encoding], [32])
+    config = load_config(path)
+    for tensor in config.input:
+        assert tensor.name in sent, f"{path.parent.name} declares {tensor.name!r}, which the client cannot fill"
+        assert tensor.data_type == model_config_pb2.TYPE_INT64 and sent[tensor.name].dtype.name == "int64"
+        assert sent[tensor.name].shape == (1, 32)
+    assert [o.name for o in config.output] == [RERANK_OUTPUT] and list(config.output[0].dims) == [1]
+
+
+@pytest.mark.parametrize("path", all_onnx_config_files(), ids=lambda p: p.parent.name)
 def test_exported_onnx_graph_matches_config(path: Path) -> None:
     onnx = pytest.importorskip("onnx", reason="onnx is in the `stack` extra")
     model_file = path.parent / "1" / "model.onnx"
     if not model_file.is_file():
+        export = (
+            f"infra.export_reranker --weights ~/models/{path.parent.name} --out {model_file.relative_to(REPO_ROOT)}"
+            if path.parent.name in RERANKER_SPECS
+            else f"infra.export_onnx {path.parent.name}"
+        )
         pytest.skip(
             f"{model_file.relative_to(REPO_ROOT)} is not exported on this machine "
-            f"(`python -m infra.export_onnx {path.parent.name}`); the config was checked against the export contract"
+            f"(`python -m {export}`); the config was checked against the export contract"
         )
     config = load_config(path)
     graph = onnx.load(str(model_file), load_external_data=False).graph
@@ -648,6 +719,55 @@ def test_compose_llm_command_agrees_with_the_profile() -> None:
     assert compose_models("triton-llm") == {profile["LLM_MODEL"]: LLM_DIR}
 
 
+def rerank_override() -> dict[str, Any]:
+    """compose.yaml with compose.rerank.yaml on top, as Compose merges them: `command` replaced, `volumes` added."""
+    merged = compose()
+    for name, override in load_yaml(PROD_DIR / "compose.rerank.yaml")["services"].items():
+        svc = merged["services"][name]
+        merged["services"][name] = {
+            **svc,
+            **{k: v for k, v in override.items() if k != "volumes"},
+            "volumes": [*svc["volumes"], *override.get("volumes", [])],
+        }
+    return merged
+
+
+def test_compose_rerank_override_serves_the_production_reranker() -> None:
+    """compose.rerank.yaml: the embedder's Triton loads bge-reranker-v2-m3 as well (same flags and ports otherwise),
+    mounts its config folder, and the app gets its tokenizer where RERANKER_TOKENIZER points. The profile keeps the
+    step off (RERANK_DEPTH=0) until measured on the target data."""
+    profile = app_profile()
+    settings = Settings.model_validate({k.lower(): v for k, v in profile.items() if k.startswith("RERANK")})
+    assert settings.rerank_depth == 0 and settings.reranker_model == "bge-reranker-v2-m3"
+    merged = rerank_override()
+    base_argv = [str(a) for a in service("triton-embedder")["command"]]
+    argv = [str(a) for a in merged["services"]["triton-embedder"]["command"]]
+    assert argv == [*base_argv[:4], f"--load-model={settings.reranker_model}", *base_argv[4:]]
+    assert compose_models("triton-embedder", merged) == {
+        profile["EMBEDDER_MODEL"]: MODEL_REPO / profile["EMBEDDER_MODEL"],
+        settings.reranker_model: MODEL_REPO / settings.reranker_model,
+    }
+    app_volumes = [interpolate(v, env_template()).split(":") for v in merged["services"]["app"]["volumes"]]
+    assert str(settings.reranker_tokenizer).rsplit("/", 1)[0] in {target for _, target, *_ in app_volumes}
+    assert service("app")["environment"]["RERANK_DEPTH"] == "${RERANK_DEPTH:-0}"
+
+
+def test_k8s_rerank_overlay_serves_the_production_reranker() -> None:
+    """overlays/rerank: each embedder pod loads bge-reranker-v2-m3 too, the app reranks at a depth the reranker's
+    config takes in one request, and mounts its tokenizer; the base keeps the step off."""
+    assert k8s_named("ConfigMap", "rag-settings")["data"]["RERANK_DEPTH"] == "0"
+    settings = k8s_named("ConfigMap", "rag-settings", "overlays/rerank")["data"]
+    model = settings["RERANKER_MODEL"]
+    assert model in RERANKER_SPECS and model != LOCAL_RERANKER
+    assert 0 < int(settings["RERANK_DEPTH"]) <= load_config(MODEL_REPO / model / "config.pbtxt").max_batch_size
+    triton = only_container(k8s("Deployment", "triton-embedder", "overlays/rerank"))
+    base_command = only_container(k8s("Deployment", "triton-embedder"))["command"]
+    assert triton["command"] == [*base_command, f"--load-model={model}"]
+    app = only_container(k8s("Deployment", "rag-app", "overlays/rerank"))
+    mounts = {m["mountPath"] for m in app["volumeMounts"]}
+    assert {TOKENIZER_MOUNT, settings["RERANKER_TOKENIZER"].rsplit("/", 1)[0]} <= mounts
+
+
 def test_compose_start_up_order_and_health_checks() -> None:
     """vLLM sizes its KV cache from the memory free at start: it starts after the embedder is healthy."""
     for name, url in (
@@ -688,6 +808,26 @@ def test_gpu_memory_budget_on_one_card() -> None:
     assert util * smallest_gpu_gib - weights_gib >= 8, "too little KV cache left on the smallest GPU"
     assert (1 - util) * smallest_gpu_gib >= embedder_gib, "the embedder does not fit next to vLLM"
     assert bge.instance_group[0].count == 1
+
+
+def test_gpu_memory_budget_with_the_reranker() -> None:
+    """README "GPU memory on one card", reranker rows: bge-reranker-v2-m3 beside bge-large needs more than what vLLM
+    leaves on a 40 GB card or a 1g.10gb MIG slice, so it is opt-in (compose.rerank.yaml on an 80 GB card, or the
+    k8s rerank overlay, whose embedder pods hold a whole GPU)."""
+    util = model_json()["gpu_memory_utilization"]
+    reranker = load_config(MODEL_REPO / "bge-reranker-v2-m3" / "config.pbtxt")
+    params = dict(reranker.optimization.execution_accelerators.gpu_execution_accelerator[0].parameters)
+    workspace_gib = int(params["max_workspace_size_bytes"]) / 2**30
+    # XLM-RoBERTa large: 568 M parameters x 2 bytes (FP16 engine) + activations of the largest batch (200 x 512
+    # tokens: attention scores 200 x 16 x 512^2 x 2 B = 1.7 GB per layer, transient) + its own TensorRT workspace; the
+    # CUDA context is the embedder's (one Triton process).
+    reranker_gib = 1.1 + 2.5 + workspace_gib
+    embedder_gib = 5.0
+    both_gib = embedder_gib + reranker_gib
+    assert round(reranker_gib, 1) == 5.6 and reranker.instance_group[0].count == 1
+    assert (1 - util) * 40 < both_gib and both_gib > 10, "fits where the docs say it does not: make it default"
+    assert (1 - util) * 80 >= both_gib, "compose.rerank.yaml needs an 80 GB card"
+    assert both_gib <= 40, "a whole 40 GB GPU per embedder pod (k8s overlays/rerank)"
 
 
 def test_compose_publishes_only_loopback() -> None:
@@ -748,7 +888,7 @@ def test_kustomizations_are_a_base_and_sibling_overlays() -> None:
     """An overlay inside its own base makes `kubectl apply -k` fail with "cycle detected"."""
     assert Path("base") in KUSTOMIZATIONS and Path("monitoring") in KUSTOMIZATIONS
     overlays = {p for p in KUSTOMIZATIONS if p.parts[0] == "overlays"}
-    assert {p.name for p in overlays} >= {"trtllm", "gateway-api", "embedder-mig"}
+    assert {p.name for p in overlays} >= {"trtllm", "gateway-api", "embedder-mig", "rerank"}
     assert all(len(p.parts) == 2 for p in overlays), "overlays are siblings under k8s/overlays"
     assert not [p for p in KUSTOMIZATIONS if p != Path("base") and Path("base") in p.parents], "nothing inside base"
     assert not (K8S_DIR / "kustomization.yaml").exists()

@@ -4,16 +4,17 @@ is one passage, ranking is a pure function, and a failing leg raises its own err
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tools.fusion import Rm3Params
 from tools.retrieval import CandidateLists, RetrievalMode, Retriever, rank_candidates, reciprocal_rank_fusion, text_key
 from tools.scope import SearchScope
-from tools.store import ChunkHit, FullTextMatch, FullTextRank, StoreError
+from tools.store import ChunkHit, FullTextMatch, FullTextRank, StoreError, TermVectors
 
 
 def hit(chunk_id: str, text: str | None = None, score: float = 0.0) -> ChunkHit:
@@ -116,3 +117,54 @@ async def test_a_failing_leg_raises_its_own_error() -> None:
     store.fail_full_text = True
     with pytest.raises(StoreError, match="full-text search failed"):
         await asyncio.wait_for(found.search("query", top_k=3), timeout=10)
+
+
+def test_convex_fusion_merges_equal_texts() -> None:
+    lists = CandidateLists(DENSE, FULL_TEXT, {})
+    fused = rank_candidates(lists, "hybrid", fusion="convex", alpha=0.5, normalisation="min_max")
+    texts = [h.text for h, _ in fused]
+    assert len(texts) == len(set(texts)) == 5
+    # "same words" is first in both lists (a#0 dense 0.9, b#0 full text 3.0): min-max 1 in each
+    assert fused[0][0].chunk_id == "a#0"
+    assert fused[0][1] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="fusion 'mean'"):
+        rank_candidates(lists, "hybrid", fusion="mean")  # type: ignore[arg-type]
+
+
+class FeedbackFakeStore(FakeStore):
+    """A fake store with term vectors: records the weighted query RM3 sends."""
+
+    def __init__(self, release: asyncio.Event, dense: list[ChunkHit], full_text: list[ChunkHit]) -> None:
+        super().__init__(release, dense, full_text)
+        self.sent: dict[str, float] = {}
+
+    async def query_lexemes(self, query: str) -> list[str]:
+        return ["queri"]
+
+    async def term_vectors(self, chunk_ids: Sequence[str]) -> TermVectors:
+        return TermVectors(100, {c: {"expans": 1} for c in chunk_ids}, {"expans": 2})
+
+    async def weighted_full_text_search(
+        self,
+        terms: Mapping[str, float],
+        top_k: int,
+        rank: FullTextRank = "bm25",
+        k1: float | None = None,
+        b: float | None = None,
+        scope: SearchScope | None = None,
+    ) -> list[ChunkHit]:
+        self.sent = dict(terms)
+        return [hit("g#0", score=9.0)]
+
+
+async def test_rm3_replaces_the_full_text_list_by_the_expanded_querys() -> None:
+    release = asyncio.Event()
+    store = FeedbackFakeStore(release, DENSE, FULL_TEXT)
+    found = Retriever(FakeEmbedder(release), store, mode="full_text", rm3=Rm3Params(2, 5, 0.5))
+    lists = await asyncio.wait_for(found.candidate_lists("query", 10), timeout=10)
+    assert [h.chunk_id for h in lists.full_text] == ["g#0"]
+    assert store.sent == pytest.approx({"queri": 0.5, "expans": 0.5})
+    with pytest.raises(ValueError, match="RM3 feedback needs"):
+        Retriever(FakeEmbedder(release), FakeStore(release, DENSE, FULL_TEXT), rm3=Rm3Params())
+    with pytest.raises(ValueError, match="alpha=2"):
+        Retriever(FakeEmbedder(release), store, fusion="convex", fusion_alpha=2)

@@ -24,12 +24,11 @@ from agent.core.keys import InMemoryKeys
 from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_keys
-from tests import test_conversations_http
-from tests.test_agent_logic import COVERED, DOCUMENTS
-from tests.test_conversations_logic import FOLLOW_UP, SUBJECT
-from tests.test_keys import scopes_asked
-from tests.test_mcp_tools import Model
-from tests.test_openai_chat import Rig, ask, assert_openai_error
+from tests.agent_corpus import COVERED, DOCUMENTS
+from tests.conversation_rig import FOLLOW_UP, SUBJECT, ConversationServed
+from tests.key_rig import scopes_asked
+from tests.openai_rig import Rig, ask, assert_openai_error
+from tests.scripted_model import ScriptedModel as Model
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument
 from tools.scope import SearchScope
@@ -100,7 +99,7 @@ def not_found_body(response: httpx.Response, conversation_id: str) -> dict[str, 
 async def test_a_key_holder_sees_only_its_own_conversations() -> None:
     keys = InMemoryKeys()
     (a, token_a), (_, token_b) = await keys.create(["default"]), await keys.create(["default"])
-    served = test_conversations_http.Served(api_key=SecretStr(ADMIN_KEY))
+    served = ConversationServed(api_key=SecretStr(ADMIN_KEY))
     served.app.state.keys = keys
     served.app.dependency_overrides[get_keys] = lambda: keys
     async with served.client(Authorization=f"Bearer {token_a}") as tenant_a:
@@ -143,7 +142,7 @@ async def test_a_key_holder_sees_only_its_own_conversations() -> None:
 async def test_a_conversation_s_turns_search_the_asking_caller_s_collections() -> None:
     keys = InMemoryKeys()
     _, token = await keys.create(["papers", "notes"])
-    served = test_conversations_http.Served()
+    served = ConversationServed()
     served.app.state.keys = keys
     served.app.dependency_overrides[get_keys] = lambda: keys
     scopes = scopes_asked(served.rag)

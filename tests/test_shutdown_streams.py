@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from agent.core.telemetry import shutdown_telemetry
 from agent.http.shutdown import Drain, DrainingServer
-from tests.test_agent_logic import COVERED
-from tests.test_http_contract import Served, serve, sse_events
+from tests.agent_corpus import COVERED
+from tests.http_rig import Served, serve, sse_events
 
 
 async def cut_while_answering(served: Served, path: str, body: dict[str, Any]) -> httpx.Response:

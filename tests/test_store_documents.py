@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from evals.retrieval_eval import ensure_database
-from tests.test_bm25 import statistics
+from tests.bm25_stats import statistics
 from tools.store import ChunkRecord, DocumentRecord, StoreError, VectorStore
 
 pytestmark = pytest.mark.stack

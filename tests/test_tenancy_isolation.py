@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agent.config.settings import Settings
 from tests.conftest import REPO_ROOT, run_cli
 from tests.fake_openai import FakeOpenAIServer
-from tests.test_http_api import RagServe, sse_events
+from tests.http_server import RagServe, sse_events
 
 TENANTS = ("tenant-a", "tenant-b")
 N_DOCS = 12

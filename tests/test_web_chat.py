@@ -11,19 +11,8 @@ import pytest
 from agent.config.settings import Settings
 from agent.core.app import RagApp
 from tests import external_tools
-from tests.test_http_api import OFF_TOPIC, RagServe
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from tests.chromium import CHROMIUM, CHROMIUM_ARGS
+from tests.http_server import OFF_TOPIC, RagServe
 
 # SciFact test claim 51 (gold abstract in the test corpus); at temperature 0 SmolLM2-135M quotes its passages, so the
 # answer is cited (the 135M model leaves some other claims uncited: see evals/policy_rates.py).

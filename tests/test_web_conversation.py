@@ -12,10 +12,10 @@ from agent.core.app import RagApp
 from agent.core.wiring import Services
 from agent.http import create_app
 from tests import external_tools
+from tests.agent_corpus import DOCUMENTS
+from tests.chromium import CHROMIUM, CHROMIUM_ARGS
+from tests.conversation_rig import FOLLOW_UP, SUBJECT, Model
 from tests.fake_openai import ThreadedServer
-from tests.test_agent_logic import DOCUMENTS
-from tests.test_conversations_logic import FOLLOW_UP, SUBJECT, Model
-from tests.test_web_chat import CHROMIUM, CHROMIUM_ARGS
 from tools.in_memory import InMemoryCollection
 
 pytestmark = pytest.mark.stack

@@ -12,9 +12,9 @@ from agent.core.llm import build_model
 from agent.core.wiring import Services
 from agent.http import create_app
 from tests import external_tools
+from tests.agent_corpus import COVERED, DOCUMENTS
+from tests.chromium import CHROMIUM, CHROMIUM_ARGS
 from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer
-from tests.test_agent_logic import COVERED, DOCUMENTS
-from tests.test_web_chat import CHROMIUM, CHROMIUM_ARGS
 from tools.in_memory import InMemoryCollection
 
 pytestmark = pytest.mark.stack

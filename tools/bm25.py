@@ -148,29 +148,38 @@ async def rebuild(conn: Conn, k1: float, b: float) -> None:
     await conn.execute("INSERT INTO bm25_lexicon (lexeme, df) SELECT lexeme, count(*) FROM bm25_postings GROUP BY 1")
 
 
-_TERMS = """
+_QUERY_TERMS = "SELECT DISTINCT u.lexeme, 1.0::float8 AS w FROM unnest(to_tsvector('english', $1)) AS u"
+"""$1 query text: its distinct `english` lexemes, weight 1 each."""
+_WEIGHTED_TERMS = "SELECT t.key AS lexeme, t.value::float8 AS w FROM jsonb_each_text($1::jsonb) AS t"
+"""$1 JSON object {lexeme: weight}: stored lexemes (not re-analysed) with their query weights."""
+
+
+def _terms(weighted: bool) -> str:
+    """The query's terms, corpus statistics and per-term idf (times the term's query weight) as CTEs."""
+    return f"""
 terms AS (
-    SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', $1)) AS u
+    {_WEIGHTED_TERMS if weighted else _QUERY_TERMS}
 ), s AS (
     SELECT chunks::float8 AS n, greatest(sum_dl::float8 / greatest(chunks, 1), 1) AS avgdl FROM bm25_corpus
 ), idf AS MATERIALIZED (
-    SELECT l.lexeme, ln(1 + (s.n - l.df + 0.5) / (l.df + 0.5)) AS idf
+    SELECT l.lexeme, t.w * ln(1 + (s.n - l.df + 0.5) / (l.df + 0.5)) AS idf
     FROM terms t JOIN bm25_lexicon l ON l.lexeme = t.lexeme CROSS JOIN s
 )"""
 _TERM_SCORE = "i.idf * p.tf / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8 * p.dl / s.avgdl))"
 
 
-def _hits_sql(scored: str, hit_columns: str) -> str:
+def _hits_sql(scored: str, hit_columns: str, weighted: bool) -> str:
     return f"""
-WITH {_TERMS}, {scored}
+WITH {_terms(weighted)}, {scored}
 SELECT {hit_columns}, sc.score
 FROM scored sc JOIN chunks c ON c.id = sc.chunk JOIN documents d ON d.id = c.document_id
 ORDER BY sc.score DESC, c.id
 """
 
 
-def pruned_sql(hit_columns: str, where: str | None = None) -> str:
-    """The pruned query: $1 query text, $2 top_k, $3 k1, $4 b, $5 M (postings read per query term).
+def pruned_sql(hit_columns: str, where: str | None = None, weighted: bool = False) -> str:
+    """The pruned query: $1 query text (`weighted`: a JSON object {lexeme: weight}, each term's score contribution
+    multiplied by its weight), $2 top_k, $3 k1, $4 b, $5 M (postings read per query term).
 
     With `where` (a condition on the chunk's document `d`, its parameters from $6; `tools.store.filters`), a
     term's top M are its top M postings of chunks that pass it: the impact-ordered read skips the others, so the
@@ -198,12 +207,13 @@ cand AS MATERIALIZED (
     ORDER BY score DESC, cand.chunk LIMIT $2
 )""",
         hit_columns,
+        weighted,
     )
 
 
-def exhaustive_sql(hit_columns: str, where: str | None = None) -> str:
-    """Every posting of every query term scored (exact BM25, cost grows with the corpus): $1 query text,
-    $2 top_k, $3 k1, $4 b.
+def exhaustive_sql(hit_columns: str, where: str | None = None, weighted: bool = False) -> str:
+    """Every posting of every query term scored (exact BM25, cost grows with the corpus): $1 query text
+    (`weighted`: {lexeme: weight} JSON, as in `pruned_sql`), $2 top_k, $3 k1, $4 b.
 
     With `where` (a condition on the chunk's document `d`, its parameters from $5; `tools.store.filters`), only the
     postings of chunks that pass it are scored: exact BM25 over the filtered set, read through the filtered
@@ -224,4 +234,5 @@ scored AS (
     GROUP BY p.chunk ORDER BY score DESC, p.chunk LIMIT $2
 )""",
         hit_columns,
+        weighted,
     )

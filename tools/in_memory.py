@@ -3,7 +3,8 @@ the store (list, add, delete, count), with no server. For tests of what sits on 
 HTTP API), like pydantic-ai's `TestModel` next to its real models; retrieval itself is tested against the real
 Triton and Postgres.
 
-Each document is one chunk (`<doc_id>#0`, title and text as one passage). Scores are deterministic:
+Each document is one chunk (`tools.store.records.chunk_id`: `<doc_id>#0` in the default collection, title and text
+as one passage); (collection, doc_id) is a document's identity, as in the store. Scores are deterministic:
 
 - dense: cosine similarity of hashed bag-of-words vectors (`HASH_DIM` dimensions, word counts, L2-normalised; words
   are lower-case `\\w+` runs, hashed with CRC-32), so texts that share no word have cosine 0;
@@ -28,6 +29,7 @@ from tools.retrieval import CandidateLists, Passage, RetrievalMode, RetrievalRes
 from tools.scope import DEFAULT_COLLECTION, Scalar, SearchScope, check_collection
 from tools.store import ChunkHit, DocumentPage, IngestCounts, StoredDocument
 from tools.store.listing import decode_cursor, encode_cursor
+from tools.store.records import chunk_id
 
 HASH_DIM = 512
 """Dimensions of the hashed bag-of-words vectors."""
@@ -71,7 +73,7 @@ class _Entry:
     @property
     def hit(self) -> ChunkHit:
         doc = self.document
-        return ChunkHit(f"{doc.doc_id}#0", doc.doc_id, doc.title, doc.content, doc.source, 0.0)
+        return ChunkHit(chunk_id(self.collection, doc.doc_id, 0), doc.doc_id, doc.title, doc.content, doc.source, 0.0)
 
 
 class InMemoryCollection:
@@ -98,13 +100,14 @@ class InMemoryCollection:
         self.rrf_k = rrf_k
         self.weights = weights
         self.searches: list[str] = []
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        """By (doc_id, collection): the store's identity and listing order."""
         for doc in documents:
             self._put(doc, collection)
 
     def _put(self, doc: SourceDocument, collection: str) -> None:
         words = frozenset(_WORD.findall(doc.content.lower()))
-        self._entries[doc.doc_id] = _Entry(
+        self._entries[doc.doc_id, collection] = _Entry(
             doc, hashed_vector(doc.content), words, datetime.now(UTC), check_collection(collection)
         )
 
@@ -135,9 +138,10 @@ class InMemoryCollection:
         return RetrievalResult(query, passages, dict(lists.timings_ms))
 
     async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
-        """(title, text) of a stored document in `scope` (None: any); None when it is not stored there."""
-        entry = self._entries.get(doc_id)
-        return None if entry is None or not entry.within(scope) else (entry.document.title, entry.document.text)
+        """(title, text) of a stored document in `scope` (None: any), from the first collection by name that holds
+        it there; None when it is not stored there."""
+        entries = [self._entries[k] for k in sorted(self._entries) if k[0] == doc_id and self._entries[k].within(scope)]
+        return (entries[0].document.title, entries[0].document.text) if entries else None
 
     async def add_documents(
         self, documents: Sequence[SourceDocument], collection: str = DEFAULT_COLLECTION
@@ -151,7 +155,7 @@ class InMemoryCollection:
         check_collection(collection)
         added = skipped = 0
         for doc in documents:
-            stored = self._entries.get(doc.doc_id)
+            stored = self._entries.get((doc.doc_id, collection))
             if stored is not None and stored.document.content_hash == doc.content_hash:
                 skipped += 1
                 continue
@@ -159,8 +163,8 @@ class InMemoryCollection:
             added += 1
         return IngestCounts(added=added, skipped=skipped, chunks=added)
 
-    def _keys(self, collections: Sequence[str] | None) -> list[str]:
-        """Stored doc ids of `collections` (None: all), sorted."""
+    def _keys(self, collections: Sequence[str] | None) -> list[tuple[str, str]]:
+        """(doc_id, collection) of the stored documents of `collections` (None: all), sorted."""
         return sorted(k for k, e in self._entries.items() if collections is None or e.collection in collections)
 
     async def document_page(
@@ -168,7 +172,7 @@ class InMemoryCollection:
     ) -> DocumentPage:
         """Documents of `collections` (None: all) by doc id after `cursor` (skipping `offset` more), at most
         `limit`, their total and the next cursor (the store's cursor format)."""
-        after = "" if cursor is None else decode_cursor(cursor)[0]
+        after = ("", "") if cursor is None else decode_cursor(cursor)
         mine = self._keys(collections)
         keys = [k for k in mine if k > after][offset:]
         page = await self.list_documents(limit, len(mine) - len(keys), collections=collections)
@@ -194,14 +198,15 @@ class InMemoryCollection:
     ) -> list[str]:
         """Delete by id and/or source within `collections` (None: all); returns the deleted ids (absent ids are
         not listed)."""
-        mine = set(self._keys(collections))
         wanted = set(doc_ids)
-        if source is not None:
-            wanted |= {k for k in mine if self._entries[k].document.source == source}
-        doomed = sorted(wanted & mine)
+        doomed = [
+            k
+            for k in self._keys(collections)
+            if k[0] in wanted or (source is not None and self._entries[k].document.source == source)
+        ]
         for k in doomed:
             del self._entries[k]
-        return doomed
+        return [doc_id for doc_id, _ in doomed]
 
     async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
         """(documents, chunks) stored in `collections` (None: all): one chunk per document."""

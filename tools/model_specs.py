@@ -39,10 +39,10 @@ class EmbeddingModelSpec:
             questions (its own queue, batcher and instance), apart from bulk ingestion's batches; None when it
             ships none (questions then share the model and go first by request priority). Measured on the local
             CPU Triton: a question waited 6.5 s (p50) behind an ingest's 64 x 256-token batches in one model's
-            queue, and 127 ms with the twin (README, "Questions while documents flow in").
+            queue, and 127 ms with the twin (docs/benchmarks.md, "Questions while documents flow in").
         refusal_min_score: calibrated refusal threshold, a dense cosine similarity (-1..1): the 5th percentile of
             the best top-5 cosine of SciFact train claims whose gold abstract is stored, measured with
-            `python -m evals.refusal --top-k 5` (README "Citations, refusals"); None when not measured for this
+            `python -m evals.refusal --top-k 5` (docs/agent.md, "Citations, refusals"); None when not measured for this
             model. The setting REFUSAL_MIN_SCORE overrides it.
     """
 

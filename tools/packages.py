@@ -14,5 +14,5 @@ def package_dir(name: str) -> Path:
     """
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"package {name!r} is not installed (see README: installation)")
+        raise ModuleNotFoundError(f"package {name!r} is not installed (install the project with `bash infra/setup.sh`)")
     return Path(next(iter(spec.submodule_search_locations)))

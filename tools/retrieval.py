@@ -1,4 +1,5 @@
-"""Retrieval: dense (HNSW cosine), full-text (Postgres `tsvector`) and their hybrid by reciprocal rank fusion.
+"""Retrieval: dense (HNSW cosine), full-text (Postgres `tsvector`) and their hybrid by reciprocal rank fusion, or by a
+convex combination of normalised scores (`tools.fusion`); the full-text leg optionally with RM3 feedback.
 
 RRF: score(d) = sum over lists of w / (k + rank(d)), rank from 1 (Cormack, Clarke and Buettcher, "Reciprocal Rank
 Fusion outperforms Condorcet and individual Rank Learning Methods", SIGIR 2009; k = 60 there).
@@ -19,6 +20,17 @@ import numpy as np
 import numpy.typing as npt
 
 from tools.embedder import TextKind
+from tools.fusion import (
+    FUSION_METHODS,
+    NORMALISATIONS,
+    FeedbackStore,
+    FusionMethod,
+    Normalisation,
+    Rm3Params,
+    convex_fusion,
+    rm3_search,
+)
+from tools.rerank import PairScorer, rerank
 from tools.scope import SearchScope
 from tools.store import ChunkHit, FullTextMatch, FullTextRank
 from tools.timing import StageTimings
@@ -78,7 +90,8 @@ class Passage(ChunkHit):
     """A retrieved chunk (the `ChunkHit` fields) numbered for citation (`number` from 1, in rank order).
 
     `score` is the ranking score of the mode used: cosine similarity (dense), the full-text score (BM25 or
-    `ts_rank_cd`) or the RRF score (hybrid); `dense_score` is the chunk's cosine similarity (−1..1) to the query
+    `ts_rank_cd`) or the RRF score (hybrid), or the cross-encoder's logit when the rerank step re-ordered it
+    (`tools.rerank`); `dense_score` is the chunk's cosine similarity (−1..1) to the query
     (`PassageSearch.search` fills it for every passage it returns; None only for a passage built elsewhere).
     """
 
@@ -204,14 +217,22 @@ def rank_candidates(
     mode: RetrievalMode,
     rrf_k: float = 5.0,
     weights: tuple[float, float] = (0.75, 1.0),
+    fusion: FusionMethod = "rrf",
+    alpha: float = 0.5,
+    normalisation: Normalisation = "min_max",
 ) -> list[tuple[ChunkHit, float]]:
-    """(hit, score) best first for `mode`, no chunk text twice: the dense or full-text list as is, or their
-    weighted RRF (`weights` = (dense, full-text)) for `hybrid`. Pure: no embedder or store involved.
+    """(hit, score) best first for `mode`, no chunk text twice: the dense or full-text list as is, or for `hybrid`
+    their weighted RRF (`fusion="rrf"`, `weights` = (dense, full-text)) or convex combination of normalised scores
+    (`fusion="convex"`, `alpha` the dense share, `tools.fusion.convex_fusion`). Pure: no embedder or store involved.
 
     Raises:
-        ValueError: unknown mode, rrf_k <= 0.
+        ValueError: unknown mode or fusion, rrf_k <= 0, alpha outside 0..1, unknown normalisation.
     """
     if mode == "hybrid":
+        if fusion == "convex":
+            return convex_fusion(lists.dense, lists.full_text, alpha, normalisation, key=text_key)
+        if fusion != "rrf":
+            raise ValueError(f"fusion {fusion!r}; expected 'rrf' or 'convex'")
         return reciprocal_rank_fusion([lists.dense, lists.full_text], k=rrf_k, weights=weights, key=text_key)
     if mode not in ("dense", "full_text"):
         raise ValueError(f"retrieval mode {mode!r}; expected 'dense', 'full_text' or 'hybrid'")
@@ -224,18 +245,25 @@ class Retriever:
     Args:
         embedder: connected Triton embedder (queries get the model's query prefix).
         store: connected vector store.
-        mode: `dense`, `full_text` or `hybrid` (RRF of both).
+        mode: `dense`, `full_text` or `hybrid` (fusion of both).
         ef_search: pgvector `hnsw.ef_search` for dense search (at least the rows asked for is used).
         rrf_k: RRF constant k.
         candidates: how many hits each list contributes to the fusion (at least top_k).
         weights: RRF weights of the (dense, full-text) lists.
+        fusion: how `hybrid` fuses: `rrf` or `convex` (normalised scores, `tools.fusion.convex_fusion`); the
+            app's choice and parameters are its settings' (`agent.core.wiring.build_retriever`).
+        fusion_alpha, fusion_normalisation: the convex fusion's dense share (0..1) and score normalisation.
+        rm3: RM3 feedback for the full-text leg (None: none); needs BM25 ranking and a store with term vectors
+            (`tools.fusion.FeedbackStore`).
         full_text_match: `all` (websearch syntax, every term) or `any` (any term), for `ts_rank_cd`.
         full_text_rank: `bm25` (pruned Okapi BM25), `bm25_exhaustive` or `ts_rank_cd`; see
             `VectorStore.full_text_search`.
         bm25_k1, bm25_b: BM25 parameters (Anserini's 0.9 and 0.4 by default).
+        reranker: the cross-encoder of the rerank step (`tools.rerank`), or None.
+        rerank_depth: ranked hits the reranker re-orders before the top `top_k` are cut; 0 (or no reranker): off.
 
-    A search asks each list for `candidates` hits (at least `top_k`), so that hits dropped as duplicate texts
-    still leave `top_k` passages.
+    A search asks each list for `candidates` hits (at least `top_k`, and at least `rerank_depth` when reranking), so
+    that hits dropped as duplicate texts still leave `top_k` passages.
     """
 
     def __init__(
@@ -251,14 +279,29 @@ class Retriever:
         full_text_rank: FullTextRank = "bm25",
         bm25_k1: float = 0.9,
         bm25_b: float = 0.4,
+        fusion: FusionMethod = "rrf",
+        fusion_alpha: float = 0.5,
+        fusion_normalisation: Normalisation = "min_max",
+        rm3: Rm3Params | None = None,
+        reranker: PairScorer | None = None,
+        rerank_depth: int = 0,
     ) -> None:
         if mode not in ("dense", "full_text", "hybrid"):
             raise ValueError(f"retrieval mode {mode!r}; expected 'dense', 'full_text' or 'hybrid'")
+        if fusion not in FUSION_METHODS or fusion_normalisation not in NORMALISATIONS or not 0 <= fusion_alpha <= 1:
+            raise ValueError(
+                f"fusion={fusion!r}, alpha={fusion_alpha}, normalisation={fusion_normalisation!r}: expected one of "
+                f"{FUSION_METHODS}, alpha in 0..1 and one of {NORMALISATIONS}"
+            )
+        if rm3 is not None and (full_text_rank == "ts_rank_cd" or not isinstance(store, FeedbackStore)):
+            raise ValueError("RM3 feedback needs BM25 full-text ranking and a store with term vectors")
         if rrf_k <= 0 or candidates < 1 or len(weights) != 2:
             raise ValueError(
                 f"rrf_k={rrf_k}, candidates={candidates}, weights={weights}: expected rrf_k > 0, candidates >= 1 "
                 f"and two weights (dense, full-text)"
             )
+        if rerank_depth < 0:
+            raise ValueError(f"rerank_depth={rerank_depth}; expected >= 0 (0: no reranking)")
         self.embedder = embedder
         self.store = store
         self.mode = mode
@@ -270,6 +313,12 @@ class Retriever:
         self.full_text_rank = full_text_rank
         self.bm25_k1 = bm25_k1
         self.bm25_b = bm25_b
+        self.fusion = fusion
+        self.fusion_alpha = fusion_alpha
+        self.fusion_normalisation = fusion_normalisation
+        self.rm3 = rm3
+        self.reranker = reranker
+        self.rerank_depth = rerank_depth if reranker is not None else 0
 
     async def candidate_lists(
         self,
@@ -319,6 +368,22 @@ class Retriever:
                     b=self.bm25_b,
                     scope=scope,
                 )
+                if (
+                    self.rm3 is not None
+                    and isinstance(self.store, FeedbackStore)
+                    and self.full_text_rank != "ts_rank_cd"
+                ):
+                    full_text = await rm3_search(
+                        self.store,
+                        query,
+                        full_text,
+                        size,
+                        self.rm3,
+                        rank=self.full_text_rank,
+                        k1=self.bm25_k1,
+                        b=self.bm25_b,
+                        scope=scope,
+                    )
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -333,7 +398,15 @@ class Retriever:
 
     def rank(self, lists: CandidateLists, mode: RetrievalMode | None = None) -> list[tuple[ChunkHit, float]]:
         """(hit, score) best first for `mode` (default: this retriever's); see `rank_candidates`."""
-        return rank_candidates(lists, mode or self.mode, self.rrf_k, self.weights)
+        return rank_candidates(
+            lists,
+            mode or self.mode,
+            self.rrf_k,
+            self.weights,
+            self.fusion,
+            self.fusion_alpha,
+            self.fusion_normalisation,
+        )
 
     async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
         """Retrieve up to `top_k` passages for `query` from the documents in `scope` (None: all), numbered from 1
@@ -341,19 +414,26 @@ class Retriever:
 
         A passage that dense search did not return (full-text mode, or a hybrid hit only full-text search found)
         gets its cosine from its stored embedding and the query vector this search embedded (one indexed lookup,
-        counted in `search`); the query is embedded once per search in every mode.
+        counted in `search`); the query is embedded once per search in every mode. With a reranker and
+        `rerank_depth` > 0 the first `rerank_depth` ranked hits are re-ordered by it before the cut
+        (`tools.rerank.rerank`; its time is the stage `rerank`).
 
         Raises:
             ValueError: blank query or top_k < 1.
-            EmbedderError / StoreError: from the embedder or store.
+            EmbedderError / StoreError: from the embedder, the reranker or the store.
         """
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
-        lists = await self.candidate_lists(query, max(top_k, self.candidates), embed_query=True, scope=scope)
+        size = max(top_k, self.candidates, self.rerank_depth)
+        lists = await self.candidate_lists(query, size, embed_query=True, scope=scope)
         dense_scores = {h.chunk_id: h.score for h in lists.dense}
-        ranked = self.rank(lists)[:top_k]
+        ranked = self.rank(lists)
         timings = StageTimings()
         timings.add(lists.timings_ms)
+        if self.reranker is not None and self.rerank_depth > 0:
+            with timings.stage("rerank", pairs=min(self.rerank_depth, len(ranked))):
+                ranked = await rerank(query, ranked, self.reranker, self.rerank_depth, top_k)
+        ranked = ranked[:top_k]
         missing = [h.chunk_id for h, _ in ranked if h.chunk_id not in dense_scores]
         if missing and lists.query_vector is not None:
             with timings.stage("dense_scores", key="search", chunks=len(missing)):

@@ -32,6 +32,8 @@ from agent.core.llm import build_model, check_tool_calling, model_settings, serv
 from agent.core.rag_agent import RagDeps, build_agent
 from tools.conversations import ConversationLog
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
+from tools.embedder.reranker import TritonReranker, get_reranker_spec
+from tools.fusion import Rm3Params
 from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
@@ -118,9 +120,31 @@ def build_store(url: str, model_name: str, dim: int, settings: Settings) -> Vect
     )
 
 
-def build_retriever(embedder: TritonEmbedder, store: VectorStore, settings: Settings) -> Retriever:
-    """The Retriever the settings describe (mode, RRF k and weights, candidates, full-text ranking, BM25
-    parameters, `hnsw.ef_search`), over `embedder` and `store`."""
+def build_reranker(settings: Settings) -> TritonReranker:
+    """The Triton cross-encoder client of the rerank step: `RERANKER_MODEL` at `TRITON_GRPC_URL`, at interactive
+    priority, with the Triton timeouts, retries and channel arguments and `RERANKER_TOKENIZER`. Not connected yet.
+
+    Raises:
+        ValueError: unknown reranker model, or a setting out of range. LookupError / FileNotFoundError: no tokenizer.
+    """
+    return TritonReranker(
+        settings.triton_grpc_url,
+        get_reranker_spec(settings.reranker_model),
+        timeout_s=settings.triton_timeout_s,
+        retries=settings.triton_retries,
+        tokenizer_path=settings.reranker_tokenizer,
+        connect_timeout_s=settings.triton_connect_timeout_s,
+        channel_args=settings.triton_grpc_channel_args,
+        max_in_flight=settings.triton_max_in_flight,
+        priority=PRIORITY_INTERACTIVE,
+    )
+
+
+def build_retriever(
+    embedder: TritonEmbedder, store: VectorStore, settings: Settings, reranker: TritonReranker | None = None
+) -> Retriever:
+    """The Retriever the settings describe (mode, fusion and its parameters, candidates, full-text ranking, BM25
+    parameters, RM3, `hnsw.ef_search`, `RERANK_DEPTH` with `reranker`), over `embedder` and `store`."""
     return Retriever(
         embedder,
         store,
@@ -133,7 +157,20 @@ def build_retriever(embedder: TritonEmbedder, store: VectorStore, settings: Sett
         full_text_rank=settings.full_text_rank,
         bm25_k1=settings.bm25_k1,
         bm25_b=settings.bm25_b,
+        fusion=settings.fusion_method,
+        fusion_alpha=settings.fusion_alpha,
+        fusion_normalisation=settings.fusion_normalisation,
+        rm3=rm3_params(settings),
+        reranker=reranker,
+        rerank_depth=settings.rerank_depth,
     )
+
+
+def rm3_params(settings: Settings) -> Rm3Params | None:
+    """The full-text leg's RM3 parameters the settings describe; None when RM3 is off."""
+    if not settings.rm3:
+        return None
+    return Rm3Params(settings.rm3_fb_docs, settings.rm3_fb_terms, settings.rm3_original_weight)
 
 
 class Clients:
@@ -144,6 +181,7 @@ class Clients:
         settings: what they were built from.
         embedder: `build_embedder(settings)`.
         store: `build_store(...)` at `DATABASE_URL` for the embedder's model and width.
+        reranker: `build_reranker(settings)` when `RERANK_DEPTH` > 0, else None.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -151,11 +189,14 @@ class Clients:
         self.embedder = build_embedder(settings)
         spec = self.embedder.spec
         self.store = build_store(settings.resolved_database_url(), spec.name, spec.dim, settings)
+        self.reranker = build_reranker(settings) if settings.rerank_depth > 0 else None
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Clients:
         try:
             await self._stack.enter_async_context(self.embedder)
+            if self.reranker is not None:
+                await self._stack.enter_async_context(self.reranker)
             await self._stack.enter_async_context(self.store)
         except BaseException:
             await self._stack.aclose()
@@ -195,7 +236,8 @@ class Services:
 def build_services(settings: Settings) -> Services:
     """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library and
     conversations, the OpenAI-compatible model (`agent.core.llm`), and checks of Triton (embeds one word), Postgres
-    (reads one chunk row at most) and the LLM (`GET /models` lists `LLM_MODEL`). Nothing is connected until the app
+    (reads one chunk row at most), the LLM (`GET /models` lists `LLM_MODEL`) and, with `RERANK_DEPTH` > 0, the
+    reranker (scores one pair). Nothing is connected until the app
     enters `resources`.
 
     Raises:
@@ -219,8 +261,18 @@ def build_services(settings: Settings) -> Services:
     async def tools() -> None:
         await check_tool_calling(settings)
 
+    checks: dict[str, HealthCheck] = {"triton": triton, "postgres": postgres, "llm": llm}
+    reranker = clients.reranker
+    if reranker is not None:
+
+        async def rerank_check() -> str:
+            await reranker.score("health", ["health"])
+            return f"{reranker.model_name} at {settings.triton_grpc_url} (RERANK_DEPTH={settings.rerank_depth})"
+
+        checks["reranker"] = rerank_check
+
     return Services(
-        search=build_retriever(embedder, store, settings),
+        search=build_retriever(embedder, store, settings, clients.reranker),
         library=StoreLibrary(
             embedder,
             store,
@@ -229,7 +281,7 @@ def build_services(settings: Settings) -> Services:
             batch_docs=settings.ingest_batch_docs,
         ),
         model=build_model(settings),
-        checks={"triton": triton, "postgres": postgres, "llm": llm},
+        checks=checks,
         resources=[clients],
         tool_check=tools,
         context=ContextFitter(settings),

@@ -8,6 +8,8 @@ Modules, in the order a text goes through them:
 - `errors`: `EmbedderError`, `EmbedderOverloadedError`, `EmbedderStubFailedError`, and the translation of
   tritonclient's errors;
 - `stats`: the client's counters and call latencies.
+- `reranker`: `TritonReranker`, a cross-encoder on the same client machinery (`client.TritonModelClient`): one
+  relevance logit per (question, passage) pair, for the rerank step (`tools.rerank`).
 
 Every input: blank text is refused before anything is sent; text longer than the model limit is truncated (logged
 at WARNING and counted in `stats.truncated_texts`); any script, emoji or CJK without spaces goes through the

@@ -1,4 +1,5 @@
-"""The embedding client: `TritonEmbedder`, one per process, over `tritonclient.grpc.aio`.
+"""The embedding client: `TritonEmbedder`, one per process, over `tritonclient.grpc.aio`, on the machinery it shares
+with the reranker (`TritonModelClient`: channels, slots, retries, stub failures, statistics, model loading).
 
 Texts are tokenized and padded to length buckets (`tools.embedder.inputs`), split into requests of at most the
 model's `max_batch_size`, sent concurrently, and reassembled in input order. The served graph pools and
@@ -31,7 +32,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Self, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +43,7 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential_jitter,
 )
+from tokenizers import Tokenizer
 from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
@@ -83,33 +85,61 @@ _BACKOFF_INITIAL_S = 0.1
 _BACKOFF_MAX_S = 2.0
 
 
+class ServedModelSpec(Protocol):
+    """What the client machinery needs of a model's description: its Triton name and its token limit."""
+
+    @property
+    def name(self) -> str:
+        """Triton model name (directory under `model_repository/`)."""
+        ...
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest input in tokens, special tokens included."""
+        ...
+
+
+class ClientOptions(TypedDict, total=False):
+    """The keyword-only options of `TritonModelClient` (documented there), which its subclasses pass through."""
+
+    connect_timeout_s: float
+    model_name: str | None
+    channel_args: Sequence[tuple[str, Any]] | Mapping[str, Any] | None
+    max_in_flight: int | None
+    buckets: Sequence[int] | None
+    priority: int
+
+
 class _EndpointUnreachableError(EmbedderError):
     """One endpoint did not answer at `connect()` (the others may)."""
 
 
-class TritonEmbedder:
-    """Async client for one Triton-served embedding model, on one or more Triton endpoints.
+class TritonModelClient:
+    """Async client for one Triton-served model over token inputs, on one or more Triton endpoints: the machinery
+    `TritonEmbedder` and `tools.embedder.reranker.TritonReranker` share (channels, readiness, in-flight slots,
+    retries, stub failures, statistics, model loading). Subclasses name the output they read (`_check_outputs`)
+    and turn texts into the token tensors sent by `_infer_in_slot`.
 
     Args:
         url: Triton gRPC endpoint(s): `host:port`, a gRPC target such as `dns:///host:port` (one channel; with the
             `round_robin` policy in `channel_args` it spreads calls over every resolved address), or a
             comma-separated list of either (one channel each, taken in turn; `tools.embedder.endpoints`).
-        spec: the model's description (name, dim, max_tokens, pooling, query prefix).
+        spec: the model's description (`name` and `max_tokens`, e.g. an `EmbeddingModelSpec`).
+        tokenizer: the model's Hugging Face tokenizer (no padding or truncation configured).
         timeout_s: deadline of each gRPC inference request, seconds; also sent as Triton's request `timeout`
             (microseconds), which can shorten the model's queue timeout, and the longest wait for an in-flight slot.
         connect_timeout_s: deadline of each readiness / config request in `connect()`, seconds.
         retries: attempts per call (>= 1) for transient gRPC errors (UNAVAILABLE, RESOURCE_EXHAUSTED). Each
             attempt goes to the next endpoint, at once while an untried one is left; once every endpoint was tried,
             backoff of 0.1 s doubling up to 2 s, plus up to 0.1 s random jitter (capped at 2 s).
-        tokenizer_path: the model's tokenizer.json (or its folder); default: from the model's package.
         model_name: Triton model to call; default `spec.name` (another name serves the same model under a
             different config, e.g. in the benchmark).
         channel_args: extra gRPC channel arguments (pairs, or a mapping such as `TRITON_GRPC_CHANNEL_ARGS`),
             merged by `channel_options` (message limits stay large).
         max_in_flight: most inference requests this client has at Triton at once, over all concurrent `embed`
-            calls and all endpoints; default (None) twice the model's `max_batch_size` per listed endpoint, read at
-            `connect()`, so the dynamic batcher can form full batches from concurrent single-text calls. Bulk
-            ingestion passes a small number. Time spent waiting for a slot is the histogram
+            calls (or a subclass's calls) and all endpoints; default (None) twice the model's `max_batch_size` per
+            listed endpoint, read at `connect()`, so the dynamic batcher can form full batches from concurrent
+            single-text calls. Bulk ingestion passes a small number. Time spent waiting for a slot is the histogram
             `rag_embedder_slot_wait_seconds` (`tools.embedder.metrics`).
         buckets: padded sequence lengths to use instead of `length_buckets(spec.max_tokens)` (ascending; the
             model's `max_tokens` is appended if missing). Fewer buckets merge more requests on the server at the
@@ -124,16 +154,16 @@ class TritonEmbedder:
         ValueError: a timeout, retry count or in-flight limit out of range, bad buckets, or a `url` that names no
             valid endpoint (`tools.embedder.channel.split_endpoints`).
 
-    Use as `async with TritonEmbedder(...) as emb: vectors = await emb.embed(texts)`. Keep one per process.
+    Use a subclass as an async context manager (`connect()` on entry, `close()` on exit). Keep one per process.
     """
 
     def __init__(
         self,
         url: str,
-        spec: EmbeddingModelSpec,
+        spec: ServedModelSpec,
+        tokenizer: Tokenizer,
         timeout_s: float = 30.0,
         retries: int = 3,
-        tokenizer_path: Path | None = None,
         *,
         connect_timeout_s: float = 5.0,
         model_name: str | None = None,
@@ -162,7 +192,7 @@ class TritonEmbedder:
         self._max_in_flight_arg = max_in_flight
         self.max_in_flight = max_in_flight or 0
         """Requests this client keeps at Triton at most; set by `connect()` when not given (0 before)."""
-        self.tokenizer = load_tokenizer(spec.name, tokenizer_path)
+        self.tokenizer = tokenizer
         self.buckets = length_buckets(spec.max_tokens) if buckets is None else sorted(set(buckets))
         if not self.buckets or self.buckets[0] < 1 or self.buckets[-1] > spec.max_tokens:
             raise ValueError(f"buckets {buckets} must lie in 1..{spec.max_tokens} (the model's max_tokens)")
@@ -178,7 +208,7 @@ class TritonEmbedder:
         self._stub_failures: dict[int, str] = {}
         """Endpoint index -> the stub failure it answered (`EmbedderStubFailedError`): nothing it sends is used."""
 
-    async def __aenter__(self) -> TritonEmbedder:
+    async def __aenter__(self) -> Self:
         await self.connect()
         return self
 
@@ -278,72 +308,38 @@ class TritonEmbedder:
                 f"Triton at {endpoint} unreachable or not ready (model {self.model_name!r}, "
                 f"{attempts} attempt(s), {self.connect_timeout_s} s deadline each): {describe(exc)}"
             ) from exc
-        outputs = {o.name: [int(d) for d in o.dims] for o in config.output}
-        if outputs.get(EMBEDDING_OUTPUT) != [self.spec.dim]:
-            raise EmbedderError(
-                f"model {self.model_name!r} on Triton at {endpoint} serves outputs {outputs}; expected "
-                f"{EMBEDDING_OUTPUT!r} with dims [{self.spec.dim}] (the pooled graph of `python -m "
-                f"infra.export_onnx {self.spec.name}` and its config.pbtxt)"
-            )
+        self._check_outputs({o.name: [int(d) for d in o.dims] for o in config.output}, endpoint)
         declared = [(i.name, i.datatype) for i in metadata.inputs]
         return config, check_model_inputs(declared, self.model_name, endpoint)
 
+    def _check_outputs(self, outputs: dict[str, list[int]], endpoint: str) -> None:
+        """Check the outputs the served model declares (name -> dims, batch axis excluded) at `connect()`.
+
+        Raises:
+            EmbedderError: the model does not serve what this client reads (names what it serves).
+        """
+        raise NotImplementedError
+
     async def close(self) -> None:
-        """Close the gRPC channels (idempotent); later `embed` calls raise `EmbedderError`."""
+        """Close the gRPC channels (idempotent); later calls raise `EmbedderError`."""
         await self._pool.close()
 
-    def tokenize(self, texts: Sequence[str], kind: TextKind) -> list[list[int]]:
-        """Token ids per text (`tools.embedder.inputs.tokenize`); truncated texts are counted in
-        `stats.truncated_texts`.
-
-        Raises:
-            EmbedderError: a text is not a string, or is empty or whitespace only (names its index).
-        """
-        ids, truncated = tokenize(self.tokenizer, self.spec, texts, kind)
-        self.stats.truncated_texts += truncated
-        return ids
-
-    async def embed(self, texts: Sequence[str], kind: TextKind = "document") -> npt.NDArray[np.float32]:
-        """Embed `texts` in order.
-
-        The call's requests (one per `max_batch_size` texts) go out concurrently, up to this client's
-        `max_in_flight`; for bulk loads use a client with a small `max_in_flight` (`INGEST_MAX_IN_FLIGHT`), so its
-        requests wait here rather than in Triton's bounded queue, where they could outwait its timeout.
+    async def _infer_in_slot(self, tensors: Mapping[str, npt.NDArray[Any]], output: str) -> npt.NDArray[Any]:
+        """Send one request once an in-flight slot is free; return its `output` as numpy.
 
         Args:
-            texts: non-blank strings of any length and script (longer than the model limit is truncated).
-            kind: `query` adds the model's query instruction prefix; `document` adds nothing.
+            tensors: one `(batch, seq)` tensor per declared model input (`self.model_inputs`), in that order, each in
+                its declared datatype (`tools.embedder.inputs.input_tensors`).
+            output: the output to request.
 
         Returns:
-            `(len(texts), dim)` float32, L2-normalised rows.
+            the output tensor as Triton returned it (the caller checks its shape and values).
 
         Raises:
-            EmbedderOverloadedError: Triton's queue for the model is full, a request outwaited its queue timeout,
-                or no in-flight slot of this client came free within `timeout_s`.
-            EmbedderError: not connected, blank input, Triton errors after retries, a timeout, or a non-finite
-                output (names the texts).
+            EmbedderOverloadedError: no in-flight slot came free within `timeout_s`, or Triton refused the request
+                for lack of capacity.
+            EmbedderError: Triton errors after retries, a timeout, a failed stub, or no `output` in the response.
         """
-        self._pool.client(0)  # not connected: EmbedderError before any work
-        if not texts:
-            return np.zeros((0, self.spec.dim), dtype=np.float32)
-        token_ids = self.tokenize(texts, kind)
-        order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))
-        groups = [order[i : i + self.max_batch_size] for i in range(0, len(order), self.max_batch_size)]
-        results = await asyncio.gather(*(self._embed_group([token_ids[i] for i in g]) for g in groups))
-        out = np.empty((len(texts), self.spec.dim), dtype=np.float32)
-        for group, vectors in zip(groups, results, strict=True):
-            out[group] = vectors
-        bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
-        if bad.size:
-            named = ", ".join(f"texts[{int(i)}] {texts[int(i)][:60]!r}" for i in bad[:5])
-            raise EmbedderError(
-                f"model {self.model_name!r} returned a non-finite embedding for {bad.size} text(s): {named}"
-            )
-        self.stats.texts += len(texts)
-        return out
-
-    async def _embed_group(self, token_ids: list[list[int]]) -> npt.NDArray[np.float32]:
-        input_ids, mask = pad_to_bucket(token_ids, self.buckets)
         waited_from = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -357,18 +353,17 @@ class TritonEmbedder:
             ) from None
         SLOT_WAIT_SECONDS.observe(time.perf_counter() - waited_from)
         try:
-            return await self._infer(input_ids, mask)
+            return await self._infer(tensors, output)
         finally:
             self._in_flight.release()
 
-    async def _infer(self, input_ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+    async def _infer(self, tensors: Mapping[str, npt.NDArray[Any]], output: str) -> npt.NDArray[Any]:
         inputs = []
-        for (name, datatype), tensor in zip(
-            self.model_inputs, input_tensors(self.model_inputs, input_ids, mask).values(), strict=True
-        ):
+        for (name, datatype), tensor in zip(self.model_inputs, tensors.values(), strict=True):
             inputs.append(InferInput(name, list(tensor.shape), datatype))
             inputs[-1].set_data_from_numpy(tensor)
-        outputs = [InferRequestedOutput(EMBEDDING_OUTPUT)]
+        input_ids = next(iter(tensors.values()))
+        outputs = [InferRequestedOutput(output)]
         attempts = 0
         order = [i for i in self._pool.order() if i not in self._stub_failures] or self._pool.order()
         endpoint = self.endpoints[order[0]]
@@ -413,15 +408,10 @@ class TritonEmbedder:
                 f"deadline each; last at {endpoint}): {describe(exc)}"
             ) from exc
         self.stats.requests += 1
-        vectors = result.as_numpy(EMBEDDING_OUTPUT)
-        if vectors is None or vectors.shape != (input_ids.shape[0], self.spec.dim):
-            shape = None if vectors is None else vectors.shape
-            raise EmbedderError(
-                f"Triton response from {self.model_name!r} has {EMBEDDING_OUTPUT!r} of shape {shape}; expected "
-                f"({input_ids.shape[0]}, {self.spec.dim})"
-            )
-        vectors32: npt.NDArray[np.float32] = vectors.astype(np.float32, copy=False)
-        return vectors32
+        values: npt.NDArray[Any] | None = result.as_numpy(output)
+        if values is None:
+            raise EmbedderError(f"Triton response from {self.model_name!r} has no {output!r} output")
+        return values
 
     def _refuse_failed_stub(self, index: int) -> None:
         """Raise `EmbedderStubFailedError` if endpoint `index` answered a stub failure (then or earlier).
@@ -506,3 +496,104 @@ class TritonEmbedder:
         """
         for i, endpoint in enumerate(self.endpoints):
             await server.unload_model(self._pool.client(i), endpoint, model)
+
+
+class TritonEmbedder(TritonModelClient):
+    """Async client for one Triton-served embedding model, on one or more Triton endpoints (`TritonModelClient`).
+
+    Args:
+        spec: the model's description (name, dim, max_tokens, pooling, query prefix).
+        tokenizer_path: the model's tokenizer.json (or its folder); default: from the model's package.
+        options: the keyword-only options of `TritonModelClient` (`ClientOptions`); `model_name` defaults to
+            `spec.name` (another name serves the same model under a different config, e.g. in the benchmark).
+
+    Raises:
+        ValueError: as `TritonModelClient`, or an unknown model (`tools.tokenizer.load_tokenizer`).
+
+    Use as `async with TritonEmbedder(...) as emb: vectors = await emb.embed(texts)`. Keep one per process.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        spec: EmbeddingModelSpec,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        tokenizer_path: Path | None = None,
+        **options: Unpack[ClientOptions],
+    ) -> None:
+        super().__init__(url, spec, load_tokenizer(spec.name, tokenizer_path), timeout_s, retries, **options)
+        self.spec: EmbeddingModelSpec = spec
+
+    def _check_outputs(self, outputs: dict[str, list[int]], endpoint: str) -> None:
+        """Raises:
+        EmbedderError: the model does not serve `sentence_embedding` of width `spec.dim` (e.g. a graph exported
+            before pooling moved into it: re-export with `python -m infra.export_onnx`).
+        """
+        if outputs.get(EMBEDDING_OUTPUT) != [self.spec.dim]:
+            raise EmbedderError(
+                f"model {self.model_name!r} on Triton at {endpoint} serves outputs {outputs}; expected "
+                f"{EMBEDDING_OUTPUT!r} with dims [{self.spec.dim}] (the pooled graph of `python -m "
+                f"infra.export_onnx {self.spec.name}` and its config.pbtxt)"
+            )
+
+    def tokenize(self, texts: Sequence[str], kind: TextKind) -> list[list[int]]:
+        """Token ids per text (`tools.embedder.inputs.tokenize`); truncated texts are counted in
+        `stats.truncated_texts`.
+
+        Raises:
+            EmbedderError: a text is not a string, or is empty or whitespace only (names its index).
+        """
+        ids, truncated = tokenize(self.tokenizer, self.spec, texts, kind)
+        self.stats.truncated_texts += truncated
+        return ids
+
+    async def embed(self, texts: Sequence[str], kind: TextKind = "document") -> npt.NDArray[np.float32]:
+        """Embed `texts` in order.
+
+        The call's requests (one per `max_batch_size` texts) go out concurrently, up to this client's
+        `max_in_flight`; for bulk loads use a client with a small `max_in_flight` (`INGEST_MAX_IN_FLIGHT`), so its
+        requests wait here rather than in Triton's bounded queue, where they could outwait its timeout.
+
+        Args:
+            texts: non-blank strings of any length and script (longer than the model limit is truncated).
+            kind: `query` adds the model's query instruction prefix; `document` adds nothing.
+
+        Returns:
+            `(len(texts), dim)` float32, L2-normalised rows.
+
+        Raises:
+            EmbedderOverloadedError: Triton's queue for the model is full, a request outwaited its queue timeout,
+                or no in-flight slot of this client came free within `timeout_s`.
+            EmbedderError: not connected, blank input, Triton errors after retries, a timeout, or a non-finite
+                output (names the texts).
+        """
+        self._pool.client(0)  # not connected: EmbedderError before any work
+        if not texts:
+            return np.zeros((0, self.spec.dim), dtype=np.float32)
+        token_ids = self.tokenize(texts, kind)
+        order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))
+        groups = [order[i : i + self.max_batch_size] for i in range(0, len(order), self.max_batch_size)]
+        results = await asyncio.gather(*(self._embed_group([token_ids[i] for i in g]) for g in groups))
+        out = np.empty((len(texts), self.spec.dim), dtype=np.float32)
+        for group, vectors in zip(groups, results, strict=True):
+            out[group] = vectors
+        bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
+        if bad.size:
+            named = ", ".join(f"texts[{int(i)}] {texts[int(i)][:60]!r}" for i in bad[:5])
+            raise EmbedderError(
+                f"model {self.model_name!r} returned a non-finite embedding for {bad.size} text(s): {named}"
+            )
+        self.stats.texts += len(texts)
+        return out
+
+    async def _embed_group(self, token_ids: list[list[int]]) -> npt.NDArray[np.float32]:
+        input_ids, mask = pad_to_bucket(token_ids, self.buckets)
+        vectors = await self._infer_in_slot(input_tensors(self.model_inputs, input_ids, mask), EMBEDDING_OUTPUT)
+        if vectors.shape != (input_ids.shape[0], self.spec.dim):
+            raise EmbedderError(
+                f"Triton response from {self.model_name!r} has {EMBEDDING_OUTPUT!r} of shape {vectors.shape}; "
+                f"expected ({input_ids.shape[0]}, {self.spec.dim})"
+            )
+        vectors32: npt.NDArray[np.float32] = vectors.astype(np.float32, copy=False)
+        return vectors32

@@ -1,8 +1,8 @@
 """PDF: the text layer, page by page, with PDFium (`pypdfium2`), in a separate worker process (`PdfExtractor`).
 
 Chosen over `pypdf` for speed at equal fidelity (measured by `python -m evals.extract_bench`, results in
-`evals/results/extract_bench.json` and the README). PDFium reads the file through a file handle, one page at a time,
-so memory holds one page's text objects (plus the text kept).
+`evals/results/extract_bench.json` and docs/evaluations.md, "Format fidelity"). PDFium reads the file through a file
+handle, one page at a time, so memory holds one page's text objects (plus the text kept).
 
 What a page shows is what is extracted:
 - a page cropped with a `CropBox` smaller than its `MediaBox` gives only the text inside the crop box (PDFium's

@@ -22,6 +22,7 @@ from tools.store.records import (
     FullTextRank,
     IngestCounts,
     StoredDocument,
+    TermVectors,
 )
 from tools.store.schema import MAX_HNSW_DIM
 from tools.store.search import BM25_EXHAUSTIVE_SQL, BM25_SQL, DENSE_FILTERED_SQL, DENSE_SQL
@@ -46,5 +47,6 @@ __all__ = [
     "StoreQueryError",
     "StoreUnavailableError",
     "StoredDocument",
+    "TermVectors",
     "VectorStore",
 ]

@@ -107,6 +107,21 @@ class DocumentPage:
     next_cursor: str | None
 
 
+@dataclass(frozen=True)
+class TermVectors:
+    """Stored BM25 term statistics of some chunks (`tools.bm25`'s tables), e.g. for pseudo-relevance feedback.
+
+    Attributes:
+        chunks: N, chunks in the corpus statistics.
+        tf: chunk id -> {`english` lexeme: occurrences in the chunk} (chunks not stored are absent).
+        df: lexeme -> chunks containing it, for every lexeme in `tf`.
+    """
+
+    chunks: int
+    tf: dict[str, dict[str, int]]
+    df: dict[str, int]
+
+
 def hit(row: asyncpg.Record) -> ChunkHit:
     """The ChunkHit of a search row (columns `chunk_id, doc_id, title, text, source, metadata, score`)."""
     return ChunkHit(

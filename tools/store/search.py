@@ -10,7 +10,8 @@ plan that ignores `LIMIT` and drops the HNSW index scan (measured: FACTS.md, "Me
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,21 +21,21 @@ from tools import bm25
 from tools.scope import SearchScope
 from tools.store import filters
 from tools.store.errors import StoreError
-from tools.store.records import ChunkHit, Conn, FullTextMatch, FullTextRank, hit
+from tools.store.records import ChunkHit, Conn, FullTextMatch, FullTextRank, TermVectors, hit
 
 HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source, c.metadata"
 
 EXACT_BELOW_CHUNKS = 1000
 """A filtered dense search ranks every matching chunk exactly (index scans off, so no HNSW scan) when fewer than
 this many chunks pass the filter (a capped count that stops here); above, pgvector's iterative HNSW scan. Measured
-on a synthetic 8.9k-chunk store (and checked by `rag bench query --filter-selectivity`) (README "Filters"): up to
+on a synthetic 8.9k-chunk store (and checked by `rag bench query --filter-selectivity`) (docs/filters.md): up to
 ~1,000 matching chunks the exact ranking costs about what the filtered HNSW scan does, and it cannot miss a match
 or under-fill, which an HNSW scan of a selective filter can (`hnsw.max_scan_tuples`)."""
 
 BM25_EXHAUSTIVE_BELOW_CHUNKS = 3000
 """A filtered pruned BM25 search scores every posting of the matching chunks (`bm25_exhaustive` over the filtered
 set) when fewer than this many chunks pass the filter; above, it reads each term's top M postings among them.
-Measured (README "Filters"): reading a term's top M postings that pass a filter reads about M / selectivity
+Measured (docs/filters.md): reading a term's top M postings that pass a filter reads about M / selectivity
 postings, which cost more than scoring the filtered chunks directly up to ~3,000 matching chunks."""
 
 
@@ -117,9 +118,7 @@ def check_full_text(match: str, rank: str) -> None:
         )
 
 
-async def fewer_match(
-    conn: Conn, scope: SearchScope | None, contains: Mapping[str, Any] | None, below: int
-) -> bool:
+async def fewer_match(conn: Conn, scope: SearchScope | None, contains: Mapping[str, Any] | None, below: int) -> bool:
     """True when fewer than `below` chunks pass the filter (a capped count: it stops counting at `below`)."""
     where = filters.where_sql(scope, 2, contains)
     cap = below
@@ -170,24 +169,30 @@ async def full_text(
     b: float,
     postings_per_term: int,
     scope: SearchScope | None = None,
+    terms: Mapping[str, float] | None = None,
 ) -> list[ChunkHit]:
     """Chunks matching the query's `english` lexemes of the documents in `scope`, ranked (see
-    `VectorStore.full_text_search`).
+    `VectorStore.full_text_search`); with `terms` ({stored lexeme: query weight}, BM25 ranks only), those lexemes,
+    each term's BM25 contribution times its weight, instead of `query`'s.
 
     With a filter, pruned BM25 reads each term's top M postings among the chunks that pass it, or, when fewer
     than `BM25_EXHAUSTIVE_BELOW_CHUNKS` chunks pass, scores every posting of the filtered chunks
     (`bm25_exhaustive`)."""
     narrows = filters.where_sql(scope, 1).narrows
+    weighted = terms is not None
+    if weighted and rank == "ts_rank_cd":
+        raise StoreError("weighted query terms need a BM25 rank (bm25 or bm25_exhaustive), not ts_rank_cd")
+    text = json.dumps(dict(terms)) if terms is not None else query
     if rank == "bm25" and narrows and await fewer_match(conn, scope, None, BM25_EXHAUSTIVE_BELOW_CHUNKS):
         rank = "bm25_exhaustive"
     if rank == "bm25":
         where = filters.where_sql(scope, 6)
-        sql = bm25.pruned_sql(HIT_COLUMNS, where.sql) if narrows else BM25_SQL
-        rows = await conn.fetch(sql, query, top_k, k1, b, max(postings_per_term, top_k), *where.params)
+        sql = bm25.pruned_sql(HIT_COLUMNS, where.sql if narrows else None, weighted)
+        rows = await conn.fetch(sql, text, top_k, k1, b, max(postings_per_term, top_k), *where.params)
     elif rank == "bm25_exhaustive":
         where = filters.where_sql(scope, 5)
-        sql = bm25.exhaustive_sql(HIT_COLUMNS, where.sql) if narrows else BM25_EXHAUSTIVE_SQL
-        rows = await conn.fetch(sql, query, top_k, k1, b, *where.params)
+        sql = bm25.exhaustive_sql(HIT_COLUMNS, where.sql if narrows else None, weighted)
+        rows = await conn.fetch(sql, text, top_k, k1, b, *where.params)
     else:
         where = filters.where_sql(scope, 3)
         rows = await conn.fetch(
@@ -203,6 +208,35 @@ async def full_text(
             *where.params,
         )
     return [hit(r) for r in rows]
+
+
+async def query_lexemes(conn: Conn, query: str) -> list[str]:
+    """The distinct `english` lexemes of `query` (`to_tsvector`, as full-text search analyses a query), sorted."""
+    return list(
+        await conn.fetchval(
+            "SELECT array(SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', $1)) ORDER BY 1)", query
+        )
+    )
+
+
+async def term_vectors(conn: Conn, chunk_ids: Sequence[str]) -> TermVectors:
+    """The stored BM25 term statistics of `chunk_ids` (see `TermVectors`): their lexemes' counts, those lexemes'
+    document frequencies and the corpus size, read from the BM25 tables (`tools.bm25`) in one statement each."""
+    rows = await conn.fetch(
+        """
+        SELECT c.chunk_id, p.lexeme, p.tf, l.df
+        FROM chunks c JOIN bm25_postings p ON p.chunk = c.id JOIN bm25_lexicon l ON l.lexeme = p.lexeme
+        WHERE c.chunk_id = ANY($1::text[])
+        """,
+        list(chunk_ids),
+    )
+    n = int(await conn.fetchval("SELECT coalesce(max(chunks), 0) FROM bm25_corpus"))
+    tf: dict[str, dict[str, int]] = {}
+    df: dict[str, int] = {}
+    for r in rows:
+        tf.setdefault(r["chunk_id"], {})[r["lexeme"]] = int(r["tf"])
+        df[r["lexeme"]] = int(r["df"])
+    return TermVectors(n, tf, df)
 
 
 async def cosine_similarities(conn: Conn, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:

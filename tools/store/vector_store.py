@@ -6,6 +6,7 @@ is done in the modules it calls."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from tools.store.records import (
     FullTextRank,
     IngestCounts,
     StoredDocument,
+    TermVectors,
 )
 
 T = TypeVar("T")
@@ -456,6 +458,61 @@ class VectorStore:
             self.search_settings(),
             lambda c: search.full_text(c, query, top_k, match, rank, k1_, b_, self.postings_per_term, scope),
         )
+
+    async def weighted_full_text_search(
+        self,
+        terms: Mapping[str, float],
+        top_k: int,
+        rank: FullTextRank = "bm25",
+        k1: float | None = None,
+        b: float | None = None,
+        scope: SearchScope | None = None,
+    ) -> list[ChunkHit]:
+        """BM25 for a weighted query of stored lexemes: score(chunk) = sum over t in `terms` of terms[t] * idf(t) *
+        tf-part(t, chunk), e.g. a pseudo-relevance-feedback query (`tools.fusion.rm3_terms`).
+
+        Args:
+            terms: {`english` lexeme as stored (not re-analysed): weight > 0}; lexemes absent from the corpus
+                contribute nothing.
+            top_k, rank, k1, b, scope: as `full_text_search` (`rank` `bm25` or `bm25_exhaustive`).
+
+        Returns:
+            Up to `top_k` hits, best first; `score` = the weighted BM25 score.
+
+        Raises:
+            StoreError: no terms, a weight that is not a finite number > 0, rank `ts_rank_cd`, or top_k outside
+                1..1000.
+        """
+        search.check_top_k(top_k)
+        search.check_full_text("any", rank)
+        if not terms or not all(math.isfinite(w) and w > 0 for w in terms.values()):
+            raise StoreError(f"weighted full-text terms {dict(terms)!r}: expected at least one, weights finite > 0")
+        k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
+        return await self._read_only(
+            "weighted full-text search",
+            self.search_settings(),
+            lambda c: search.full_text(c, "", top_k, "any", rank, k1_, b_, self.postings_per_term, scope, terms),
+        )
+
+    async def query_lexemes(self, query: str) -> list[str]:
+        """The distinct `english` lexemes of `query`, sorted, as `full_text_search` analyses it (stop words
+        dropped, Snowball-stemmed).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        return await self._read_only("query lexemes", "", lambda c: search.query_lexemes(c, query))
+
+    async def term_vectors(self, chunk_ids: Sequence[str]) -> TermVectors:
+        """The stored BM25 term statistics of `chunk_ids` (lexeme counts per chunk, their document frequencies and
+        the corpus size N; `TermVectors`); unknown ids are left out.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        if not chunk_ids:
+            return TermVectors(0, {}, {})
+        return await self._read_only("term vectors", "", lambda c: search.term_vectors(c, chunk_ids))
 
     async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
         """(title, full text) of document `doc_id`, its chunks joined in order without overlap markers; None when

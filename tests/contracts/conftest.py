@@ -1,0 +1,86 @@
+"""The implementations each contract suite runs over: the in-memory double (fast tier) and the real one (a `stack`
+param: Postgres, and Triton where the port embeds). Each real one gets a database of its own, emptied per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from agent.config.settings import Settings
+from agent.core.library import StoreLibrary
+from agent.core.wiring import build_retriever
+from evals.retrieval_eval import ensure_database
+from tests.contracts.ports import Documents
+from tools.conversations import ConversationLog
+from tools.embedder import TritonEmbedder
+from tools.in_memory import InMemoryCollection
+from tools.in_memory_conversations import InMemoryConversations
+from tools.model_specs import get_spec
+from tools.store import VectorStore
+from tools.store.conversations import ConversationStore
+
+IMPLEMENTATIONS = ["in_memory", pytest.param("postgres", marks=pytest.mark.stack)]
+"""The params of every contract fixture: the double, then the real implementation (stack tier)."""
+
+
+async def empty_store(postgres_url: str, database: str, settings: Settings) -> VectorStore:
+    """A connected store on its own database `database`, with no documents and no conversations."""
+    url = await ensure_database(postgres_url, database)
+    spec = get_spec(settings.embedder_model)
+    store = VectorStore(url, spec.name, spec.dim)
+    await store.connect()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("DELETE FROM conversations")
+        await conn.execute("DELETE FROM documents")
+    finally:
+        await conn.close()
+    return store
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def real_servers(request: pytest.FixtureRequest) -> tuple[str, Settings] | None:
+    """None for the double; for the real implementation (postgres URL, settings), the session's servers started."""
+    if request.param == "in_memory":
+        return None
+    return request.getfixturevalue("postgres_url"), request.getfixturevalue("settings")
+
+
+@pytest.fixture
+async def conversation_log(real_servers: tuple[str, Settings] | None) -> AsyncIterator[ConversationLog]:
+    """`InMemoryConversations`, or `ConversationStore` over Postgres."""
+    if real_servers is None:
+        yield InMemoryConversations()
+        return
+    store = await empty_store(real_servers[0], "test_contract_conversations", real_servers[1])
+    try:
+        yield ConversationStore(store)
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def real_embedder(request: pytest.FixtureRequest, real_servers: tuple[str, Settings] | None) -> TritonEmbedder | None:
+    """The session's Triton embedder for the real implementation (Triton started); None for the double."""
+    return None if real_servers is None else request.getfixturevalue("embedder")
+
+
+@pytest.fixture
+async def documents(
+    real_servers: tuple[str, Settings] | None, real_embedder: TritonEmbedder | None
+) -> AsyncIterator[Documents]:
+    """`InMemoryCollection` as both ports, or `StoreLibrary` + `Retriever` over Triton and Postgres."""
+    if real_servers is None or real_embedder is None:
+        collection = InMemoryCollection()
+        yield Documents(collection, collection)
+        return
+    postgres_url, settings = real_servers
+    embedder = real_embedder
+    store = await empty_store(postgres_url, "test_contract_documents", settings)
+    try:
+        library = StoreLibrary(embedder, store, chunk_tokens=200, overlap_tokens=40, batch_docs=8)
+        yield Documents(library, build_retriever(embedder, store, settings))
+    finally:
+        await store.close()
