@@ -1,7 +1,8 @@
 """The jobs path while Postgres is down, without servers: the job routes answer the JSON 503 `postgres_unavailable`
 with `Retry-After` (the jobs queue over a real asyncpg pool whose Postgres socket does not exist), and the job worker
 waits out an unavailable store with its backoff, keeps polling, runs jobs again afterwards and stops cleanly when told
-to (the queue and the job run are doubles; the backoff is a recording tenacity wait)."""
+to, and a job's lease keeper outlives a failed renewal (the queue and the job run are doubles; the backoff is a
+recording tenacity wait)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import asyncpg
@@ -21,7 +23,7 @@ from tests.http_rig import assert_error, serve
 from tools.embedder import TritonEmbedder
 from tools.jobs import worker
 from tools.store import StoreQueryError, StoreUnavailableError, VectorStore
-from tools.store.jobs import Job, JobQueue
+from tools.store.jobs import Job, JobFile, JobQueue
 
 
 @pytest.fixture
@@ -197,3 +199,68 @@ def test_the_default_backoff_grows_and_is_capped() -> None:
     waits = [wait_of(n) for n in range(1, 13)]
     assert 0.5 <= waits[0] <= 1.0 and 4.0 <= waits[3] <= 4.5
     assert all(0 < w <= 10.0 for w in waits) and waits[-1] == 10.0
+
+
+class LeaseQueue:
+    """The part of `JobQueue` one job's run calls, as a double: two files; while `down`, a lease renewal raises
+    `StoreUnavailableError` (and sets `raised`); `finished` records the job's final status."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.raised = asyncio.Event()
+        self.finished: list[str] = []
+
+    async def files(self, job_id: int) -> list[JobFile]:
+        return [JobFile("a.txt", b"Vitamin B12."), JobFile("b.txt", b"Homocysteine.")]
+
+    async def heartbeat(self, job_id: int, worker: str, lease_s: float, *, attempt: int) -> bool:
+        if self.down:
+            self.raised.set()
+            raise down()
+        return True
+
+    async def progress(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    async def finish(self, job_id: int, worker: str, status: str, timings: Any, *, attempt: int) -> bool:
+        self.finished.append(status)
+        return True
+
+    async def document_chunks(self, doc_id: str, collection: str = "default") -> int:
+        return 1
+
+    async def get(self, job_id: int, collections: Any = None) -> Job | None:
+        return None
+
+
+async def test_a_lease_renewal_that_meets_an_outage_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease keeper outlives a failed renewal: the run goes on to its second file (a dead keeper reads as a lost
+    lease) and finishes the job."""
+    queue = LeaseQueue()
+    ingested: list[str] = []
+
+    async def fake_ingest(inputs: list[Any], *args: Any, **kwargs: Any) -> SimpleNamespace:
+        ingested.append(Path(inputs[0].doc_id).name)
+        if len(ingested) == 1:  # the store goes away while the first file is ingested, until a renewal met it
+            queue.down = True
+            await queue.raised.wait()
+            queue.down = False
+        return SimpleNamespace(chunks=1, file_errors=[], failed=[])
+
+    monkeypatch.setattr(worker, "ingest", fake_ingest)
+    with caplog.at_level(logging.WARNING, logger=worker.__name__):
+        await worker.run_job(
+            a_job(21),
+            cast(JobQueue, queue),
+            cast(TritonEmbedder, None),
+            cast(VectorStore, None),
+            worker="w",
+            chunk_tokens=200,
+            overlap_tokens=20,
+            lease_s=0.03,
+            max_file_bytes=1000,
+        )
+    assert ingested == ["a.txt", "b.txt"] and queue.finished == ["done"]
+    assert any("job 21: renewing the lease failed" in r.getMessage() for r in caplog.records)
