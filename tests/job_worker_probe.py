@@ -9,8 +9,9 @@ import sys
 
 from agent.config.settings import Settings
 from agent.core.wiring import build_embedder, build_store
-from tools.jobs import Job, JobQueue, work
+from tools.jobs import work
 from tools.model_specs import get_spec
+from tools.store.jobs import Job, JobQueue
 
 
 async def main() -> None:
@@ -26,7 +27,7 @@ async def main() -> None:
         build_embedder(settings, max_in_flight=2) as embedder,
     ):
         await work(
-            JobQueue(store.pool),
+            JobQueue(store.pool, store.acquire_timeout_s),
             embedder,
             store,
             chunk_tokens=settings.chunk_tokens,

@@ -23,8 +23,9 @@ from agent.core.wiring import build_embedder
 from tests.conftest import REPO_ROOT, cli_env
 from tests.document_files import GUIDE_HTML, zip_named
 from tools.embedder import TritonEmbedder
-from tools.jobs import JobFile, JobQueue, work
+from tools.jobs import work
 from tools.store import VectorStore
+from tools.store.jobs import JobFile, JobQueue
 
 LEASE_S = 2.0
 DONE_WITHIN_S = 600.0

@@ -16,8 +16,9 @@ import asyncpg
 import pytest
 
 from tools.embedder import TritonEmbedder
-from tools.jobs import Job, JobFile, JobQueue, worker
+from tools.jobs import worker
 from tools.store import VectorStore
+from tools.store.jobs import Job, JobFile, JobQueue
 
 
 @pytest.fixture

@@ -13,12 +13,13 @@ import pytest
 from pydantic import SecretStr
 
 from agent.core.errors import InputError
-from agent.core.keys import TOKEN_PREFIX, ApiKey, CachedKeys, InMemoryKeys, new_token, token_hash
+from agent.core.keys import CachedKeys, InMemoryKeys
 from agent.http.deps import ADMIN, CallerIdentity, get_keys
 from agent.http.errors import ApiError
 from tests.http_rig import Served, assert_error, serve
 from tests.key_rig import scopes_asked
 from tools.scope import SearchScope
+from tools.store.keys import TOKEN_PREFIX, ApiKey, new_token, token_hash
 
 
 def keyed(keys: InMemoryKeys, **settings: Any) -> Served:

@@ -16,6 +16,9 @@ from infra import postgres
 from infra.config import StackConfig
 from tests.store_helpers import DIM, MODEL, own_postgres, record, unit_vector
 from tools.store import StoreError, StoreQueryError, StoreUnavailableError, VectorStore
+from tools.store.jobs import JobFile, JobQueue
+from tools.store.keys import PostgresKeys
+from tools.store.staging import StagedDocument, commit_staged, resume_point, stage_chunks
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,43 @@ async def test_every_operation_is_store_unavailable_while_postgres_is_down_then_
     for call in operations(store).values():
         await call()  # the pool reconnects: nothing to do for the caller
     assert [d.doc_id for d in await store.list_documents()] == ["new"]
+
+
+def table_operations(store: VectorStore) -> dict[str, Callable[[], Awaitable[Any]]]:
+    """One call of each operation on the service's other tables (jobs, staged chunks, API keys), in an order that
+    works: a staged chunk is committed after it is staged."""
+    jobs, keys = JobQueue(store.pool, acquire_timeout_s=5), PostgresKeys(store.pool, acquire_timeout_s=5)
+    big = StagedDocument("big", "hash-1", "Big", "test", {})
+    row = ("default", "big", "hash-1", 0, "okapi habitat", 3, unit_vector(2), "{}")
+    return {
+        "jobs.setup": jobs.setup,
+        "jobs.submit": lambda: jobs.submit([JobFile("a.txt", b"okapi")]),
+        "jobs.claim": lambda: jobs.claim("w", 60),
+        "jobs.list": lambda: jobs.list(),
+        "jobs.get": lambda: jobs.get(1),
+        "keys.setup": keys.setup,
+        "keys.create": lambda: keys.create(["default"]),
+        "keys.any_keys": keys.any_keys,
+        "staging.resume_point": lambda: resume_point(store, big, "default"),
+        "staging.stage_chunks": lambda: stage_chunks(store, [row]),
+        "staging.commit_staged": lambda: commit_staged(store, big, "default"),
+    }
+
+
+async def test_the_jobs_staging_and_keys_tables_are_store_unavailable_while_postgres_is_down_then_work(
+    store: VectorStore, pg: Settings
+) -> None:
+    postgres.stop(StackConfig.of(pg))
+    try:
+        for name, call in table_operations(store).items():
+            with pytest.raises(StoreUnavailableError) as info:
+                await call()
+            assert not isinstance(info.value, asyncpg.PostgresError | asyncpg.InterfaceError | OSError), name
+    finally:
+        postgres.start(StackConfig.of(pg))
+    results = {name: await call() for name, call in table_operations(store).items()}
+    assert results["staging.commit_staged"] == 1 and results["keys.any_keys"] is True
+    assert [d.doc_id for d in await store.list_documents()] == ["big", "kept"]
 
 
 async def test_connecting_to_a_stopped_postgres_is_store_unavailable(pg: Settings) -> None:

@@ -1,5 +1,5 @@
 """`rag worker` (run ingestion jobs) and `rag jobs submit|list|show` (queue and inspect them), over the jobs table of
-`tools.jobs` in the store's database."""
+`tools.store.jobs` in the store's database."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from rich.text import Text
 from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.wiring import build_embedder, build_store
-from tools.jobs import Job, JobFile, JobQueue, work
+from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
 from tools.scope import DEFAULT_COLLECTION, check_collection
 from tools.store import VectorStore
+from tools.store.jobs import Job, JobFile, JobQueue
 
 jobs_app = typer.Typer(help="Ingestion jobs in Postgres: submit files, list jobs, show one.", no_args_is_help=True)
 console = Console()
@@ -33,7 +34,7 @@ async def open_queue(settings: Settings) -> AsyncIterator[tuple[JobQueue, Vector
     """The jobs queue (tables created when missing) on the configured store, and the store."""
     spec = get_spec(settings.embedder_model)
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
-        queue = JobQueue(store.pool)
+        queue = JobQueue(store.pool, store.acquire_timeout_s)
         await queue.setup()
         yield queue, store
 

@@ -1,4 +1,4 @@
-"""`rag keys create|list|revoke`: API keys scoped to collections (`agent.core.keys`), in the store's database."""
+"""`rag keys create|list|revoke`: API keys scoped to collections (`tools.store.keys`), in the store's database."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from rich.text import Text
 
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.keys import ApiKey, PostgresKeys, check_collections, settings_keys
+from agent.core.keys import settings_keys
 from tools.scope import ScopeError
+from tools.store.keys import ApiKey, PostgresKeys, check_collections
 
 T = TypeVar("T")
 

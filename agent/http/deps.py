@@ -76,7 +76,7 @@ key holders depend on `Caller` instead)."""
 
 
 def get_keys(request: Request) -> KeyRing | None:
-    """The API keys the app's lifespan opened (`agent.core.keys.PostgresKeys`); None for an app without them."""
+    """The API keys the app's lifespan opened (`tools.store.keys.PostgresKeys`); None for an app without them."""
     keys: KeyRing | None = getattr(request.app.state, "keys", None)
     return keys
 

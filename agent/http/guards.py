@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.config.settings import Settings, SettingsError
-from agent.core.keys import TOKEN_PREFIX
+from tools.store.keys import TOKEN_PREFIX
 
 OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/", "/"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page (which asks for

@@ -9,7 +9,9 @@ the cause); the file name is never used as a path: only its last component is ke
 optional `prefix` form field). The optional `collection` form field names the collection the documents go into
 (`default` unless given; 403 `forbidden_collection` outside the API key's); a job is seen only by callers holding its
 collection (any other job id is 404, exactly like a missing one). Starlette spools uploaded files to disk past 1 MiB
-while it parses, so memory holds one file at a time.
+while it parses, so memory holds one file at a time. While Postgres is down or restarting, these routes answer 503
+`postgres_unavailable` with `Retry-After` (the jobs table raises the store's `StoreUnavailableError`, which the app's
+error handlers map like any other route's).
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from agent.http.deps import CALLER, AppSettings, Caller
 from agent.http.errors import ERROR_RESPONSES
 from tools.extract import sniff_bytes
 from tools.extract.dispatch import REFUSED
-from tools.jobs import Job, JobFile, JobQueue, work
+from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
+from tools.store.jobs import Job, JobFile, JobQueue
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 MAX_FILES = 1000
@@ -128,10 +131,11 @@ async def job_list(jobs: Jobs, caller: Caller, limit: int = 50) -> dict[str, lis
 @asynccontextmanager
 async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
     """The jobs queue on the configured store, with `JOBS_SERVE_WORKERS` worker loops running until exit (a job in
-    progress at shutdown is claimed again by a worker once its lease expires)."""
+    progress at shutdown is claimed again by a worker once its lease expires); a worker waits out a Postgres restart
+    (`tools.jobs.worker.work`)."""
     spec = get_spec(settings.embedder_model)
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
-        queue = JobQueue(store.pool)
+        queue = JobQueue(store.pool, store.acquire_timeout_s)
         await queue.setup()
         if settings.jobs_serve_workers == 0:
             yield queue

@@ -1,13 +1,12 @@
-"""Ingestion jobs that survive restarts: a Postgres table of jobs (and their uploaded files) claimed by workers with
-`FOR UPDATE SKIP LOCKED`, a lease renewed by a heartbeat, and a worker loop that ingests a job's files.
+"""Ingestion jobs that survive restarts: the job worker loop over the jobs table of the store (`tools.store.jobs`:
+jobs and their uploaded files, claimed by workers with `FOR UPDATE SKIP LOCKED` under a lease renewed by a heartbeat).
 
-`queue` holds the table and its statements (submit, claim, heartbeat, progress, finish, list, get); `worker` runs
-jobs. A worker killed mid-job stops renewing its lease; once the lease has expired another worker claims the job
-again and runs it from the start, and ingestion's content-hash keys make the re-run skip what was stored, so the job
-ends with the same chunks as a clean run.
+`worker` runs jobs. A worker killed mid-job stops renewing its lease; once the lease has expired another worker claims
+the job again and runs it from the start, and ingestion's content-hash keys make the re-run skip what was stored, so
+the job ends with the same chunks as a clean run. A worker waits out a restart of Postgres (the store's
+`StoreUnavailableError`) with a backoff and goes on polling.
 """
 
-from tools.jobs.queue import Job, JobFile, JobQueue, JobStatus
 from tools.jobs.worker import run_job, work
 
-__all__ = ["Job", "JobFile", "JobQueue", "JobStatus", "run_job", "work"]
+__all__ = ["run_job", "work"]

@@ -6,12 +6,19 @@ A job is `done` when every file was handled (a file that cannot be extracted is 
 file, and the other files are stored), `failed` when ingestion itself failed (Triton or Postgres down), or when its
 worker died `max_attempts` times running it (a file that crashes the process); a failed job is not retried by
 itself. A worker that lost its lease while alive stops before its next file (`LeaseLostError`).
+
+A restart of Postgres does not end a worker: while the store is unavailable (`StoreUnavailableError`, the store's
+translation of a refused, closed or restarting connection) the worker logs it, waits (`STORE_BACKOFF`: tenacity's
+jittered exponential backoff) and tries again, until the store answers or the worker is told to stop. A job whose run
+could not record its outcome because Postgres went away keeps its claim until the lease expires; a worker then claims
+it again (a new attempt).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -20,14 +27,24 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePath
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+from tenacity.wait import wait_base
 
 from tools.embedder import TritonEmbedder
 from tools.extract import sniff
 from tools.ingest import InputFile, ingest
-from tools.jobs.queue import DEFAULT_MAX_ATTEMPTS, Job, JobQueue, JobStatus
-from tools.store import VectorStore
+from tools.store import StoreUnavailableError, VectorStore
+from tools.store.jobs import DEFAULT_MAX_ATTEMPTS, Job, JobQueue, JobStatus
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+STORE_BACKOFF: wait_base = wait_exponential_jitter(multiplier=0.5, max=10.0, jitter=0.5)
+"""Wait before the worker tries the store again while it is unavailable, seconds: 0.5 doubling per try up to 10, plus
+up to 0.5 of random jitter (tenacity's `wait_exponential_jitter`, capped at 10). The embedded Postgres restarts in
+about a second; the cap bounds how late a worker notices the end of a longer outage."""
 
 
 class LeaseLostError(Exception):
@@ -85,7 +102,12 @@ async def run_job(
     async def keep_lease() -> None:
         while True:
             await asyncio.sleep(lease_s / 3)
-            if not await queue.heartbeat(job.id, worker, lease_s, attempt=claim):
+            try:
+                kept = await queue.heartbeat(job.id, worker, lease_s, attempt=claim)
+            except StoreUnavailableError as exc:  # Postgres restarting: the next beat tries again, fenced as ever
+                log.warning("job %d: renewing the lease failed (%s); trying again in %.1f s", job.id, exc, lease_s / 3)
+                continue
+            if not kept:
                 return  # the claim was taken over: the file loop sees it before its next file
 
     lease = asyncio.create_task(keep_lease())
@@ -140,6 +162,47 @@ async def run_job(
     return await queue.get(job.id)
 
 
+async def _nap(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, or less when `stop` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _when_store_answers(
+    call: Callable[[], Awaitable[T]], *, stop: asyncio.Event, backoff: wait_base, worker: str, doing: str
+) -> T | None:
+    """`call()`, made again after a `backoff` wait (tenacity) each time it raises `StoreUnavailableError`, until it
+    returns; None when `stop` is set first (no call is made once it is set; a wait ends at once when it is set).
+
+    Raises:
+        whatever `call` raises other than `StoreUnavailableError`.
+    """
+
+    async def attempt() -> T | None:
+        return None if stop.is_set() else await call()
+
+    def log_wait(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            "job worker %s: %s: the store is unavailable (%s); try %d failed, trying again in %.1f s",
+            worker,
+            doing,
+            error,
+            state.attempt_number,
+            wait,
+        )
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception_type(StoreUnavailableError),
+        wait=backoff,
+        sleep=functools.partial(_nap, stop),
+        before_sleep=log_wait,
+        reraise=True,
+    )
+    return await retrying(attempt)
+
+
 async def work(
     queue: JobQueue,
     embedder: TritonEmbedder,
@@ -154,28 +217,53 @@ async def work(
     worker: str | None = None,
     after_file: JobHook | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    backoff: wait_base = STORE_BACKOFF,
 ) -> None:
     """Claim and run jobs until `stop` is set (forever when None), polling every `poll_s` seconds when idle; a job
-    whose worker died `max_attempts` times is failed, not claimed again."""
+    whose worker died `max_attempts` times is failed, not claimed again.
+
+    While the store is unavailable (Postgres down or restarting: `StoreUnavailableError`, `StoreBusyError`) the worker
+    logs it and tries again after a `backoff` wait (default `STORE_BACKOFF`), for as long as it takes; a job whose run
+    the outage interrupted is left to its lease (claimed again once it expires). Setting `stop` ends the loop at once,
+    a wait included (a job in progress runs to its end first).
+
+    Raises:
+        StoreQueryError: Postgres failed a statement of the jobs table (a bug or a schema problem; not retried).
+    """
     name = worker or worker_name()
-    await queue.setup()
     stop = stop or asyncio.Event()
+    retry = functools.partial(_when_store_answers, stop=stop, backoff=backoff, worker=name)
+
+    async def set_up() -> bool:
+        await queue.setup()
+        return True
+
+    if not await retry(set_up, doing="creating the jobs tables"):
+        return
     while not stop.is_set():
-        job = await queue.claim(name, lease_s, max_attempts)
+        job = await retry(lambda: queue.claim(name, lease_s, max_attempts), doing="claiming a job")
         if job is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), poll_s)
+            await _nap(stop, poll_s)
             continue
         log.info("job %d claimed by %s (attempt %d)", job.id, name, job.attempts)
-        await run_job(
-            job,
-            queue,
-            embedder,
-            store,
-            worker=name,
-            chunk_tokens=chunk_tokens,
-            overlap_tokens=overlap_tokens,
-            lease_s=lease_s,
-            max_file_bytes=max_file_bytes,
-            after_file=after_file,
-        )
+        try:
+            await run_job(
+                job,
+                queue,
+                embedder,
+                store,
+                worker=name,
+                chunk_tokens=chunk_tokens,
+                overlap_tokens=overlap_tokens,
+                lease_s=lease_s,
+                max_file_bytes=max_file_bytes,
+                after_file=after_file,
+            )
+        except StoreUnavailableError as exc:
+            log.warning(
+                "job %d: the store became unavailable while %s ran it (%s); the job keeps its claim until the lease "
+                "expires, then a worker claims it again",
+                job.id,
+                name,
+                exc,
+            )

@@ -5,6 +5,10 @@ asyncpg's), `schema` (tables, created and migrated at connect), `pools` (read an
 transaction per operation), `writes` (ingest, replace, delete under the write lock), `search` (dense, full text,
 cosine look-ups with per-transaction search settings), `listing` (counts and document pages), and `vector_store`
 (the `VectorStore` object that puts them together). Everything callers use is importable from `tools.store`.
+
+The service's other tables go through the same pools, transactions and error translation: `conversations` (the
+conversation log), `jobs` (ingestion jobs and their files), `staging` (the staged chunks of large documents) and
+`keys` (API keys); import those from their modules.
 """
 
 from tools.store.errors import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError

@@ -1,4 +1,6 @@
-"""The jobs table and its statements, over the store's asyncpg pool.
+"""The jobs table and its statements, over the store's asyncpg pool: every operation is one transaction
+(`tools.store.pools.transaction`, bounded acquire), and Postgres' failures come out as the store's errors
+(`StoreUnavailableError` while Postgres is down or restarting, `StoreBusyError`, `StoreQueryError`), never asyncpg's.
 
 Schema (created idempotently by `JobQueue.setup`):
 - `ingest_jobs(id, status, created_at, started_at, finished_at, lease_until, worker, attempts, prefix, collection,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -28,6 +31,8 @@ from typing import Any, Literal
 import asyncpg
 
 from tools.scope import DEFAULT_COLLECTION, check_collection
+from tools.store import pools
+from tools.store.records import Conn
 
 JobStatus = Literal["queued", "running", "done", "failed"]
 
@@ -65,6 +70,8 @@ DEFAULT_MAX_ATTEMPTS = 3
 _FENCED = "id = $1 AND worker = $2 AND attempts = $3 AND status = 'running'"
 """The condition of every write of a claim: job $1, still claimed by worker $2 under attempt $3 (the fencing token:
 a worker that paused past its lease, or a process reusing its name, never writes over a later claim)."""
+
+READ = "BEGIN READ ONLY"
 
 _JOB_COLUMNS = (
     "id, status, created_at, started_at, finished_at, worker, attempts, prefix, collection, files_total, files_done, "
@@ -119,18 +126,37 @@ def _job(row: asyncpg.Record) -> Job:
 
 
 class JobQueue:
-    """Jobs in Postgres over an asyncpg pool (the store's).
+    """Jobs in Postgres over an asyncpg pool (the store's), one transaction per operation.
 
     Args:
         pool: a connected asyncpg pool on the store's database.
+        acquire_timeout_s: longest wait for a pooled connection, seconds (`DB_ACQUIRE_TIMEOUT_S`).
+
+    Raises (every method): the store's errors: `StoreUnavailableError` (Postgres is down or restarting; retryable),
+    `StoreBusyError` (no pooled connection within `acquire_timeout_s`; retryable), `StoreQueryError`.
     """
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, acquire_timeout_s: float = 5.0) -> None:
         self.pool = pool
+        self.acquire_timeout_s = acquire_timeout_s
+
+    def _tx(self, action: str, begin: str = "BEGIN") -> AbstractAsyncContextManager[Conn]:
+        return pools.transaction(self.pool, self.acquire_timeout_s, action, begin)
+
+    async def _fenced(
+        self, action: str, assignments: str, job_id: int, worker: str, attempt: int, *values: Any
+    ) -> bool:
+        """`UPDATE ingest_jobs SET <assignments>` (parameters $4... are `values`) of `worker`'s claim `attempt` on job
+        `job_id` (`_FENCED`); whether the row was written."""
+        async with self._tx(action) as conn:
+            status = await conn.execute(
+                f"UPDATE ingest_jobs SET {assignments} WHERE {_FENCED}", job_id, worker, attempt, *values
+            )
+        return status.endswith(" 1")
 
     async def setup(self) -> None:
         """Create the tables when missing (idempotent; concurrent callers serialised by an advisory lock)."""
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self._tx("creating the jobs tables") as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(4244)")
             await conn.execute(SCHEMA_SQL)
 
@@ -147,7 +173,7 @@ class JobQueue:
         for f in files:
             if not f.name.strip() or "/" in f.name or "\\" in f.name or f.name in (".", ".."):
                 raise ValueError(f"file name {f.name!r}: expected a plain name without path separators")
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self._tx("queueing a job") as conn:
             job_id: int = await conn.fetchval(
                 "INSERT INTO ingest_jobs (files_total, prefix, collection) VALUES ($1, $2, $3) RETURNING id",
                 len(files),
@@ -169,7 +195,7 @@ class JobQueue:
         A running job whose lease expired after `max_attempts` claims (its worker died that often, e.g. on a file
         that crashes the process) is marked `failed` instead, with an error saying so: it is not retried forever.
         """
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self._tx("claiming a job") as conn:
             await conn.execute(
                 """
                 UPDATE ingest_jobs SET status = 'failed', finished_at = now(), lease_until = NULL,
@@ -201,18 +227,19 @@ class JobQueue:
     async def heartbeat(self, job_id: int, worker: str, lease_s: float, *, attempt: int) -> bool:
         """Renew the lease of `worker`'s claim `attempt` on job `job_id` for `lease_s` seconds; False when the job is
         no longer that claim's (another worker claimed it after the lease expired, or it ended)."""
-        status = await self.pool.execute(
-            f"UPDATE ingest_jobs SET lease_until = now() + make_interval(secs => $4) WHERE {_FENCED}",
+        return await self._fenced(
+            "renewing a job's lease",
+            "lease_until = now() + make_interval(secs => $4)",
             job_id,
             worker,
             attempt,
             lease_s,
         )
-        return status.endswith(" 1")
 
     async def files(self, job_id: int) -> list[JobFile]:
         """The files of job `job_id`, in upload order."""
-        rows = await self.pool.fetch("SELECT name, data FROM ingest_job_files WHERE job_id = $1 ORDER BY idx", job_id)
+        async with self._tx("reading a job's files", READ) as conn:
+            rows = await conn.fetch("SELECT name, data FROM ingest_job_files WHERE job_id = $1 ORDER BY idx", job_id)
         return [JobFile(r["name"], bytes(r["data"])) for r in rows]
 
     async def progress(
@@ -220,61 +247,51 @@ class JobQueue:
     ) -> bool:
         """Record the progress of `worker`'s claim `attempt` on job `job_id`; False (nothing written) when the job
         is no longer that claim's."""
-        status = await self.pool.execute(
-            f"UPDATE ingest_jobs SET files_done = $4, chunks = $5, errors = $6::jsonb WHERE {_FENCED}",
-            job_id,
-            worker,
-            attempt,
-            files_done,
-            chunks,
-            json.dumps(errors),
-        )
-        return status.endswith(" 1")
+        assignments = "files_done = $4, chunks = $5, errors = $6::jsonb"
+        values = (files_done, chunks, json.dumps(errors))
+        return await self._fenced("recording a job's progress", assignments, job_id, worker, attempt, *values)
 
     async def finish(
         self, job_id: int, worker: str, status: JobStatus, timings: dict[str, float], *, attempt: int
     ) -> bool:
         """Mark job `job_id` `done` or `failed` if it is still `worker`'s claim `attempt`; False (nothing written)
         otherwise."""
-        result = await self.pool.execute(
-            "UPDATE ingest_jobs SET status = $4, finished_at = now(), lease_until = NULL, timings = $5::jsonb "
-            f"WHERE {_FENCED}",
-            job_id,
-            worker,
-            attempt,
-            status,
-            json.dumps(timings),
-        )
-        return result.endswith(" 1")
+        assignments = "status = $4, finished_at = now(), lease_until = NULL, timings = $5::jsonb"
+        values = (status, json.dumps(timings))
+        return await self._fenced("finishing a job", assignments, job_id, worker, attempt, *values)
 
     async def document_chunks(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> int:
         """Chunks stored for document `doc_id` of `collection` (0 when it is not stored there)."""
-        count = await self.pool.fetchval(
-            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
-            "WHERE d.doc_id = $1 AND d.collection = $2",
-            doc_id,
-            collection,
-        )
+        async with self._tx("counting a document's chunks", READ) as conn:
+            count = await conn.fetchval(
+                "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE d.doc_id = $1 AND d.collection = $2",
+                doc_id,
+                collection,
+            )
         return int(count or 0)
 
     async def get(self, job_id: int, collections: Sequence[str] | None = None) -> Job | None:
         """Job `job_id` when it ingests into one of `collections` (None: any), else None, exactly as when there is
         no such job."""
-        row = await self.pool.fetchrow(
-            f"SELECT {_JOB_COLUMNS} FROM ingest_jobs WHERE id = $1 AND ($2::text[] IS NULL OR collection = ANY($2))",
-            job_id,
-            None if collections is None else list(collections),
-        )
+        async with self._tx("reading a job", READ) as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_JOB_COLUMNS} FROM ingest_jobs "
+                "WHERE id = $1 AND ($2::text[] IS NULL OR collection = ANY($2))",
+                job_id,
+                None if collections is None else list(collections),
+            )
         return _job(row) if row is not None else None
 
     async def list(self, limit: int = 50, collections: Sequence[str] | None = None) -> list[Job]:
         """The `limit` most recent jobs ingesting into `collections` (None: any), newest first."""
-        rows = await self.pool.fetch(
-            f"""
-            SELECT {_JOB_COLUMNS} FROM ingest_jobs WHERE $2::text[] IS NULL OR collection = ANY($2::text[])
-            ORDER BY id DESC LIMIT $1
-            """,
-            limit,
-            None if collections is None else list(collections),
-        )
+        async with self._tx("listing jobs", READ) as conn:
+            rows = await conn.fetch(
+                f"""
+                SELECT {_JOB_COLUMNS} FROM ingest_jobs WHERE $2::text[] IS NULL OR collection = ANY($2::text[])
+                ORDER BY id DESC LIMIT $1
+                """,
+                limit,
+                None if collections is None else list(collections),
+            )
         return [_job(r) for r in rows]
