@@ -90,7 +90,8 @@ class Passage(ChunkHit):
     """A retrieved chunk (the `ChunkHit` fields) numbered for citation (`number` from 1, in rank order).
 
     `score` is the ranking score of the mode used: cosine similarity (dense), the full-text score (BM25 or
-    `ts_rank_cd`) or the RRF score (hybrid), or the cross-encoder's logit when the rerank step re-ordered it
+    `ts_rank_cd`) or the fused score (hybrid: RRF, or the convex combination of normalised scores), or the
+    cross-encoder's logit when the rerank step re-ordered it
     (`tools.rerank`); `dense_score` is the chunk's cosine similarity (−1..1) to the query
     (`PassageSearch.search` fills it for every passage it returns; None only for a passage built elsewhere).
     """
