@@ -17,6 +17,7 @@ from tools.conversations import ConversationLog
 from tools.embedder import TritonEmbedder
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
+from tools.ingest import IngestOptions
 from tools.model_specs import get_spec
 from tools.store import VectorStore
 from tools.store.conversations import ConversationStore
@@ -80,7 +81,7 @@ async def documents(
     embedder = real_embedder
     store = await empty_store(postgres_url, "test_contract_documents", settings)
     try:
-        library = StoreLibrary(embedder, store, chunk_tokens=200, overlap_tokens=40, batch_docs=8)
+        library = StoreLibrary(embedder, store, IngestOptions(200, 40, batch_docs=8))
         yield Documents(library, build_retriever(embedder, store, settings))
     finally:
         await store.close()
