@@ -111,6 +111,7 @@ async def stage_chunks(store: VectorStore, rows: Sequence[StagedRow]) -> None:
             staged then.
     """
     async with pools.transaction(store.write_pool, store.acquire_timeout_s, "staging chunks") as conn:
+        await conn.execute(SCHEMA_SQL)  # also before any `resume_point` (a no-op once the table exists)
         await conn.copy_records_to_table("ingest_staged_chunks", records=rows, columns=COLUMNS)
 
 
