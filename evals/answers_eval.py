@@ -110,7 +110,7 @@ def parse_verdict(answer: str) -> Verdict:
     contradicts", "fails to confirm", "not contradicted"), "unsupported", "no evidence (to support it)",
     "insufficient", "unclear", "inconclusive", "do not cover", and any answer without a verdict phrase.
     An absence of support is NOT_ENOUGH_INFO, not CONTRADICT: only an explicit contradiction is. Tested on a table
-    of phrasings (tests/test_answers_eval.py).
+    of phrasings (tests/evals/test_answers_eval.py).
     """
     match = _VERDICT.search(answer)
     if match is None or match.lastgroup is None:

@@ -25,7 +25,7 @@ from typing import Any
 import asyncpg
 
 from agent.config.settings import Settings
-from agent.core.wiring import build_embedder, build_retriever, build_store
+from agent.core.wiring import build_embedder, build_retriever, build_store, ingest_options
 from evals.metrics import evaluate
 from evals.render_docs import render
 from evals.retrieval_eval import doc_ranking, with_database
@@ -79,14 +79,7 @@ async def _ingest_and_search(
 ) -> tuple[dict[str, list[str]], dict[str, Any]]:
     embedder = build_embedder(settings, workload="bulk")
     async with embedder, build_store(url, embedder.spec.name, embedder.spec.dim, settings) as store:
-        report = await ingest(
-            plan_inputs([folder], root=folder),
-            embedder,
-            store,
-            chunk_tokens=settings.chunk_tokens,
-            overlap_tokens=settings.chunk_overlap_tokens,
-            batch_docs=settings.ingest_batch_docs,
-        )
+        report = await ingest(plan_inputs([folder], root=folder), embedder, store, ingest_options(settings))
         retriever = build_retriever(embedder, store, settings)
         run = {}
         for query_id, text in queries.items():
@@ -107,13 +100,7 @@ async def _ingest_and_search(
 async def _page_check(folder: Path, url: str, settings: Settings, book: list[CorpusDoc]) -> dict[str, Any]:
     embedder = build_embedder(settings, workload="bulk")
     async with embedder, build_store(url, embedder.spec.name, embedder.spec.dim, settings) as store:
-        await ingest(
-            plan_inputs([folder], root=folder),
-            embedder,
-            store,
-            chunk_tokens=settings.chunk_tokens,
-            overlap_tokens=settings.chunk_overlap_tokens,
-        )
+        await ingest(plan_inputs([folder], root=folder), embedder, store, ingest_options(settings))
         rows = await store.pool.fetch("SELECT text, metadata FROM chunks ORDER BY chunk_index")
     import json
 

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.config.settings import Settings
-from agent.core.wiring import build_embedder, build_retriever, build_store
+from agent.core.wiring import build_embedder, build_retriever, build_store, ingest_options
 from evals.metrics import evaluate
 from evals.scifact import CorpusDoc, Qrels, Query
 from tools.embedder import TritonEmbedder
@@ -175,9 +175,7 @@ async def ingest_chunked(
     sources = [SourceDocument(d.doc_id, d.title, d.text, source, {}) for d in docs]
     batch = settings.ingest_batch_docs
     for i in range(0, len(sources), batch):
-        await ingest_documents(
-            sources[i : i + batch], embedder, store, settings.chunk_tokens, settings.chunk_overlap_tokens
-        )
+        await ingest_documents(sources[i : i + batch], embedder, store, ingest_options(settings))
         if progress is not None:
             progress("embed chunks", min(i + batch, len(sources)), len(sources))
 

@@ -13,9 +13,10 @@ the first is CUDA (resp. TensorRT). The CUDA and cuDNN libraries of the `nvidia-
 `onnxruntime.preload_dlls()`, as ONNX Runtime's CUDA provider docs describe (onnxruntime >= 1.21).
 
 Run by `infra/production/gpu_check.sh` on a bare GPU machine; `--tiny` (2 layers, hidden 64) runs the same path in
-seconds. On a machine without a GPU, `--device cuda` fails at the provider check (tests/test_gpu_check.py shows it);
-`--device cpu` runs the CPU-only smoke path. Prints one JSON object: providers, parity, TensorRT agreement and
-session build time, and per (provider, batch, tokens) the median latency in ms and the throughput in sequences/s.
+seconds. On a machine without a GPU, `--device cuda` fails at the provider check
+(tests/infra/test_gpu_check.py shows it); `--device cpu` runs the CPU-only smoke path. Prints one JSON object:
+providers, parity, TensorRT agreement and session build time, and per (provider, batch, tokens) the median latency in
+ms and the throughput in sequences/s.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ if [ ! -x /usr/bin/chromium ]; then
   echo "== installing Debian chromium for the browser test"
   apt_get update -qq && apt_get install -y -qq chromium >/dev/null
 fi
-# The production files are rendered and checked with real tools (tests/test_production_files.py): `kubectl
+# The production files are rendered and checked with real tools (tests/infra/test_production_files.py): `kubectl
 # kustomize` for every kustomization (Debian's kubernetes-client when no kubectl is installed) and promtool for the
 # alert rules and the Prometheus config. promtool comes unpacked from Debian's prometheus package into .tools/, so
 # no Prometheus service is installed or started.

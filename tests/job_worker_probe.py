@@ -8,7 +8,7 @@ import asyncio
 import sys
 
 from agent.config.settings import Settings
-from agent.core.wiring import build_embedder, build_store
+from agent.core.wiring import build_embedder, build_store, ingest_options
 from tools.jobs import work
 from tools.model_specs import get_spec
 from tools.store.jobs import Job, JobQueue
@@ -30,11 +30,9 @@ async def main() -> None:
             JobQueue(store.pool, store.acquire_timeout_s),
             embedder,
             store,
-            chunk_tokens=settings.chunk_tokens,
-            overlap_tokens=settings.chunk_overlap_tokens,
+            options=ingest_options(settings),
             lease_s=settings.jobs_lease_s,
             poll_s=0.2,
-            max_file_bytes=settings.ingest_max_file_bytes,
             worker="probe",
             after_file=pause,
         )

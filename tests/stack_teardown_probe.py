@@ -1,4 +1,4 @@
-"""Not collected by default (no `test_` prefix): run by `tests/test_stack_teardown.py` in a pytest subprocess that
+"""Not collected by default (no `test_` prefix): run by `tests/infra/test_stack_teardown.py` in a pytest subprocess that
 is then interrupted or killed. It starts Postgres and Triton through the session fixtures, writes their PIDs to the
 file named by `RAG_PROBE_OUT`, and waits to be stopped.
 

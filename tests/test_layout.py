@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import tomllib
+from pathlib import Path
 
 import grimp
 
@@ -160,3 +161,39 @@ def test_test_module_imports_are_found_in_every_form() -> None:
         "tests.contracts.test_d",
         "tests.test_e",
     }
+
+
+WHOLE_REPOSITORY_TESTS = {"test_docs_site.py", "test_layout.py", "test_test_signals.py"}
+"""The test modules directly under `tests/`: they check the repository as a whole, not one source folder."""
+
+
+def misplaced_test_paths(root: Path) -> list[str]:
+    """Test modules and folders under `root / "tests"` that break the mirror of the source tree: a folder (other than
+    `contracts/` and caches) with no source folder of the same path under `root`, or a `test_*.py` directly under
+    `tests/` that is not one of `WHOLE_REPOSITORY_TESTS`. Paths relative to `root`, sorted."""
+    tests = root / "tests"
+    found = [
+        str(folder.relative_to(root))
+        for folder in tests.rglob("*")
+        if folder.is_dir()
+        and folder.name != "__pycache__"
+        and folder.relative_to(tests).parts[0] != "contracts"
+        and not (root / folder.relative_to(tests)).is_dir()
+    ]
+    found += [
+        str(path.relative_to(root)) for path in tests.glob("test_*.py") if path.name not in WHOLE_REPOSITORY_TESTS
+    ]
+    return sorted(found)
+
+
+def test_the_tests_tree_mirrors_the_source_tree() -> None:
+    """`tests/agent/http/` tests `agent/http/`, and so on: a reader finds a module's tests at its own path."""
+    assert misplaced_test_paths(REPO_ROOT) == []
+
+
+def test_a_test_folder_without_a_source_folder_is_reported(tmp_path: Path) -> None:
+    for folder in ("agent/core", "tests/agent/core", "tests/agent/cor", "tests/contracts", "tests/agent/__pycache__"):
+        (tmp_path / folder).mkdir(parents=True)
+    for module in ("tests/test_layout.py", "tests/test_stray.py", "tests/agent/core/test_x.py"):
+        (tmp_path / module).write_text("")
+    assert misplaced_test_paths(tmp_path) == ["tests/agent/cor", "tests/test_stray.py"]

@@ -45,7 +45,7 @@ def fit_window(chunk_tokens: int, overlap_tokens: int, model_max_tokens: int) ->
     Raises:
         ValueError: chunk_tokens < 1, overlap not in [0, chunk_tokens), or model_max_tokens < 3.
     """
-    _check(chunk_tokens, overlap_tokens)
+    check_window(chunk_tokens, overlap_tokens)
     if model_max_tokens < 3:
         raise ValueError(f"model_max_tokens={model_max_tokens}; expected >= 3 ([CLS] and [SEP] plus a token)")
     window = min(chunk_tokens, model_max_tokens - 2)
@@ -57,7 +57,8 @@ def max_chunks(n_tokens: int, chunk_tokens: int, overlap_tokens: int) -> int:
     return max(1, math.ceil((n_tokens - overlap_tokens) / (chunk_tokens - overlap_tokens)))
 
 
-def _check(chunk_tokens: int, overlap_tokens: int) -> None:
+def check_window(chunk_tokens: int, overlap_tokens: int) -> None:
+    """Raise ValueError naming both unless chunk_tokens >= 1 and 0 <= overlap_tokens < chunk_tokens."""
     if chunk_tokens < 1 or not 0 <= overlap_tokens < chunk_tokens:
         raise ValueError(
             f"chunk_tokens={chunk_tokens}, overlap_tokens={overlap_tokens}: expected chunk_tokens >= 1 and "
@@ -75,7 +76,7 @@ def chunk_text(text: str, tokenizer: Tokenizer, chunk_tokens: int, overlap_token
     Raises:
         ValueError: `chunk_tokens` < 1, or overlap not in [0, chunk_tokens).
     """
-    _check(chunk_tokens, overlap_tokens)
+    check_window(chunk_tokens, overlap_tokens)
     if not text.strip():
         return []
     encoding = tokenizer.encode(text, add_special_tokens=False)

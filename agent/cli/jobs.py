@@ -17,7 +17,7 @@ from rich.text import Text
 
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.wiring import build_embedder, build_store
+from agent.core.wiring import build_embedder, build_store, ingest_options
 from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
@@ -51,11 +51,9 @@ async def run_workers(settings: Settings, workers: int, stop: asyncio.Event | No
                     queue,
                     embedder,
                     store,
-                    chunk_tokens=settings.chunk_tokens,
-                    overlap_tokens=settings.chunk_overlap_tokens,
+                    options=ingest_options(settings),
                     lease_s=settings.jobs_lease_s,
                     poll_s=settings.jobs_poll_s,
-                    max_file_bytes=settings.ingest_max_file_bytes,
                     stop=stop,
                     worker=f"{worker_name()}:{i}",
                 )

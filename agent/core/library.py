@@ -7,10 +7,11 @@ embedder and the Postgres store, `tools.in_memory.InMemoryCollection` in memory 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from tools.embedder import TritonEmbedder
-from tools.ingest import SourceDocument, ingest_documents
+from tools.ingest import IngestOptions, SourceDocument, ingest_documents
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import DocumentPage, IngestCounts, StoredDocument, VectorStore
 
@@ -53,18 +54,14 @@ class StoreLibrary:
     """`DocumentLibrary` over a connected Triton embedder and Postgres store.
 
     Args:
-        chunk_tokens, overlap_tokens: chunk window in embedder tokens (`CHUNK_TOKENS`, `CHUNK_OVERLAP_TOKENS`).
-        batch_docs: documents per embed call and per store transaction (`INGEST_BATCH_DOCS`).
+        options: the chunk window and the documents per embed call and store transaction (`batch_docs`); its
+            collection is replaced by each call's (`agent.core.wiring.ingest_options`).
     """
 
-    def __init__(
-        self, embedder: TritonEmbedder, store: VectorStore, *, chunk_tokens: int, overlap_tokens: int, batch_docs: int
-    ) -> None:
+    def __init__(self, embedder: TritonEmbedder, store: VectorStore, options: IngestOptions) -> None:
         self.embedder = embedder
         self.store = store
-        self.chunk_tokens = chunk_tokens
-        self.overlap_tokens = overlap_tokens
-        self.batch_docs = batch_docs
+        self.options = options
 
     async def list_documents(
         self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
@@ -98,11 +95,10 @@ class StoreLibrary:
             EmbedderError / StoreError: embedding or storing failed.
         """
         total = IngestCounts()
-        for i in range(0, len(documents), self.batch_docs):
-            batch = list(documents[i : i + self.batch_docs])
-            counts = await ingest_documents(
-                batch, self.embedder, self.store, self.chunk_tokens, self.overlap_tokens, collection
-            )
+        options = replace(self.options, collection=collection)
+        for i in range(0, len(documents), options.batch_docs):
+            batch = list(documents[i : i + options.batch_docs])
+            counts = await ingest_documents(batch, self.embedder, self.store, options)
             total = IngestCounts(
                 total.added + counts.added, total.skipped + counts.skipped, total.chunks + counts.chunks
             )

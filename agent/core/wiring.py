@@ -35,7 +35,7 @@ from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.embedder.reranker import TritonReranker, get_reranker_spec
 from tools.fusion import Rm3Params
 from tools.in_memory_conversations import InMemoryConversations
-from tools.ingest import IngestReport, ProgressFn, ingest, plan_inputs
+from tools.ingest import IngestOptions, IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
 from tools.retrieval import PassageSearch, Retriever
 from tools.scope import DEFAULT_COLLECTION
@@ -137,6 +137,18 @@ def build_reranker(settings: Settings) -> TritonReranker:
         channel_args=settings.triton_grpc_channel_args,
         max_in_flight=settings.triton_max_in_flight,
         priority=PRIORITY_INTERACTIVE,
+    )
+
+
+def ingest_options(settings: Settings, collection: str = DEFAULT_COLLECTION) -> IngestOptions:
+    """The ingestion options the settings describe (`CHUNK_TOKENS`, `CHUNK_OVERLAP_TOKENS`, `INGEST_BATCH_DOCS`,
+    `INGEST_MAX_FILE_BYTES`), for documents going into `collection`."""
+    return IngestOptions(
+        chunk_tokens=settings.chunk_tokens,
+        overlap_tokens=settings.chunk_overlap_tokens,
+        batch_docs=settings.ingest_batch_docs,
+        max_file_bytes=settings.ingest_max_file_bytes,
+        collection=collection,
     )
 
 
@@ -273,13 +285,7 @@ def build_services(settings: Settings) -> Services:
 
     return Services(
         search=build_retriever(embedder, store, settings, clients.reranker),
-        library=StoreLibrary(
-            embedder,
-            store,
-            chunk_tokens=settings.chunk_tokens,
-            overlap_tokens=settings.chunk_overlap_tokens,
-            batch_docs=settings.ingest_batch_docs,
-        ),
+        library=StoreLibrary(embedder, store, ingest_options(settings)),
         model=build_model(settings),
         checks=checks,
         resources=[clients],
@@ -342,17 +348,7 @@ async def ingest_files(
     embedder = build_embedder(settings, workload="bulk")
     spec = embedder.spec
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
-        report = await ingest(
-            inputs,
-            embedder,
-            store,
-            chunk_tokens=settings.chunk_tokens,
-            overlap_tokens=settings.chunk_overlap_tokens,
-            batch_docs=settings.ingest_batch_docs,
-            on_progress=on_progress,
-            max_file_bytes=settings.ingest_max_file_bytes,
-            collection=collection,
-        )
+        report = await ingest(inputs, embedder, store, ingest_options(settings, collection), on_progress)
         docs, chunks = await store.count()
     return report, docs, chunks
 

@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException
 
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.wiring import build_embedder, build_store
+from agent.core.wiring import build_embedder, build_store, ingest_options
 from agent.http.deps import CALLER, AppSettings, Caller
 from agent.http.errors import ERROR_RESPONSES
 from tools.extract import sniff_bytes
@@ -148,11 +148,9 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
                         queue,
                         embedder,
                         store,
-                        chunk_tokens=settings.chunk_tokens,
-                        overlap_tokens=settings.chunk_overlap_tokens,
+                        options=ingest_options(settings),
                         lease_s=settings.jobs_lease_s,
                         poll_s=settings.jobs_poll_s,
-                        max_file_bytes=settings.ingest_max_file_bytes,
                         stop=stop,
                         worker=f"{worker_name()}:serve{i}",
                     )

@@ -17,6 +17,8 @@ from tools.conversations import ConversationLog
 from tools.embedder import TritonEmbedder
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
+from tools.in_memory_sink import InMemorySink
+from tools.ingest import ChunkSink, IngestOptions
 from tools.model_specs import get_spec
 from tools.store import VectorStore
 from tools.store.conversations import ConversationStore
@@ -35,6 +37,7 @@ async def empty_store(postgres_url: str, database: str, settings: Settings) -> V
     try:
         await conn.execute("DELETE FROM conversations")
         await conn.execute("DELETE FROM documents")
+        await conn.execute("DROP TABLE IF EXISTS ingest_staged_chunks")  # made again by the first resume_point
     finally:
         await conn.close()
     return store
@@ -80,7 +83,20 @@ async def documents(
     embedder = real_embedder
     store = await empty_store(postgres_url, "test_contract_documents", settings)
     try:
-        library = StoreLibrary(embedder, store, chunk_tokens=200, overlap_tokens=40, batch_docs=8)
+        library = StoreLibrary(embedder, store, IngestOptions(200, 40, batch_docs=8))
         yield Documents(library, build_retriever(embedder, store, settings))
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def chunk_sink(real_servers: tuple[str, Settings] | None) -> AsyncIterator[ChunkSink]:
+    """`InMemorySink`, or `VectorStore` over Postgres (384-dimensional embeddings either way)."""
+    if real_servers is None:
+        yield InMemorySink(get_spec("all-minilm-l6-v2").dim)
+        return
+    store = await empty_store(real_servers[0], "test_contract_chunks", real_servers[1])
+    try:
+        yield store
     finally:
         await store.close()

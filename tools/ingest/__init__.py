@@ -3,21 +3,26 @@ batches keyed by content hash.
 
 Modules, in the order a file travels: `inputs` (walk folders, sniff types, name documents), `readers` (documents out
 of JSONL records and extracted files), `documents` (the document and its text rules), `embedding` (chunk and embed
-one batch), `pipeline` (the streaming run), `report` (what a run did).
+one batch), `staging` (large documents in sub-batches), `pipeline` (the streaming run), `report` (what a run did);
+`ports` holds what the pipeline needs of an embedder and a sink, and its options.
 """
 
 from tools.ingest.documents import IngestError, SourceDocument, clean_text
 from tools.ingest.embedding import BadChunk
 from tools.ingest.inputs import InputFile, check_paths, default_root, plan_inputs
 from tools.ingest.pipeline import ingest, ingest_documents
+from tools.ingest.ports import ChunkSink, DocumentEmbedder, IngestOptions
 from tools.ingest.readers import read_documents, scan_inputs
 from tools.ingest.report import FileCounts, FileError, IngestReport, ProgressFn
 
 __all__ = [
     "BadChunk",
+    "ChunkSink",
+    "DocumentEmbedder",
     "FileCounts",
     "FileError",
     "IngestError",
+    "IngestOptions",
     "IngestReport",
     "InputFile",
     "ProgressFn",

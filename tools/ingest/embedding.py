@@ -13,10 +13,11 @@ from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
 from tools.chunking import Chunk, chunk_parts, fit_window
-from tools.embedder import EmbedderError, EmbedderOverloadedError, TritonEmbedder
+from tools.embedder import EmbedderError, EmbedderOverloadedError
 from tools.ingest.documents import SourceDocument
+from tools.ingest.ports import ChunkSink, DocumentEmbedder
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError, VectorStore
+from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def _server_failure(exc: EmbedderError) -> bool:
     return isinstance(exc, EmbedderOverloadedError) or isinstance(exc.__cause__, InferenceServerException)
 
 
-async def embed_isolating(embedder: TritonEmbedder, texts: list[str]) -> npt.NDArray[np.float32]:
+async def embed_isolating(embedder: DocumentEmbedder, texts: list[str]) -> npt.NDArray[np.float32]:
     """`(len(texts), dim)` float32; a row whose text cannot be embedded is NaN.
 
     One call for all texts; when it fails for a reason other than the server (e.g. a non-finite output), each
@@ -92,8 +93,8 @@ async def embed_isolating(embedder: TritonEmbedder, texts: list[str]) -> npt.NDA
 
 async def prepare(
     documents: list[SourceDocument],
-    embedder: TritonEmbedder,
-    store: VectorStore,
+    embedder: DocumentEmbedder,
+    store: ChunkSink,
     chunk_tokens: int,
     overlap_tokens: int,
     collection: str = DEFAULT_COLLECTION,
@@ -129,7 +130,7 @@ async def prepare(
 
 
 async def store_prepared(
-    prepared: Prepared, embedder: TritonEmbedder, store: VectorStore, chunk_tokens: int, overlap_tokens: int
+    prepared: Prepared, embedder: DocumentEmbedder, store: ChunkSink, chunk_tokens: int, overlap_tokens: int
 ) -> IngestCounts:
     """Store a prepared batch in one transaction. The documents skipped before embedding are skipped only if the
     write transaction still finds them stored unchanged (under the write lock); one deleted or replaced meanwhile

@@ -26,16 +26,15 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from tools.embedder import TritonEmbedder
-from tools.extract import MAX_FILE_BYTES
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import Prepared, prepare, store_prepared
 from tools.ingest.inputs import InputFile
+from tools.ingest.ports import ChunkSink, DocumentEmbedder, IngestOptions
 from tools.ingest.readers import jsonl_documents, read_file_document, scan_inputs
 from tools.ingest.report import FileError, IngestReport, ProgressFn
 from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
 from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
-from tools.store import IngestCounts, StoreError, VectorStore
+from tools.store import IngestCounts, StoreError
 
 
 @dataclass
@@ -94,8 +93,8 @@ class _Done:
 
 async def _prepare_batch(
     documents: list[SourceDocument],
-    embedder: TritonEmbedder,
-    store: VectorStore,
+    embedder: DocumentEmbedder,
+    store: ChunkSink,
     chunk_tokens: int,
     overlap_tokens: int,
     on_staged: Callable[[int], None] | None = None,
@@ -127,24 +126,24 @@ async def _prepare_batch(
 
 
 async def ingest_documents(
-    documents: list[SourceDocument],
-    embedder: TritonEmbedder,
-    store: VectorStore,
-    chunk_tokens: int,
-    overlap_tokens: int,
-    collection: str = DEFAULT_COLLECTION,
+    documents: list[SourceDocument], embedder: DocumentEmbedder, store: ChunkSink, options: IngestOptions
 ) -> IngestCounts:
-    """Chunk, embed and store one batch of documents in `collection` in one transaction; documents stored there
-    with the same content hash are skipped before embedding.
+    """Chunk, embed and store one batch of documents in `options.collection` in one transaction; documents stored
+    there with the same content hash are skipped before embedding (`options.batch_docs` is not applied: the caller
+    batches).
 
     Args:
         documents: the batch (a repeated doc id: the last one wins).
-        collection: the documents' collection (`tools.scope.check_collection`).
-        chunk_tokens, overlap_tokens: chunk window in embedder tokens; a window above the model limit minus 2 is
-            clamped to it and the overlap shrinks in proportion (`tools.chunking.fit_window`).
+        options: the chunk window (`chunk_tokens`, `overlap_tokens`) and the collection.
+
+    Raises:
+        EmbedderError / StoreError: the embedder or the sink failed; nothing of the batch is stored then.
     """
     documents = list({d.doc_id: d for d in documents}.values())
-    done = await _prepare_batch(documents, embedder, store, chunk_tokens, overlap_tokens, collection=collection)
+    chunk_tokens, overlap_tokens = options.chunk_tokens, options.overlap_tokens
+    done = await _prepare_batch(
+        documents, embedder, store, chunk_tokens, overlap_tokens, collection=options.collection
+    )
     counts = await store_prepared(done.prepared, embedder, store, chunk_tokens, overlap_tokens)
     return IngestCounts(
         added=counts.added + len(done.large_added),
@@ -169,33 +168,21 @@ def _count_files(report: IngestReport, batch: _Batch, done: _Done) -> None:
 
 async def ingest(
     inputs: list[InputFile],
-    embedder: TritonEmbedder,
-    store: VectorStore,
-    *,
-    chunk_tokens: int,
-    overlap_tokens: int,
-    batch_docs: int = 64,
+    embedder: DocumentEmbedder,
+    store: ChunkSink,
+    options: IngestOptions,
     on_progress: ProgressFn | None = None,
-    sample_size: int = 256,
-    prefetch: int = 1,
-    max_file_bytes: int = MAX_FILE_BYTES,
-    collection: str = DEFAULT_COLLECTION,
 ) -> IngestReport:
-    """Scan, then stream the inputs into the store: the next `prefetch` batches are chunked and embedded while
-    the current one is stored (one transaction per batch, in input order).
+    """Scan, then stream the inputs into the sink: the next `options.prefetch` batches are chunked and embedded
+    while the current one is stored (one transaction per batch of `options.batch_docs`, in input order).
 
     Args:
         inputs: from `plan_inputs`.
-        embedder: connected; its `max_in_flight` bounds the requests this run keeps at Triton.
+        embedder: connected (a `TritonEmbedder`: its `max_in_flight` bounds the requests this run keeps at Triton).
         store: connected.
-        chunk_tokens, overlap_tokens: chunk window in embedder tokens.
-        batch_docs: documents per embed call and per store transaction.
+        options: chunk window, batch size, prefetch, sample size, file size limit and collection
+            (`tools.ingest.ports.IngestOptions`).
         on_progress: see `ProgressFn`.
-        sample_size: how many embedded chunk texts to keep in `IngestReport.sample`.
-        prefetch: batches chunked and embedded ahead of the one being stored (>= 1); memory holds at most
-            prefetch + 1 batches.
-        max_file_bytes: a larger document file fails (its error is recorded) and the run goes on.
-        collection: the collection every document of the run goes into (`tools.scope.check_collection`).
 
     Returns:
         The run's counts, per-file outcomes and timing.
@@ -207,8 +194,7 @@ async def ingest(
         EmbedderError: Triton failed; StoreError: Postgres failed. Batches stored before the failure stay
             stored; re-running the same ingest completes the rest.
     """
-    if batch_docs < 1 or prefetch < 1:
-        raise ValueError(f"batch_docs={batch_docs}, prefetch={prefetch}; expected both >= 1")
+    chunk_tokens, overlap_tokens, collection = options.chunk_tokens, options.overlap_tokens, options.collection
     try:
         check_collection(collection)
     except ScopeError as exc:
@@ -218,8 +204,8 @@ async def ingest(
     report = IngestReport()
     rng = random.Random(0)
     seen_chunks = 0
-    # Batches being chunked, embedded or stored, in input order: at most `prefetch` + 1 at a time.
-    slots = asyncio.Semaphore(prefetch + 1)
+    # Batches being chunked, embedded or stored, in input order: at most `options.prefetch` + 1 at a time.
+    slots = asyncio.Semaphore(options.prefetch + 1)
     queue: asyncio.Queue[tuple[_Batch, asyncio.Task[_Done]] | None] = asyncio.Queue()
     pending: set[asyncio.Task[_Done]] = set()
 
@@ -228,7 +214,7 @@ async def ingest(
             on_progress(report.documents, total, report.chunks + staged)
 
     async def produce() -> None:
-        batches = _batches(inputs, batch_docs, report, max_file_bytes)
+        batches = _batches(inputs, options.batch_docs, report, options.max_file_bytes)
         while True:
             await slots.acquire()
             batch = await asyncio.to_thread(next, batches, None)
@@ -255,9 +241,9 @@ async def ingest(
             for record in prepared.records:
                 for chunk in record.chunks:
                     seen_chunks += 1
-                    if len(report.sample) < sample_size:
+                    if len(report.sample) < options.sample_size:
                         report.sample.append(chunk.text)
-                    elif (slot := rng.randrange(seen_chunks)) < sample_size:
+                    elif (slot := rng.randrange(seen_chunks)) < options.sample_size:
                         report.sample[slot] = chunk.text
             report.documents += prepared.documents
             report.added += counts.added + len(done.large_added)

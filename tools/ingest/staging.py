@@ -5,7 +5,7 @@ resumes where it stopped.
 A document is large when its content exceeds `LARGE_DOC_CHARS` characters. Its chunks stream from the chunker
 (`tools.chunking.iter_chunk_parts`), `sub_batch` at a time: each sub-batch is embedded and written to the staging
 table `ingest_staged_chunks` (keyed by collection, doc id and chunk index, tagged with the content hash; its statements
-are the store's, `tools.store.staging`) in its own transaction.
+are the sink's, `tools.ingest.ports.ChunkSink`; in Postgres `tools.store.staging`) in its own transaction.
 When the last one is staged, one transaction (under the store's writer lock) replaces any stored version of the
 document and moves the staged chunks into `chunks` with SQL (`INSERT ... SELECT`), counting them into the BM25
 statistics; the staged rows go with it. The document is searchable only from then on: nothing half-written is
@@ -24,12 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tools.chunking import fit_window, iter_chunk_parts
-from tools.embedder import TritonEmbedder
 from tools.ingest.documents import SourceDocument
 from tools.ingest.embedding import BadChunk, embed_isolating
+from tools.ingest.ports import ChunkSink, DocumentEmbedder
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import VectorStore
-from tools.store.staging import StagedDocument, StagedRow, commit_staged, resume_point, stage_chunks
+from tools.store.staging import StagedDocument, StagedRow
 
 LARGE_DOC_CHARS = 65_536
 """Content length above which a document is ingested in staged sub-batches (one chunker piece)."""
@@ -53,8 +52,8 @@ class StagedResult:
 
 async def ingest_large(
     doc: SourceDocument,
-    embedder: TritonEmbedder,
-    store: VectorStore,
+    embedder: DocumentEmbedder,
+    store: ChunkSink,
     chunk_tokens: int,
     overlap_tokens: int,
     sub_batch: int = SUB_BATCH_CHUNKS,
@@ -71,7 +70,7 @@ async def ingest_large(
     window, overlap = fit_window(chunk_tokens, overlap_tokens, embedder.spec.max_tokens)
     sections = doc.content_sections()
     staged_doc = StagedDocument(doc.doc_id, doc.content_hash, doc.title, doc.source, doc.metadata)
-    resumed = await resume_point(store, staged_doc, collection)
+    resumed = await store.resume_point(staged_doc, collection)
     staged = resumed
     failed: list[BadChunk] = []
     batch: list[tuple[int, str, int, dict[str, object]]] = []
@@ -90,7 +89,7 @@ async def ingest_large(
             )
         if failed:
             return
-        await stage_chunks(store, rows)
+        await store.stage_chunks(rows)
         staged += len(rows)
         batch.clear()
         if on_staged is not None:
@@ -109,4 +108,4 @@ async def ingest_large(
                 return StagedResult(0, resumed, failed)
         if not taken:
             break
-    return StagedResult(await commit_staged(store, staged_doc, collection), resumed, [])
+    return StagedResult(await store.commit_staged(staged_doc, collection), resumed, [])

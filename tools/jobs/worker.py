@@ -26,6 +26,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path, PurePath
 from typing import TypeVar
 
@@ -34,7 +35,7 @@ from tenacity.wait import wait_base
 
 from tools.embedder import TritonEmbedder
 from tools.extract import sniff
-from tools.ingest import InputFile, ingest
+from tools.ingest import IngestOptions, InputFile, ingest
 from tools.store import StoreUnavailableError, VectorStore
 from tools.store.jobs import DEFAULT_MAX_ATTEMPTS, Job, JobQueue, JobStatus
 
@@ -80,10 +81,8 @@ async def run_job(
     store: VectorStore,
     *,
     worker: str,
-    chunk_tokens: int,
-    overlap_tokens: int,
+    options: IngestOptions,
     lease_s: float,
-    max_file_bytes: int,
     after_file: JobHook | None = None,
 ) -> Job | None:
     """Run one claimed job to the end; returns its final state.
@@ -122,15 +121,7 @@ async def run_job(
                 await asyncio.to_thread(path.write_bytes, f.data)
                 kind = await asyncio.to_thread(sniff, path)
                 inp = InputFile(path, job.prefix + f.name, kind=kind)
-                report = await ingest(
-                    [inp],
-                    embedder,
-                    store,
-                    chunk_tokens=chunk_tokens,
-                    overlap_tokens=overlap_tokens,
-                    max_file_bytes=max_file_bytes,
-                    collection=job.collection,
-                )
+                report = await ingest([inp], embedder, store, replace(options, collection=job.collection))
                 if inp.kind == "jsonl":  # many documents: the chunks this run wrote
                     chunks += report.chunks
                 else:  # the document's chunks, whether this attempt or a killed one stored them
@@ -208,11 +199,9 @@ async def work(
     embedder: TritonEmbedder,
     store: VectorStore,
     *,
-    chunk_tokens: int,
-    overlap_tokens: int,
+    options: IngestOptions,
     lease_s: float,
     poll_s: float,
-    max_file_bytes: int,
     stop: asyncio.Event | None = None,
     worker: str | None = None,
     after_file: JobHook | None = None,
@@ -253,10 +242,8 @@ async def work(
                 embedder,
                 store,
                 worker=name,
-                chunk_tokens=chunk_tokens,
-                overlap_tokens=overlap_tokens,
+                options=options,
                 lease_s=lease_s,
-                max_file_bytes=max_file_bytes,
                 after_file=after_file,
             )
         except StoreUnavailableError as exc:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import asyncpg
 import numpy as np
 import numpy.typing as npt
 
@@ -25,8 +26,19 @@ from tools.scope import qualified_doc_id
 from tools.store import pools
 from tools.store.writes import delete_rows, lock_writes
 
-if TYPE_CHECKING:
-    from tools.store.vector_store import VectorStore
+
+class StagingStore(Protocol):
+    """What the staging statements need of the store (`tools.store.VectorStore`): its write pool, the bounded wait
+    for a connection, and the BM25 parameters the committed chunks are counted with."""
+
+    @property
+    def write_pool(self) -> asyncpg.Pool:
+        """The pool writes go through (the primary)."""
+        ...
+
+    acquire_timeout_s: float
+    bm25_k1: float
+    bm25_b: float
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS ingest_staged_chunks (
@@ -69,7 +81,7 @@ class StagedDocument:
     metadata: dict[str, Any]
 
 
-async def resume_point(store: VectorStore, doc: StagedDocument, collection: str) -> int:
+async def resume_point(store: StagingStore, doc: StagedDocument, collection: str) -> int:
     """Chunks of `doc`'s content staged in `collection` ready to reuse (chunk indexes 0..n-1: returns n); staged
     chunks of another content hash (the file changed) are dropped, and so is a staged run with a gap. Creates the
     table when missing (and migrates one without collections).
@@ -103,7 +115,7 @@ async def resume_point(store: VectorStore, doc: StagedDocument, collection: str)
         return int(row["n"])
 
 
-async def stage_chunks(store: VectorStore, rows: Sequence[StagedRow]) -> None:
+async def stage_chunks(store: StagingStore, rows: Sequence[StagedRow]) -> None:
     """Stage `rows` (one sub-batch) in one transaction (`COPY`).
 
     Raises:
@@ -111,10 +123,11 @@ async def stage_chunks(store: VectorStore, rows: Sequence[StagedRow]) -> None:
             staged then.
     """
     async with pools.transaction(store.write_pool, store.acquire_timeout_s, "staging chunks") as conn:
+        await conn.execute(SCHEMA_SQL)  # also before any `resume_point` (a no-op once the table exists)
         await conn.copy_records_to_table("ingest_staged_chunks", records=rows, columns=COLUMNS)
 
 
-async def commit_staged(store: VectorStore, doc: StagedDocument, collection: str) -> int:
+async def commit_staged(store: StagingStore, doc: StagedDocument, collection: str) -> int:
     """Move the staged chunks of `doc` (its content hash) into `collection` of the store, replacing a stored version
     there, counting them into the BM25 statistics and dropping the staged rows, in one transaction under the writers'
     lock (`tools.store.writes.lock_writes`): the document is searchable only from then on.

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tools.scope import DEFAULT_COLLECTION, SearchScope, check_collection
-from tools.store import listing, pools, replicas, schema, search, writes
+from tools.store import listing, pools, replicas, schema, search, staging, writes
 from tools.store.errors import StoreError, translated
 from tools.store.records import (
     ChunkHit,
@@ -247,6 +247,35 @@ class VectorStore:
         if counts.added:
             await self._replicated()
         return counts
+
+    async def resume_point(self, doc: staging.StagedDocument, collection: str = DEFAULT_COLLECTION) -> int:
+        """Chunks of large document `doc` an earlier run left staged in `collection` (indexes 0..n-1: returns n);
+        staged chunks of another content hash are dropped (`tools.store.staging.resume_point`).
+
+        Raises:
+            StoreUnavailableError / StoreBusyError / StoreQueryError: Postgres failed.
+        """
+        return await staging.resume_point(self, doc, collection)
+
+    async def stage_chunks(self, rows: Sequence[staging.StagedRow]) -> None:
+        """Stage one sub-batch of a large document's embedded chunks in one transaction
+        (`tools.store.staging.stage_chunks`).
+
+        Raises:
+            StoreUnavailableError / StoreBusyError / StoreQueryError: Postgres failed; nothing of `rows` is staged.
+        """
+        await staging.stage_chunks(self, rows)
+
+    async def commit_staged(self, doc: staging.StagedDocument, collection: str = DEFAULT_COLLECTION) -> int:
+        """Store the staged chunks of `doc` in `collection` in one transaction, replacing a stored version; returns
+        the chunks stored (`tools.store.staging.commit_staged`).
+
+        Raises:
+            StoreUnavailableError / StoreBusyError / StoreQueryError: Postgres failed; the staged chunks stay.
+        """
+        stored = await staging.commit_staged(self, doc, collection)
+        await self._replicated()
+        return stored
 
     async def delete_documents(
         self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None

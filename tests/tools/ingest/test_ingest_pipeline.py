@@ -27,7 +27,7 @@ from infra.processes import free_port
 from tests.conftest import LOADED_MACHINE_TRITON_TIMEOUT_S, REPO_ROOT, cli_env, with_own_triton
 from tests.paused_ingest import RELEASE_SIGNAL
 from tools.embedder import EmbedderError, TextKind, TritonEmbedder
-from tools.ingest import BadChunk, ingest, plan_inputs
+from tools.ingest import BadChunk, IngestOptions, ingest, plan_inputs
 from tools.model_specs import get_spec
 from tools.store import VectorStore
 
@@ -104,7 +104,7 @@ async def test_a_non_finite_chunk_fails_only_its_document(
     embedder = PoisonedEmbedder(triton_server.triton_grpc_url, spec)
     embedder.raise_like_client = raise_like_client
     async with embedder, VectorStore(fresh_db, spec.name, spec.dim) as store:
-        report = await ingest(plan_inputs([corpus]), embedder, store, chunk_tokens=32, overlap_tokens=0, batch_docs=10)
+        report = await ingest(plan_inputs([corpus]), embedder, store, IngestOptions(32, 0, batch_docs=10))
         stored = await store.stored_versions(["good-1", "poisoned", "good-2"])
     assert [(b.doc_id, b.chunk_index) for b in report.failed] == [("poisoned", 1)]
     assert isinstance(report.failed[0], BadChunk)

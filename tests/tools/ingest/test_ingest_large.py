@@ -19,12 +19,13 @@ from agent.core.wiring import build_embedder
 from evals.scifact import SCIFACT_DIR, load_corpus
 from tools.chunking import chunk_parts, fit_window
 from tools.embedder import TritonEmbedder
-from tools.ingest import ingest, plan_inputs, read_documents
+from tools.ingest import IngestOptions, ingest, plan_inputs, read_documents
 from tools.ingest.staging import SUB_BATCH_CHUNKS
 from tools.store import VectorStore
 
 SIZE_BYTES = 1_100_000
 CHUNK_TOKENS, OVERLAP_TOKENS = 200, 40
+OPTIONS = IngestOptions(CHUNK_TOKENS, OVERLAP_TOKENS)
 
 
 class StopRunError(Exception):
@@ -92,9 +93,8 @@ async def test_big_document_ingests_in_sub_batches_and_resumes_after_an_interrup
                 inputs,
                 embedder,
                 store,
-                chunk_tokens=CHUNK_TOKENS,
-                overlap_tokens=OVERLAP_TOKENS,
-                on_progress=stop_after_two_sub_batches,
+                OPTIONS,
+                stop_after_two_sub_batches,
             )
         assert seen == [SUB_BATCH_CHUNKS, 2 * SUB_BATCH_CHUNKS]  # progress per sub-batch, before the document ends
         assert await store.count() == (0, 0)  # nothing half-written is visible
@@ -106,9 +106,8 @@ async def test_big_document_ingests_in_sub_batches_and_resumes_after_an_interrup
             inputs,
             embedder,
             store,
-            chunk_tokens=CHUNK_TOKENS,
-            overlap_tokens=OVERLAP_TOKENS,
-            on_progress=lambda done, total, chunks: progress.append(chunks),
+            OPTIONS,
+            lambda done, total, chunks: progress.append(chunks),
         )
         assert report.resumed_chunks == staged  # not embedded again
         assert (report.added, report.chunks, report.failed) == (1, len(expected), [])
@@ -122,5 +121,5 @@ async def test_big_document_ingests_in_sub_batches_and_resumes_after_an_interrup
         assert await store.pool.fetchval("SELECT count(*) FROM ingest_staged_chunks") == 0
         assert await store.pool.fetchval("SELECT chunks FROM bm25_corpus") == len(expected)
 
-        again = await ingest(inputs, embedder, store, chunk_tokens=CHUNK_TOKENS, overlap_tokens=OVERLAP_TOKENS)
+        again = await ingest(inputs, embedder, store, OPTIONS)
         assert (again.added, again.skipped, again.chunks) == (0, 1, 0)

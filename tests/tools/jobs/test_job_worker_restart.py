@@ -23,6 +23,7 @@ from infra import postgres
 from infra.config import StackConfig
 from tests.store_helpers import own_postgres
 from tools.embedder import TritonEmbedder
+from tools.ingest import IngestOptions
 from tools.jobs import worker
 from tools.store import VectorStore
 from tools.store.jobs import Job, JobFile, JobQueue
@@ -100,11 +101,9 @@ async def test_the_job_worker_survives_a_postgres_restart_then_runs_a_queued_job
             queue,
             cast(TritonEmbedder, nothing),
             cast(VectorStore, nothing),
-            chunk_tokens=128,
-            overlap_tokens=16,
+            options=IngestOptions(chunk_tokens=128, overlap_tokens=16, max_file_bytes=1 << 20),
             lease_s=600,
             poll_s=0.05,
-            max_file_bytes=1 << 20,
             stop=stop,
             worker="restart",
             after_file=stop_after_the_job,

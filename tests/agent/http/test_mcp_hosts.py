@@ -1,4 +1,4 @@
-"""The MCP tools called the way hosts and their models call them, in-process (`tests.test_mcp_tools.connected`):
+"""The MCP tools called the way hosts and their models call them, in-process (`tests.mcp_rig.connected`):
 numbers sent as strings and a filter sent as a JSON string (what models write when a host passes their text on
 unparsed) are accepted as the values they spell; what cannot be read as the declared type is still a tool error
 naming the argument; and every structured result validates against the output schema the tool declares in

@@ -5,7 +5,6 @@ long passages are truncated at the model limit, and the rerank step orders by th
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,12 +14,13 @@ from tritonclient.grpc import model_config_pb2
 
 from agent.config.settings import Settings
 from infra.export_reranker import export_cross_encoder
+from tests.conftest import REPO_ROOT
 from tools.embedder import EmbedderError, TritonEmbedder
 from tools.embedder.reranker import LOCAL_RERANKER, TritonReranker, get_reranker_spec, pad_pairs
 from tools.rerank import rerank
 from tools.store import ChunkHit
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 QUERY = "Vitamin D deficiency is associated with low bone mineral density."
 PASSAGES = [
     "Low serum 25-hydroxyvitamin D concentrations were associated with reduced bone mineral density in adults.",

@@ -21,6 +21,7 @@ import pytest
 from agent.config.settings import Settings
 from evals.retrieval_eval import ensure_database
 from tests import replica as standby
+from tests.conftest import REPO_ROOT
 from tests.pgbouncer import server_address
 from tests.store_helpers import DIM, MODEL, own_postgres, record
 from tools.store import VectorStore
@@ -34,7 +35,7 @@ WAIT_S = 60.0
 SWITCH_SLACK_S = 1.0
 """Time beyond MAX_LAG_S a search may take to move to the primary: one poll, the probe's two queries and the search
 itself on a loaded 2-core machine, seconds."""
-PROD_DIR = Path(__file__).resolve().parent.parent / "infra" / "production"
+PROD_DIR = REPO_ROOT / "infra" / "production"
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,12 @@ route. In-process, no server."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from agent.http import errors, openai_errors
+from tests.conftest import REPO_ROOT
 from tests.http_rig import assert_error, serve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 _LITERAL_KINDS = re.compile(
     r'error_json\(\s*\d+,\s*"(\w+)"'  # the guards, the drain, /mcp
     r'|ApiError\(\s*\d+,\s*"(\w+)"'  # routes

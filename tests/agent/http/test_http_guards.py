@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +20,7 @@ from agent.core.admission import AdmissionController
 from agent.core.keys import InMemoryKeys
 from agent.http import create_app
 from agent.http.guards import LOOPBACK_HOSTS, allowed_hosts_for, require_key_off_loopback
+from tests.conftest import REPO_ROOT
 
 KEY = "s3cret-clé"  # non-ASCII: clients send it as UTF-8 bytes
 
@@ -184,7 +184,7 @@ def test_listening_beyond_loopback_without_a_key_is_refused() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "agent", "serve", "--host", "0.0.0.0", "--port", "1"],
         env=env,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 
 from tools.embedder import TritonEmbedder
+from tools.ingest import IngestOptions
 from tools.jobs import worker
 from tools.store import VectorStore
 from tools.store.jobs import Job, JobFile, JobQueue
@@ -78,10 +79,8 @@ async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing_more(
         cast(TritonEmbedder, nothing),
         cast(VectorStore, nothing),
         worker="A",
-        chunk_tokens=128,
-        overlap_tokens=16,
+        options=IngestOptions(chunk_tokens=128, overlap_tokens=16, max_file_bytes=1 << 20),
         lease_s=600,
-        max_file_bytes=1 << 20,
         after_file=paused_after_first_file,
     )
     assert ingested == ["note0.txt"]  # A stopped at once: the other files are B's to ingest, once

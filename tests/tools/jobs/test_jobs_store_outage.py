@@ -21,6 +21,7 @@ from tenacity.wait import wait_base
 
 from tests.http_rig import assert_error, serve
 from tools.embedder import TritonEmbedder
+from tools.ingest import IngestOptions
 from tools.jobs import worker
 from tools.store import StoreQueryError, StoreUnavailableError, VectorStore
 from tools.store.jobs import Job, JobFile, JobQueue
@@ -118,11 +119,9 @@ async def work(queue: object, stop: asyncio.Event, backoff: wait_base) -> None:
         cast(JobQueue, queue),
         cast(TritonEmbedder, None),
         cast(VectorStore, None),
-        chunk_tokens=200,
-        overlap_tokens=20,
+        options=IngestOptions(chunk_tokens=200, overlap_tokens=20, max_file_bytes=1000),
         lease_s=30,
         poll_s=0,
-        max_file_bytes=1000,
         stop=stop,
         worker="w",
         backoff=backoff,
@@ -257,10 +256,8 @@ async def test_a_lease_renewal_that_meets_an_outage_is_tried_again(
             cast(TritonEmbedder, None),
             cast(VectorStore, None),
             worker="w",
-            chunk_tokens=200,
-            overlap_tokens=20,
+            options=IngestOptions(chunk_tokens=200, overlap_tokens=20, max_file_bytes=1000),
             lease_s=0.03,
-            max_file_bytes=1000,
         )
     assert ingested == ["a.txt", "b.txt"] and queue.finished == ["done"]
     assert any("job 21: renewing the lease failed" in r.getMessage() for r in caplog.records)

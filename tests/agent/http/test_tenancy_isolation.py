@@ -97,7 +97,8 @@ def server(
         "REFUSAL_MIN_SCORE": "0",
         "JOBS_POLL_S": "0.2",
         "AGENT_POLICY": "always",
-        "API_KEYS_CACHE_S": "0",  # a revoked key is refused from the next request (the cache: tests/test_keys.py)
+        # A revoked key is refused from the next request (the cache: tests/agent/core/test_keys.py).
+        "API_KEYS_CACHE_S": "0",
     }
     with RagServe(triton_server, env) as served:
         yield served

@@ -1,6 +1,6 @@
 """`rag bench serve` (evals/bench_serve.py): one request's outcome over a swapped httpx transport, the phase
 summaries and the targets from known outcomes. Pure logic, no server; the benchmark against a real `rag serve` is
-in tests/test_admission_serve.py."""
+in tests/agent/http/test_admission_serve.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The OpenAI-compatible route tried the way its clients call it, in-process (the app over the in-memory collection
-and a pydantic-ai FunctionModel, `tests.test_openai_chat.Rig`): every Chat Completions parameter checked against
+and a pydantic-ai FunctionModel, `tests.openai_rig.Rig`): every Chat Completions parameter checked against
 OpenAI's documented ranges before admission and retrieval (a value the LLM server would refuse is a 422 naming it,
 never a 502 after the search), and the payloads chat front ends send (Open WebUI, LibreChat: system prompts, content
 as arrays of parts, assistant turns with null content, tool turns of another model, title and tag generation

@@ -17,7 +17,7 @@ from agent.core.failures import describe
 from evals.retrieval_eval import ensure_database
 from tests.store_helpers import DIM, MODEL, record, unit_vector
 from tools.embedder import TextKind, TritonEmbedder
-from tools.ingest import SourceDocument, ingest_documents
+from tools.ingest import IngestOptions, SourceDocument, ingest_documents
 from tools.store import StoreBusyError, VectorStore
 from tools.store.writes import WRITE_LOCK
 
@@ -55,9 +55,9 @@ async def test_upload_racing_a_delete_stores_the_document_it_reported_unchanged(
 ) -> None:
     x = SourceDocument("x", "Okapi", "The okapi lives in the Ituri rainforest.", "upload", {})
     y = SourceDocument("y", "Zebra", "Zebras have black and white stripes.", "upload", {})
-    assert (await ingest_documents([x], embedder, store, 128, 16)).added == 1
+    assert (await ingest_documents([x], embedder, store, IngestOptions(128, 16))).added == 1
     racing = DeletingEmbedder(embedder, store, victim="x")
-    counts = await ingest_documents([x, y], cast(TritonEmbedder, racing), store, 128, 16)
+    counts = await ingest_documents([x, y], cast(TritonEmbedder, racing), store, IngestOptions(128, 16))
     assert racing.deleted == ["x"]  # the delete ran inside the upload, after its pre-check
     stored = {d.doc_id for d in await store.list_documents()}
     # The upload committed after the delete, so it must not report x as skipped while x is gone.

@@ -23,6 +23,7 @@ from agent.core.wiring import build_embedder
 from tests.conftest import REPO_ROOT, cli_env
 from tests.document_files import GUIDE_HTML, zip_named
 from tools.embedder import TritonEmbedder
+from tools.ingest import IngestOptions
 from tools.jobs import work
 from tools.store import VectorStore
 from tools.store.jobs import JobFile, JobQueue
@@ -102,11 +103,9 @@ async def run_until_done(
                 queue,
                 embedder,
                 store,
-                chunk_tokens=200,
-                overlap_tokens=40,
+                options=IngestOptions(chunk_tokens=200, overlap_tokens=40, max_file_bytes=10_000_000),
                 lease_s=LEASE_S,
                 poll_s=0.2,
-                max_file_bytes=10_000_000,
                 stop=stop,
                 worker=f"test:{i}",
             )

@@ -1,0 +1,1 @@
+"""Tests of `agent/` (layout: `tests/__init__.py`)."""

@@ -1,0 +1,1 @@
+"""Tests of `agent/cli/` (layout: `tests/__init__.py`)."""

@@ -1,0 +1,1 @@
+"""Tests of `agent/config/` (layout: `tests/__init__.py`)."""

@@ -1,0 +1,1 @@
+"""Tests of `agent/http/` (layout: `tests/__init__.py`)."""

@@ -1,0 +1,122 @@
+"""`tools.ingest.ports.ChunkSink`: the in-memory sink and the Postgres store answer alike (content-hash skips and
+replaces, documents sent unchanged, collections as identity, bad batches refused whole, staging, resume and commit of
+a large document's chunks)."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from tests.contracts.ports import stored_chunk_texts
+from tools.ingest import ChunkSink
+from tools.store import ChunkRecord, DocumentRecord, StoreError
+from tools.store.staging import StagedDocument, StagedRow
+
+DIM = 384
+
+
+def vector(text: str) -> npt.NDArray[np.float32]:
+    """A `(384,)` float32 unit vector seeded by `text`."""
+    v = np.random.default_rng(zlib.crc32(text.encode())).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def record(doc_id: str, *texts: str, content_hash: str | None = None) -> DocumentRecord:
+    """A document of one chunk per text; its content hash is `content_hash` or derived from the texts."""
+    chunks = [ChunkRecord(i, t, len(t.split()), vector(t), {"page": i + 1}) for i, t in enumerate(texts)]
+    return DocumentRecord(doc_id, doc_id.title(), f"{doc_id}.md", content_hash or f"h-{'|'.join(texts)}", chunks)
+
+
+def staged(doc: StagedDocument, *texts: str, start: int = 0, collection: str = "default") -> list[StagedRow]:
+    """Staged rows of `doc` for `texts` at chunk indexes from `start`."""
+    return [
+        (collection, doc.doc_id, doc.content_hash, start + i, t, len(t.split()), vector(t), json.dumps({"page": i}))
+        for i, t in enumerate(texts)
+    ]
+
+
+async def test_the_same_hash_is_skipped_and_another_replaces(chunk_sink: ChunkSink) -> None:
+    first = await chunk_sink.add_documents([record("otters", "Otters eat urchins."), record("herons", "Herons fish.")])
+    assert (first.added, first.skipped, first.chunks, first.missing) == (2, 0, 2, ())
+    assert await chunk_sink.stored_versions(["otters", "herons", "bees"]) == {
+        "otters": "h-Otters eat urchins.",
+        "herons": "h-Herons fish.",
+    }
+    same = await chunk_sink.add_documents([record("otters", "Otters eat urchins.")])
+    assert (same.added, same.skipped, same.chunks) == (0, 1, 0)
+    changed = await chunk_sink.add_documents([record("otters", "Otters use stones.", "Otters float.")])
+    assert (changed.added, changed.chunks) == (1, 2)
+    assert await stored_chunk_texts(chunk_sink, "default", "otters") == ["Otters use stones.", "Otters float."]
+
+
+async def test_documents_sent_unchanged_are_skipped_or_reported_missing(chunk_sink: ChunkSink) -> None:
+    await chunk_sink.add_documents([record("otters", "Otters eat urchins.")])
+    counts = await chunk_sink.add_documents(
+        [record("bees", "Bees make honey.")],
+        {"otters": "h-Otters eat urchins.", "herons": "h-Herons fish."},
+    )
+    assert (counts.added, counts.skipped, counts.missing) == (1, 1, ("herons",))
+    stale = await chunk_sink.add_documents([], {"otters": "an older hash"})
+    assert stale.missing == ("otters",)
+
+
+async def test_a_collection_is_part_of_a_documents_identity(chunk_sink: ChunkSink) -> None:
+    await chunk_sink.add_documents([record("otters", "Otters eat urchins.")])
+    zoo = await chunk_sink.add_documents([record("otters", "Zoo otters nap.")], collection="zoo")
+    assert zoo.added == 1
+    assert await chunk_sink.stored_versions(["otters"], "zoo") == {"otters": "h-Zoo otters nap."}
+    assert await stored_chunk_texts(chunk_sink, "default", "otters") == ["Otters eat urchins."]
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        [record("x", "One."), record("x", "Two.")],
+        [record("x", "One."), DocumentRecord("y", "", "", "h", [ChunkRecord(0, "t", 1, np.zeros(3, np.float32))])],
+        [record("x", "One."), DocumentRecord("y", "", "", "h", [ChunkRecord(0, "t", 1, np.full(DIM, np.nan))])],
+    ],
+    ids=["repeated id", "wrong width", "not finite"],
+)
+async def test_a_bad_batch_is_refused_whole(chunk_sink: ChunkSink, batch: list[DocumentRecord]) -> None:
+    with pytest.raises(StoreError):
+        await chunk_sink.add_documents(batch)
+    assert await chunk_sink.stored_versions(["x", "y"]) == {}
+
+
+async def test_staged_chunks_resume_and_commit_as_one_document(chunk_sink: ChunkSink) -> None:
+    doc = StagedDocument("big", "hash-1", "Big", "big.md", {"kind": "manual"})
+    assert await chunk_sink.resume_point(doc) == 0
+    await chunk_sink.stage_chunks(staged(doc, "zero", "one"))
+    await chunk_sink.stage_chunks(staged(doc, "two", start=2))
+    assert await chunk_sink.stored_versions(["big"]) == {}  # nothing visible before the commit
+    assert await chunk_sink.resume_point(doc) == 3
+    await chunk_sink.add_documents([record("big", "An older version.")])
+    assert await chunk_sink.commit_staged(doc) == 3
+    assert await chunk_sink.stored_versions(["big"]) == {"big": "hash-1"}
+    assert await stored_chunk_texts(chunk_sink, "default", "big") == ["zero", "one", "two"]
+    assert await chunk_sink.resume_point(doc) == 0  # the staged rows went with the commit
+
+
+async def test_staged_chunks_of_another_hash_or_with_a_gap_start_over(chunk_sink: ChunkSink) -> None:
+    old = StagedDocument("big", "hash-old", "Big", "big.md", {})
+    await chunk_sink.stage_chunks(staged(old, "zero", "one"))
+    new = StagedDocument("big", "hash-new", "Big", "big.md", {})
+    assert await chunk_sink.resume_point(new) == 0
+    await chunk_sink.stage_chunks(staged(new, "zero", "two", start=0)[:1] + staged(new, "two", start=2))
+    assert await chunk_sink.resume_point(new) == 0  # indexes 0 and 2: a gap
+    await chunk_sink.stage_chunks(staged(new, "zero"))
+    assert await chunk_sink.resume_point(new) == 1
+
+
+async def test_staging_is_per_collection(chunk_sink: ChunkSink) -> None:
+    doc = StagedDocument("big", "hash-1", "Big", "big.md", {})
+    await chunk_sink.stage_chunks(staged(doc, "zero", collection="zoo"))
+    assert await chunk_sink.resume_point(doc) == 0
+    assert await chunk_sink.resume_point(doc, "zoo") == 1
+    assert await chunk_sink.commit_staged(doc, "zoo") == 1
+    assert await chunk_sink.stored_versions(["big"], "zoo") == {"big": "hash-1"}
+    assert await chunk_sink.stored_versions(["big"]) == {}

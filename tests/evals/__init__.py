@@ -1,0 +1,1 @@
+"""Tests of `evals/` (layout: `tests/__init__.py`)."""

@@ -1,0 +1,1 @@
+"""Tests of `infra/` (layout: `tests/__init__.py`)."""

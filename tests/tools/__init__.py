@@ -1,0 +1,1 @@
+"""Tests of `tools/` (layout: `tests/__init__.py`)."""

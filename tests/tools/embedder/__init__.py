@@ -1,0 +1,1 @@
+"""Tests of `tools/embedder/` (layout: `tests/__init__.py`)."""

@@ -1,0 +1,1 @@
+"""Tests of `tools/extract/` (layout: `tests/__init__.py`)."""

@@ -1,0 +1,1 @@
+"""Tests of `tools/ingest/` (layout: `tests/__init__.py`)."""

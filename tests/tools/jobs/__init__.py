@@ -1,0 +1,1 @@
+"""Tests of `tools/jobs/` (layout: `tests/__init__.py`)."""

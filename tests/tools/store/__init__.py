@@ -1,0 +1,1 @@
+"""Tests of `tools/store/` (layout: `tests/__init__.py`)."""
