@@ -69,7 +69,10 @@ def job_files(tmp: Path) -> list[JobFile]:
 
 def start_probe(env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "tests" / "job_worker_probe.py")],
+        # As a module from the repository root: run by path, `tests/` would lead sys.path and its `agent/` folder
+        # (the tests of `agent/`) would hide the product's `agent` package.
+        [sys.executable, "-m", "tests.job_worker_probe"],
+        cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
