@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import re
+import signal
 import threading
 import unicodedata
 from collections.abc import Callable
@@ -183,14 +184,22 @@ def extract_here(path: str | Path) -> Extracted:
     return Extracted(body, title or body.split("\n", 1)[0].strip(), tuple(sections), pages)
 
 
+def _ignore_interrupts() -> None:
+    """Initializer of each worker process: SIGINT is ignored there. A Ctrl+C in a terminal (or a supervisor's SIGINT
+    to the process group) reaches the workers too; the server that owns them shuts its pool down itself, so a
+    worker must neither die mid-file nor print a KeyboardInterrupt traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class PdfExtractor:
     """`extract_here` in a worker process: PDFium's crashes and its thread-unsafety stay out of the caller.
 
     One `ProcessPoolExecutor` (`max_workers` processes, `spawn` start method: no copy of the caller's threads, locks
-    or event loop), started at the first file. Callers block in `extract` (call it from a thread, as the ingest
-    pipeline does); their files queue for the workers. A worker that dies (BrokenProcessPool: every file queued on the
-    pool fails with it) is replaced by a new pool, and each file it failed is tried once more; a file under which
-    workers died `WORKER_DEATHS` times fails with `ExtractError` naming it. Thread-safe.
+    or event loop; SIGINT ignored, the owner stops them), started at the first file. Callers block in `extract`
+    (call it from a thread, as the ingest pipeline does); their files queue for the workers. A worker that dies
+    (BrokenProcessPool: every file queued on the pool fails with it) is replaced by a new pool, and each file it
+    failed is tried once more; a file under which workers died `WORKER_DEATHS` times fails with `ExtractError`
+    naming it. Thread-safe.
 
     Args:
         target: what a worker runs for a path (`extract_here`; tests pass one that crashes). Must be importable by
@@ -209,7 +218,9 @@ class PdfExtractor:
         with self._lock:
             if self._pool is None:
                 context = multiprocessing.get_context("spawn")
-                self._pool = ProcessPoolExecutor(self.max_workers, mp_context=context)
+                self._pool = ProcessPoolExecutor(
+                    self.max_workers, mp_context=context, initializer=_ignore_interrupts
+                )
             return self._pool, self._generation
 
     def _replace(self, generation: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from pathlib import Path
 
 import pypdf
@@ -117,6 +118,20 @@ def test_a_worker_that_dies_fails_its_file_and_the_next_file_is_extracted(
     finally:
         extractor.close()
     assert os.getpid() > 0  # this process (the server, in production) is alive and went on
+
+
+def test_a_worker_ignores_sigint_and_goes_on_with_the_next_file(pages: dict[str, Path]) -> None:
+    """Ctrl+C of `rag serve` reaches its whole process group: the PDF worker neither dies nor prints a traceback;
+    the server stops it when it shuts down."""
+    extractor = PdfExtractor()
+    try:
+        assert "official" in extractor.extract(pages["ligatures"]).text
+        (worker,) = extractor.worker_pids()
+        os.kill(worker, signal.SIGINT)
+        assert "wombats" in extractor.extract(pages["cropped"]).text
+        assert extractor.worker_pids() == {worker}
+    finally:
+        extractor.close()
 
 
 def test_ingest_reports_a_crashed_pdf_as_that_file_failing(
