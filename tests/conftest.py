@@ -36,6 +36,7 @@ from infra import postgres, stack, triton, vllm, watchdog
 from infra.config import StackConfig
 from infra.convert_gguf import SERVED_NAME, convert
 from infra.processes import free_port
+from tests.store_helpers import scratch_databases
 from tools.embedder import TritonEmbedder
 from tools.model_specs import get_spec
 from tools.store import VectorStore
@@ -161,6 +162,14 @@ def postgres_url(settings: Settings) -> Iterator[str]:
         yield settings.resolved_database_url()
     finally:
         postgres.stop(StackConfig.of(settings))
+
+
+@pytest.fixture
+async def fresh_db(postgres_url: str, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A new, empty database on the test Postgres, named after the test module, dropped afterwards; its URL."""
+    prefix = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")[:20]
+    async with scratch_databases(postgres_url, prefix) as (url,):
+        yield url
 
 
 @pytest.fixture(scope="session")

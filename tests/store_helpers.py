@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import tempfile
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
 
+import asyncpg
 import numpy as np
 
 from agent.config.settings import Settings
@@ -57,3 +60,25 @@ def own_postgres(settings: Settings, server_root: Path, name: str) -> Iterator[S
         yield own
     finally:
         postgres.stop(StackConfig.of(own))
+
+
+@asynccontextmanager
+async def scratch_databases(postgres_url: str, prefix: str, count: int = 1) -> AsyncIterator[list[str]]:
+    """`count` new, empty databases (`<prefix>_<12 hex>`) on the Postgres server of `postgres_url`, dropped on exit
+    (`WITH (FORCE)`: also when a server under test still holds connections); their URLs, in creation order."""
+    names = [f"{prefix}_{uuid4().hex[:12]}" for _ in range(count)]
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        for name in names:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    try:
+        yield [urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}")) for name in names]
+    finally:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            for name in names:
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()

@@ -5,12 +5,9 @@ the progress and per-file errors; size limits, sniffed types and hostile file na
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
 
-import asyncpg
 import httpx
 import pytest
 
@@ -21,20 +18,6 @@ from tests.http_server import RagServe
 
 DONE_WITHIN_S = 600.0
 """A bound on waiting for the job on a loaded machine (the outcome does not depend on it)."""
-
-
-@pytest.fixture
-async def fresh_db(postgres_url: str) -> AsyncIterator[str]:
-    name = f"upload_{uuid4().hex[:12]}"
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
-    finally:
-        conn = await asyncpg.connect(postgres_url)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 @pytest.fixture

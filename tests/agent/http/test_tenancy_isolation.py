@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
 
 import asyncpg
@@ -28,6 +27,7 @@ from agent.config.settings import Settings
 from tests.conftest import REPO_ROOT, run_cli
 from tests.fake_openai import FakeOpenAIServer
 from tests.http_server import RagServe, sse_events
+from tests.store_helpers import scratch_databases
 
 TENANTS = ("tenant-a", "tenant-b")
 N_DOCS = 12
@@ -44,16 +44,9 @@ def text_of(tenant: str, i: int) -> str:
 
 @pytest.fixture(scope="module")
 async def fresh_db(postgres_url: str) -> AsyncIterator[str]:
-    name = f"tenancy_{uuid4().hex[:12]}"
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
-    finally:
-        conn = await asyncpg.connect(postgres_url)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
+    """One scratch database for the module (its tests share the served app), dropped afterwards."""
+    async with scratch_databases(postgres_url, "tenancy") as (url,):
+        yield url
 
 
 @pytest.fixture(scope="module")

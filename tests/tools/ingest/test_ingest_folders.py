@@ -8,10 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -35,21 +32,6 @@ BAD = {
     "bad/big.txt": f"over the limit of {MAX_FILE_BYTES} bytes",
 }
 GOOD = ["docs/guide.docx", "docs/guide.html", "docs/guide.pdf", "docs/notes.md", "docs/sub/readme.txt"]
-
-
-@pytest.fixture
-async def fresh_db(postgres_url: str) -> AsyncIterator[str]:
-    """A new, empty database on the test Postgres, dropped afterwards."""
-    name = f"folders_{uuid4().hex[:12]}"
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
-    finally:
-        conn = await asyncpg.connect(postgres_url)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 @pytest.fixture(scope="module")

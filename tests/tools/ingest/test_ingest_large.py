@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
 
-import asyncpg
 import pytest
 
 from agent.config.settings import Settings
@@ -30,20 +27,6 @@ OPTIONS = IngestOptions(CHUNK_TOKENS, OVERLAP_TOKENS)
 
 class StopRunError(Exception):
     """Raised by the test's progress hook to stop the run at a chosen point."""
-
-
-@pytest.fixture
-async def fresh_db(postgres_url: str) -> AsyncIterator[str]:
-    name = f"large_{uuid4().hex[:12]}"
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
-    finally:
-        conn = await asyncpg.connect(postgres_url)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 @pytest.fixture(scope="module")

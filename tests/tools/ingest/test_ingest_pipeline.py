@@ -9,10 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
 
 import asyncpg
 import numpy as np
@@ -26,6 +24,7 @@ from infra.config import StackConfig
 from infra.processes import free_port
 from tests.conftest import LOADED_MACHINE_TRITON_TIMEOUT_S, REPO_ROOT, cli_env, with_own_triton
 from tests.paused_ingest import RELEASE_SIGNAL
+from tests.store_helpers import scratch_databases
 from tools.embedder import EmbedderError, TextKind, TritonEmbedder
 from tools.ingest import BadChunk, IngestOptions, ingest, plan_inputs
 from tools.model_specs import get_spec
@@ -34,21 +33,6 @@ from tools.store import VectorStore
 pytestmark = pytest.mark.stack
 
 MARK = "zzqpoison"
-
-
-@pytest.fixture
-async def fresh_db(postgres_url: str) -> AsyncIterator[str]:
-    """A new, empty database on the test Postgres, dropped afterwards."""
-    name = f"ingest_{uuid4().hex[:12]}"
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
-    finally:
-        conn = await asyncpg.connect(postgres_url)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 async def fingerprint(url: str) -> set[tuple[str, str, str]]:
@@ -209,19 +193,10 @@ async def clean_fingerprint(
     postgres_url: str, triton_server: Settings, fault_corpus: Path
 ) -> set[tuple[str, str, str]]:
     """The chunks an uninterrupted `rag ingest` of `fault_corpus` stores."""
-    name = f"ingest_clean_{uuid4().hex[:8]}"
-    url = urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
+    async with scratch_databases(postgres_url, "ingest_clean") as (url,):
         clean = rag(ingest_env(triton_server, url), "ingest", "--no-ceiling", str(fault_corpus))
         assert clean.returncode == 0, clean.stderr
         return await fingerprint(url)
-    finally:
-        conn = await asyncpg.connect(postgres_url)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 async def test_ingest_interrupted_by_triton_kill_and_ctrl_c_resumes_with_no_loss_or_duplicates(

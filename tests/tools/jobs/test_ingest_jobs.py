@@ -12,8 +12,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -22,6 +20,7 @@ from agent.config.settings import Settings
 from agent.core.wiring import build_embedder
 from tests.conftest import REPO_ROOT, cli_env
 from tests.document_files import GUIDE_HTML, zip_named
+from tests.store_helpers import scratch_databases
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions
 from tools.jobs import work
@@ -36,18 +35,8 @@ DONE_WITHIN_S = 600.0
 @pytest.fixture
 async def fresh_dbs(postgres_url: str) -> AsyncIterator[list[str]]:
     """Two new, empty databases on the test Postgres, dropped afterwards."""
-    names = [f"jobs_{uuid4().hex[:12]}" for _ in range(2)]
-    conn = await asyncpg.connect(postgres_url)
-    for name in names:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield [urlunsplit(urlsplit(postgres_url)._replace(path=f"/{n}")) for n in names]
-    finally:
-        conn = await asyncpg.connect(postgres_url)
-        for name in names:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
+    async with scratch_databases(postgres_url, "jobs", count=2) as urls:
+        yield urls
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -23,21 +21,15 @@ from tools.store.jobs import Job, JobFile, JobQueue
 
 
 @pytest.fixture
-async def queue(postgres_url: str) -> AsyncIterator[JobQueue]:
+async def queue(fresh_db: str) -> AsyncIterator[JobQueue]:
     """A jobs queue on a new, empty database of the test Postgres, dropped afterwards."""
-    name = f"leases_{uuid4().hex[:12]}"
-    admin = await asyncpg.connect(postgres_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
-    pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
+    pool = await asyncpg.create_pool(fresh_db, min_size=1, max_size=4)
     try:
         jobs = JobQueue(pool)
         await jobs.setup()
         yield jobs
     finally:
         await pool.close()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def expire_lease(queue: JobQueue, job_id: int) -> None:

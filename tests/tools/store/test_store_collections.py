@@ -5,10 +5,7 @@ for. Also the migration of a store made before collections (UNIQUE (doc_id))."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
 
-import asyncpg
 import pytest
 
 from tests.store_helpers import DIM, MODEL, record
@@ -17,23 +14,8 @@ from tools.store import StoreError, VectorStore
 
 
 @pytest.fixture
-async def fresh_url(postgres_url: str) -> AsyncIterator[str]:
-    """A new, empty database on the test Postgres, dropped afterwards."""
-    name = f"collections_{uuid4().hex[:12]}"
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield urlunsplit(urlsplit(postgres_url)._replace(path=f"/{name}"))
-    finally:
-        conn = await asyncpg.connect(postgres_url)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
-
-
-@pytest.fixture
-async def store(fresh_url: str) -> AsyncIterator[VectorStore]:
-    async with VectorStore(fresh_url, MODEL, DIM) as st:
+async def store(fresh_db: str) -> AsyncIterator[VectorStore]:
+    async with VectorStore(fresh_db, MODEL, DIM) as st:
         yield st
 
 
@@ -117,8 +99,8 @@ async def test_bad_collection_names_are_refused_before_anything_is_written(store
     assert await store.count() == (0, 0)
 
 
-async def test_a_store_made_before_collections_is_migrated(fresh_url: str) -> None:
-    async with VectorStore(fresh_url, MODEL, DIM) as old:
+async def test_a_store_made_before_collections_is_migrated(fresh_db: str) -> None:
+    async with VectorStore(fresh_db, MODEL, DIM) as old:
         await old.add_documents([record("kept", ["zebra"])])
         await old.pool.execute(  # the schema of a version before collections
             "ALTER TABLE documents DROP CONSTRAINT documents_doc_id_collection_key, "
@@ -126,7 +108,7 @@ async def test_a_store_made_before_collections_is_migrated(fresh_url: str) -> No
         )
         with pytest.raises(StoreError):
             await old.add_documents([record("kept", ["zebra"])], collection="b")
-    async with VectorStore(fresh_url, MODEL, DIM) as store:
+    async with VectorStore(fresh_db, MODEL, DIM) as store:
         assert (await store.add_documents([record("kept", ["zebra"])], collection="b")).added == 1
         assert [(d.doc_id, d.collection) for d in await store.list_documents()] == [("kept", "b"), ("kept", "default")]
         constraints = await store.pool.fetchval(
