@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
+from tests.external_tools import kubectl
 
 PROD_DIR = REPO_ROOT / "infra" / "production"
 K8S_DIR = PROD_DIR / "k8s"
@@ -37,12 +38,6 @@ GKE = {
 }
 """Committed value -> GKE's (Filestore's RWX class, a Persistent Disk class, Artifact Registry, GKE's accelerator
 label, Workload Identity)."""
-
-
-def kubectl() -> str:
-    found = shutil.which("kubectl") or shutil.which("kubectl", path=str(REPO_ROOT / ".tools" / "usr" / "bin"))
-    assert found, "no kubectl: `apt-get install kubernetes-client` (infra/test.sh does)"
-    return found
 
 
 def render(root: Path, kustomization: str) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ and `promtool test rules` (the unit tests of alerts_test.yml) on exactly that te
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,10 @@ from typing import Any
 import yaml
 
 from tests.conftest import REPO_ROOT
+from tests.external_tools import promtool
 
 PROD_DIR = REPO_ROOT / "infra" / "production"
 RULES_KEY = "alerting_rules.yml"
-
-
-def promtool() -> str:
-    found = shutil.which("promtool") or shutil.which("promtool", path=str(REPO_ROOT / ".tools" / "usr" / "bin"))
-    assert found, "no promtool: infra/test.sh unpacks Debian's prometheus package into .tools/"
-    return found
 
 
 def chart_values() -> dict[str, Any]:
