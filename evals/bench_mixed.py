@@ -10,8 +10,10 @@ claims). It is measured idle, then beside each bulk workload, each a process of 
 - `upload`: a `rag serve` on a free loopback port over a scratch database, sent `--upload-files` PDFs (each
   `--upload-pages` SciFact abstracts, one per page, printed by headless Chromium) as one `POST /v1/documents/files`
   job, polled until done;
-- `eval`: `rag eval answers --concurrency 8 --limit --eval-cases` on the settings' store (its LLM requests are
-  bulk: `LLM_BULK_PRIORITY`).
+- `eval`: `rag eval answers --concurrency 8` of `--eval-cases` SciFact test claims on the settings' store (its LLM
+  requests are bulk: `LLM_BULK_PRIORITY`); each of its three runs takes the next slice of the claims
+  (`eval_claim_ids`), so no run finds its prompts in vLLM's prefix cache from the one before (a warm cache made the
+  runs beside the probes twice as fast as the first, and they ended before the answer probes).
 
 Each workload runs three times: alone (its rate: chunks/s or cases/s); beside a steady stream of one retrieval a
 second (its rate beside questions, the ratio the targets judge, and the stream's latency); and beside the probes
@@ -49,7 +51,7 @@ from agent.core.app import RagApp
 from evals.machine import machine_info
 from evals.plots import emit_report, pyplot, save_figure
 from evals.retrieval_eval import ensure_database
-from evals.scifact import SCIFACT_DIR, claim_texts, load_corpus
+from evals.scifact import SCIFACT_DIR, Split, claim_texts, load_corpus
 from infra.processes import free_port
 from tools.stats import percentiles
 
@@ -115,6 +117,8 @@ class Probe:
     errors: Counter[str] = field(default_factory=Counter)
     overlap: bool = True
     """Whether the bulk workload still ran when the probe ended (always True idle)."""
+    llm_answers: int = 0
+    """HTTP asks only (`http_asks`): questions the LLM answered, whose LLM time is not in their latency."""
 
     def summary(self) -> dict[str, Any]:
         """p50/p95/p99 and n of the latencies (and TTFT), errors, overlap."""
@@ -127,6 +131,8 @@ class Probe:
         }
         if self.kind == "answer":
             out["ttft_ms"] = percentiles(self.ttft_ms)
+        if self.llm_answers:
+            out["llm_answers"] = self.llm_answers
         return out
 
 
@@ -340,9 +346,13 @@ async def wait_ready(client: httpx.AsyncClient, proc: asyncio.subprocess.Process
 
 
 async def http_asks(client: httpx.AsyncClient, claims: Iterator[str], until: Callable[[], bool], most: int) -> Probe:
-    """Sequential `POST /v1/ask` of SciFact claims until `until()` or `most` were sent. On the upload's scratch
-    database every question is refused below the relevance threshold, so this measures the server's event loop,
-    embedding and search, not the LLM; a non-200 answer counts as an error of kind `http_<status>`."""
+    """Sequential `POST /v1/ask` of SciFact claims until `until()` or `most` were sent; a non-200 answer counts as
+    an error of kind `http_<status>`.
+
+    This measures the server's event loop, embedding and search, not the LLM: on the upload's scratch database most
+    questions are refused below the relevance threshold, and once the upload has stored a claim's abstracts its
+    question is answered by the LLM, whose time (the response's `timings_ms.llm`, ms) is taken off that latency
+    and counted in `llm_answers`."""
     probe = Probe("retrieval", 1)
     for _ in range(most):
         if until():
@@ -357,7 +367,9 @@ async def http_asks(client: httpx.AsyncClient, claims: Iterator[str], until: Cal
             kind = f"http_{response.status_code}"
             probe.errors[kind] += 1
             continue
-        probe.latencies_ms.append((time.perf_counter() - start) * 1000)
+        llm_ms = float((response.json().get("timings_ms") or {}).get("llm") or 0.0)
+        probe.llm_answers += llm_ms > 0
+        probe.latencies_ms.append((time.perf_counter() - start) * 1000 - llm_ms)
     return probe
 
 
@@ -401,10 +413,31 @@ async def run_upload(
     return run
 
 
+EVAL_RUNS = ("alone", "beside-stream", "beside-probes")
+"""The eval workload's runs in order (`beside`'s tags); run k answers the k-th slice of claims (`eval_claim_ids`)."""
+
+
+def eval_claim_ids(cases: int, run: int, split: Split = "test") -> list[str]:
+    """The claim ids of the eval workload's `run`-th run (0-based): `cases` consecutive ids of `split` (file order)
+    from `run * cases`, wrapping round at the end (SciFact test has 300 claims, so up to 100 cases per run are
+    disjoint).
+
+    Raises:
+        ValueError: `cases` or `run` below 1 or 0.
+    """
+    if cases < 1 or run < 0:
+        raise ValueError(f"cases {cases}, run {run}: expected cases >= 1 and run >= 0")
+    ids = list(claim_texts(split))
+    return [ids[(run * cases + i) % len(ids)] for i in range(cases)]
+
+
 async def run_eval(settings: Settings, params: MixedBenchParams, work: Path, tag: str) -> BulkRun:
-    """`rag eval answers --concurrency N --limit M --json` on the settings' store; cases/s."""
+    """`rag eval answers --concurrency N --id ... --json` of this run's slice of claims (`eval_claim_ids`) on the
+    settings' store; cases/s."""
     run = BulkRun("eval", "cases/s", expected=params.eval_cases)
-    argv = ["eval", "answers", "--concurrency", str(params.eval_concurrency), "--limit", str(params.eval_cases)]
+    ids = eval_claim_ids(params.eval_cases, EVAL_RUNS.index(tag) if tag in EVAL_RUNS else 0)
+    argv = ["eval", "answers", "--concurrency", str(params.eval_concurrency)]
+    argv += [arg for claim_id in ids for arg in ("--id", claim_id)]
     argv += ["--out", str(work / f"eval-{tag}"), "--json"]
     start = time.perf_counter()
     async with child(argv, cli_env(settings), work / f"eval-{tag}.log") as proc:

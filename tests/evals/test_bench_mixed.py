@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from agent.config.settings import Settings
-from evals.bench_mixed import TARGETS, MixedBenchParams, check_targets, run_mixed_bench, write_plot
+from evals.bench_mixed import (
+    EVAL_RUNS,
+    TARGETS,
+    MixedBenchParams,
+    check_targets,
+    eval_claim_ids,
+    run_mixed_bench,
+    write_plot,
+)
+from evals.scifact import claim_texts
 
 
 @pytest.mark.stack
@@ -103,3 +112,16 @@ def test_params_refuse_unknown_workloads_and_empty_counts() -> None:
         MixedBenchParams(workloads=("nightly",))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least 1"):
         MixedBenchParams(upload_files=0)
+
+
+def test_each_eval_run_answers_its_own_slice_of_test_claims() -> None:
+    # a run never reuses the claims (and so the vLLM prefix cache) of the run before it
+    runs = [eval_claim_ids(80, k) for k in range(len(EVAL_RUNS))]
+    assert [len(r) for r in runs] == [80, 80, 80]
+    assert len({claim for r in runs for claim in r}) == 240
+    test_ids = list(claim_texts("test"))
+    assert runs[0] == test_ids[:80] and runs[2] == test_ids[160:240]
+    wrapped = eval_claim_ids(200, 1)  # past the 300 test claims it wraps round to the first
+    assert wrapped[:100] == test_ids[200:] and wrapped[100:] == test_ids[:100]
+    with pytest.raises(ValueError, match="cases 0"):
+        eval_claim_ids(0, 0)
