@@ -252,6 +252,22 @@ class AdmissionController:
             self.metrics.in_progress.inc()
             self.metrics.queue_wait.observe(0.0)
             return Ticket(self, admitted=True)
+        self.check()
+        ticket = Ticket(self, admitted=False)
+        self._queue.append(ticket)
+        self.metrics.queue_length.inc()
+        return ticket
+
+    def check(self) -> None:
+        """Refuse now what `enter()` would refuse now, without taking anything: the HTTP app's admission gate
+        (`agent.http.admission_gate`) calls it before a request's body is read, so that a refusal costs no parsing,
+        validation or dependency. A request it lets through still calls `enter()`, which decides again.
+
+        Raises:
+            OverloadedError: as `enter()` (`queue_full`, `expected_wait`), counted in `rag_admission_rejections`.
+        """
+        if self._in_progress < self.max_in_progress and not self._queue:
+            return
         position = len(self._queue) + 1
         if len(self._queue) >= self.queue_max:
             raise self._refusal("queue_full", f"{len(self._queue)} answers queued (ANSWER_QUEUE_MAX={self.queue_max})")
@@ -262,10 +278,6 @@ class AdmissionController:
                 f"expected wait {self.expected_wait_s(position):.1f} s at queue position {position} (95th percentile "
                 f"{promised:.1f} s) exceeds ANSWER_QUEUE_DEADLINE_S={self.deadline_s:g}",
             )
-        ticket = Ticket(self, admitted=False)
-        self._queue.append(ticket)
-        self.metrics.queue_length.inc()
-        return ticket
 
     @asynccontextmanager
     async def admit(self, on_position: PositionFn | None = None) -> AsyncIterator[None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 
@@ -12,8 +14,10 @@ from agent.core.app import RagApp
 from agent.core.keys import CachedKeys, settings_keys
 from agent.core.telemetry import configure_tracing, metrics_app
 from agent.http import ask, conversations, documents, jobs, openai_chat, service
+from agent.http.admission_gate import AdmissionGate
 from agent.http.errors import install_error_handlers
 from agent.http.guards import install_guards
+from agent.http.loop_lag import watch_loop_lag
 from agent.http.mcp import McpEndpoint
 from agent.http.metrics import metrics_routes
 from agent.http.openai_errors import OpenAIErrorShape, stream_ending
@@ -36,6 +40,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
         # a given (test) app runs without the jobs queue, which needs the real store
         job_queue = jobs.serve_jobs(settings) if rag is None else nullcontext(None)
         api_keys = settings_keys(settings) if rag is None else nullcontext(None)  # a test app brings its own keys
+        lag = asyncio.create_task(watch_loop_lag())
         try:
             async with rag or RagApp(settings) as opened, job_queue as queue, api_keys as keys, mcp.running():
                 app.state.rag = opened
@@ -43,6 +48,9 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
                 app.state.keys = None if keys is None else CachedKeys(keys, settings.api_keys_cache_s)
                 yield
         finally:
+            lag.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lag
             flush_telemetry()
 
     app = FastAPI(
@@ -60,6 +68,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     configure_tracing(settings.otel_exporter_otlp_endpoint)
     app.router.routes.extend(metrics_routes(metrics_app()))
     install_error_handlers(app)
+    app.add_middleware(AdmissionGate)  # inside the guards: refuses an overloaded answer before its body is read
     install_guards(app, settings, settings.allowed_hosts or ("*",))
     app.state.drain = install_drain(app, stream_ending)
     app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed

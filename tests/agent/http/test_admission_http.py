@@ -76,20 +76,22 @@ class Rig:
             return self.rag
 
         self.app.dependency_overrides[get_rag] = rag
+        self.app.state.rag = self.rag  # what the lifespan sets: the admission gate reads it before any route
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://rag", timeout=30)
 
-    def call(self, path: str) -> RawCall:
+    def call(self, path: str, *, body_read: bool = True) -> RawCall:
         """Start one raw ASGI request to `path` (a question about the stored documents)."""
-        return RawCall(self.app, path)
+        return RawCall(self.app, path, body_read=body_read)
 
 
 class RawCall:
     """One ASGI request driven by hand: its sent messages are visible as they go, and `disconnect()` makes the
     client go away (what uvicorn reports when a connection closes)."""
 
-    def __init__(self, app: Any, path: str) -> None:
+    def __init__(self, app: Any, path: str, *, body_read: bool = True) -> None:
+        """`body_read=False`: reading the request's body fails the call (a request refused before its body)."""
         self.sent: list[MutableMapping[str, Any]] = []
         self.changed = asyncio.Event()
         self._gone = asyncio.Event()
@@ -98,6 +100,7 @@ class RawCall:
 
         async def receive() -> dict[str, Any]:
             nonlocal delivered
+            assert body_read, "the request's body was read"
             if not delivered:
                 delivered = True
                 return {"type": "http.request", "body": body, "more_body": False}
@@ -242,3 +245,28 @@ async def test_the_api_key_is_checked_before_a_place_is_taken() -> None:
         assert (await client.post("/v1/ask", json={"question": COVERED}, headers=key)).status_code == 503
         rig.model.gate.set()
         assert (await holder).status_code == 200 and (await queued).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/ask", "/v1/ask/stream", "/v1/chat/completions"])
+async def test_an_overloaded_answer_is_refused_before_its_body_is_read(path: str) -> None:
+    rig = Rig()
+    holder = rig.call("/v1/ask")
+    await asyncio.wait_for(rig.model.first_call.wait(), 10)
+    queued = rig.call("/v1/ask")
+    await until(lambda: rig.rag.admission.queue_length == 1)
+    refused = rig.call(path, body_read=False)  # its receive() fails the request if the app reads the body
+    await asyncio.wait_for(refused.task, 10)
+    assert refused.status == 503, refused.body
+    body = json.loads(refused.body)
+    if path == "/v1/chat/completions":  # OpenAI's error shape, as from the route
+        assert body["error"]["code"] == "overloaded" and "ANSWER_QUEUE_MAX=1" in body["error"]["message"]
+    else:
+        assert body["error"] == "overloaded" and "ANSWER_QUEUE_MAX=1" in body["detail"]
+    start = next(m for m in refused.sent if m["type"] == "http.response.start")
+    assert (b"retry-after", b"600") in start["headers"]
+    async with rig.client() as client:  # with room again, a malformed body is the route's 422 as before
+        rig.model.gate.set()
+        await asyncio.wait_for(holder.task, 10)
+        await asyncio.wait_for(queued.task, 10)
+        assert (await client.post(path, json={"question": 5})).status_code == 422
+    assert rig.collection.search_calls == 2 and rig.model.calls == 2
