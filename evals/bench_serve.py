@@ -44,6 +44,7 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 from httpx_sse import EventSource
+from prometheus_client.parser import text_string_to_metric_families
 
 from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
@@ -366,6 +367,42 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any]:
     return info
 
 
+LAG_BOUNDS_S = ("0.1", "0.25", "0.5")
+"""Loop lags (seconds, buckets of `rag_event_loop_lag_seconds`) whose share of samples the report gives."""
+
+
+async def loop_lag_buckets(client: httpx.AsyncClient) -> dict[str, float] | None:
+    """The server's `rag_event_loop_lag_seconds` histogram from its `/metrics`: cumulative sample count per bucket
+    bound `le` (seconds, as text; `+Inf` is the total), parsed with prometheus-client's text parser; None when the
+    server does not export it or `/metrics` cannot be read."""
+    try:
+        response = await client.get("/metrics", timeout=30)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    buckets = {
+        sample.labels["le"]: sample.value
+        for family in text_string_to_metric_families(response.text)
+        if family.name == "rag_event_loop_lag_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_bucket")
+    }
+    return buckets or None
+
+
+def loop_lag_between(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, Any] | None:
+    """The loop-lag samples taken between two `loop_lag_buckets` readings: their number and the share later than
+    each of `LAG_BOUNDS_S` (the wait any request ready at that moment had, refusals included); None without both."""
+    if before is None or after is None:
+        return None
+    samples = after["+Inf"] - before.get("+Inf", 0.0)
+    if samples <= 0:
+        return {"samples": 0}
+    late = {f"over_{b}_s": round(1 - (after[b] - before.get(b, 0.0)) / samples, 4) for b in LAG_BOUNDS_S if b in after}
+    return {"samples": int(samples), **late}
+
+
 async def run_serve_bench(params: ServeBenchParams) -> dict[str, Any]:
     """Run the closed-loop levels, then the open loop at `overload` × capacity; returns the `--json` report.
 
@@ -389,7 +426,9 @@ async def run_serve_bench(params: ServeBenchParams) -> dict[str, Any]:
         overloaded = None
         if params.overload > 0 and capacity["goodput_rps"] > 0:
             rate = params.overload * capacity["goodput_rps"]
+            lag_before = await loop_lag_buckets(client)
             overloaded = summarize(await open_loop(client, params, claims, rate), tokens)
+            overloaded["server_loop_lag"] = loop_lag_between(lag_before, await loop_lag_buckets(client))
             log.info("open loop: %s", overloaded)
     machine["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     return {

@@ -457,7 +457,17 @@ def bench_serve(results: dict[str, Any]) -> str:
         "errors",
         "LLM tokens/s",
     ]
-    return caption + markdown_table(header, rows)
+    lag = (results.get("open_loop") or {}).get("server_loop_lag")
+    footer = ""
+    if lag and lag.get("samples"):  # results from before the server exported rag_event_loop_lag_seconds have none
+        shares = ", ".join(
+            f"{100 * lag[f'over_{b}_s']:.1f} % over {float(b) * 1000:.0f} ms" for b in ("0.1", "0.25", "0.5")
+        )
+        footer = (
+            f"\nThe server's event loop during the open loop (`rag_event_loop_lag_seconds`, one sample per 0.1 s, "
+            f"{lag['samples']} samples): {shares} late.\n"
+        )
+    return caption + markdown_table(header, rows) + footer
 
 
 _SERVE_TARGET_LABELS = {

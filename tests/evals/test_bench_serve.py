@@ -11,7 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from agent.http.loop_lag import lag_histogram
 from evals.bench_serve import (
     Outcome,
     Phase,
@@ -19,6 +21,8 @@ from evals.bench_serve import (
     ServerUnreachableError,
     TokenCounter,
     capacity_of,
+    loop_lag_between,
+    loop_lag_buckets,
     send_one,
     server_info,
     summarize,
@@ -165,3 +169,26 @@ async def test_an_unreachable_server_stops_the_run_before_any_load() -> None:
     async with httpx.AsyncClient(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(handle)) as client:
         with pytest.raises(ServerUnreachableError, match=r"no HTTP server answers at http://127\.0\.0\.1:9"):
             await server_info(client)
+
+
+async def test_the_server_loop_lag_is_read_from_metrics_and_compared_between_two_readings() -> None:
+    registry = CollectorRegistry()
+    histogram = lag_histogram(registry)
+
+    async def read() -> dict[str, float] | None:
+        metrics = httpx.MockTransport(lambda request: httpx.Response(200, content=generate_latest(registry)))
+        async with httpx.AsyncClient(base_url="http://testserver", transport=metrics) as client:
+            return await loop_lag_buckets(client)
+
+    for lag in (0.0, 0.3):
+        histogram.observe(lag)
+    before = await read()
+    for lag in (0.002, 0.002, 0.2, 0.6):  # between the readings: 4 samples, 2 over 0.1 s, 1 over 0.25 s and 0.5 s
+        histogram.observe(lag)
+    after = await read()
+    assert before is not None and before["+Inf"] == 2 and before["0.25"] == 1
+    assert loop_lag_between(before, after) == {"samples": 4, "over_0.1_s": 0.5, "over_0.25_s": 0.25, "over_0.5_s": 0.25}
+    assert loop_lag_between(None, after) is None and loop_lag_between(after, after) == {"samples": 0}
+    without = httpx.MockTransport(lambda request: httpx.Response(200, content=b"# nothing here\n"))
+    async with httpx.AsyncClient(base_url="http://testserver", transport=without) as client:
+        assert await loop_lag_buckets(client) is None  # a server without the metric
