@@ -32,6 +32,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -572,6 +573,9 @@ def check_targets(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 async def run_mixed_bench(settings: Settings, params: MixedBenchParams) -> dict[str, Any]:
     """Idle probes, then each workload alone and beside the probes (module docstring); the report.
 
+    The working folder (corpus, PDFs, the children's logs) is removed at the end, unless a bulk run lost work: then
+    it stays and the report's `work_dir` names it (else None).
+
     Raises:
         SettingsError: no database (run `rag up`); the app's own start-up errors (Triton, Postgres, LLM).
     """
@@ -614,7 +618,11 @@ async def run_mixed_bench(settings: Settings, params: MixedBenchParams) -> dict[
                 }
             )
     report["targets"] = check_targets(report)
-    report["work_dir"] = str(work)
+    if any(phase["lost"] for phase in report["phases"]):
+        report["work_dir"] = str(work)  # the children's logs say why
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        report["work_dir"] = None
     return report
 
 

@@ -58,6 +58,7 @@ async def test_ci_size_mixed_run_reports_every_phase(ingested: str, settings: Se
     assert not upload["during_job"]["errors"]
     assert report["targets"]["failed_questions"] == {"value": 0, "target": "<= 0", "met": True}
     assert report["targets"]["lost_bulk_work"]["met"]
+    assert report["work_dir"] is None  # nothing lost: its working folder is gone
     assert set(report["targets"]) <= set(TARGETS)
     assert write_plot(report, tmp_path / "mixed.png").stat().st_size > 0
 
