@@ -3,7 +3,9 @@
 Interactive load goes through the Python API (`agent.core.app.RagApp`, in this process, on the settings' stack and
 store): retrieval alone (`RagApp.search`: embed on Triton + hybrid search) and whole answers (`RagApp.ask`, TTFT at
 the first text delta), each at concurrency 1 and 8, as closed loops of a fixed number of questions (SciFact test
-claims). It is measured idle, then beside each bulk workload, each a process of its own as users run them:
+claims for retrieval; train claims in a seeded random order for answers, `ProbeClaims`, so that no answer is served
+from vLLM's prefix cache). It is measured idle, then beside each bulk workload, each a process of its own as users
+run them:
 
 - `ingest`: `rag ingest` of the first `--ingest-docs` SciFact abstracts into a scratch database on the same Postgres
   (dropped and created afresh before each run);
@@ -32,6 +34,7 @@ import itertools
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import sys
@@ -92,6 +95,8 @@ class MixedBenchParams:
     question_gap_s: float = 1.0
     warmup_s: float = 10.0
     bulk_timeout_s: float = 1800.0
+    seed: int | None = None
+    """Order of the answer probes' claims (`ProbeClaims`); None: a fresh one per run, stored in the report."""
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.workloads if w not in WORKLOADS]
@@ -183,8 +188,32 @@ async def run_probe(
     return probe
 
 
+@dataclass
+class ProbeClaims:
+    """Where the questions come from: `retrieval` (retrieval probes, the steady stream, the upload server's asks)
+    cycles the SciFact test claims; `answers` (whole-answer probes) cycles the train claims in an order shuffled by
+    `seed`, so no answer probe finds its own prompt in vLLM's prefix cache from earlier in the run (or, with another
+    seed, from a run before it), which would cut its TTFT to a fraction and make the ratios to idle meaningless.
+    The eval workload answers test claims, so it warms no answer probe's prompt either."""
+
+    seed: int
+    retrieval: Iterator[str] = field(init=False)
+    answers: Iterator[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.retrieval = itertools.cycle([c for c in claim_texts("test").values() if c.strip()])
+        self.answers = itertools.cycle(answer_claims(self.seed))
+
+
+def answer_claims(seed: int) -> list[str]:
+    """The SciFact train claims (809; none of them a test claim) in the order `random.Random(seed)` shuffles them."""
+    texts = [c for c in claim_texts("train").values() if c.strip()]
+    random.Random(seed).shuffle(texts)
+    return texts
+
+
 async def probes(
-    app: RagApp, params: MixedBenchParams, claims: Iterator[str], running: Callable[[], bool]
+    app: RagApp, params: MixedBenchParams, claims: ProbeClaims, running: Callable[[], bool]
 ) -> list[Probe]:
     """Every probe in turn (retrieval, then answers, each at every concurrency); a probe that ended after the
     workload did is marked `overlap=False`."""
@@ -195,7 +224,8 @@ async def probes(
         plan += [("answer", c, max(params.answer_requests, c)) for c in params.concurrencies]
     out = []
     for kind, concurrency, requests in plan:
-        probe = await run_probe(app, kind, concurrency, requests, claims)
+        source = claims.retrieval if kind == "retrieval" else claims.answers
+        probe = await run_probe(app, kind, concurrency, requests, source)
         probe.overlap = running()
         log.info("%s c=%d: %s", kind, concurrency, probe.summary()["latency_ms"])
         out.append(probe)
@@ -473,14 +503,14 @@ async def beside(
     params: MixedBenchParams,
     workload: Workload,
     work: Path,
-    claims: Iterator[str],
+    claims: ProbeClaims,
     with_probes: bool,
 ) -> tuple[BulkRun, list[Probe], Probe]:
     """The workload with questions beside it: with `with_probes`, the probes first; then (or from the start) one
     retrieval every `question_gap_s` until it ends (a steady question stream, about 1/s). Returns its run, the
     probes (none without `with_probes`) and that stream."""
     tag = "beside-probes" if with_probes else "beside-stream"
-    task = asyncio.create_task(_bulk(settings, params, workload, work, tag, claims))
+    task = asyncio.create_task(_bulk(settings, params, workload, work, tag, claims.retrieval))
     try:
         measured: list[Probe] = []
         if with_probes:
@@ -488,7 +518,7 @@ async def beside(
             measured = await probes(app, params, claims, lambda: not task.done())
         stream = Probe("retrieval", 1)
         while not task.done():
-            await retrieval_once(app, next(claims), stream)
+            await retrieval_once(app, next(claims.retrieval), stream)
             await asyncio.wait({task}, timeout=params.question_gap_s)
         return await task, measured, stream
     finally:
@@ -579,11 +609,12 @@ async def run_mixed_bench(settings: Settings, params: MixedBenchParams) -> dict[
     Raises:
         SettingsError: no database (run `rag up`); the app's own start-up errors (Triton, Postgres, LLM).
     """
-    claims = itertools.cycle([c for c in claim_texts("test").values() if c.strip()])
+    seed = params.seed if params.seed is not None else random.SystemRandom().randrange(2**31)
+    claims = ProbeClaims(seed)
     work = Path(tempfile.mkdtemp(prefix="rag-bench-mixed-"))
     report: dict[str, Any] = {
         "machine": machine_info({"embedder_model": settings.embedder_model, "llm_model": settings.llm_model}),
-        "params": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(params).items()},
+        "params": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(params).items()} | {"seed": seed},
         "settings": {
             "embedder_interactive_model": settings.embedder_interactive_model,
             "embedder_model": settings.embedder_model,
@@ -598,7 +629,7 @@ async def run_mixed_bench(settings: Settings, params: MixedBenchParams) -> dict[
         report["idle"] = [p.summary() for p in await probes(app, params, claims, lambda: True)]
         for workload in params.workloads:
             log.info("%s alone", workload)
-            alone = await _bulk(settings, params, workload, work, "alone", claims)
+            alone = await _bulk(settings, params, workload, work, "alone", claims.retrieval)
             log.info("%s alone: %.2f %s; now beside a question a second", workload, alone.rate, alone.units)
             steady, _, stream = await beside(app, settings, params, workload, work, claims, with_probes=False)
             log.info("%s beside the stream: %.2f %s; now beside the probes", workload, steady.rate, steady.units)

@@ -385,6 +385,9 @@ def bench_mixed(
     upload_pages: Annotated[int, typer.Option(min=1, help="Pages (abstracts) per uploaded PDF.")] = 10,
     eval_cases: Annotated[int, typer.Option(min=1, help="Claims the eval workload answers.")] = 40,
     eval_concurrency: Annotated[int, typer.Option(min=1, help="Concurrency of the eval workload.")] = 8,
+    seed: Annotated[
+        int | None, typer.Option(help="Order of the answer probes' claims (default: a fresh one, in the report).")
+    ] = None,
     out: Annotated[Path, typer.Option(help="JSON report (the plot is written beside it as .png).")] = Path(
         ".rag/bench/bench-mixed.json"
     ),
@@ -410,5 +413,6 @@ def bench_mixed(
         upload_pages=upload_pages,
         eval_cases=eval_cases,
         eval_concurrency=eval_concurrency,
+        seed=seed,
     )
     run_mixed_bench_command(Settings(), params, as_json, out)

@@ -14,6 +14,7 @@ from evals.bench_mixed import (
     EVAL_RUNS,
     TARGETS,
     MixedBenchParams,
+    answer_claims,
     check_targets,
     eval_claim_ids,
     run_mixed_bench,
@@ -126,3 +127,12 @@ def test_each_eval_run_answers_its_own_slice_of_test_claims() -> None:
     assert wrapped[:100] == test_ids[200:] and wrapped[100:] == test_ids[:100]
     with pytest.raises(ValueError, match="cases 0"):
         eval_claim_ids(0, 0)
+
+
+def test_answer_probes_ask_train_claims_in_a_seeded_order() -> None:
+    # a claim asked before is served from vLLM's prefix cache: answer probes never share claims with the test split
+    # (retrieval probes, the eval workload) and another seed asks others first
+    first, again, other = answer_claims(1), answer_claims(1), answer_claims(2)
+    assert first == again and first != other and sorted(first) == sorted(other)
+    assert len(set(first)) > 800  # 809 train claims, two of them asked twice in the split
+    assert not set(first) & set(claim_texts("test").values())
