@@ -206,8 +206,10 @@ class ProbeClaims:
 
 
 def answer_claims(seed: int) -> list[str]:
-    """The SciFact train claims (809; none of them a test claim) in the order `random.Random(seed)` shuffles them."""
-    texts = [c for c in claim_texts("train").values() if c.strip()]
+    """The SciFact train claims, each text once and none that is also a test claim's (805 of 809), in the order
+    `random.Random(seed)` shuffles them."""
+    test = set(claim_texts("test").values())
+    texts = sorted({c for c in claim_texts("train").values() if c.strip() and c not in test})
     random.Random(seed).shuffle(texts)
     return texts
 
