@@ -659,6 +659,7 @@ def extract_bench(results: dict[str, Any]) -> str:
     "bench-embedder.json",
     "bench-query.json",
     "bench-serve.json",
+    "bench-mixed.json",
 )
 def headline(
     retrieval: dict[str, Any],
@@ -666,10 +667,11 @@ def headline(
     embedder: dict[str, Any],
     query: dict[str, Any],
     serve: dict[str, Any],
+    mixed: dict[str, Any],
 ) -> str:
     """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, answer verdict accuracy,
-    the embedding service's throughput and p99, the query path's p50, goodput under overload; each with its date
-    and the page holding the full table."""
+    the embedding service's throughput and p99, the query path's p50, goodput under overload, questions during an
+    ingest; each with its date and the page holding the full table."""
     hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
     dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
     hybrid1 = _point(query, "hybrid", 1)
@@ -713,6 +715,22 @@ def headline(
             "[Benchmarks](docs/benchmarks.md)",
         ]
     )
+    targets = mixed.get("targets", {})
+    if {"retrieval_p50_over_idle_during_ingest", "retrieval_p95_ms_during_ingest"} <= set(targets):
+        during = (
+            f"retrieval p50 {targets['retrieval_p50_over_idle_during_ingest']['value']:g} × idle, p95 "
+            f"{targets['retrieval_p95_ms_during_ingest']['value']:.0f} ms"
+        )
+        if "ttft_p50_over_idle_during_ingest" in targets:
+            during += f"; answer TTFT p50 {targets['ttft_p50_over_idle_during_ingest']['value']:g} × idle"
+        rows.append(
+            [
+                "questions while `rag ingest` runs, concurrency 1",
+                during,
+                mixed["machine"]["date_utc"][:10],
+                "[Benchmarks](docs/benchmarks.md#questions-while-documents-flow-in-rag-bench-mixed)",
+            ]
+        )
     return markdown_table(["what", "figure", "measured", "details"], rows)
 
 
