@@ -1375,6 +1375,7 @@ def test_alerts_have_runbook_lines_and_match_the_prometheus_rule() -> None:
         "RagAdmissionRejecting",
         "RagAnswerErrorRate",
         "RagTimeToFirstTokenHigh",
+        "RagEventLoopLagging",
         "TritonEmbedderQueueTimeHigh",
         # The silent failures: a blind autoscaler, one pinned at its maximum, no backup, a replica not streaming.
         "AutoscalerBlind",
