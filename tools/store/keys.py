@@ -5,8 +5,9 @@ Table (created idempotently by `PostgresKeys.setup`):
 timestamptz, requests_per_minute integer, tokens_per_day bigint)`; the two quota columns (NULL: the service's default,
 `KEY_REQUESTS_PER_MINUTE` / `KEY_TOKENS_PER_DAY`) are added to an older table by the same set-up. A key's holder sees
 and writes only the documents, answers and jobs of its `collections` (`tools.scope`). Every operation is one
-transaction (`tools.store.pools.transaction`), and Postgres' failures come out as the store's errors (`StoreUnavailableError` while Postgres is down or restarting, `StoreBusyError`,
-`StoreQueryError`), never asyncpg's. The service's view of the keys (the cache, the admin key) is `agent.core.keys`.
+transaction (`tools.store.pools.transaction`), and Postgres' failures come out as the store's errors
+(`StoreUnavailableError` while Postgres is down or restarting, `StoreBusyError`, `StoreQueryError`), never asyncpg's.
+The service's view of the keys (the cache, the admin key) is `agent.core.keys`.
 
 Why a plain SHA-256 and no slow KDF (bcrypt, scrypt, Argon2): a token is 32 bytes from `secrets` (256 bits of
 entropy). Slow hashes exist to make guessing *low-entropy* secrets (passwords) expensive after the hash table leaks;
