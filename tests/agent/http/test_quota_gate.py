@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import SecretStr
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 
 from agent.core.keys import InMemoryKeys
 from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
@@ -18,7 +18,7 @@ from tests.openai_rig import Rig, ask
 ADMIN_KEY = "admin-secret"
 
 
-async def quota_rig(**settings: Any) -> tuple[Rig, list[str], Quotas]:
+async def quota_rig(**settings: Any) -> tuple[Rig, list[str]]:
     """A rig with two API keys (the default collection) and quotas over in-memory usage; the keys' tokens."""
     keys = InMemoryKeys()
     tokens = [(await keys.create(["default"], name))[1] for name in ("a", "b")]
@@ -27,11 +27,11 @@ async def quota_rig(**settings: Any) -> tuple[Rig, list[str], Quotas]:
     rig.app.state.keys = keys
     rig.app.state.quotas = quotas
     rig.app.dependency_overrides[get_keys] = lambda: keys
-    return rig, tokens, quotas
+    return rig, tokens
 
 
 async def test_a_key_over_its_requests_per_minute_gets_429_with_retry_after_and_no_llm_call() -> None:
-    rig, (token, other), _ = await quota_rig(key_requests_per_minute=2)
+    rig, (token, other) = await quota_rig(key_requests_per_minute=2)
     async with rig.http(Authorization=f"Bearer {token}") as client:
         for _ in range(2):
             assert (await client.post("/v1/chat/completions", json=ask())).status_code == 200
@@ -55,7 +55,7 @@ async def test_a_key_over_its_requests_per_minute_gets_429_with_retry_after_and_
 
 
 async def test_usage_is_what_the_answers_reported_and_a_spent_token_budget_refuses_the_next_request() -> None:
-    rig, (token, other), _ = await quota_rig(key_tokens_per_day=10_000)
+    rig, (token, other) = await quota_rig(key_tokens_per_day=10_000)
     reported = []
     async with rig.http(Authorization=f"Bearer {token}") as client:
         for _ in range(3):
@@ -78,7 +78,7 @@ async def test_usage_is_what_the_answers_reported_and_a_spent_token_budget_refus
         assert (await client.get("/v1/usage", params={"days": 0})).status_code == 422
     assert [r["key_id"] for r in every["usage"]] == [1, 2] and every["totals"]["requests"] == 4
 
-    spent_rig, (spender, _), _ = await quota_rig(key_tokens_per_day=totals["total_tokens"] // 3)
+    spent_rig, (spender, _) = await quota_rig(key_tokens_per_day=totals["total_tokens"] // 3)
     async with spent_rig.http(Authorization=f"Bearer {spender}") as client:
         assert (await client.post("/v1/chat/completions", json=ask())).status_code == 200
         calls = len(spent_rig.model.seen)
@@ -89,7 +89,7 @@ async def test_usage_is_what_the_answers_reported_and_a_spent_token_budget_refus
 
 
 async def test_a_streamed_answer_s_usage_is_recorded_before_the_stream_ends() -> None:
-    rig, (token, _), quotas = await quota_rig()
+    rig, (token, _) = await quota_rig()
     async with rig.http(Authorization=f"Bearer {token}") as client:
         streamed = await client.post(
             "/v1/chat/completions", json=ask(stream=True, stream_options={"include_usage": True})
