@@ -99,3 +99,21 @@ async def test_a_streamed_answer_s_usage_is_recorded_before_the_stream_ends() ->
         assert usage_chunk
         rows = (await client.get("/v1/usage")).json()["usage"]
     assert rows[0]["requests"] == 1 and rows[0]["total_tokens"] > 0
+
+
+async def test_a_key_over_its_quota_is_refused_before_admission_control_and_takes_no_place() -> None:
+    rig, (token, other) = await quota_rig(key_requests_per_minute=1, answer_max_in_progress=1, answer_queue_max=0)
+    rig.app.state.rag = rig.rag  # what the lifespan sets: the admission gate now asks this app's controller
+    async with rig.http(Authorization=f"Bearer {token}") as client:
+        assert (await client.post("/v1/ask", json={"question": "q"})).status_code == 200
+    held = rig.rag.admission.enter()  # the only slot is busy and nothing may queue
+    try:
+        async with rig.http(Authorization=f"Bearer {token}") as client:
+            over = await client.post("/v1/ask", json={"question": "q"})
+        assert over.status_code == 429 and over.json()["error"] == "quota_exceeded"
+        async with rig.http(Authorization=f"Bearer {other}") as client:
+            overloaded = await client.post("/v1/ask", json={"question": "q"})
+        assert overloaded.status_code == 503 and overloaded.json()["error"] == "overloaded"
+        assert rig.rag.admission.in_progress == 1 and rig.rag.admission.queue_length == 0
+    finally:
+        held.close()
