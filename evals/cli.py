@@ -416,3 +416,20 @@ def bench_mixed(
         seed=seed,
     )
     run_mixed_bench_command(Settings(), params, as_json, out)
+
+
+@bench_app.command("quota")
+def bench_quota(
+    requests: Annotated[int, typer.Option(min=1, help="Refusals measured per phase.")] = 400,
+    warmup: Annotated[int, typer.Option(min=0, help="Unmeasured refusals before each phase.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results JSON only.")] = False,
+    out: Annotated[
+        Path, typer.Option(help="Results file (the docs read evals/results/bench-quota.json).")
+    ] = Path(".rag/bench/bench-quota.json"),
+) -> None:
+    """Latency of the 429 `quota_exceeded` refusal of an API key over its requests per minute or tokens per day,
+    p50/p95/p99 ms, one client and 16 at once, on /v1/chat/completions and /v1/ask of the real HTTP app (in-memory
+    answers, keys and usage; no stack needed); also checks the refusals made no LLM call."""
+    from evals.bench_quota import QuotaBenchParams, run_quota_bench_command
+
+    run_quota_bench_command(QuotaBenchParams(requests, warmup), as_json, out)

@@ -15,16 +15,14 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from infra.processes import free_port
+from infra.threaded_server import ThreadedServer as ThreadedServer  # where the tests import it from
 
 TRITON_DEFAULT_MAX_TOKENS = 16
 """Output tokens Triton's OpenAI frontend generates when a request has no `max_tokens`."""
@@ -169,29 +167,6 @@ def build_app(state: FakeState) -> FastAPI:
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     return app
-
-
-class ThreadedServer:
-    """Runs an ASGI `app` with uvicorn in a daemon thread on a free port; `url` is `http://127.0.0.1:<port>`."""
-
-    def __init__(self, app: FastAPI, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> ThreadedServer:
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"uvicorn server on port {self.port} did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 class FakeOpenAIServer(ThreadedServer):

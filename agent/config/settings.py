@@ -507,6 +507,22 @@ class Settings(BaseSettings):
         "this time; once any key exists that is remembered (keys are revoked, never deleted). 0 reads the table on "
         "every request.",
     )
+    key_requests_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        description="Answer requests one API key may make per minute (a moving 60 s window, counted in each `rag "
+        "serve` process's memory: N processes let a key make up to N times this); over it, 429 `quota_exceeded` with "
+        "Retry-After before any work. Unset: unlimited. A key's own limit (`rag keys update --requests-per-minute`) "
+        "wins. The admin key (API_KEY) has no quota.",
+    )
+    key_tokens_per_day: int | None = Field(
+        default=None,
+        ge=1,
+        description="LLM tokens (prompt + completion) one API key may use per UTC day, summed from the `key_usage` "
+        "table (read at most every API_KEYS_CACHE_S seconds per process); once reached, 429 `quota_exceeded` with "
+        "Retry-After (seconds to the next UTC midnight) before any work. Unset: unlimited. A key's own limit (`rag "
+        "keys update --tokens-per-day`) wins.",
+    )
 
     # --- HTTP hardening (agent/http/guards.py, agent/http/shutdown.py, agent/core/context_window.py) -----------
     allowed_hosts: Annotated[tuple[str, ...] | None, NoDecode] = Field(

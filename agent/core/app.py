@@ -28,6 +28,7 @@ from agent.core.answer import AnswerRequest, answer
 from agent.core.conversations import ConversationNotFoundError, follow_up
 from agent.core.errors import InputError
 from agent.core.events import AgentEvent, Queued
+from agent.core.quotas import meter_answer
 from agent.core.rag_agent import RagDeps
 from agent.core.results import AskResult
 from agent.core.telemetry import answer_span
@@ -166,6 +167,7 @@ class RagApp:
                 results.append(
                     await answer(self.agents[policy], self.deps, replace(request, policy=policy), self.limits)
                 )
+        meter_answer(results[0])  # the caller's key's usage (agent.core.quotas), when the request is metered
         return results[0]
 
     async def _store_turn(self, conversation_id: UUID, turn: int, result: AskResult) -> None:

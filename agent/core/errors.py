@@ -95,3 +95,23 @@ class OverloadedError(AgentError):
         self.retry_after_s = retry_after_s
         self.reason = reason
         super().__init__(message)
+
+
+QuotaLimit = Literal["requests_per_minute", "tokens_per_day"]
+
+
+class QuotaExceededError(AgentError):
+    """An API key is over one of its quotas (`agent.core.quotas`): refused before any work, no LLM token spent.
+
+    Attributes:
+        limit: which quota (`requests_per_minute`, `tokens_per_day`; the `limit` label of
+            `rag_key_quota_refusals_total`).
+        retry_after_s: when the key may try again, seconds (the HTTP API sends it as `Retry-After`).
+    """
+
+    kind = "quota_exceeded"
+
+    def __init__(self, message: str, limit: QuotaLimit, retry_after_s: float) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        super().__init__(message)

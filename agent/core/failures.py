@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from agent.config.settings import SettingsError, describe_validation_error
-from agent.core.errors import AgentError, AnswerLimitError, InputError, LLMUnavailableError, OverloadedError
+from agent.core.errors import (
+    AgentError,
+    AnswerLimitError,
+    InputError,
+    LLMUnavailableError,
+    OverloadedError,
+    QuotaExceededError,
+)
 from tools import embedder
 from tools.ingest import IngestError
 from tools.scope import ScopeError
@@ -66,7 +73,8 @@ def describe(exc: BaseException) -> Failure | None:
     """Classify `exc`; None when it is not one of the product's error types (a bug).
 
     Known: `agent.core.errors.AgentError` (its `kind`; an answer timeout is `timeout`; `overloaded`, admission control's
-    refusal, is retryable after its `retry_after_s`), `agent.core.errors.InputError` and
+    refusal, and `quota_exceeded`, an API key over its quota, are retryable after their `retry_after_s`),
+    `agent.core.errors.InputError` and
     `tools.ingest.IngestError`, `tools.scope.ScopeError` (`bad_request`: the product's checked inputs), `EmbedderError`
     (`retrieval_unavailable`, or `embedder_overloaded` for a full Triton queue), the store's errors (a Postgres that
     is down: `postgres_unavailable`; no free pooled connection: `postgres_busy`; a failed statement:
@@ -80,7 +88,7 @@ def describe(exc: BaseException) -> Failure | None:
             if (failure := describe(inner)) is not None:
                 return failure
         return None
-    if isinstance(exc, OverloadedError):
+    if isinstance(exc, OverloadedError | QuotaExceededError):
         return Failure(exc.kind, _one_line(str(exc)), retryable=True, retry_after_s=exc.retry_after_s)
     if isinstance(exc, AnswerLimitError) and exc.limit == "timeout":
         return Failure("timeout", _one_line(str(exc)), retryable=True)

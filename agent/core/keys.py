@@ -9,14 +9,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
 from cachetools import TTLCache
 
 from agent.config.settings import Settings
-from tools.store.keys import ApiKey, PostgresKeys, check_collections, new_token, open_keys, token_hash
+from tools.store.keys import (
+    KEEP,
+    ApiKey,
+    Keep,
+    PostgresKeys,
+    check_collections,
+    check_limit,
+    new_token,
+    open_keys,
+    token_hash,
+)
 
 
 class KeyRing(Protocol):
@@ -95,10 +105,19 @@ class InMemoryKeys:
     rows: dict[int, tuple[ApiKey, str]] = field(default_factory=dict)
     """id -> (key, token hash)."""
 
-    async def create(self, collections: Sequence[str], name: str = "") -> tuple[ApiKey, str]:
+    async def create(
+        self,
+        collections: Sequence[str],
+        name: str = "",
+        requests_per_minute: int | None = None,
+        tokens_per_day: int | None = None,
+    ) -> tuple[ApiKey, str]:
         """See `PostgresKeys.create`."""
         token = new_token()
-        key = ApiKey(len(self.rows) + 1, name, check_collections(collections), datetime.now(UTC))
+        check_limit("requests_per_minute", requests_per_minute)
+        check_limit("tokens_per_day", tokens_per_day)
+        names = check_collections(collections)
+        key = ApiKey(len(self.rows) + 1, name, names, datetime.now(UTC), None, requests_per_minute, tokens_per_day)
         self.rows[key.id] = (key, token_hash(token))
         return key, token
 
@@ -112,8 +131,24 @@ class InMemoryKeys:
             return None
         key, digest = self.rows[key_id]
         if key.active:
-            key = ApiKey(key.id, key.name, key.collections, key.created_at, datetime.now(UTC))
+            key = replace(key, revoked_at=datetime.now(UTC))
             self.rows[key_id] = (key, digest)
+        return key
+
+    async def update_limits(
+        self, key_id: int, requests_per_minute: int | Keep | None = KEEP, tokens_per_day: int | Keep | None = KEEP
+    ) -> ApiKey | None:
+        """See `PostgresKeys.update_limits`."""
+        check_limit("requests_per_minute", requests_per_minute)
+        check_limit("tokens_per_day", tokens_per_day)
+        if key_id not in self.rows:
+            return None
+        key, digest = self.rows[key_id]
+        if not isinstance(requests_per_minute, Keep):
+            key = replace(key, requests_per_minute=requests_per_minute)
+        if not isinstance(tokens_per_day, Keep):
+            key = replace(key, tokens_per_day=tokens_per_day)
+        self.rows[key_id] = (key, digest)
         return key
 
     async def holder(self, token: str) -> ApiKey | None:

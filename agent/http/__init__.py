@@ -22,6 +22,10 @@
   "detail", "ms"}}}`, 503 unless all pass; `/openapi.json`, `/docs`; `GET /` → the web chat page
   (`agent/http/web/index.html`). `GET /metrics` (Prometheus) is routed by `create_app`; the request guards
   (`agent.http.guards`) and the shutdown drain (`agent.http.shutdown`) are its middleware.
+- `usage` (`agent.http.usage`): `GET /v1/usage?days=7` → `{"days", "since", "usage": [{key_id, key_name, day,
+  requests, prompt_tokens, completion_tokens, total_tokens, embed_ms, llm_ms}], "totals"}`: a key holder's own key,
+  the admin key's every key. A key over its quota (`agent.core.quotas`) gets 429 `quota_exceeded` with `Retry-After`
+  from the quota gate (`agent.http.quota_gate`, middleware) before any work.
 - `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.http.mcp_server`: tools `search`, `get_document`, `ask`) over
   streamable HTTP, behind the API key like every other route; each tool call is scoped to the key of its HTTP
   request.

@@ -12,8 +12,9 @@ from fastapi import FastAPI
 from agent.config.settings import Settings
 from agent.core.app import RagApp
 from agent.core.keys import CachedKeys, settings_keys
+from agent.core.quotas import Quotas
 from agent.core.telemetry import configure_tracing, metrics_app
-from agent.http import ask, conversations, documents, jobs, openai_chat, service
+from agent.http import ask, conversations, documents, jobs, openai_chat, service, usage
 from agent.http.admission_gate import AdmissionGate
 from agent.http.errors import install_error_handlers
 from agent.http.guards import install_guards
@@ -21,6 +22,7 @@ from agent.http.loop_lag import watch_loop_lag
 from agent.http.mcp import McpEndpoint
 from agent.http.metrics import metrics_routes
 from agent.http.openai_errors import OpenAIErrorShape, stream_ending
+from agent.http.quota_gate import QuotaGate
 from agent.http.shutdown import flush_telemetry, install_drain
 from agent.http.streams import EventStreamHeaders
 
@@ -46,6 +48,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
                 app.state.rag = opened
                 app.state.jobs = queue
                 app.state.keys = None if keys is None else CachedKeys(keys, settings.api_keys_cache_s)
+                app.state.quotas = None if keys is None else Quotas(settings, keys.usage)
                 yield
         finally:
             lag.cancel()
@@ -69,6 +72,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.router.routes.extend(metrics_routes(metrics_app()))
     install_error_handlers(app)
     app.add_middleware(AdmissionGate)  # inside the guards: refuses an overloaded answer before its body is read
+    app.add_middleware(QuotaGate)  # inside the key guard, outside admission: a key over its quota takes no slot
     install_guards(app, settings, settings.allowed_hosts or ("*",))
     app.state.drain = install_drain(app, stream_ending)
     app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed
@@ -79,4 +83,5 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.include_router(jobs.router)
     app.include_router(service.router)
     app.include_router(openai_chat.router)
+    app.include_router(usage.router)
     return app

@@ -1,5 +1,5 @@
 """The HTTP error contract: every error is an `ErrorBody` `{"error": kind, "detail": message}` with the status of its
-kind (`STATUS_OF_KIND`); a retryable 503 carries `Retry-After`."""
+kind (`STATUS_OF_KIND`); a retryable 503 or 429 carries `Retry-After`."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "conversation_not_found": 404,
     "payload_too_large": 413,
     "unauthorized": 401,
+    "quota_exceeded": 429,
     "forbidden_collection": 403,
     "method_not_allowed": 405,
     "timeout": 504,
@@ -85,6 +86,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "Missing, wrong or revoked API key (`API_KEY` is set or API keys exist)."),
         (403, "`forbidden_collection`: a collection named in the request is not one of the API key's."),
         (422, "Bad input or a hit answer limit."),
+        (429, "`quota_exceeded`: the API key is over its requests per minute or tokens per day; see `Retry-After`."),
         (502, "The LLM answered with something unusable."),
         (
             503,
@@ -98,11 +100,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def error_response(failure: Failure) -> JSONResponse:
-    """The JSON response of `failure`: status from `STATUS_OF_KIND`, `Retry-After` when it is retryable and 503 (the
-    failure's own `retry_after_s` rounded up to whole seconds when it has one, else `RETRY_AFTER_S`)."""
+    """The JSON response of `failure`: status from `STATUS_OF_KIND`, `Retry-After` when it is retryable and 503 or 429
+    (the failure's own `retry_after_s` rounded up to whole seconds when it has one, else `RETRY_AFTER_S`)."""
     status = STATUS_OF_KIND.get(failure.kind, 500)
     retry_after = RETRY_AFTER_S if failure.retry_after_s is None else max(1, math.ceil(failure.retry_after_s))
-    headers = {"Retry-After": str(retry_after)} if status == 503 and failure.retryable else None
+    headers = {"Retry-After": str(retry_after)} if status in (429, 503) and failure.retryable else None
     return JSONResponse(error_body(failure).model_dump(), status_code=status, headers=headers)
 
 

@@ -12,7 +12,8 @@ In the order a request meets them (`install_guards`):
    `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is looked up here too
    (`KeyRing.holder`, cached by `CachedKeys`), so a made-up one is refused before its body is read; an active key's
    holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
-   dependency); every other path stays the admin key's.
+   dependency), with its key in `scope["state"]` (`HOLDER_STATE`) for the quotas (`agent.http.quota_gate`); every
+   other path stays the admin key's.
 3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
    it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
    that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
@@ -34,7 +35,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.config.settings import Settings, SettingsError
-from tools.store.keys import TOKEN_PREFIX
+from tools.store.keys import TOKEN_PREFIX, ApiKey
 
 OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/", "/"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page (which asks for
@@ -144,6 +145,7 @@ CALLER_PATHS = (
     "/v1/chat/completions",
     "/v1/models",
     "/v1/conversations",
+    "/v1/usage",
     "/mcp",
     "/openapi.json",
     "/docs",
@@ -168,19 +170,25 @@ async def keys_exist(scope: Scope) -> bool:
     return keys is not None and bool(await keys.any_keys())
 
 
-async def active_holder(scope: Scope, authorization: bytes | None) -> bool:
-    """Whether the `Authorization` header holds the token of an active key of the app's API keys (one look-up by
-    its hash, remembered by `CachedKeys`); False without keys.
+HOLDER_STATE = "api_key_holder"
+"""The key of `scope["state"]` (Starlette's `request.state`) where `BearerKeyGuard` leaves the active key
+(`tools.store.keys.ApiKey`) of a key holder's request, for what runs inside it (`agent.http.quota_gate`)."""
+
+
+async def active_holder(scope: Scope, authorization: bytes | None) -> ApiKey | None:
+    """The active key of the app's API keys whose token the `Authorization` header holds (one look-up by its hash,
+    remembered by `CachedKeys`); None without keys.
 
     Raises:
         Whatever the keys raise when they cannot be read (`tools.store` errors).
     """
     keys = _app_keys(scope)
     if keys is None:
-        return False
+        return None
     # Starlette decodes header bytes as latin-1 (as `agent.http.deps.get_caller` reads the token)
     token = (authorization or b"").strip().partition(b" ")[2].strip().decode("latin-1")
-    return await keys.holder(token) is not None
+    key: ApiKey | None = await keys.holder(token)
+    return key
 
 
 def holder_token(authorization: bytes | None) -> bool:
@@ -210,16 +218,18 @@ class BearerKeyGuard:
             await self.app(scope, receive, send)
             return
         try:
-            holder = holder_token(given) and caller_path(scope["path"]) and await active_holder(scope, given)
-            open_server = not holder and self.key is None and not await keys_exist(scope)
+            holder = await active_holder(scope, given) if holder_token(given) and caller_path(scope["path"]) else None
+            open_server = holder is None and self.key is None and not await keys_exist(scope)
         except Exception as exc:  # noqa: BLE001 (the keys cannot be read: refuse, retryable)
             detail = f"the API keys cannot be read ({type(exc).__name__}); try again"
             await error_json(503, "postgres_unavailable", detail, {"Retry-After": "5"})(scope, receive, send)
             return
-        if not holder and not open_server:  # a holder's route `Caller` scopes it to its collections
+        if holder is None and not open_server:  # a holder's route `Caller` scopes it to its collections
             headers = {"WWW-Authenticate": "Bearer"}
             await error_json(401, "unauthorized", "missing, wrong or revoked API key", headers)(scope, receive, send)
             return
+        if holder is not None:
+            scope.setdefault("state", {})[HOLDER_STATE] = holder
         await self.app(scope, receive, send)
 
 

@@ -2,10 +2,12 @@
 
 Table (created idempotently by `PostgresKeys.setup`):
 `api_keys(id bigserial, name text, hash text UNIQUE, collections text[], created_at timestamptz, revoked_at
-timestamptz)`. A key's holder sees and writes only the documents, answers and jobs of its `collections`
-(`tools.scope`). Every operation is one transaction (`tools.store.pools.transaction`), and Postgres' failures come out
-as the store's errors (`StoreUnavailableError` while Postgres is down or restarting, `StoreBusyError`,
-`StoreQueryError`), never asyncpg's. The service's view of the keys (the cache, the admin key) is `agent.core.keys`.
+timestamptz, requests_per_minute integer, tokens_per_day bigint)`; the two quota columns (NULL: the service's default,
+`KEY_REQUESTS_PER_MINUTE` / `KEY_TOKENS_PER_DAY`) are added to an older table by the same set-up. A key's holder sees
+and writes only the documents, answers and jobs of its `collections` (`tools.scope`). Every operation is one
+transaction (`tools.store.pools.transaction`), and Postgres' failures come out as the store's errors
+(`StoreUnavailableError` while Postgres is down or restarting, `StoreBusyError`, `StoreQueryError`), never asyncpg's.
+The service's view of the keys (the cache, the admin key) is `agent.core.keys`.
 
 Why a plain SHA-256 and no slow KDF (bcrypt, scrypt, Argon2): a token is 32 bytes from `secrets` (256 bits of
 entropy). Slow hashes exist to make guessing *low-entropy* secrets (passwords) expensive after the hash table leaks;
@@ -22,6 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import asyncpg
@@ -30,6 +33,7 @@ from tools.scope import ScopeError, check_collection
 from tools.store.errors import translated
 from tools.store.pools import transaction
 from tools.store.records import Conn
+from tools.store.usage import PostgresUsage
 
 TOKEN_PREFIX = "rag_"
 """Every token starts with it (recognisable in logs and secret scanners)."""
@@ -44,12 +48,14 @@ CREATE TABLE IF NOT EXISTS api_keys (
     collections text[] NOT NULL CHECK (cardinality(collections) >= 1),
     created_at timestamptz NOT NULL DEFAULT now(),
     revoked_at timestamptz
-)
+);
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS requests_per_minute integer CHECK (requests_per_minute >= 1);
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS tokens_per_day bigint CHECK (tokens_per_day >= 1)
 """
 KEYS_LOCK = 4245
 """Advisory lock key that serialises concurrent set-up of the table."""
 
-_COLUMNS = "id, name, collections, created_at, revoked_at"
+_COLUMNS = "id, name, collections, created_at, revoked_at, requests_per_minute, tokens_per_day"
 
 
 def new_token() -> str:
@@ -76,13 +82,17 @@ def check_collections(names: Sequence[str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class ApiKey:
     """A stored key (never its token nor its hash): id, name, the collections it may use, when it was created and
-    revoked (None: active)."""
+    revoked (None: active), and its own quotas (None: the service's defaults)."""
 
     id: int
     name: str
     collections: tuple[str, ...]
     created_at: datetime
     revoked_at: datetime | None = None
+    requests_per_minute: int | None = None
+    """The key's own answer requests per minute; None: the service's `KEY_REQUESTS_PER_MINUTE`."""
+    tokens_per_day: int | None = None
+    """The key's own LLM tokens per UTC day; None: the service's `KEY_TOKENS_PER_DAY`."""
 
     @property
     def active(self) -> bool:
@@ -97,11 +107,41 @@ class ApiKey:
             "collections": list(self.collections),
             "created_at": self.created_at.isoformat(),
             "revoked_at": None if self.revoked_at is None else self.revoked_at.isoformat(),
+            "requests_per_minute": self.requests_per_minute,
+            "tokens_per_day": self.tokens_per_day,
         }
 
 
 def _key(row: asyncpg.Record) -> ApiKey:
-    return ApiKey(row["id"], row["name"], tuple(row["collections"]), row["created_at"], row["revoked_at"])
+    return ApiKey(
+        row["id"],
+        row["name"],
+        tuple(row["collections"]),
+        row["created_at"],
+        row["revoked_at"],
+        row["requests_per_minute"],
+        row["tokens_per_day"],
+    )
+
+
+class Keep(Enum):
+    """`KEEP`: a quota `PostgresKeys.update_limits` leaves as it is."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
+def check_limit(name: str, value: int | Keep | None) -> int | Keep | None:
+    """`value` when it is a valid quota (None, `KEEP`, or at least 1).
+
+    Raises:
+        tools.scope.ScopeError: a number below 1 (named).
+    """
+    if isinstance(value, int) and value < 1:
+        raise ScopeError(f"{name}={value}; expected at least 1, or `default` for the service's default")
+    return value
 
 
 class PostgresKeys:
@@ -120,27 +160,43 @@ class PostgresKeys:
     def _tx(self, action: str, begin: str = "BEGIN") -> AbstractAsyncContextManager[Conn]:
         return transaction(self.pool, self.acquire_timeout_s, action, begin)
 
+    @property
+    def usage(self) -> PostgresUsage:
+        """The keys' usage (`tools.store.usage`) over the same pool."""
+        return PostgresUsage(self.pool, self.acquire_timeout_s)
+
     async def setup(self) -> None:
         """Create the table when missing (idempotent; concurrent callers serialised by an advisory lock)."""
         async with self._tx("creating the api_keys table") as conn:
             await conn.execute(f"SELECT pg_advisory_xact_lock({KEYS_LOCK})")
             await conn.execute(SCHEMA_SQL)
 
-    async def create(self, collections: Sequence[str], name: str = "") -> tuple[ApiKey, str]:
-        """A new key for `collections`; returns it and its token (the only time the token exists outside the
-        caller: the table keeps its hash).
+    async def create(
+        self,
+        collections: Sequence[str],
+        name: str = "",
+        requests_per_minute: int | None = None,
+        tokens_per_day: int | None = None,
+    ) -> tuple[ApiKey, str]:
+        """A new key for `collections` with its own quotas (None: the service's defaults); returns it and its token
+        (the only time the token exists outside the caller: the table keeps its hash).
 
         Raises:
-            tools.scope.ScopeError: no collection, or an invalid collection name.
+            tools.scope.ScopeError: no collection, an invalid collection name, or a quota below 1.
         """
         names = check_collections(collections)
+        check_limit("requests_per_minute", requests_per_minute)
+        check_limit("tokens_per_day", tokens_per_day)
         token = new_token()
         async with self._tx("creating an API key") as conn:
             row = await conn.fetchrow(
-                f"INSERT INTO api_keys (name, hash, collections) VALUES ($1, $2, $3) RETURNING {_COLUMNS}",
+                "INSERT INTO api_keys (name, hash, collections, requests_per_minute, tokens_per_day) "
+                f"VALUES ($1, $2, $3, $4, $5) RETURNING {_COLUMNS}",
                 name,
                 token_hash(token),
                 list(names),
+                requests_per_minute,
+                tokens_per_day,
             )
         assert row is not None
         return _key(row), token
@@ -157,6 +213,31 @@ class PostgresKeys:
             row = await conn.fetchrow(
                 f"UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING {_COLUMNS}",
                 key_id,
+            )
+        return None if row is None else _key(row)
+
+    async def update_limits(
+        self, key_id: int, requests_per_minute: int | Keep | None = KEEP, tokens_per_day: int | Keep | None = KEEP
+    ) -> ApiKey | None:
+        """Set key `key_id`'s own quotas (None clears one: the service's default applies; `KEEP` leaves it); the key,
+        or None when there is no such key. A running `rag serve` applies them within `API_KEYS_CACHE_S`.
+
+        Raises:
+            tools.scope.ScopeError: a quota below 1.
+        """
+        check_limit("requests_per_minute", requests_per_minute)
+        check_limit("tokens_per_day", tokens_per_day)
+        async with self._tx("changing an API key's quotas") as conn:
+            row = await conn.fetchrow(
+                "UPDATE api_keys SET "
+                "requests_per_minute = CASE WHEN $2 THEN requests_per_minute ELSE $3 END, "
+                "tokens_per_day = CASE WHEN $4 THEN tokens_per_day ELSE $5 END "
+                f"WHERE id = $1 RETURNING {_COLUMNS}",
+                key_id,
+                requests_per_minute is KEEP,
+                None if requests_per_minute is KEEP else requests_per_minute,
+                tokens_per_day is KEEP,
+                None if tokens_per_day is KEEP else tokens_per_day,
             )
         return None if row is None else _key(row)
 
@@ -183,8 +264,8 @@ async def open_keys(
     command_timeout_s: float | None = 60.0,
     max_size: int = 2,
 ) -> AsyncIterator[PostgresKeys]:
-    """The keys of the database at `dsn` (table created when missing) over a small pool of their own, closed at
-    exit.
+    """The keys of the database at `dsn` (tables created when missing: `api_keys` and `key_usage`,
+    `tools.store.usage`) over a small pool of their own, closed at exit.
 
     Raises:
         StoreUnavailableError / StoreQueryError: Postgres refused or is unreachable.
@@ -200,6 +281,7 @@ async def open_keys(
     try:
         keys = PostgresKeys(pool, acquire_timeout_s)
         await keys.setup()
+        await keys.usage.setup()
         yield keys
     finally:
         await pool.close()

@@ -52,7 +52,7 @@ class GatedLLM(ThreadedServer):
             await inner(scope, receive, send)
 
         app: ASGIApp = gated
-        super().__init__(app)  # type: ignore[arg-type]
+        super().__init__(app)
         self.base_url = f"{self.url}/v1"
 
     def __enter__(self) -> GatedLLM:

@@ -1,0 +1,89 @@
+"""`QuotaGate`: an API key's quotas checked before any work, and its usage recorded after (pure ASGI middleware).
+
+It sits inside the key guard (`agent.http.guards.BearerKeyGuard`, which leaves the holder's key in
+`scope["state"][HOLDER_STATE]`) and outside admission control (`agent.http.admission_gate.AdmissionGate`), so a key
+over its quota is refused before its body is read and never takes an admission slot. On a key holder's `POST` to a
+metered path (`METERED_PATHS`: the answer paths and MCP) it asks the app's quotas (`app.state.quotas`,
+`agent.core.quotas.Quotas`): a refusal is 429 `quota_exceeded` with `Retry-After` (the OpenAI routes get OpenAI's
+error shape from `agent.http.openai_errors.OpenAIErrorShape`, outside it). A request let through runs inside a meter
+(`agent.core.quotas.metering`) to which its answers add their token usage and timings; that usage, with the request,
+is recorded just before the response's last body message is sent (so a caller that reads `/v1/usage` after its answer
+ends sees it). A recording that fails is logged; the answer is not failed for it.
+
+Usage of answers given by MCP's tools is not metered: the MCP session manager runs them in tasks of its own, outside
+the request; MCP requests count against the requests per minute and are refused over the tokens per day.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agent.core.errors import QuotaExceededError
+from agent.core.quotas import Quotas, metering
+from agent.http.admission_gate import ANSWER_PATHS
+from agent.http.errors import error_response, failure_of
+from agent.http.guards import HOLDER_STATE
+from tools.store.keys import ApiKey
+from tools.store.usage import Usage
+
+METERED_PATHS = ANSWER_PATHS | {"/mcp"}
+"""The paths whose `POST` by a key holder is checked against its quotas and recorded in its usage."""
+
+log = logging.getLogger(__name__)
+
+
+def _quotas(scope: Scope) -> Quotas | None:
+    """The app's quotas (`app.state.quotas`, opened by its lifespan with the API keys); None without them."""
+    quotas: Quotas | None = getattr(getattr(scope.get("app"), "state", None), "quotas", None)
+    return quotas
+
+
+class QuotaGate:
+    """Refuse a key holder's request over its quotas; record the usage of the ones let through (module docstring)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key: Any = scope.get("state", {}).get(HOLDER_STATE) if scope["type"] == "http" else None
+        quotas = _quotas(scope)
+        if (
+            not isinstance(key, ApiKey)
+            or quotas is None
+            or scope["method"] != "POST"
+            or scope["path"].rstrip("/") not in METERED_PATHS
+        ):
+            await self.app(scope, receive, send)
+            return
+        try:
+            await quotas.check(key)
+        except QuotaExceededError as exc:
+            await error_response(failure_of(exc))(scope, receive, send)
+            return
+        recorded = False
+
+        async def recording_send(message: Message) -> None:
+            nonlocal recorded
+            if message["type"] == "http.response.body" and not message.get("more_body", False) and not recorded:
+                recorded = True
+                await self._record(quotas, key, used)
+            await send(message)
+
+        with metering() as used:
+            used.requests = 1
+            try:
+                await self.app(scope, receive, recording_send)
+            finally:
+                if not recorded:  # the response never ended normally (the client left, an error)
+                    recorded = True
+                    await self._record(quotas, key, used)
+
+    @staticmethod
+    async def _record(quotas: Quotas, key: ApiKey, used: Usage) -> None:
+        try:
+            await quotas.record(key, used)
+        except Exception:
+            log.warning("could not record the usage of API key %d", key.id, exc_info=True)
