@@ -151,14 +151,17 @@ def usable_rewrite(
     """The search query in an LLM's rewrite `reply`, or None when it is unusable.
 
     The first non-blank line is kept, without a leading label (`Query:`, `Standalone search query:`) or surrounding
-    quotes. It is unusable when it is empty, longer than `max_chars`, or shares no content word (three letters or
-    more, common words aside) with `earlier_questions`: then it lost the subject the follow-up refers to, and the
-    condensed query, which carries it, is better.
+    quotes. It is unusable when it is empty, longer than `max_chars`, a preamble ending in a colon, an echo quoting
+    an earlier question whole (`The answer to the question "..." is:`, which small models write), or shares no
+    content word (three letters or more, common words aside) with `earlier_questions`: then it lost the subject the
+    follow-up refers to, and the condensed query, which carries it, is better.
     """
     del question  # the question's own words do not show that the earlier turn's subject was kept
     line = next((ln.strip() for ln in reply.splitlines() if ln.strip()), "")
     line = _LABEL.sub("", line).strip().strip("\"'`").strip()
-    if not line or len(line) > max_chars:
+    if not line or len(line) > max_chars or line.endswith(":"):
+        return None
+    if any(q.strip().lower() in line.lower() for q in earlier_questions if q.strip()):
         return None
     earlier = set().union(*(_words(q) for q in earlier_questions)) if earlier_questions else set()
     return line if _words(line) & earlier else None

@@ -86,8 +86,11 @@ async def test_a_usable_rewrite_is_the_search_query() -> None:
         (Rewriter(reply="   \n  "), "unusable"),
         (Rewriter(reply="Homocysteine is an amino acid. " * 20), "unusable"),  # an answer, not a query
         (Rewriter(reply="What does it do to their levels?"), "unusable"),  # the subject was dropped
+        (Rewriter(reply=f'The answer to the question "{EARLIER[0]}" is:'), "unusable"),  # an echo and a preamble
+        (Rewriter(reply="Vitamin B12 deficiency in older adults:"), "unusable"),  # a preamble
+        (Rewriter(reply=f"{EARLIER[0]} Yes"), "unusable"),  # the earlier question echoed
     ],
-    ids=["hangs", "errors", "times-out-inside", "empty", "blank", "too-long", "lost-subject"],
+    ids=["hangs", "errors", "times-out-inside", "empty", "blank", "too-long", "lost-subject", "echo", "colon", "copy"],
 )
 async def test_a_failed_or_unusable_rewrite_falls_back_to_the_condensed_query(
     rewriter: Rewriter, fallback: str
