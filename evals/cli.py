@@ -130,6 +130,29 @@ def answers(
     run_answers_command(cast(Split, split), cases, ids, limit, concurrency, top_k, out, as_json)
 
 
+@eval_app.command("followups")
+def followups(
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N follow-up pairs (all: 231).")] = 150,
+    corpus_docs: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Documents searched: the pairs' gold documents plus a fixed sample of the rest (all: 5183)."
+        ),
+    ] = 1000,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Write the JSON report here (default: evals/results/followups-scifact-test.json)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report only.")] = False,
+) -> None:
+    """Follow-up search queries on SciFact test: two-turn conversations made from claims by rule (the second turn
+    names the subject by a pronoun); recall@10 and nDCG@10 of the raw follow-up, the condensed query, the LLM rewrite
+    and the original claim, with the rewrite's added latency and fallback rate. Needs `rag up`."""
+    from evals.followup_eval import run_followups_command
+
+    run_followups_command(limit, corpus_docs, output, as_json)
+
+
 @eval_app.command("compare")
 def compare_runs(
     run_a: Annotated[Path, typer.Argument(help="Run directory A (baseline).")],

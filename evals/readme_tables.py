@@ -649,6 +649,38 @@ def extract_bench(results: dict[str, Any]) -> str:
     return markdown_table(["format", "library", "speed", "word ratio", "boilerplate leaked"], rows)
 
 
+# --- rag eval followups --------------------------------------------------------------------------------------------
+
+_FOLLOWUP_ROWS = {
+    "raw": "the follow-up as asked",
+    "condensed": "condensed with the earlier turn (`condense`)",
+    "rewritten": "rewritten by the LLM (`rewrite`)",
+    "reference": "the original claim (reference)",
+}
+
+
+_SHIPPED = {"condense": "condensed", "rewrite": "rewritten"}
+
+
+@table("followups", "followups-scifact-test.json")
+def followups(results: dict[str, Any]) -> str:
+    """`rag eval followups`: recall@10 and nDCG@10 of each search query of a follow-up, and the rewrite's added
+    latency (p50/p95 ms) and fallback rate on its row."""
+    rw = results["rewrite"]
+    rows: list[list[object]] = []
+    for kind, label in _FOLLOWUP_ROWS.items():
+        m = results["queries"][kind]
+        extra = (
+            [f"{rw['added_ms']['p50']:.0f}", f"{rw['added_ms']['p95']:.0f}", f"{rw['fallback_rate']:.1%}"]
+            if kind == "rewritten"
+            else ["–", "–", "–"]
+        )
+        shipped = f"**{label}**" if kind == _SHIPPED[results["default"]] else label
+        rows.append([shipped, f"{m['recall@10']:.4f}", f"{m['ndcg@10']:.4f}", *extra])
+    header = ["search query", "recall@10", "nDCG@10", "added p50 ms", "added p95 ms", "fallback rate"]
+    return markdown_table(header, rows)
+
+
 # --- the README's headline figures ------------------------------------------------------------------------------
 
 
@@ -660,6 +692,7 @@ def extract_bench(results: dict[str, Any]) -> str:
     "bench-query.json",
     "bench-serve.json",
     "bench-mixed.json",
+    "followups-scifact-test.json",
 )
 def headline(
     retrieval: dict[str, Any],
@@ -668,20 +701,31 @@ def headline(
     query: dict[str, Any],
     serve: dict[str, Any],
     mixed: dict[str, Any],
+    follow: dict[str, Any],
 ) -> str:
-    """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, answer verdict accuracy,
-    the embedding service's throughput and p99, the query path's p50, goodput under overload, questions during an
-    ingest; each with its date and the page holding the full table."""
+    """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, follow-up search nDCG@10
+    (shipped query against the raw follow-up and the original claim), answer verdict accuracy, the embedding
+    service's throughput and p99, the query path's p50, goodput under overload, questions during an ingest; each with
+    its date and the page holding the full table."""
     hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
     dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
     hybrid1 = _point(query, "hybrid", 1)
     goodput = serve["targets"]["goodput_over_capacity"]["value"]
+    queries = follow["queries"]
     rows: list[list[object]] = [
         [
             "retrieval, SciFact test (BEIR), hybrid default",
             f"nDCG@10 **{hybrid['ndcg@10']:.4f}** (published: {hybrid['published_ndcg@10']})",
             hybrid["date"],
             "[Evaluations](docs/evaluations.md)",
+        ],
+        [
+            f"follow-up search, {follow['n_pairs']} SciFact test pairs over {follow['corpus_docs']:,} docs, "
+            f"FOLLOWUP_QUERY={follow['default']}",
+            f"nDCG@10 **{queries[_SHIPPED[follow['default']]]['ndcg@10']:.4f}** (as asked: "
+            f"{queries['raw']['ndcg@10']:.4f}, original claim: {queries['reference']['ndcg@10']:.4f})",
+            follow["machine"]["date_utc"][:10],
+            "[Evaluations](docs/evaluations.md#follow-up-queries-rag-eval-followups)",
         ],
         [
             f"answers, {answers['n']} SciFact test claims, {answers['llm_model']} on CPU",

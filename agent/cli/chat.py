@@ -4,7 +4,7 @@ Each answer streams token by token; tool activity (`search_documents`, `get_docu
 the validated sources follow each answer. The session is a stored conversation (Postgres, `RagApp.conversation`):
 it is created with the first question, its id is printed, and `rag chat --conversation ID` resumes it. Each question
 is asked inside it (`RagApp.ask(..., conversation=)`): the last `CHAT_HISTORY_TURNS` turns are its history (citation
-markers removed), a follow-up is searched with `agent.core.followup.condensed_query` of their questions, and the turn is
+markers removed), a follow-up is searched with `agent.core.followup.search_query` of their questions, and the turn is
 stored. Ctrl-C cancels the answer being written (nothing is stored), not the session; an empty line or Ctrl-D ends
 it. Errors of one answer (a hit limit, an unreachable LLM or Postgres) are printed as one readable line and the
 session goes on. Model and document text is printed as plain text (never parsed as Rich markup).

@@ -469,6 +469,24 @@ class Settings(BaseSettings):
         description="Earlier turns of a stored conversation sent with a question asked in it (`rag chat`, the web "
         "page, `/v1/ask` with `conversation_id`); 0: none (each question stands alone).",
     )
+    followup_query: Literal["condense", "rewrite"] = Field(
+        default="condense",
+        description="Search query of a follow-up question (`agent/core/followup.py`): `condense` (the question, then "
+        "the earlier user turns; no LLM call) or `rewrite` (the LLM rewrites the question as a standalone query, "
+        "falling back to `condense` on a timeout, an error or unusable output). `condense` measured better with "
+        "SmolLM2-135M (`rag eval followups`).",
+    )
+    followup_rewrite_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Longest wait for the LLM's rewrite of a follow-up (`FOLLOWUP_QUERY=rewrite`), seconds; then "
+        "the condensed query is searched.",
+    )
+    followup_rewrite_max_tokens: int = Field(
+        default=48,
+        ge=1,
+        description="Output token budget of the rewrite of a follow-up (`FOLLOWUP_QUERY=rewrite`), tokens.",
+    )
 
     # --- admission control of answers (agent/core/admission.py) ---------------------------------------------
     answer_max_in_progress: int = Field(

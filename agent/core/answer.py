@@ -43,6 +43,7 @@ from agent.core.citations import extract_citations, stream_text
 from agent.core.context_window import message_texts
 from agent.core.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
 from agent.core.events import AgentEvent, AnswerRestart, TextDelta
+from agent.core.followup import search_query
 from agent.core.llm_finish import is_truncated, rate_limit_error, require_finish_reason
 from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
 from agent.core.rag_agent import TOOLS_TEXT, RagDeps, search_passages
@@ -65,7 +66,11 @@ class AnswerRequest:
         policy: `always` or `agentic`; None: the app's `AGENT_POLICY`.
         history: earlier turns of a conversation (pydantic-ai messages); passages of earlier turns are not cited.
         retrieval_query: what the `always` policy searches with when it differs from the question (e.g. the bare
-            claim, when the question wraps it in instructions); None: the question.
+            claim, when the question wraps it in instructions); None: the question, or with `earlier_questions` the
+            follow-up's search query.
+        earlier_questions: the conversation's earlier user turns, oldest first: with no `retrieval_query`, the
+            `always` policy searches with `agent.core.followup.search_query` of them and the question (condensed, or
+            rewritten by the LLM with `FOLLOWUP_QUERY=rewrite`); the answer still answers the question as asked.
         on_event: receives `agent.core.events` events while the answer runs (tool activity, text deltas, restarts).
         on_text: receives each new piece of visible answer text (reasoning and invalid citation markers removed);
             the text sent after the last restart equals `AskResult.answer`.
@@ -82,6 +87,7 @@ class AnswerRequest:
     policy: Policy | None = None
     history: Sequence[ModelMessage] = ()
     retrieval_query: str | None = None
+    earlier_questions: Sequence[str] = ()
     scope: SearchScope | None = None
     model_settings: ModelSettings | None = None
     on_event: Callable[[AgentEvent], None] | None = field(default=None, compare=False)
@@ -203,7 +209,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
         first = user_prompt(request.question, []) if policy == "always" else agentic_prompt(request.question)
         history = await deps.context.fit_history(history, instructions, first)
     if policy == "always":
-        query = request.retrieval_query or request.question
+        query = request.retrieval_query or await _follow_up_query(deps, request)
         passages = await search_passages(deps, query, request.top_k or deps.top_k)
         if not deps.is_relevant(passages):
             timings.add({"llm": 0.0})
@@ -273,6 +279,15 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
         )
     stream.show(text)  # the held-back tail of the stream: the streamed text now equals the answer
     return finish(text, citations, dropped=dropped)
+
+
+async def _follow_up_query(deps: RagDeps, request: AnswerRequest) -> str:
+    """The search query of a request without `retrieval_query`: `search_query` of its earlier questions with the
+    deps' rewriter; a rewrite attempt is timed as stage `rewrite` (its fallback, if any, on the span)."""
+    found = await search_query(request.earlier_questions, request.question, deps.rewriter)
+    if found.method == "rewritten" or found.fallback is not None:
+        deps.state.timings.record("rewrite", found.rewrite_ms, fallback=found.fallback)
+    return found.query
 
 
 def _limit_error(exc: UsageLimitExceeded, limits: UsageLimits) -> AnswerLimitError:

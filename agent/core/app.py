@@ -32,7 +32,7 @@ from agent.core.quotas import meter_answer
 from agent.core.rag_agent import RagDeps
 from agent.core.results import AskResult
 from agent.core.telemetry import answer_span
-from agent.core.wiring import Services, answer_limits, build_agents, build_services, run_check
+from agent.core.wiring import Services, answer_limits, build_agents, build_rewriter, build_services, run_check
 from agent.core.wiring import build_embedder as build_embedder  # the factories' home is agent.core.wiring; re-exported
 from agent.core.wiring import build_retriever as build_retriever
 from agent.core.wiring import build_store as build_store
@@ -70,7 +70,13 @@ class RagApp:
         self.services = services or build_services(self.settings)
         self.agents = build_agents(self.services.model, self.settings)
         self.limits = answer_limits(self.settings)
-        self.deps = RagDeps(self.services.search, self.settings.top_k, refusal_min_score, context=self.services.context)
+        self.deps = RagDeps(
+            self.services.search,
+            self.settings.top_k,
+            refusal_min_score,
+            context=self.services.context,
+            rewriter=build_rewriter(self.services.model, self.settings),
+        )
         self.admission = AdmissionController(
             self.settings.answer_max_in_progress, self.settings.answer_queue_max, self.settings.answer_queue_deadline_s
         )
@@ -119,7 +125,7 @@ class RagApp:
                 response starts, so that a refusal is a 503); closed when the answer ends. Default: taken now.
             conversation: the stored conversation the question follows (from `self.conversation(id)`; its last
                 `CHAT_HISTORY_TURNS` turns are used): they are the answer's history and the search query is
-                `agent.core.followup.condensed_query` of their questions (`agent.core.conversations.follow_up`). The
+                `agent.core.followup.search_query` of their questions (`agent.core.conversations.follow_up`). The
                 question's turn number is reserved when it arrives (before admission), so concurrent questions keep
                 the order they arrived in; the finished answer (a refusal included) fills it, and a failed,
                 refused-by-admission or cancelled answer releases it (nothing of it is stored).

@@ -1,7 +1,7 @@
 """A question asked inside a stored conversation: its earlier turns become the answer's history (pydantic-ai
-messages) and its search query is `agent.core.followup.condensed_query` of the earlier questions (see that module for
-why a condensation and not an LLM rewrite). `RagApp.ask(request, conversation=...)` uses it and stores the finished
-turn.
+messages) and its search query is `agent.core.followup.search_query` of the earlier questions (condensed, or rewritten
+by the LLM with `FOLLOWUP_QUERY=rewrite`; see that module). `RagApp.ask(request, conversation=...)` uses it and
+stores the finished turn.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from agent.core.answer import AnswerRequest
 from agent.core.citations import CITATION_MARKER
 from agent.core.errors import AgentError
-from agent.core.followup import condensed_query
 from tools.conversations import ConversationTurn
 
 _MARKERS = re.compile(rf"\s*(?:{CITATION_MARKER.pattern})", CITATION_MARKER.flags)
@@ -44,8 +43,8 @@ def history_messages(turns: Sequence[ConversationTurn]) -> list[ModelMessage]:
 
 def follow_up(request: AnswerRequest, turns: Sequence[ConversationTurn], max_turns: int) -> AnswerRequest:
     """`request` asked after `turns` (oldest first): the last `max_turns` of them (`CHAT_HISTORY_TURNS`; 0: none)
-    as its history (in place of the request's own), and `condensed_query(their questions, question)` as its
-    retrieval query.
+    as its history (in place of the request's own), and their questions as its `earlier_questions` (the answer
+    searches with `agent.core.followup.search_query` of them and the question).
 
     Returns:
         `request` unchanged when no turn is kept.
@@ -53,5 +52,5 @@ def follow_up(request: AnswerRequest, turns: Sequence[ConversationTurn], max_tur
     kept = list(turns)[max(0, len(turns) - max_turns) :] if max_turns > 0 else []
     if not kept:
         return request
-    query = condensed_query([t.question for t in kept], request.question)
-    return replace(request, history=history_messages(kept), retrieval_query=query)
+    earlier = tuple(t.question for t in kept)
+    return replace(request, history=history_messages(kept), earlier_questions=earlier)

@@ -1,21 +1,42 @@
-"""The search query of a follow-up question: the question condensed with the conversation's earlier user turns.
+"""The search query of a follow-up question: the question condensed with the conversation's earlier user turns, or
+(`FOLLOWUP_QUERY=rewrite`) the LLM's rewrite of it as a standalone query.
 
 A follow-up such as "and what about its side effects?" names nothing to search for; its subject is in the earlier
 turns. Two known ways to search for it (LangChain's "condense question" chain, LlamaIndex's
 `CondenseQuestionChatEngine`): ask the LLM to rewrite the question as a standalone one, or condense the recent user
-turns into the query. This module does the second, deterministically, with no LLM call: the latest question first,
-then the earlier user turns, newest first, up to `max_chars`.
+turns into the query. `search_query` is the one entry point and does either:
 
-Why not the LLM rewrite: it adds a full LLM round trip (seconds on the local model) before retrieval even starts,
-and the local SmolLM2-135M does not rewrite reliably (it answers the question instead, or drops the subject). Dense
-retrieval takes the concatenation well: the embedder sees the subject words of the earlier turns, and full-text
-search matches them; a question that needs no history still leads the query. With a stronger production LLM the
-rewrite may win; it fits the same place (`AnswerRequest.retrieval_query`).
+- `condense` (`condensed_query`, the default): the latest question first, then the earlier user turns, newest first,
+  up to `max_chars`; deterministic, no LLM call. Dense retrieval takes the concatenation well: the embedder sees the
+  subject words of the earlier turns, and full-text search matches them; a question that needs no history still
+  leads the query.
+- `rewrite` (`LLMRewriter`): a short prompt (the last `MAX_EARLIER_TURNS` earlier user turns and the question) asks
+  the same OpenAI-compatible LLM as the agent for one standalone query, within `FOLLOWUP_REWRITE_MAX_TOKENS` tokens
+  and `FOLLOWUP_REWRITE_TIMEOUT_S` seconds. A timeout, an error or an unusable reply (`usable_rewrite`: empty, too
+  long, or sharing no word with the earlier turns, i.e. the subject was dropped) falls back to the condensed query.
+
+Either way only the search uses it: the agent still answers the question as asked. The first question of a
+conversation (no earlier turns) is searched as it is and never costs an LLM call. `rag eval followups` measures both
+on SciFact; with SmolLM2-135M the rewrite adds a round trip and often answers the question instead of rewriting it
+(docs/evaluations.md, "Follow-up queries").
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from pydantic_ai.direct import model_request
+from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
+from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
+
+log = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 1000
 """Longest condensed query, characters (about 250 tokens: inside the embedder's 256-token window of all-MiniLM-L6-v2
@@ -24,6 +45,50 @@ with its query prefix; longer turns are cut, the oldest first)."""
 MAX_EARLIER_TURNS = 2
 """Earlier user turns a follow-up's query may carry: the subject of a follow-up is almost always in the last one or
 two turns; older ones mostly add noise."""
+
+MAX_REWRITE_CHARS = 300
+"""Longest usable rewrite, characters: a longer reply is an answer or an explanation, not a search query."""
+
+REWRITE_INSTRUCTIONS = (
+    "You rewrite a follow-up question as one standalone search query. Replace pronouns such as it, this, they and "
+    "omitted words with what they refer to in the earlier questions. Do not answer the question. Reply with the "
+    "query only, on one line."
+)
+"""The system prompt of the rewrite."""
+
+Method = Literal["question", "condensed", "rewritten"]
+"""How a search query was made: the question as is (no earlier turns), condensed, or rewritten by the LLM."""
+
+Fallback = Literal["timeout", "error", "unusable"]
+"""Why a rewrite was not used: it took longer than its timeout, the LLM call failed, or its reply was unusable."""
+
+
+class QueryRewriter(Protocol):
+    """Rewrites a follow-up as a standalone search query (`LLMRewriter`; tests pass their own)."""
+
+    timeout_s: float
+    """Longest wait for `rewrite`, seconds; `search_query` enforces it."""
+
+    async def rewrite(self, earlier_questions: Sequence[str], question: str) -> str:
+        """The raw reply for `question` asked after `earlier_questions` (oldest first); checked by the caller."""
+        ...
+
+
+@dataclass(frozen=True)
+class FollowUpQuery:
+    """The search query of one question and how it was made.
+
+    Attributes:
+        query: what to search with.
+        method: `question` (no earlier turns), `condensed` or `rewritten`.
+        fallback: why the rewrite asked for was not used (the query is then the condensed one); None otherwise.
+        rewrite_ms: time spent on the rewrite, ms; 0.0 when none was asked for.
+    """
+
+    query: str
+    method: Method
+    fallback: Fallback | None = None
+    rewrite_ms: float = 0.0
 
 
 def condensed_query(
@@ -56,3 +121,124 @@ def condensed_query(
         parts.append(turn[:room])
         used += 1 + len(parts[-1])
     return "\n".join(parts)
+
+
+def rewrite_prompt(earlier_questions: Sequence[str], question: str) -> str:
+    """The user message of the rewrite: the earlier questions (oldest first), one per line, then the follow-up."""
+    lines = "\n".join(f"- {q.strip()}" for q in earlier_questions if q.strip())
+    return f"Earlier questions:\n{lines}\nFollow-up question: {question.strip()}\nStandalone search query:"
+
+
+_WORD = re.compile(r"[a-z0-9]{3,}")
+_STOPWORDS = frozenset(
+    (
+        "the", "and", "for", "are", "was", "were", "with", "that", "this", "these", "those", "they", "them", "their",
+        "its", "has", "have", "had", "not", "but", "what", "which", "who", "how", "does", "did", "can", "could",
+        "would", "should", "about", "from", "into", "than", "then", "there", "here", "when", "where", "why", "you",
+        "your", "our", "any", "all",
+    )
+)
+_LABEL = re.compile(r"^(?:standalone\s+)?(?:search\s+)?(?:query|question|rewrite|rewritten\s+query)\s*:\s*", re.I)
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower())) - _STOPWORDS
+
+
+def usable_rewrite(
+    reply: str, earlier_questions: Sequence[str], question: str, max_chars: int = MAX_REWRITE_CHARS
+) -> str | None:
+    """The search query in an LLM's rewrite `reply`, or None when it is unusable.
+
+    The first non-blank line is kept, without a leading label (`Query:`, `Standalone search query:`) or surrounding
+    quotes. It is unusable when it is empty, longer than `max_chars`, a preamble ending in a colon, an echo quoting
+    an earlier question whole (`The answer to the question "..." is:`, which small models write), or shares no
+    content word (three letters or more, common words aside) with `earlier_questions`: then it lost the subject the
+    follow-up refers to, and the condensed query, which carries it, is better.
+    """
+    del question  # the question's own words do not show that the earlier turn's subject was kept
+    line = next((ln.strip() for ln in reply.splitlines() if ln.strip()), "")
+    line = _LABEL.sub("", line).strip().strip("\"'`").strip()
+    if not line or len(line) > max_chars or line.endswith(":"):
+        return None
+    if any(q.strip().lower() in line.lower() for q in earlier_questions if q.strip()):
+        return None
+    earlier = set().union(*(_words(q) for q in earlier_questions)) if earlier_questions else set()
+    return line if _words(line) & earlier else None
+
+
+class LLMRewriter:
+    """The rewrite by an OpenAI-compatible LLM through pydantic-ai (`pydantic_ai.direct.model_request`, one
+    non-streamed request): `REWRITE_INSTRUCTIONS` and `rewrite_prompt`, temperature 0, at most `max_tokens` tokens,
+    no retries (a failure falls back at once).
+
+    Args:
+        model: the agent's model (`agent.core.llm.build_model`).
+        max_tokens: output budget, tokens (`FOLLOWUP_REWRITE_MAX_TOKENS`).
+        timeout_s: longest wait, seconds (`FOLLOWUP_REWRITE_TIMEOUT_S`); also the HTTP request's timeout.
+        extra: further request settings (e.g. the `max_tokens` field choice is the model's profile's).
+    """
+
+    def __init__(self, model: Model, max_tokens: int, timeout_s: float, extra: ModelSettings | None = None) -> None:
+        if max_tokens < 1 or timeout_s <= 0:
+            raise ValueError(f"max_tokens={max_tokens}, timeout_s={timeout_s}; expected >= 1 and > 0")
+        self.model = model
+        self.timeout_s = timeout_s
+        self.settings = ModelSettings(**(extra or {}))
+        self.settings.update(ModelSettings(max_tokens=max_tokens, temperature=0.0, timeout=timeout_s, max_retries=0))
+
+    async def rewrite(self, earlier_questions: Sequence[str], question: str) -> str:
+        """The LLM's reply text (may be empty).
+
+        Raises:
+            pydantic_ai.exceptions.ModelAPIError / UnexpectedModelBehavior: the request failed.
+        """
+        request = ModelRequest(
+            parts=[SystemPromptPart(REWRITE_INSTRUCTIONS), UserPromptPart(rewrite_prompt(earlier_questions, question))]
+        )
+        response = await model_request(self.model, [request], model_settings=self.settings)
+        return response.text or ""
+
+
+async def search_query(
+    earlier_questions: Sequence[str],
+    question: str,
+    rewriter: QueryRewriter | None = None,
+    max_earlier: int = MAX_EARLIER_TURNS,
+) -> FollowUpQuery:
+    """The search query of `question` asked after `earlier_questions` (oldest first): the question itself when there
+    are none (no LLM call), else `rewriter`'s usable rewrite within its `timeout_s` when a rewriter is given, else (or
+    when the rewrite times out, fails or is unusable) `condensed_query`. Only the last `max_earlier` earlier turns
+    are used.
+
+    Raises:
+        ValueError: blank question or max_earlier < 0. A failing rewriter never raises (it falls back, logged);
+            cancellation propagates.
+    """
+    if not question.strip():
+        raise ValueError("question is empty; expected a non-blank question")
+    if max_earlier < 0:
+        raise ValueError(f"max_earlier={max_earlier}; expected >= 0")
+    earlier = [q for q in earlier_questions if q.strip()]
+    earlier = earlier[len(earlier) - max_earlier :] if max_earlier else []
+    if not earlier:
+        return FollowUpQuery(question, "question")
+    condensed = condensed_query(earlier, question, max_earlier)
+    if rewriter is None:
+        return FollowUpQuery(condensed, "condensed")
+    start = time.perf_counter()
+    fallback: Fallback
+    try:
+        async with asyncio.timeout(rewriter.timeout_s):
+            reply = await rewriter.rewrite(earlier, question)
+    except TimeoutError:
+        fallback = "timeout"
+    except Exception as exc:  # noqa: BLE001 - any failure of the rewrite falls back to the condensed query
+        log.warning("follow-up rewrite failed, searching the condensed query: %r", exc)
+        fallback = "error"
+    else:
+        usable = usable_rewrite(reply, earlier, question)
+        if usable is not None:
+            return FollowUpQuery(usable, "rewritten", rewrite_ms=(time.perf_counter() - start) * 1000)
+        fallback = "unusable"
+    return FollowUpQuery(condensed, "condensed", fallback, (time.perf_counter() - start) * 1000)

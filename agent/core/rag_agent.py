@@ -34,6 +34,7 @@ from agent.config.settings import Policy
 from agent.core.context_window import TOKENS_PER_MESSAGE, ContextFitter, message_texts
 from agent.core.errors import InputError
 from agent.core.events import AgentEvent, ToolCall, ToolResult
+from agent.core.followup import QueryRewriter
 from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, SYSTEM_PROMPT, format_passages
 from tools.retrieval import Passage, PassageSearch
 from tools.scope import SearchScope, collection_of
@@ -103,6 +104,8 @@ class RagDeps:
         on_event: receives `agent.core.events` events while the answer runs (tool activity, text deltas).
         context: fits the `always` policy's passages to the LLM's context window; None sends them all.
         scope: the documents this run may see (collections, filters); None: every document.
+        rewriter: rewrites a follow-up as a standalone search query (`FOLLOWUP_QUERY=rewrite`,
+            `agent.core.followup`); None: follow-ups are searched with the condensed query.
         state: filled during the run; `answer` gives each run a fresh one.
     """
 
@@ -112,6 +115,7 @@ class RagDeps:
     on_event: Callable[[AgentEvent], None] | None = None
     context: ContextFitter | None = None
     scope: SearchScope | None = None
+    rewriter: QueryRewriter | None = None
     state: RunState = field(default_factory=RunState, init=False)
 
     def emit(self, event: AgentEvent) -> None:

@@ -7,7 +7,8 @@ the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
   `Services`;
   tests build a `Services` of their own (e.g. over `tools.in_memory.InMemoryCollection` and a pydantic-ai
   `FunctionModel`).
-- `build_agents`, `answer_limits`: the agent per retrieval policy and the bounds of one answer.
+- `build_agents`, `build_rewriter`, `answer_limits`: the agent per retrieval policy, the LLM rewrite of follow-ups
+  (`FOLLOWUP_QUERY=rewrite`) and the bounds of one answer.
 - `ingest_files`: `rag ingest`, which opens only the store and an ingestion embedder.
 """
 
@@ -22,11 +23,13 @@ from typing import Any, Literal, get_args
 
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import UsageLimits
 
 from agent.config.settings import Policy, Settings
 from agent.core.answer import AnswerLimits
 from agent.core.context_window import ContextFitter
+from agent.core.followup import LLMRewriter
 from agent.core.library import DocumentLibrary, StoreLibrary
 from agent.core.llm import build_model, check_tool_calling, model_settings, served_model
 from agent.core.rag_agent import RagDeps, build_agent
@@ -300,6 +303,19 @@ def build_agents(model: Model, settings: Settings) -> dict[Policy, Agent[RagDeps
     (`agent.core.llm.model_settings`)."""
     options = model_settings(settings)
     return {policy: build_agent(model, options, policy) for policy in get_args(Policy)}
+
+
+def build_rewriter(model: Model, settings: Settings) -> LLMRewriter | None:
+    """The LLM rewrite of follow-ups over `model` with `FOLLOWUP_QUERY=rewrite` (`FOLLOWUP_REWRITE_MAX_TOKENS`,
+    `FOLLOWUP_REWRITE_TIMEOUT_S`, the agent's frequency penalty); None with `condense`."""
+    if settings.followup_query != "rewrite":
+        return None
+    return LLMRewriter(
+        model,
+        settings.followup_rewrite_max_tokens,
+        settings.followup_rewrite_timeout_s,
+        ModelSettings(frequency_penalty=settings.llm_frequency_penalty),
+    )
 
 
 def answer_limits(settings: Settings) -> AnswerLimits:

@@ -5,7 +5,7 @@ Both take a place in admission control (`agent.http.deps.Admitted`) before the r
 stream by itself; `/v1/ask` watches for the disconnect).
 
 Conversations: a body with `conversation_id` (from `POST /v1/conversations`) asks a follow-up: the conversation's last
-`CHAT_HISTORY_TURNS` turns are the answer's history, the search query is `agent.core.followup.condensed_query` of their
+`CHAT_HISTORY_TURNS` turns are the answer's history, the search query is `agent.core.followup.search_query` of their
 questions, and the finished answer is stored as the conversation's next turn. An unknown id, or the id of another API
 key's conversation, is 404 `conversation_not_found`, answered before the response starts (also on the stream).
 Without `conversation_id` a question is a one-off, as before: nothing is stored and the response's `conversation_id`

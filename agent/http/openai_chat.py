@@ -5,8 +5,8 @@ the official `openai` SDK and chat UIs work against `rag serve` unmodified.
   `triton-rag-agentic` choose the policy. Any other model is a 404 `model_not_found` (as OpenAI answers).
 - A conversation: the last message is the question; earlier user and assistant turns (the last `CHAT_HISTORY_TURNS`
   of them, citation markers removed from answers, as `rag chat` sends them) and every system / developer message
-  become `AnswerRequest.history`; retrieval searches with `agent.core.followup.condensed_query` of the earlier user
-  turns and the question.
+  become `AnswerRequest.history`; retrieval searches with `agent.core.followup.search_query` of the earlier user
+  turns and the question (`AnswerRequest.earlier_questions`).
 - The answer is `/v1/ask`'s: same refusal, limits, admission control (a refusal is a 503 before any stream starts),
   callers (the admin key, or an API key's holder: the search covers only its collections, and naming another
   collection is a 403 `forbidden_collection`) and errors (statuses, `Retry-After`), in OpenAI's error shape
@@ -39,7 +39,6 @@ from pydantic_ai.settings import ModelSettings
 from agent.config.settings import Policy, Settings
 from agent.core.answer import AnswerRequest
 from agent.core.citations import CITATION_MARKER
-from agent.core.followup import condensed_query
 from agent.core.results import AskResult
 from agent.http.ask import cancelled_on_disconnect, no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, CallerIdentity, Rag
@@ -202,7 +201,7 @@ def answer_request(body: ChatCompletionRequest, settings: Settings, caller: Call
         question,
         policy=policy,
         history=history,
-        retrieval_query=condensed_query(earlier, question) if earlier else None,
+        earlier_questions=tuple(earlier),
         scope=scope_of(body, caller),
         model_settings=llm_settings(body, settings),
     )

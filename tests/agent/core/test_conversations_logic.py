@@ -1,6 +1,6 @@
 """Follow-up questions in a stored conversation, without servers: `RagApp` over the in-memory collection, the
 in-memory conversation log and a scripted pydantic-ai FunctionModel. A follow-up that names nothing ("and what about
-its side effects?") is searched with the subject of the earlier turn (`agent.core.followup.condensed_query`), the
+its side effects?") is searched with the subject of the earlier turn (`agent.core.followup.search_query`), the
 earlier turns reach the model as history (bounded by CHAT_HISTORY_TURNS, citation markers removed), and the turn is
 stored. The same against Postgres: test_conversations_store.py; over HTTP: test_conversations_http.py."""
 
@@ -99,12 +99,12 @@ def test_follow_up_request_and_history_messages() -> None:
     request = AnswerRequest("and then?")
     assert follow_up(request, turns, 0) is request and follow_up(request, [], 3) is request
     two = follow_up(request, turns, 2)
-    assert two.retrieval_query == "and then?\nq3\nq2" and two.question == "and then?"
+    assert two.earlier_questions == ("q2", "q3") and two.question == "and then?" and two.retrieval_query is None
     assert [type(m) for m in two.history] == [ModelRequest, ModelResponse, ModelRequest, ModelResponse]
     assert texts(list(two.history)) == [("user", "q2"), ("model", "a2."), ("user", "q3"), ("model", "a3.")]
     assert texts(history_messages(turns[:1])) == [("user", "q1"), ("model", "a1.")]
     fewer = follow_up(request, turns[:2], 3)  # fewer turns than the budget: all of them
-    assert fewer.retrieval_query == "and then?\nq2\nq1" and len(fewer.history) == 4
+    assert fewer.earlier_questions == ("q1", "q2") and len(fewer.history) == 4
 
 
 def test_auto_title_is_one_line_and_bounded() -> None:
