@@ -141,6 +141,7 @@ def key_matches(authorization: bytes | None, key: bytes) -> bool:
 CALLER_PATHS = (
     "/v1/ask",
     "/v1/documents",
+    "/v1/collections",
     "/v1/jobs",
     "/v1/chat/completions",
     "/v1/models",
