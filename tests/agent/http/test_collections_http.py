@@ -16,6 +16,7 @@ from tests.agent_corpus import COVERED
 from tests.http_rig import Served, assert_error, serve, sse_events
 from tests.key_rig import scopes_asked
 from tools.ingest import SourceDocument
+from tools.scope import SearchScope
 
 ADMIN = "admin-secret"
 PAPER = SourceDocument("p1", "Homocysteine paper", "Vitamin B12 deficiency raises homocysteine.", "t", {})
@@ -61,17 +62,23 @@ async def test_collections_are_the_key_s_own_or_every_one_for_the_admin() -> Non
         assert [d["doc_id"] for d in listed["documents"]] == ["p1"] and listed["total"] == 1
 
 
+def collections_of(asked: list[SearchScope | None]) -> tuple[str, ...] | None:
+    """The collections of the last scope asked for."""
+    assert asked[-1] is not None
+    return asked[-1].collections
+
+
 async def test_ask_searches_only_the_collections_named_within_the_key() -> None:
     async with keyed(["papers", "notes"]) as (served, holder, _):
         served.script.text = "It does [1]."
         asked = scopes_asked(served.rag)
         response = await holder.post("/v1/ask", json={"question": COVERED, "collections": ["papers"]})
         assert response.status_code == 200, response.text
-        assert asked[-1] is not None and asked[-1].collections == ("papers",)
+        assert collections_of(asked) == ("papers",)
         assert [c["doc_id"] for c in response.json()["citations"]] == ["p1"]
         named = {"question": COVERED, "collection": "notes", "collections": ["papers"]}
         both = await holder.post("/v1/ask", json=named)
-        assert both.status_code == 200 and asked[-1] is not None and asked[-1].collections == ("notes", "papers")
+        assert both.status_code == 200 and collections_of(asked) == ("notes", "papers")
         outside = await holder.post("/v1/ask", json={"question": COVERED, "collections": ["papers", "secret"]})
         assert_error(outside, 403, "forbidden_collection", "'secret'")
         stream = await holder.post("/v1/ask/stream", json={"question": COVERED, "collections": ["secret"]})
