@@ -228,6 +228,22 @@ def bench_embedder(
     run_bench_command(params, as_json, plot or data_dir / "bench-embedder.png", output)
 
 
+@bench_app.command("page")
+def bench_page(
+    runs: Annotated[int, typer.Option(min=1, help="Page opens measured (after one warm-up).")] = 10,
+    output: Annotated[
+        Path | None, typer.Option(help="Write the JSON report here (default: DATA_DIR/bench/page-settle.json).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only.")] = False,
+) -> None:
+    """The web page's settle time in headless Chromium with the 5,183 SciFact documents in Postgres (database
+    `<database>_page`, filled once): p50 and max of settle, last-page and search-by-id times (target: settle under
+    1 s)."""
+    from evals.page_settle import run_page_settle_command
+
+    run_page_settle_command(runs, output, as_json)
+
+
 @bench_app.command("query")
 def bench_query(
     requests: Annotated[int, typer.Option(min=1, help="Queries per (mode, concurrency) point, claims cycled.")] = 300,

@@ -168,30 +168,52 @@ class InMemoryCollection:
         return sorted(k for k, e in self._entries.items() if collections is None or e.collection in collections)
 
     async def document_page(
-        self, limit: int = 100, cursor: str | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        matching: str | None = None,
     ) -> DocumentPage:
         """Documents of `collections` (None: all) by doc id after `cursor` (skipping `offset` more), at most
-        `limit`, their total and the next cursor (the store's cursor format)."""
+        `limit`, their total and the next cursor (the store's cursor format); with `matching`, only those whose doc
+        id or title contains it, case-insensitively (the store's `ILIKE`)."""
         after = ("", "") if cursor is None else decode_cursor(cursor)
-        mine = self._keys(collections)
+        needle = (matching or "").casefold()
+        mine = [
+            k
+            for k in self._keys(collections)
+            if k[0].casefold().find(needle) >= 0 or self._entries[k].document.title.casefold().find(needle) >= 0
+        ]
         keys = [k for k in mine if k > after][offset:]
-        page = await self.list_documents(limit, len(mine) - len(keys), collections=collections)
+        page = [self._stored(self._entries[k]) for k in keys[:limit]]
         more = len(keys) > limit
         last = page[-1] if page else None
         return DocumentPage(
             page, len(mine), encode_cursor(last.doc_id, last.collection) if more and last is not None else None
         )
 
+    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
+        """Collection name -> documents stored in it, by name: every collection holding a document (None), else
+        exactly `collections` (0 for one holding none)."""
+        counts = {name: 0 for name in collections or ()}
+        for entry in self._entries.values():
+            if collections is None or entry.collection in collections:
+                counts[entry.collection] = counts.get(entry.collection, 0) + 1
+        return dict(sorted(counts.items()))
+
     async def list_documents(
         self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
     ) -> list[StoredDocument]:
         """Stored documents of `collections` (None: all) ordered by doc id, from `offset`, at most `limit`."""
         entries = [self._entries[k] for k in self._keys(collections)][offset:]
-        return [
-            StoredDocument(d.doc_id, d.title, d.source, 1, d.content_hash, e.ingested_at, e.collection)
-            for e in (entries if limit is None else entries[:limit])
-            for d in [e.document]
-        ]
+        return [self._stored(e) for e in (entries if limit is None else entries[:limit])]
+
+    @staticmethod
+    def _stored(entry: _Entry) -> StoredDocument:
+        d = entry.document
+        return StoredDocument(d.doc_id, d.title, d.source, 1, d.content_hash, entry.ingested_at, entry.collection)
 
     async def delete_documents(
         self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None

@@ -346,11 +346,18 @@ class RagApp:
         return await self.services.library.list_documents(limit=limit, offset=offset, collections=collections)
 
     async def document_page(
-        self, limit: int = 100, cursor: str | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        matching: str | None = None,
     ) -> DocumentPage:
         """One page of stored documents of `collections` (None: all) ordered by doc id, after `cursor` (a previous
         page's `next_cursor`) and `offset` more, with the total stored in them and the next page's cursor (None on
-        the last page); documents of other collections are neither listed nor counted.
+        the last page); documents of other collections are neither listed nor counted. `matching` (None or empty:
+        no narrowing) keeps only those whose doc id or title contains it, case-insensitively; the total counts those.
 
         Raises:
             agent.core.errors.InputError: `limit` outside 1..10,000, a negative `offset`, or a cursor this service did
@@ -363,7 +370,14 @@ class RagApp:
                 decode_cursor(cursor)
             except StoreError as exc:
                 raise InputError(str(exc)) from exc
-        return await self.services.library.document_page(limit, cursor, offset, collections=collections)
+        return await self.services.library.document_page(
+            limit, cursor, offset, collections=collections, matching=matching
+        )
+
+    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
+        """Collection name -> documents stored in it, by name: every collection holding a document (None: the
+        admin's view), else exactly `collections` (a key's, 0 for one holding none)."""
+        return await self.services.library.collection_counts(collections=collections)
 
     async def iter_documents(
         self, page_size: int = 1000, *, collections: Sequence[str] | None = None

@@ -186,6 +186,7 @@ def extract_citations(
             score=by_number[n].score,
             passage=n,
             title=by_number[n].title,
+            text=by_number[n].text,
             **location_fields(by_number[n].metadata),
         )
         for n in cited

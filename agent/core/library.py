@@ -26,10 +26,22 @@ class DocumentLibrary(Protocol):
         ...
 
     async def document_page(
-        self, limit: int = 100, cursor: str | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        matching: str | None = None,
     ) -> DocumentPage:
         """One page of stored documents of `collections` by doc id after `cursor` (a previous page's
-        `next_cursor`), with the total stored in them and the next page's cursor."""
+        `next_cursor`), with the total stored in them and the next page's cursor; with `matching`, only (and the
+        total of) those whose doc id or title contains it, case-insensitively."""
+        ...
+
+    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
+        """Collection name -> documents stored, by name: every collection holding a document (None), else exactly
+        `collections`."""
         ...
 
     async def add_documents(
@@ -75,15 +87,25 @@ class StoreLibrary:
         return await self.store.list_documents(limit=limit, offset=offset, collections=collections)
 
     async def document_page(
-        self, limit: int = 100, cursor: str | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        matching: str | None = None,
     ) -> DocumentPage:
-        """One keyset page of stored documents of `collections` (None: all) with their total and the next cursor
-        (`VectorStore.document_page`).
+        """One keyset page of stored documents of `collections` (None: all), narrowed to ids or titles containing
+        `matching` when given, with their total and the next cursor (`VectorStore.document_page`).
 
         Raises:
             StoreError: a limit outside 1..10,000, a cursor the store did not issue, or the store failed.
         """
-        return await self.store.document_page(limit, cursor, offset, collections=collections)
+        return await self.store.document_page(limit, cursor, offset, collections=collections, matching=matching)
+
+    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
+        """Collection name -> documents stored (`VectorStore.collection_counts`)."""
+        return await self.store.collection_counts(collections=collections)
 
     async def add_documents(
         self, documents: Sequence[SourceDocument], *, collection: str = DEFAULT_COLLECTION

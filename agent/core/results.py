@@ -32,6 +32,10 @@ class Citation(BaseModel):
         description="Where to look, for people: `handbook.pdf p. 12` (the file name of the doc id and the page) or "
         "`Guide › Install › Linux` (the section path); empty when neither is known.",
     )
+    text: str = Field(
+        default="",
+        description="The cited chunk's text, as retrieved (empty in turns stored before it was recorded).",
+    )
 
     @model_validator(mode="after")
     def _label(self) -> Citation:
@@ -113,5 +117,5 @@ class AskResult(BaseModel):
 
     def to_json_dict(self) -> dict[str, object]:
         """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title, page, section,
-        location), dropped_citations, timings_ms, refused, policy, searches, truncated, dropped_passages."""
+        location, text), dropped_citations, timings_ms, refused, policy, searches, truncated, dropped_passages."""
         return self.model_dump()

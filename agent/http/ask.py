@@ -57,6 +57,16 @@ class AskRequest(BaseModel):
         examples=[{"team": "bio", "year": [2019, 2020]}],
     )
     collection: str | None = Field(default=None, description="Search only this collection (default: all).")
+    collections: Annotated[
+        list[str] | None,
+        Field(
+            min_length=1,
+            max_length=100,
+            description="Search only these collections (default: all of the API key's; with `collection`, all the "
+            "ones named); one outside the key's is 403 `forbidden_collection` (`GET /v1/collections` lists the "
+            "key's).",
+        ),
+    ] = None
     conversation_id: UUID | None = Field(
         default=None,
         description="Ask inside this stored conversation (`POST /v1/conversations`): earlier turns are the history, "
@@ -76,15 +86,16 @@ class AskRequest(BaseModel):
         return self
 
     def scope(self) -> SearchScope | None:
-        """The search scope of `filter` and `collection`; None when neither is given.
+        """The search scope of `filter`, `collection` and `collections`; None when none is given.
 
         Raises:
             ValueError (`tools.scope.ScopeError`): names the bad key or collection.
         """
-        if self.filter is None and self.collection is None:
+        named = ([self.collection] if self.collection else []) + list(self.collections or ())
+        if self.filter is None and not named:
             return None
         # the routes narrow it to the caller's collections (`Caller.narrow`)
-        return SearchScope.from_filter(self.filter, [self.collection] if self.collection else None)
+        return SearchScope.from_filter(self.filter, sorted(set(named)) or None)
 
     def to_request(self) -> AnswerRequest:
         """The `AnswerRequest` of this body."""

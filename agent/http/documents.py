@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
 
+from agent.core.errors import InputError
 from agent.core.failures import Failure
 from agent.http.ask import no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, Rag
@@ -77,6 +78,23 @@ class DocumentList(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
+class CollectionOut(BaseModel):
+    """A collection the caller may use."""
+
+    name: str
+    documents: int = Field(description="Documents stored in it.")
+
+
+class CollectionList(BaseModel):
+    """`GET /v1/collections`: the collections the caller may search, by name."""
+
+    collections: list[CollectionOut]
+    scoped: bool = Field(
+        description="True for an API key's holder (exactly its collections, empty ones included); false for the admin "
+        "(every collection that holds a document)."
+    )
+
+
 class Deleted(BaseModel):
     """`DELETE /v1/documents/{doc_id}`: the deleted ids."""
 
@@ -91,11 +109,36 @@ async def list_documents(
     limit: Annotated[int, Query(ge=1, le=10_000, description="Documents per page.")] = 100,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
     offset: Annotated[int, Query(ge=0, description="Documents to skip first (prefer `cursor`).")] = 0,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            description="Only documents whose doc id or title contains this text (case-insensitive); `total` counts "
+            "them. Empty: every document.",
+        ),
+    ] = None,
 ) -> DocumentList:
-    """One page of the caller's stored documents ordered by doc id, their total, and the cursor of the next page."""
-    page = await rag.document_page(limit, cursor, offset, collections=caller.visible(collection))
+    """One page of the caller's stored documents ordered by doc id (only those whose id or title contains `q`, when
+    given), their total, and the cursor of the next page."""
+    if q is not None and "\x00" in q:
+        raise InputError("q holds a NUL character (\\u0000); expected text without NUL")
+    matching = q.strip() if q else None
+    page = await rag.document_page(
+        limit, cursor, offset, collections=caller.visible(collection), matching=matching or None
+    )
     documents = [DocumentOut(**vars(d)) for d in page.documents]
     return DocumentList(documents=documents, total=page.total, next_cursor=page.next_cursor)
+
+
+@router.get("/v1/collections", response_model=CollectionList)
+async def list_collections(rag: Rag, caller: Caller) -> CollectionList:
+    """The collections the caller may search and list (an API key's own; the admin's: every collection holding a
+    document), with their document counts; pass them as `collection` / `collections` to narrow a request."""
+    counts = await rag.collection_counts(collections=caller.collections)
+    return CollectionList(
+        collections=[CollectionOut(name=n, documents=c) for n, c in counts.items()],
+        scoped=caller.collections is not None,
+    )
 
 
 def check_size(body: IngestRequest, max_chars: int) -> None:

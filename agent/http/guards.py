@@ -6,14 +6,14 @@ In the order a request meets them (`install_guards`):
    that rebinds its own DNS name to 127.0.0.1 sends its own name as `Host`, so a local server that answers only its
    own names cannot be driven from a browser tab.
 2. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
-   `/metrics`, the page `/`), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw header bytes are
-   compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is read, so an
-   unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.core.keys`, the app's
-   `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is looked up here too
-   (`KeyRing.holder`, cached by `CachedKeys`), so a made-up one is refused before its body is read; an active key's
-   holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
-   dependency), with its key in `scope["state"]` (`HOLDER_STATE`) for the quotas (`agent.http.quota_gate`); every
-   other path stays the admin key's.
+   `/metrics`, the page `/` and its static files), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw
+   header bytes are compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is
+   read, so an unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.core.keys`,
+   the app's `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is looked up
+   here too (`KeyRing.holder`, cached by `CachedKeys`), so a made-up one is refused before its body is read; an active
+   key's holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
+   dependency), with its key in `scope["state"]` (`HOLDER_STATE`) for the quotas (`agent.http.quota_gate`); every other
+   path stays the admin key's.
 3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
    it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
    that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
@@ -37,9 +37,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agent.config.settings import Settings, SettingsError
 from tools.store.keys import TOKEN_PREFIX, ApiKey
 
-OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/", "/"})
-"""Paths served without the API key: the readiness check, Prometheus' scrape and the web page (which asks for
-the key itself)."""
+OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"})
+"""Paths served without the API key: the readiness check, Prometheus' scrape and the web page with its script and
+style sheet (the page asks for the key itself)."""
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """`ALLOWED_HOSTS` of a server listening on a loopback address when the setting is unset."""
@@ -141,6 +141,7 @@ def key_matches(authorization: bytes | None, key: bytes) -> bool:
 CALLER_PATHS = (
     "/v1/ask",
     "/v1/documents",
+    "/v1/collections",
     "/v1/jobs",
     "/v1/chat/completions",
     "/v1/models",

@@ -6,12 +6,14 @@ from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
 from agent.http.deps import CALLER, Rag
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
-"""Where the web chat page (`index.html`) lives."""
+"""Where the web chat page (`index.html`, its script `page.js` and style sheet `page.css`) lives."""
+WEB_FILES = {"page.js": "text/javascript", "page.css": "text/css"}
+"""The page's static files under `/web/` and their media types (no other file of `WEB_DIR` is served)."""
 
 router = APIRouter()
 
@@ -40,3 +42,11 @@ async def docs() -> HTMLResponse:
 async def index() -> FileResponse:
     """The web chat page (asks for the API key once when the server wants one)."""
     return FileResponse(WEB_DIR / "index.html", media_type="text/html")
+
+
+@router.get("/web/{name}", include_in_schema=False)
+async def web_file(name: str) -> Response:
+    """A static file of the page (`WEB_FILES`); any other name is 404. Open without the API key, like the page."""
+    if name not in WEB_FILES:
+        return JSONResponse({"error": "not_found", "detail": f"no web file {name!r}"}, status_code=404)
+    return FileResponse(WEB_DIR / name, media_type=WEB_FILES[name])

@@ -1,5 +1,9 @@
-"""Reads of what is stored: counts, stored versions, and document listings (offset pages and keyset pages with a
-total), each inside the caller's transaction and scoped to the collections asked for (None: every collection)."""
+"""Reads of what is stored: counts, stored versions, the collections with their document counts, and document
+listings (offset pages and keyset pages with a total, optionally narrowed to titles or ids holding a search text),
+each inside the caller's transaction and scoped to the collections asked for (None: every collection).
+
+The search text is matched with `ILIKE '%text%'` on `doc_id` and `title`. No trigram index backs it: each search
+reads every document row of the collections (a few ms at 5,000 documents; linear in the documents stored)."""
 
 from __future__ import annotations
 
@@ -103,31 +107,85 @@ async def offset_page(
     return [_document(r) for r in rows]
 
 
+def like_pattern(text: str) -> str:
+    """The `ILIKE` pattern matching values that contain `text` anywhere: its `%`, `_` and `\\` escaped (Postgres'
+    default escape character is the backslash), wrapped in `%`."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _filters(collections: Sequence[str] | None, matching: str | None, first: int) -> tuple[str, list[object]]:
+    """SQL conditions (each starting with `AND`) on documents `d` for `collections` and `matching`, numbered from
+    parameter `$first`, and their arguments."""
+    sql: list[str] = []
+    args: list[object] = []
+    if collections is not None:
+        args.append(list(collections))
+        sql.append(f"AND d.collection = ANY(${first + len(args) - 1}::text[])")
+    if matching:
+        args.append(like_pattern(matching))
+        n = first + len(args) - 1
+        sql.append(f"AND (d.doc_id ILIKE ${n} OR d.title ILIKE ${n})")
+    return " ".join(sql), args
+
+
+async def count_matching(conn: Conn, collections: Sequence[str] | None, matching: str | None) -> int:
+    """Documents of `collections` (None: all) whose doc id or title contains `matching` (case-insensitive; None or
+    empty: every document)."""
+    where, args = _filters(collections, matching, 1)
+    value = await conn.fetchval(f"SELECT count(*) FROM documents d WHERE true {where}", *args)
+    return int(value)
+
+
 async def keyset_page(
-    conn: Conn, limit: int, cursor: str | None, offset: int = 0, collections: Sequence[str] | None = None
+    conn: Conn,
+    limit: int,
+    cursor: str | None,
+    offset: int = 0,
+    collections: Sequence[str] | None = None,
+    matching: str | None = None,
 ) -> DocumentPage:
     """Up to `limit` documents of `collections` (None: all) after the cursor's (after skipping `offset` more) in
     (doc_id, collection) order, the total of those collections, and the next page's cursor; in a REPEATABLE READ
     transaction the page and the total are one snapshot. One index range scan on (doc_id, collection)
     (`documents_doc_id_collection_key`) that starts at the cursor, whatever the page's position (an `offset` reads
-    the rows it skips). Documents of other collections are neither listed nor counted."""
+    the rows it skips). Documents of other collections are neither listed nor counted.
+
+    `matching` (None or empty: no narrowing) keeps only documents whose doc id or title contains it,
+    case-insensitively (`ILIKE`, see the module docstring); the total then counts those."""
     after = ("", "") if cursor is None else decode_cursor(cursor)
-    scoped = "" if collections is None else "AND d.collection = ANY($5::text[])"
-    args: list[object] = [after[0], after[1], offset, limit + 1]
-    if collections is not None:
-        args.append(list(collections))
+    where, extra = _filters(collections, matching, 5)
     rows = await conn.fetch(
         f"""
-        SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE (d.doc_id, d.collection) > ($1, $2) {scoped}
+        SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE (d.doc_id, d.collection) > ($1, $2) {where}
         ORDER BY d.doc_id, d.collection OFFSET $3 LIMIT $4
         """,
-        *args,
+        after[0],
+        after[1],
+        offset,
+        limit + 1,
+        *extra,
     )
-    total, _ = await count(conn, collections)
+    if matching:
+        total = await count_matching(conn, collections, matching)
+    else:
+        total, _ = await count(conn, collections)
     documents = [_document(r) for r in rows[:limit]]
     last = documents[-1] if documents else None
     next_cursor = encode_cursor(last.doc_id, last.collection) if last is not None and len(rows) > limit else None
     return DocumentPage(documents, total, next_cursor)
+
+
+async def collection_counts(conn: Conn, collections: Sequence[str] | None = None) -> dict[str, int]:
+    """Collection name -> documents stored in it, by name: every collection holding a document (None), or exactly
+    `collections` (those holding none with 0)."""
+    where, args = _filters(collections, None, 1)
+    rows = await conn.fetch(
+        f"SELECT d.collection, count(*) AS n FROM documents d WHERE true {where} GROUP BY d.collection", *args
+    )
+    counts = {name: 0 for name in collections or ()}
+    counts.update({r["collection"]: int(r["n"]) for r in rows})
+    return dict(sorted(counts.items()))
 
 
 async def find(conn: Conn, doc_id: str, collections: Sequence[str] | None = None) -> list[StoredDocument]:

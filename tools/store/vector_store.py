@@ -326,6 +326,7 @@ class VectorStore:
         offset: int = 0,
         *,
         collections: Sequence[str] | None = None,
+        matching: str | None = None,
     ) -> DocumentPage:
         """One keyset page of the stored documents of `collections` (None: all) in (doc_id, collection) order,
         with the total stored in those collections (one snapshot).
@@ -335,6 +336,8 @@ class VectorStore:
             cursor: None for the first page, else the previous page's `next_cursor`.
             offset: documents to skip after the cursor first (reads them; prefer the cursor).
             collections: the collections listed and counted; documents of others never appear.
+            matching: only documents whose doc id or title contains this text, case-insensitively (`ILIKE`, no
+                index: reads every document row of the collections); the total counts those. None or empty: all.
 
         Raises:
             StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
@@ -344,7 +347,7 @@ class VectorStore:
         if cursor is not None:
             listing.decode_cursor(cursor)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
-            return await listing.keyset_page(conn, limit, cursor, offset, _collections(collections))
+            return await listing.keyset_page(conn, limit, cursor, offset, _collections(collections), matching)
 
     async def iter_documents(
         self, page_size: int = 1000, *, collections: Sequence[str] | None = None
@@ -365,6 +368,12 @@ class VectorStore:
         """(documents, chunks) stored in `collections` (None: all)."""
         async with pools.transaction(self.pool, self.acquire_timeout_s, "counting documents", READ) as conn:
             return await listing.count(conn, _collections(collections))
+
+    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
+        """Collection name -> documents stored in it, by name: every collection holding a document (None), else
+        exactly `collections` (0 for one holding none)."""
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "counting collections", READ) as conn:
+            return await listing.collection_counts(conn, _collections(collections))
 
     async def ping(self) -> None:
         """Check that the store answers a read: the read pool's server and the `chunks` table (one row read at most,

@@ -80,3 +80,22 @@ def test_rag_docs_list_prints_one_plain_table_streamed_page_by_page(monkeypatch:
     assert starts == {header.index("collection")}  # one table: the columns line up across pages
     assert not any(ch in result.stdout for ch in "│┃┏━─")  # plain text: no per-cell layout to compute
     assert "A title A title" in rows[-1] and "…" in rows[-1] and len(rows[-1]) < 150  # a long title is cut
+
+
+async def test_documents_are_searched_by_title_or_id_with_their_total() -> None:
+    client, _ = await served()
+    async with client:
+        by_id = (await client.get("/v1/documents", params={"q": "NOTES/017"})).json()
+        assert [d["doc_id"] for d in by_id["documents"]] == ["notes/017.md"] and by_id["total"] == 1
+        by_title = (await client.get("/v1/documents", params={"q": "note 2", "limit": 2})).json()
+        assert by_title["total"] == 4  # Note 2, Note 20, Note 21, Note 22
+        assert [d["doc_id"] for d in by_title["documents"]] == ["notes/002.md", "notes/020.md"]
+        rest = (await client.get("/v1/documents", params={"q": "note 2", "limit": 2, "offset": 2})).json()
+        assert [d["doc_id"] for d in rest["documents"]] == ["notes/021.md", "notes/022.md"]
+        assert rest["next_cursor"] is None
+        none = (await client.get("/v1/documents", params={"q": "50%_"})).json()
+        assert none == {"documents": [], "total": 0, "next_cursor": None}
+        blank = (await client.get("/v1/documents", params={"q": "  ", "limit": 1})).json()
+        assert blank["total"] == 23
+        bad = await client.get("/v1/documents", params={"q": "a\x00b"})
+        assert bad.status_code == 422 and "NUL" in bad.json()["detail"]

@@ -142,3 +142,43 @@ async def test_a_deep_document_page_is_an_index_range_scan(doc_store: VectorStor
     root = json.loads(plan)[0]["Plan"]
     scan = root["Plans"][0]
     assert scan["Node Type"] in ("Index Scan", "Index Only Scan") and scan["Actual Rows"] == 11, scan
+
+
+async def test_document_pages_match_a_title_or_id_case_insensitively_within_collections(
+    doc_store: VectorStore,
+) -> None:
+    await doc_store.add_documents([doc(f"rep/{i:03d}", "r.md", ["x"], i) for i in range(30)])  # titles `title rep/..`
+    await doc_store.add_documents(
+        [
+            DocumentRecord("hb.pdf", "Narwhal Handbook", "h.pdf", "hash-hb", [ChunkRecord(0, "x", 1, vector(500))]),
+            DocumentRecord("odd", "50%_off \\ sale", "o.md", "hash-odd", [ChunkRecord(0, "x", 1, vector(501))]),
+        ]
+    )
+    await doc_store.add_documents([doc("rep/secret", "s.md", ["x"], 600)], collection="secret")
+    by_id = await doc_store.document_page(limit=10, matching="REP/01", collections=["default"])
+    assert [d.doc_id for d in by_id.documents] == [f"rep/{i:03d}" for i in range(10, 20)] and by_id.total == 10
+    assert by_id.next_cursor is None
+    by_title = await doc_store.document_page(limit=10, matching="narwhal hand")
+    assert [d.doc_id for d in by_title.documents] == ["hb.pdf"] and by_title.total == 1
+    paged = await doc_store.document_page(limit=4, matching="rep/", offset=28)  # every collection: `rep/secret` too
+    assert [(d.doc_id, d.collection) for d in paged.documents] == [
+        ("rep/028", "default"),
+        ("rep/029", "default"),
+        ("rep/secret", "secret"),
+    ]
+    assert paged.total == 31 and paged.documents[0].chunks == 1 and paged.next_cursor is None
+    scoped = await doc_store.document_page(limit=50, matching="rep/", collections=["default"])
+    assert scoped.total == 30 and "rep/secret" not in {d.doc_id for d in scoped.documents}
+    for literal in ("50%_", "\\ sale"):  # LIKE's wildcards and escape character are matched as text
+        found = await doc_store.document_page(limit=10, matching=literal)
+        assert [d.doc_id for d in found.documents] == ["odd"] and found.total == 1
+    assert (await doc_store.document_page(limit=10, matching="%")).total == 1
+    assert (await doc_store.document_page(limit=10, matching="")).total == 33
+
+
+async def test_collection_counts_are_every_collection_or_exactly_those_asked(doc_store: VectorStore) -> None:
+    await doc_store.add_documents([doc("a", "a.md", ["x"], 1), doc("b", "b.md", ["x"], 2)])
+    await doc_store.add_documents([doc("c", "c.md", ["x"], 3)], collection="papers")
+    assert await doc_store.collection_counts() == {"default": 2, "papers": 1}
+    assert await doc_store.collection_counts(collections=["papers", "notes"]) == {"notes": 0, "papers": 1}
+    assert await doc_store.collection_counts(collections=[]) == {}
