@@ -489,7 +489,8 @@ async def run_answers_eval(
         assert answers is not None
         return _JournalLifecycle(case, answers)
 
-    async with RagApp.from_settings(settings) as app:
+    # every case is answered afresh: a cached answer measures neither the model nor the latency
+    async with RagApp.from_settings(settings.model_copy(update={"answer_cache": False})) as app:
         start = time.perf_counter()
         report = await dataset.evaluate(
             make_task(app, top_k, answers),

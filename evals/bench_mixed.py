@@ -275,6 +275,7 @@ def cli_env(settings: Settings, **overrides: str) -> dict[str, str]:
             "TRITON_METRICS_PORT": str(settings.triton_metrics_port),
             "DATABASE_URL": settings.resolved_database_url(),
             "PYTHONUNBUFFERED": "1",
+            "ANSWER_CACHE": "false",  # the bulk eval's answers and the server's are measured afresh
         }
     )
     env.update(overrides)
@@ -626,7 +627,8 @@ async def run_mixed_bench(settings: Settings, params: MixedBenchParams) -> dict[
         },
         "phases": [],
     }
-    async with RagApp(settings) as app:
+    # answers are measured afresh: a cached answer would skip the LLM whose contention is measured
+    async with RagApp(settings.model_copy(update={"answer_cache": False})) as app:
         log.info("idle probes")
         report["idle"] = [p.summary() for p in await probes(app, params, claims, lambda: True)]
         for workload in params.workloads:

@@ -1,6 +1,8 @@
 """`rag bench serve`: end-to-end load on a running `rag serve` over HTTP (loopback), driven by SciFact claims.
 
-What is measured, against the server at `--url` as it is configured (its own settings: admission control, LLM):
+What is measured, against the server at `--url` as it is configured (its own settings: admission control, LLM);
+start it with `ANSWER_CACHE=false`, since the claims repeat and cached answers skip the work measured (each phase
+counts the answers marked `cached`):
 
 1. Closed loop, for each concurrency C (default 1, 8, 32, 128): C clients, each sending its next claim as soon as
    its previous request ended, until `max(requests, 2 C)` requests were sent or `max_seconds_per_level` passed; a
@@ -133,6 +135,7 @@ class Outcome:
     answer: str = ""
     text_events: int = 0
     model_refused: bool = False
+    cached: bool = False
 
 
 @dataclass
@@ -186,7 +189,7 @@ async def send_one(
             elif params.endpoint == "ask":
                 result = json.loads(await response.aread())
                 outcome.kind, outcome.answer = "answered", str(result.get("answer", ""))
-                outcome.model_refused = bool(result.get("refused"))
+                outcome.model_refused, outcome.cached = bool(result.get("refused")), bool(result.get("cached"))
             else:
                 outcome.kind = "stream_ended_without_result"
                 async for event in EventSource(response).aiter_sse():
@@ -198,6 +201,7 @@ async def send_one(
                         result = event.json()
                         outcome.kind, outcome.answer = "answered", str(result.get("answer", ""))
                         outcome.model_refused = bool(result.get("refused"))
+                        outcome.cached = bool(result.get("cached"))
                     elif event.event == "error":
                         outcome.kind = str(event.json().get("error") or "stream_error")
     except httpx.TimeoutException:
@@ -299,6 +303,7 @@ def summarize(phase: Phase, tokens: TokenCounter) -> dict[str, Any]:
         "requests": len(phase.outcomes),
         "answered": len(answered),
         "model_refusals": sum(o.model_refused for o in answered),
+        "cached": sum(o.cached for o in answered),  # answers from the answer cache: run the server with it off
         "wall_s": round(phase.wall_s, 2),
         "goodput_rps": round(len(answered) / wall, 4) if answered else 0.0,
         "latency_ms": _ms([o.latency_s for o in answered]),

@@ -72,7 +72,7 @@ async def run_set(
 async def measure(settings: Settings, n_claims: int, concurrency: int, policies: list[Policy]) -> dict[str, Any]:
     """Counts per policy for the covered claims, the uncovered claims and the off-topic questions."""
     qrels, claims = gold_doc_ids("test"), claim_texts("test")
-    async with RagApp.from_settings(settings) as app:
+    async with RagApp.from_settings(settings.model_copy(update={"answer_cache": False})) as app:  # fresh answers
         stored = await stored_doc_ids(app)
         ids = sorted(qrels, key=int)
         covered = [(claims[q], qrels[q]) for q in ids if qrels[q] & stored][:n_claims]

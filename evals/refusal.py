@@ -88,7 +88,7 @@ async def calibrate(
             is in the hybrid top k).
     """
     qrels, claims = gold_doc_ids(split), claim_texts(split)
-    async with RagApp(settings.model_copy(update={"retrieval_mode": mode})) as app:
+    async with RagApp(settings.model_copy(update={"retrieval_mode": mode, "answer_cache": False})) as app:
         stored = await stored_doc_ids(app)
         ids = sorted(qrels, key=int)
         covered_ids = [q for q in ids if qrels[q] & stored]

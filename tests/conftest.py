@@ -41,6 +41,11 @@ from tools.embedder import TritonEmbedder
 from tools.model_specs import get_spec
 from tools.store import VectorStore
 
+os.environ["ANSWER_CACHE"] = "false"
+"""The answer cache is off in every test's settings and every `rag` process a test starts (they inherit this
+environment): tests count LLM calls and ask the same question twice. The cache's own tests turn it on explicitly
+(`answer_cache=True`)."""
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The source checkout the tests run from."""
 # Test claims whose gold abstract dense retrieval ranks in the top 10 within the test corpus (checked once by

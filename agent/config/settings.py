@@ -510,6 +510,22 @@ class Settings(BaseSettings):
         "is refused at once; a queued answer is answered, refused only after twice this in the queue (a stalled "
         "service).",
     )
+    # --- answer cache (agent/core/answer_cache.py, docs/answer-cache.md) ---------------------------------------
+    answer_cache: bool = Field(
+        default=True,
+        description="Answer a repeated first-turn question from the answer cache in Postgres (shared by every app "
+        "replica), before admission, embedding and the LLM. An entry is keyed on the normalised question, the scope, "
+        "the options, the LLM model, the prompts and the version of every collection in the scope, so any ingest, "
+        "replace or delete there makes older entries unreachable.",
+    )
+    answer_cache_ttl_s: float = Field(
+        default=3600.0, gt=0, description="Longest time an answer cache entry is served after it was stored, seconds."
+    )
+    answer_cache_max_entries: int = Field(
+        default=10000,
+        ge=1,
+        description="Most entries the answer cache keeps; storing one more evicts the oldest.",
+    )
 
     api_key: SecretStr | None = Field(
         default=None,

@@ -25,9 +25,10 @@ from uuid import UUID
 from agent.config.settings import Policy, Settings
 from agent.core.admission import AdmissionController, Ticket
 from agent.core.answer import AnswerRequest, answer
+from agent.core.answer_cache import BYPASS, AnswerCache
 from agent.core.conversations import ConversationNotFoundError, follow_up
 from agent.core.errors import InputError
-from agent.core.events import AgentEvent, Queued
+from agent.core.events import AgentEvent, Queued, TextDelta
 from agent.core.quotas import meter_answer
 from agent.core.rag_agent import RagDeps
 from agent.core.results import AskResult
@@ -46,6 +47,14 @@ from tools.store import DocumentPage, IngestCounts, StoredDocument, StoreError
 from tools.store.listing import MAX_PAGE, decode_cursor
 
 log = logging.getLogger(__name__)
+
+
+def _show(request: AnswerRequest, result: AskResult) -> None:
+    """Send a cached answer's text to the request's listeners, as one piece (a stream shows it like any answer)."""
+    if request.on_text is not None:
+        request.on_text(result.answer)
+    if request.on_event is not None:
+        request.on_event(TextDelta(text=result.answer))
 
 
 class RagApp:
@@ -79,6 +88,10 @@ class RagApp:
         )
         self.admission = AdmissionController(
             self.settings.answer_max_in_progress, self.settings.answer_queue_max, self.settings.answer_queue_deadline_s
+        )
+        cache_store = self.services.answer_cache
+        self.answer_cache = (
+            AnswerCache(cache_store, self.settings) if cache_store is not None and self.settings.answer_cache else None
         )
         self._tools_checked = self.services.tool_check is None
         self._tools_lock = asyncio.Lock()
@@ -114,7 +127,10 @@ class RagApp:
     ) -> AskResult:
         """Answer a question from the stored documents with citations; see `agent.core.answer.answer`.
 
-        Admission control (`agent.core.admission`, `self.admission`) comes first: with `ANSWER_MAX_IN_PROGRESS` answers
+        The answer cache (`agent.core.answer_cache`, `ANSWER_CACHE`) comes first: a first-turn question asked before
+        over the same documents is answered from it (`AskResult.cached`), with no admission wait, embedding or LLM
+        call, and a complete new answer is stored in it. Admission control (`agent.core.admission`,
+        `self.admission`) comes next: with `ANSWER_MAX_IN_PROGRESS` answers
         in progress the question waits in the queue (`request.on_event` receives `Queued` events with its position),
         or is refused at once with `OverloadedError`, before any embedding or LLM work.
 
@@ -161,7 +177,19 @@ class RagApp:
         return result
 
     async def _answer(self, request: AnswerRequest, admission: Ticket | None) -> AskResult:
-        """`ask` without a conversation: admission, then the answer."""
+        """`ask` without a conversation: the answer cache (a hit returns at once, its admission place given back
+        unused), admission, the answer, then its store in the cache."""
+        try:
+            looked = BYPASS if self.answer_cache is None else await self.answer_cache.lookup(request)
+        except BaseException:
+            if admission is not None:
+                admission.close()
+            raise
+        if looked.hit is not None:
+            if admission is not None:
+                admission.close()
+            _show(request, looked.hit)
+            return looked.hit
         ticket = admission or self.admission.enter()
         on_event = request.on_event
         on_position = None if on_event is None else (lambda position: on_event(Queued(position=position)))
@@ -174,6 +202,8 @@ class RagApp:
                     await answer(self.agents[policy], self.deps, replace(request, policy=policy), self.limits)
                 )
         meter_answer(results[0])  # the caller's key's usage (agent.core.quotas), when the request is metered
+        if self.answer_cache is not None:
+            await self.answer_cache.store(looked, results[0])
         return results[0]
 
     async def _store_turn(self, conversation_id: UUID, turn: int, result: AskResult) -> None:

@@ -80,7 +80,8 @@ class AskResult(BaseModel):
 
     `timings_ms` keys: `embed` and `search` (all retrieval calls of the run summed), `llm` (the agent run:
     model requests and tool calls), `llm_ttft` (from the start of the agent run to the first visible answer text;
-    absent when no text came, e.g. a refusal without an LLM call), `total`.
+    absent when no text came, e.g. a refusal without an LLM call), `total`; an answer from the answer cache has
+    `cache` (the look-up) and `total` only.
     """
 
     answer: str
@@ -108,6 +109,12 @@ class AskResult(BaseModel):
         description="Chunk ids of retrieved passages left out of the prompt, lowest-ranked first dropped, so that the "
         "prompt fits the LLM's context window (`agent.core.context_window`); empty when all fitted.",
     )
+    cached: bool = Field(
+        default=False,
+        description="True when the answer came from the answer cache (docs/answer-cache.md): the stored answer of the "
+        "same first-turn question over the same documents, with its citations; `timings_ms` then has only `cache` "
+        "and `total`.",
+    )
     usage: TokenUsage = Field(
         default_factory=TokenUsage,
         exclude=True,
@@ -117,5 +124,6 @@ class AskResult(BaseModel):
 
     def to_json_dict(self) -> dict[str, object]:
         """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title, page, section,
-        location, text), dropped_citations, timings_ms, refused, policy, searches, truncated, dropped_passages."""
+        location, text), dropped_citations, timings_ms, refused, policy, searches, truncated, dropped_passages,
+        cached."""
         return self.model_dump()

@@ -3,8 +3,8 @@ the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
 
 - `build_embedder`, `build_store`, `build_retriever`: the Triton client, the Postgres store and the retrieval over
   them, unconnected; `Clients` opens the first two together.
-- `build_services`: what one `RagApp` uses (search, document library, conversations, LLM model, health checks), as
-  `Services`;
+- `build_services`: what one `RagApp` uses (search, document library, conversations, answer cache, LLM model, health
+  checks), as `Services`;
   tests build a `Services` of their own (e.g. over `tools.in_memory.InMemoryCollection` and a pydantic-ai
   `FunctionModel`).
 - `build_agents`, `build_rewriter`, `answer_limits`: the agent per retrieval policy, the LLM rewrite of follow-ups
@@ -28,6 +28,7 @@ from pydantic_ai.usage import UsageLimits
 
 from agent.config.settings import Policy, Settings
 from agent.core.answer import AnswerLimits
+from agent.core.answer_cache import AnswerCacheStore
 from agent.core.context_window import ContextFitter
 from agent.core.followup import LLMRewriter
 from agent.core.library import DocumentLibrary, StoreLibrary
@@ -43,6 +44,7 @@ from tools.model_specs import get_spec
 from tools.retrieval import PassageSearch, Retriever
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
+from tools.store.answer_cache import PostgresAnswerCache
 from tools.store.conversations import ConversationStore
 
 HealthCheck = Callable[[], Awaitable[str]]
@@ -236,6 +238,8 @@ class Services:
         context: fits the `always` policy's passages to the LLM's context window; None: every passage is sent.
         conversations: stored conversations (`tools.conversations.ConversationLog`); default: in this process'
             memory (a test's `Services`), `build_services` keeps them in Postgres.
+        answer_cache: where cached answers live (`agent.core.answer_cache`); None: no answer cache (a test's
+            `Services` unless it passes one); `build_services` keeps them in Postgres when `ANSWER_CACHE` is on.
     """
 
     search: PassageSearch
@@ -246,6 +250,7 @@ class Services:
     tool_check: Callable[[], Awaitable[None]] | None = None
     context: ContextFitter | None = None
     conversations: ConversationLog = field(default_factory=InMemoryConversations)
+    answer_cache: AnswerCacheStore | None = None
 
 
 def build_services(settings: Settings) -> Services:
@@ -295,6 +300,11 @@ def build_services(settings: Settings) -> Services:
         tool_check=tools,
         context=ContextFitter(settings),
         conversations=ConversationStore(store),
+        answer_cache=(
+            PostgresAnswerCache(store, settings.answer_cache_ttl_s, settings.answer_cache_max_entries)
+            if settings.answer_cache
+            else None
+        ),
     )
 
 

@@ -12,7 +12,7 @@ the official `openai` SDK and chat UIs work against `rag serve` unmodified.
   collection is a 403 `forbidden_collection`) and errors (statuses, `Retry-After`), in OpenAI's error shape
   (`agent.http.openai_errors`).
 - Streaming (`stream: true`): a first chunk with the role at once, then the answer's text in one content chunk once
-  it is validated, then a chunk with `finish_reason`, `citations` and `refused`, a usage chunk when
+  it is validated, then a chunk with `finish_reason`, `citations`, `refused` and `cached`, a usage chunk when
   `stream_options.include_usage`, and `data: [DONE]`. The text is held until the answer is final because the agent
   may still replace what it wrote (a restart after a tool call, reasoning revealed by a late `</think>`, a refusal)
   and a Chat Completions stream cannot take text back; `/v1/ask/stream` streams token by token with its restarts.
@@ -223,6 +223,7 @@ def completion_of(result: AskResult, completion_id: str, created: int, model: st
         usage=usage_of(result),
         citations=result.citations,
         refused=result.refused,
+        cached=result.cached,
     )
 
 
@@ -294,10 +295,10 @@ class ChunkStream:
         self, answer: Callable[[], Awaitable[AskResult]], include_usage: bool, done: Callable[[], None] = lambda: None
     ) -> AsyncIterator[bytes]:
         """The role chunk at once; keep-alive comments every `KEEPALIVE_S` while `answer()` runs; then its text,
-        the finishing chunk (`finish_reason`, `citations`, `refused`), the usage chunk when `include_usage`, and
-        `data: [DONE]`. A failure of the answer is the last event, `data: {"error": {...}}`. Closing the stream
-        (a client that goes away) cancels the answer and waits for it to end; `done()` is called once the answer
-        has ended, however (the admission ticket's close)."""
+        the finishing chunk (`finish_reason`, `citations`, `refused`, `cached`), the usage chunk when
+        `include_usage`, and `data: [DONE]`. A failure of the answer is the last event, `data: {"error": {...}}`.
+        Closing the stream (a client that goes away) cancels the answer and waits for it to end; `done()` is called
+        once the answer has ended, however (the admission ticket's close)."""
         try:
             yield self.chunk([ChunkChoice(delta={"role": "assistant", "content": ""})])
             task = asyncio.ensure_future(answer())
@@ -315,7 +316,7 @@ class ChunkStream:
         if result.answer:
             yield self.chunk([ChunkChoice(delta={"content": result.answer})])
         finished = ChunkChoice(delta={}, finish_reason=_finish(result))
-        yield self.chunk([finished], citations=result.citations, refused=result.refused)
+        yield self.chunk([finished], citations=result.citations, refused=result.refused, cached=result.cached)
         if include_usage:
             yield self.chunk([], usage=usage_of(result))
         yield format_sse_event(data_str="[DONE]")

@@ -211,10 +211,15 @@ class Extensions(BaseModel):
     refused: bool = Field(
         description="Extension: true when no stored passage was relevant enough; the text says so, with no citation."
     )
+    cached: bool = Field(
+        default=False,
+        description="Extension: true when the answer came from the answer cache (no LLM request: `usage` is zero).",
+    )
 
 
 class ChatCompletion(Extensions):
-    """The `chat.completion` object of a non-streamed answer, with the extensions `citations` and `refused`."""
+    """The `chat.completion` object of a non-streamed answer, with the extensions `citations`, `refused` and
+    `cached`."""
 
     id: str
     object: Literal["chat.completion"] = "chat.completion"
@@ -236,7 +241,7 @@ class ChunkChoice(BaseModel):
 
 class ChatCompletionChunk(BaseModel):
     """One `chat.completion.chunk` of a streamed answer; the chunk with `finish_reason` also carries the extensions
-    `citations` and `refused`, and the usage chunk (`stream_options.include_usage`) has empty `choices`."""
+    `citations`, `refused` and `cached`, and the usage chunk (`stream_options.include_usage`) has empty `choices`."""
 
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
@@ -246,6 +251,7 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
     citations: list[Citation] | None = None
     refused: bool | None = None
+    cached: bool | None = None
     system_fingerprint: None = None
 
 

@@ -9,7 +9,10 @@
   on `tsv`;
 - the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings);
 - the conversation tables (`CONVERSATIONS_SQL`: `conversations`, `conversation_turns`), read and written by
-  `tools.store.conversations`.
+  `tools.store.conversations`;
+- the corpus versions and the answer cache (`ANSWER_CACHE_SQL`): `collection_versions(collection, version,
+  changed_at)`, bumped by a trigger on `documents` for every inserted, updated or deleted row, and
+  `answer_cache(key, answer jsonb, created_at, hits)`, read and written by `tools.store.answer_cache`.
 """
 
 from __future__ import annotations
@@ -57,6 +60,49 @@ END $$;
 conversations by."""
 
 
+ANSWER_CACHE_SQL = """
+CREATE TABLE IF NOT EXISTS collection_versions (
+    collection text PRIMARY KEY,
+    version bigint NOT NULL,
+    changed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE OR REPLACE FUNCTION bump_collection_version() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        INSERT INTO collection_versions AS v (collection, version) VALUES (OLD.collection, 1)
+        ON CONFLICT (collection) DO UPDATE SET version = v.version + 1, changed_at = clock_timestamp();
+    END IF;
+    IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND NEW.collection IS DISTINCT FROM OLD.collection) THEN
+        INSERT INTO collection_versions AS v (collection, version) VALUES (NEW.collection, 1)
+        ON CONFLICT (collection) DO UPDATE SET version = v.version + 1, changed_at = clock_timestamp();
+    END IF;
+    RETURN NULL;
+END $$;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'documents_collection_version'
+                   AND tgrelid = 'documents'::regclass) THEN
+        CREATE CONSTRAINT TRIGGER documents_collection_version AFTER INSERT OR UPDATE OR DELETE ON documents
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION bump_collection_version();
+    END IF;
+END $$;
+CREATE TABLE IF NOT EXISTS answer_cache (
+    key text PRIMARY KEY,  -- sha256 hex of the request digest and the scope's collection versions
+    answer jsonb NOT NULL,  -- the AskResult's JSON, citations included
+    created_at timestamptz NOT NULL DEFAULT now(),
+    hits bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS answer_cache_created ON answer_cache (created_at);
+"""
+"""The corpus versions and the answer cache, idempotent (run by `set_up` at every connect).
+
+`collection_versions` holds one counter per collection that has ever held a document. The trigger is a deferred
+constraint trigger: it runs at the commit of the writing transaction (`changed_at` is then about the commit time, which
+the read-replica rule of `tools.store.answer_cache` relies on) and bumps the counter once per inserted, updated or
+deleted `documents` row; chunks change only with their document's row (a replace deletes and inserts it), so every
+ingest, replace and delete moves the version of each collection it touched. Counters never go down and rows are
+never deleted."""
+
+
 async def set_up(conn: Conn, model_name: str, dim: int, k1: float, b: float) -> str:
     """Create the extension and schema if missing and check the stored embedder, in one transaction on `conn`.
 
@@ -96,7 +142,7 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
     """Bring a store made by an earlier version up to this schema (inside `set_up`'s locked transaction): the
     `ingested_at` column, the chunks' `metadata` column, the `source` index, the documents' `collection` column
     (`tools.scope.DEFAULT_COLLECTION` for every stored document) and its index, the BM25 tables (built from the
-    stored chunks when new), the conversation tables."""
+    stored chunks when new), the conversation tables, the corpus versions and the answer cache."""
     has_ingested_at = await conn.fetchval(
         "SELECT 1 FROM pg_attribute WHERE attrelid = 'documents'::regclass AND attname = 'ingested_at'"
     )
@@ -114,6 +160,7 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
         await conn.execute(bm25.SCHEMA_SQL)
         await bm25.rebuild(conn, k1, b)
     await conn.execute(CONVERSATIONS_SQL)
+    await conn.execute(ANSWER_CACHE_SQL)
 
 
 async def _unique_per_collection(conn: Conn) -> None:
