@@ -311,15 +311,15 @@ async def child(argv: Sequence[str], env: dict[str, str], log_path: Path) -> Asy
                 await proc.wait()
 
 
-async def fresh_database(settings: Settings) -> str:
-    """Drop and create the scratch database on the settings' Postgres; its URL."""
+async def fresh_database(settings: Settings, name: str = SCRATCH_DB) -> str:
+    """Drop and create the scratch database `name` on the settings' Postgres; its URL."""
     url = settings.resolved_database_url()
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}" WITH (FORCE)')
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
-    return await ensure_database(url, SCRATCH_DB)
+    return await ensure_database(url, name)
 
 
 def ingest_corpus(work: Path, docs: int) -> Path:

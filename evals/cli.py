@@ -301,6 +301,29 @@ def bench_query(
     run_query_bench_command(params, as_json, plot, out)
 
 
+@bench_app.command("cache")
+def bench_cache(
+    claims: Annotated[int, typer.Option(min=1, help="Distinct SciFact test claims the question log draws from.")] = 60,
+    questions: Annotated[int, typer.Option(min=1, help="Questions replayed (drawn with replacement).")] = 300,
+    distractors: Annotated[int, typer.Option(min=0, help="Abstracts stored besides the claims' gold ones.")] = 200,
+    llm_delay_ms: Annotated[float, typer.Option(min=0, help="The scripted LLM's time per answer, ms.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the claims and of the log.")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only (progress on stderr).")] = False,
+) -> None:
+    """The answer cache through HTTP: a question log with repeats replayed against a small SciFact corpus (a scratch
+    database on the running Postgres and Triton) with a scripted LLM; hit and miss latency p50/p95/p99, hit rate,
+    and the target hit p50 <= 20 ms."""
+    from agent.config.settings import Settings
+    from evals.bench_cache import CacheBenchParams, run_cache_bench_command
+
+    try:
+        params = CacheBenchParams(claims, questions, distractors, llm_delay_ms, seed)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    run_cache_bench_command(Settings(), params, as_json, out)
+
+
 @bench_app.command("serve")
 def bench_serve(
     url: Annotated[str, typer.Option(help="Base URL of the running `rag serve` (loopback).")] = "http://127.0.0.1:8080",

@@ -693,6 +693,7 @@ def followups(results: dict[str, Any]) -> str:
     "bench-serve.json",
     "bench-mixed.json",
     "followups-scifact-test.json",
+    "bench-cache.json",
 )
 def headline(
     retrieval: dict[str, Any],
@@ -702,11 +703,12 @@ def headline(
     serve: dict[str, Any],
     mixed: dict[str, Any],
     follow: dict[str, Any],
+    cache: dict[str, Any],
 ) -> str:
     """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, follow-up search nDCG@10
     (shipped query against the raw follow-up and the original claim), answer verdict accuracy, the embedding
-    service's throughput and p99, the query path's p50, goodput under overload, questions during an ingest; each with
-    its date and the page holding the full table."""
+    service's throughput and p99, the query path's p50, goodput under overload, questions during an ingest, answer
+    cache hits; each with its date and the page holding the full table."""
     hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
     dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
     hybrid1 = _point(query, "hybrid", 1)
@@ -775,7 +777,34 @@ def headline(
                 "[Benchmarks](docs/benchmarks.md#questions-while-documents-flow-in-rag-bench-mixed)",
             ]
         )
+    rows.append(
+        [
+            f"a repeated question from the answer cache, over HTTP ({cache['questions']}-question log)",
+            f"hit p50 {cache['hit_latency_ms']['p50']:g} ms, p95 {cache['hit_latency_ms']['p95']:g} ms (miss p50 "
+            f"{cache['miss_latency_ms']['p50']:g} ms with an instant LLM); hit rate {cache['hit_rate']:.0%}",
+            cache["machine"]["date_utc"][:10],
+            "[Answer cache](docs/answer-cache.md#benchmark)",
+        ]
+    )
     return markdown_table(["what", "figure", "measured", "details"], rows)
+
+
+@table("bench-cache", "bench-cache.json")
+def bench_cache(cache: dict[str, Any]) -> str:
+    """`rag bench cache`: hit and miss latency through HTTP, the hit rate and the hit p50 target."""
+    rows: list[list[object]] = []
+    for name in ("hit", "miss"):
+        stats = cache[f"{name}_latency_ms"]
+        rows.append([name, stats["n"], stats["p50"], stats["p95"], stats["p99"]])
+    target = cache["targets"]["hit_p50_ms"]
+    met = "met" if target["value"] is not None and target["value"] <= 20 else "missed"
+    return (
+        markdown_table(["answer", "n", "p50 ms", "p95 ms", "p99 ms"], rows)
+        + f"\nHit rate {cache['hit_rate']:.1%} (at most {cache['most_hit_rate']:.1%} for this log); hit p50 target "
+        f"{target['target']} ms: {met}. {cache['documents']} documents, {cache['questions']} questions, scripted LLM "
+        f"delay {cache['params']['llm_delay_ms']:g} ms, {cache['machine']['cores']} cores, "
+        f"{cache['machine']['date_utc'][:10]}.\n"
+    )
 
 
 def pages(root: Path = ROOT) -> list[Path]:
