@@ -195,9 +195,9 @@ class AnswerCache:
 
     async def lookup(self, request: AnswerRequest) -> Looked:
         """The cached answer of `request` (marked `cached`, its timings the look-up's: `cache` and `total`, ms; no
-        token usage), or where to store its answer. A question with history is bypassed; a failing store is logged
-        and bypassed (the answer is computed as without a cache)."""
-        if request.history:
+        token usage), or where to store its answer. A question with history or earlier questions is bypassed; a
+        failing store is logged and bypassed (the answer is computed as without a cache)."""
+        if request.history or request.earlier_questions:  # a follow-up: its answer depends on the conversation
             CACHE_TOTAL.labels("bypass").inc()
             return BYPASS
         start = time.perf_counter()

@@ -125,6 +125,7 @@ async def test_a_question_with_history_is_neither_looked_up_nor_stored() -> None
     bypassed = CACHE_TOTAL.labels("bypass")._value.get()
     looked = await cache.lookup(AnswerRequest(QUESTION, history=earlier))
     assert looked == BYPASS and CACHE_TOTAL.labels("bypass")._value.get() == bypassed + 1
+    assert await cache.lookup(AnswerRequest(QUESTION, earlier_questions=["What is vitamin D?"])) == BYPASS
     await cache.store(looked, AskResult(answer="Yes [1].", citations=[], timings_ms={"total": 1.0}))
 
 
