@@ -43,7 +43,7 @@ from agent.core.citations import extract_citations, stream_text
 from agent.core.context_window import message_texts
 from agent.core.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
 from agent.core.events import AgentEvent, AnswerRestart, TextDelta
-from agent.core.followup import search_query
+from agent.core.followup import FollowUpQuery, search_query
 from agent.core.llm_finish import is_truncated, rate_limit_error, require_finish_reason
 from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
 from agent.core.rag_agent import TOOLS_TEXT, RagDeps, search_passages
@@ -209,7 +209,10 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
         first = user_prompt(request.question, []) if policy == "always" else agentic_prompt(request.question)
         history = await deps.context.fit_history(history, instructions, first)
     if policy == "always":
-        query = request.retrieval_query or await _follow_up_query(deps, request)
+        query = request.retrieval_query
+        if not query:
+            found = await _follow_up_query(deps, request)
+            query, usage = found.query, _rewrite_usage(found)
         passages = await search_passages(deps, query, request.top_k or deps.top_k)
         if not deps.is_relevant(passages):
             timings.add({"llm": 0.0})
@@ -253,10 +256,10 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
                     require_finish_reason(event.result.response)  # a stream cut short is an error
                     truncated = is_truncated(event.result.response)
                     run_usage = event.result.usage
-                    usage = TokenUsage(
-                        input_tokens=run_usage.input_tokens,
-                        output_tokens=run_usage.output_tokens,
-                        requests=run_usage.requests,
+                    usage = TokenUsage(  # the rewrite's tokens, if any, plus the agent run's
+                        input_tokens=usage.input_tokens + run_usage.input_tokens,
+                        output_tokens=usage.output_tokens + run_usage.output_tokens,
+                        requests=usage.requests + run_usage.requests,
                     )
                 else:
                     continue
@@ -281,13 +284,19 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     return finish(text, citations, dropped=dropped)
 
 
-async def _follow_up_query(deps: RagDeps, request: AnswerRequest) -> str:
+async def _follow_up_query(deps: RagDeps, request: AnswerRequest) -> FollowUpQuery:
     """The search query of a request without `retrieval_query`: `search_query` of its earlier questions with the
     deps' rewriter; a rewrite attempt is timed as stage `rewrite` (its fallback, if any, on the span)."""
     found = await search_query(request.earlier_questions, request.question, deps.rewriter)
     if found.method == "rewritten" or found.fallback is not None:
         deps.state.timings.record("rewrite", found.rewrite_ms, fallback=found.fallback)
-    return found.query
+    return found
+
+
+def _rewrite_usage(found: FollowUpQuery) -> TokenUsage:
+    """The tokens of a follow-up's rewrite request (one LLM request when the server replied, used or not)."""
+    replied = found.input_tokens + found.output_tokens > 0
+    return TokenUsage(input_tokens=found.input_tokens, output_tokens=found.output_tokens, requests=int(replied))
 
 
 def _limit_error(exc: UsageLimitExceeded, limits: UsageLimits) -> AnswerLimitError:

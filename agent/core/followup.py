@@ -63,13 +63,28 @@ Fallback = Literal["timeout", "error", "unusable"]
 """Why a rewrite was not used: it took longer than its timeout, the LLM call failed, or its reply was unusable."""
 
 
+@dataclass(frozen=True)
+class RewriteReply:
+    """The LLM's reply to one rewrite request.
+
+    Attributes:
+        text: the raw reply (may be empty); `usable_rewrite` checks it.
+        input_tokens: prompt tokens the LLM server reported for the request (0 when it reported none).
+        output_tokens: generated tokens the LLM server reported, tokens.
+    """
+
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 class QueryRewriter(Protocol):
     """Rewrites a follow-up as a standalone search query (`LLMRewriter`; tests pass their own)."""
 
     timeout_s: float
     """Longest wait for `rewrite`, seconds; `search_query` enforces it."""
 
-    async def rewrite(self, earlier_questions: Sequence[str], question: str) -> str:
+    async def rewrite(self, earlier_questions: Sequence[str], question: str) -> RewriteReply:
         """The raw reply for `question` asked after `earlier_questions` (oldest first); checked by the caller."""
         ...
 
@@ -83,12 +98,17 @@ class FollowUpQuery:
         method: `question` (no earlier turns), `condensed` or `rewritten`.
         fallback: why the rewrite asked for was not used (the query is then the condensed one); None otherwise.
         rewrite_ms: time spent on the rewrite, ms; 0.0 when none was asked for.
+        input_tokens: prompt tokens the rewrite's LLM request used (0 without a reply: none asked for, a timeout
+            or an error); counted in the answer's usage, so quotas and `usage` see them.
+        output_tokens: generated tokens of the rewrite, counted likewise.
     """
 
     query: str
     method: Method
     fallback: Fallback | None = None
     rewrite_ms: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 def condensed_query(
@@ -187,8 +207,8 @@ class LLMRewriter:
         self.settings = ModelSettings(**(extra or {}))
         self.settings.update(ModelSettings(max_tokens=max_tokens, temperature=0.0, timeout=timeout_s, max_retries=0))
 
-    async def rewrite(self, earlier_questions: Sequence[str], question: str) -> str:
-        """The LLM's reply text (may be empty).
+    async def rewrite(self, earlier_questions: Sequence[str], question: str) -> RewriteReply:
+        """The LLM's reply text (may be empty) and the tokens the server reported for it.
 
         Raises:
             pydantic_ai.exceptions.ModelAPIError / UnexpectedModelBehavior: the request failed.
@@ -197,7 +217,7 @@ class LLMRewriter:
             parts=[SystemPromptPart(REWRITE_INSTRUCTIONS), UserPromptPart(rewrite_prompt(earlier_questions, question))]
         )
         response = await model_request(self.model, [request], model_settings=self.settings)
-        return response.text or ""
+        return RewriteReply(response.text or "", response.usage.input_tokens, response.usage.output_tokens)
 
 
 async def search_query(
@@ -237,8 +257,10 @@ async def search_query(
         log.warning("follow-up rewrite failed, searching the condensed query: %r", exc)
         fallback = "error"
     else:
-        usable = usable_rewrite(reply, earlier, question)
+        elapsed_ms = (time.perf_counter() - start) * 1000
+        usable = usable_rewrite(reply.text, earlier, question)
+        tokens = (reply.input_tokens, reply.output_tokens)
         if usable is not None:
-            return FollowUpQuery(usable, "rewritten", rewrite_ms=(time.perf_counter() - start) * 1000)
-        fallback = "unusable"
+            return FollowUpQuery(usable, "rewritten", None, elapsed_ms, *tokens)
+        return FollowUpQuery(condensed, "condensed", "unusable", elapsed_ms, *tokens)
     return FollowUpQuery(condensed, "condensed", fallback, (time.perf_counter() - start) * 1000)

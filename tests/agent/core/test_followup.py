@@ -16,6 +16,7 @@ from agent.core.answer import AnswerRequest, answer
 from agent.core.followup import (
     REWRITE_INSTRUCTIONS,
     LLMRewriter,
+    RewriteReply,
     condensed_query,
     search_query,
     usable_rewrite,
@@ -39,13 +40,13 @@ class Rewriter:
         self.timeout_s = 0.05
         self.calls: list[tuple[list[str], str]] = []
 
-    async def rewrite(self, earlier_questions: Sequence[str], question: str) -> str:
+    async def rewrite(self, earlier_questions: Sequence[str], question: str) -> RewriteReply:
         self.calls.append((list(earlier_questions), question))
         if self.hang:
             await asyncio.Event().wait()
         if self.error is not None:
             raise self.error
-        return self.reply
+        return RewriteReply(self.reply, input_tokens=40, output_tokens=len(self.reply.split()))
 
 
 def test_condensed_query_leads_with_the_question_then_the_newest_earlier_turns() -> None:
@@ -74,6 +75,7 @@ async def test_a_usable_rewrite_is_the_search_query() -> None:
     assert (found.query, found.method, found.fallback) == (GOOD, "rewritten", None)
     assert rewriter.calls == [(EARLIER, QUESTION)]  # only the last max_earlier earlier turns are sent
     assert found.rewrite_ms >= 0.0
+    assert (found.input_tokens, found.output_tokens) == (40, len(rewriter.reply.split()))  # counted in usage
 
 
 @pytest.mark.parametrize(
@@ -97,6 +99,8 @@ async def test_a_failed_or_unusable_rewrite_falls_back_to_the_condensed_query(
 ) -> None:
     found = await search_query(EARLIER, QUESTION, rewriter)
     assert (found.query, found.method, found.fallback) == (CONDENSED, "condensed", fallback)
+    # An unusable reply still cost its tokens; no reply (a timeout, an error) reports none.
+    assert found.input_tokens == (40 if fallback == "unusable" else 0)
 
 
 async def test_cancellation_is_not_a_fallback() -> None:
@@ -123,7 +127,7 @@ async def test_llm_rewriter_sends_a_short_bounded_prompt() -> None:
         return ModelResponse(parts=[TextPart(GOOD)])
 
     rewriter = LLMRewriter(FunctionModel(reply), max_tokens=24, timeout_s=3.0, extra={"frequency_penalty": 0.5})
-    assert await rewriter.rewrite(EARLIER, QUESTION) == GOOD
+    assert (await rewriter.rewrite(EARLIER, QUESTION)).text == GOOD
     parts = sent[0][0].parts
     assert [p.content for p in parts if isinstance(p, SystemPromptPart)] == [REWRITE_INSTRUCTIONS]
     prompt = next(p.content for p in parts if isinstance(p, UserPromptPart))
@@ -172,6 +176,7 @@ async def test_the_answer_searches_the_rewrite_and_answers_the_question(rewrite:
     assert collection.searches == [searched] and result.searches == [searched]
     assert QUESTION in str(seen[0][-1]) and GOOD not in str(seen[0][-1])  # the question asked is answered
     assert "rewrite" in result.timings_ms
+    assert result.usage.requests == (2 if rewrite else 1)  # the rewrite's request and tokens are the answer's too
 
 
 async def test_a_retrieval_query_wins_over_the_follow_up() -> None:

@@ -22,7 +22,7 @@ async def test_the_real_llm_rewrites_a_follow_up_or_it_falls_back(llm_settings: 
     rewriter = build_rewriter(build_model(settings), settings)
     assert rewriter is not None
     reply = await rewriter.rewrite(EARLIER, QUESTION)  # the server accepts the bounded request
-    assert isinstance(reply, str)
+    assert isinstance(reply.text, str) and reply.output_tokens <= settings.followup_rewrite_max_tokens
     found = await search_query(EARLIER, QUESTION, rewriter)
     if found.method == "rewritten":
         assert found.fallback is None and usable_rewrite(found.query, EARLIER, QUESTION) == found.query
