@@ -694,6 +694,8 @@ def followups(results: dict[str, Any]) -> str:
     "bench-mixed.json",
     "followups-scifact-test.json",
     "bench-cache.json",
+    "bench-quota.json",
+    "page-settle.json",
 )
 def headline(
     retrieval: dict[str, Any],
@@ -704,11 +706,14 @@ def headline(
     mixed: dict[str, Any],
     follow: dict[str, Any],
     cache: dict[str, Any],
+    quota: dict[str, Any],
+    page: dict[str, Any],
 ) -> str:
     """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, follow-up search nDCG@10
     (shipped query against the raw follow-up and the original claim), answer verdict accuracy, the embedding
     service's throughput and p99, the query path's p50, goodput under overload, questions during an ingest, answer
-    cache hits; each with its date and the page holding the full table."""
+    cache hits, quota refusals, the web page's settle time; each with its date and the page holding the full
+    table."""
     hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
     dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
     hybrid1 = _point(query, "hybrid", 1)
@@ -784,6 +789,25 @@ def headline(
             f"{cache['miss_latency_ms']['p50']:g} ms with an instant LLM); hit rate {cache['hit_rate']:.0%}",
             cache["machine"]["date_utc"][:10],
             "[Answer cache](docs/answer-cache.md#benchmark)",
+        ]
+    )
+    serial = [p["ms"]["p50"] for p in quota["phases"] if p["clients"] == 1]
+    rows.append(
+        [
+            f"a key over its quota refused (429 + Retry-After), 1 and {quota['params']['concurrency']} clients",
+            f"p50 ≤ {max(serial):g} ms serial, p95 ≤ {quota['worst_p95_ms']:g} ms at "
+            f"{quota['params']['concurrency']} clients; {quota['llm_calls_during_refusals']} LLM calls",
+            quota["machine"]["date_utc"][:10],
+            "[Benchmarks](docs/benchmarks.md#quota-refusals-rag-bench-quota)",
+        ]
+    )
+    rows.append(
+        [
+            f"the web page with {page['documents']:,} documents in the store (Chromium)",
+            f"settles p50 {page['settle_ms']['p50']:g} ms, max {page['settle_ms']['max']:g} ms; last page p50 "
+            f"{page['last_page_ms']['p50']:g} ms, search p50 {page['search_ms']['p50']:g} ms",
+            page["machine"]["date_utc"][:10],
+            "[Benchmarks](docs/benchmarks.md#the-web-page-with-a-full-store-rag-bench-page)",
         ]
     )
     return markdown_table(["what", "figure", "measured", "details"], rows)
