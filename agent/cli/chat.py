@@ -31,7 +31,8 @@ from tools.scope import SearchScope
 
 def print_sources(console: Console, result: AskResult) -> None:
     """Notes on an incomplete answer (cut at the output limit; passages left out to fit the context window), the
-    citations of `result` (one line each), or why there are none, then the timings."""
+    citations of `result` (one line each), or why there are none, then the timings (and whether the answer came
+    from the answer cache)."""
     if result.truncated:
         console.print(Text("(answer cut short: the model reached its output limit, LLM_MAX_TOKENS)", style="yellow"))
     if result.dropped_passages:
@@ -52,6 +53,8 @@ def print_sources(console: Console, result: AskResult) -> None:
     else:
         console.print("\n[dim]no sources cited[/]")
     timings = ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items())
+    if result.cached:
+        timings = f"from the answer cache (ANSWER_CACHE): {timings}"
     console.print(Text(timings, style="dim"), soft_wrap=True)
 
 

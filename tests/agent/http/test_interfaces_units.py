@@ -133,6 +133,14 @@ def test_model_and_document_text_is_printed_as_plain_text() -> None:
     text = out.getvalue()
     for literal in (BRACKET_TITLE, BRACKET_ANSWER, "[/INST] [bold]q", "1 passage [/tmp]", "doc d[/x]"):
         assert literal in text
+    assert "answer cache" not in text
+
+
+def test_an_answer_from_the_cache_says_so() -> None:
+    out = io.StringIO()
+    result = AskResult(answer="Yes [1].", citations=[], timings_ms={"cache": 2.0, "total": 2.5}, cached=True)
+    print_sources(Console(file=out, width=200, color_system=None), result)
+    assert "from the answer cache (ANSWER_CACHE): cache 2 ms, total 2 ms" in out.getvalue()
 
 
 def test_cli_errors_are_one_line_without_servers(tmp_path: Path) -> None:
