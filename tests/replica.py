@@ -7,6 +7,7 @@ The binaries refuse to run as root, so they run as the embedded server's system 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -18,10 +19,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import asyncpg
+
 from tests.pgbouncer import server_address
 
 RUN_AS = "pgserver"
 STOP_TIMEOUT_S = 30.0
+CATCH_UP_TIMEOUT_S = 120.0
+"""Longest wait for a replica to replay what its primary has written (a loaded 2-core machine replays a CREATE
+DATABASE in seconds), seconds."""
 
 
 def bin_dir() -> Path:
@@ -103,3 +109,34 @@ def streaming_replica(primary_url: str, slot: str | None = None) -> Iterator[Rep
         if replica is not None:
             replica.stop()
         shutil.rmtree(parent, ignore_errors=True)
+
+
+async def caught_up(primary_url: str, replica_url: str, timeout_s: float = CATCH_UP_TIMEOUT_S) -> None:
+    """Wait until the replica at `replica_url` accepts connections to its database and has replayed the primary's
+    flushed WAL as of now (the database, its schema and the rows written so far): a store opened afterwards finds it
+    usable at once instead of marking it down because the database or the `vector` extension is not there yet.
+
+    Raises:
+        TimeoutError: not caught up within `timeout_s` seconds (names the last error or positions).
+    """
+    primary = await asyncpg.connect(primary_url)
+    try:
+        target = await primary.fetchval("SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint")
+    finally:
+        await primary.close()
+    deadline = time.monotonic() + timeout_s
+    last = "no attempt"
+    while time.monotonic() < deadline:
+        try:
+            conn = await asyncpg.connect(replica_url)
+            try:
+                replayed = await conn.fetchval("SELECT (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint")
+            finally:
+                await conn.close()
+            if replayed is not None and replayed >= target:
+                return
+            last = f"replayed {replayed} of {target}"
+        except (OSError, asyncpg.PostgresError) as exc:
+            last = repr(exc)
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"the replica {replica_url} did not catch up within {timeout_s:.0f} s: {last}")

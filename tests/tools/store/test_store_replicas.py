@@ -40,10 +40,13 @@ def replica(primary: str) -> Iterator[standby.Replica]:
 
 @pytest.fixture
 async def store(primary: str, replica: standby.Replica) -> AsyncIterator[VectorStore]:
+    """An empty store on the primary that searches the replica, opened once the replica has replayed the database,
+    its schema and the emptying (a replica probed before it has the database is skipped as down for a while)."""
     url = await ensure_database(primary, DATABASE)
+    async with VectorStore(url, MODEL, DIM) as setup:
+        await setup.delete_documents([d.doc_id for d in await setup.list_documents()])
+    await standby.caught_up(url, replica.url(DATABASE))
     async with VectorStore(url, MODEL, DIM, read_urls=[replica.url(DATABASE)], read_max_lag_s=MAX_LAG_S) as st:
-        await st.delete_documents([d.doc_id for d in await st.list_documents()])
-        st.search_targets.clear()
         yield st
 
 
