@@ -10,8 +10,8 @@ error shape from `agent.http.openai_errors.OpenAIErrorShape`, outside it). A req
 is recorded just before the response's last body message is sent (so a caller that reads `/v1/usage` after its answer
 ends sees it). A recording that fails is logged; the answer is not failed for it.
 
-Usage of answers given by MCP's tools is not metered: the MCP session manager runs them in tasks of its own, outside
-the request; MCP requests count against the requests per minute and are refused over the tokens per day.
+MCP's tools are metered too: the stateless MCP session manager starts each request's server task from the request
+(its task group's `start`), so the task runs in a copy of the request's context, meter included.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import date
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -15,12 +16,14 @@ import openai
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from pydantic_ai.models.function import FunctionModel
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
 from agent.core.keys import InMemoryKeys
+from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
 from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_keys
@@ -32,6 +35,7 @@ from tests.scripted_model import ScriptedModel as Model
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument
 from tools.scope import SearchScope
+from tools.store.usage import total
 
 ADMIN_KEY = "admin-secret"
 
@@ -165,9 +169,12 @@ SECRET = SourceDocument("b12-other", "Vitamin B12 (other team)", "Vitamin B12 de
 
 
 @asynccontextmanager
-async def mcp_as(token: str, keys: InMemoryKeys, mode: str = "auto") -> AsyncIterator[Client]:
-    """The SDK's client over streamable HTTP to `/mcp` of the `rag serve` app (its lifespan run, with `keys`), over
-    `DOCUMENTS` in `default` and `SECRET` in `other`, sending `Authorization: Bearer <token>`."""
+async def mcp_as(
+    token: str, keys: InMemoryKeys, mode: str = "auto", quotas: Quotas | None = None
+) -> AsyncIterator[Client]:
+    """The SDK's client over streamable HTTP to `/mcp` of the `rag serve` app (its lifespan run, with `keys` and,
+    given, `quotas`), over `DOCUMENTS` in `default` and `SECRET` in `other`, sending `Authorization: Bearer
+    <token>`."""
     settings = Settings.model_validate({"refusal_min_score": 0.3, "api_key": ADMIN_KEY})
     collection = InMemoryCollection(DOCUMENTS)
     await collection.add_documents([SECRET], "other")
@@ -177,6 +184,7 @@ async def mcp_as(token: str, keys: InMemoryKeys, mode: str = "auto") -> AsyncIte
     headers = {"Authorization": f"Bearer {token}"}
     async with app.router.lifespan_context(app):
         app.state.keys = keys  # a test app's lifespan brings no keys
+        app.state.quotas = quotas
         async with (
             httpx2.AsyncClient(transport=transport, base_url="http://localhost", headers=headers) as http,
             Client(streamable_http_client("http://localhost/mcp", http_client=http), mode=mode) as client,
@@ -219,3 +227,16 @@ async def test_the_admin_s_mcp_tools_see_every_collection() -> None:
         theirs = await client.call_tool("get_document", {"doc_id": "b12-other", "collection": "other"})
     assert found.structured_content is not None and not theirs.is_error
     assert "b12-other" in {p["doc_id"] for p in found.structured_content["passages"]}
+
+
+async def test_the_tokens_of_an_mcp_answer_count_in_its_key_s_usage() -> None:
+    keys, usage = InMemoryKeys(), InMemoryUsage()
+    key, token = await keys.create(["default"])
+    quotas = Quotas(Settings.model_validate({}), usage, QuotaMetrics.create(CollectorRegistry()))
+    async with mcp_as(token, keys, quotas=quotas) as client:
+        asked = await client.call_tool("ask", {"question": COVERED})
+        await client.call_tool("search", {"query": COVERED})
+    assert not asked.is_error
+    used = total(await usage.report(date(2000, 1, 1), key.id))
+    assert used.prompt_tokens > 0 and used.completion_tokens > 0 and used.llm_ms > 0  # the ask tool's answer
+    assert used.requests >= 2  # every POST to /mcp counts (the tool calls, and the session's set-up)
