@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -37,6 +36,7 @@ from agent.core.wiring import build_services
 from agent.http import create_app
 from evals.bench_mixed import fresh_database
 from evals.machine import machine_info
+from evals.plots import emit_report
 from evals.scifact import claim_texts, gold_doc_ids, load_corpus
 from infra.processes import free_port
 from tools.ingest import SourceDocument
@@ -209,16 +209,4 @@ def render(report: dict[str, Any], console: Any) -> None:
 def run_cache_bench_command(settings: Settings, params: CacheBenchParams, as_json: bool, output: Path | None) -> None:
     """`rag bench cache`: run, write the JSON report (`output`), print a table or (`as_json`) the JSON object."""
     log.setLevel(logging.INFO)
-    report = asyncio.run(run_cache_bench(settings, params))
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=2) + "\n")
-    if as_json:
-        print(json.dumps(report))
-        return
-    from rich.console import Console
-
-    console = Console()
-    render(report, console)
-    if output is not None:
-        console.print(f"JSON: {output}")
+    emit_report(asyncio.run(run_cache_bench(settings, params)), as_json, output, render)

@@ -13,7 +13,6 @@ so its own time is included. Percentiles: `tools.stats.percentiles`.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
 from agent.core.wiring import Services
 from agent.http import create_app
 from evals.machine import machine_info
+from evals.plots import emit_report
 from infra.threaded_server import ThreadedServer
 from tools.in_memory import InMemoryCollection
 from tools.stats import percentiles
@@ -146,17 +146,19 @@ async def run_quota_bench(params: QuotaBenchParams) -> dict[str, Any]:
 
 def run_quota_bench_command(params: QuotaBenchParams, as_json: bool, output: Path) -> None:
     """Run the bench, write its JSON to `output`, print a table (or the JSON with `as_json`)."""
-    results = asyncio.run(run_quota_bench(params))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    if as_json:
-        print(json.dumps(results, indent=2))
-        return
-    print(f"{'limit':<20} {'path':<22} {'clients':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
+    emit_report(asyncio.run(run_quota_bench(params)), as_json, output, render)
+
+
+def render(results: dict[str, Any], console: Any) -> None:
+    """A rich table of the refusal latency per limit, path and clients, then the LLM calls and the worst p95."""
+    from rich.table import Table
+
+    table = Table("limit", "path", "clients", "p50 ms", "p95 ms", "p99 ms", title="quota refusals (429)")
     for p in results["phases"]:
         ms = p["ms"]
-        print(f"{p['limit']:<20} {p['path']:<22} {p['clients']:>7} {ms['p50']:>8} {ms['p95']:>8} {ms['p99']:>8}")
-    print(
+        table.add_row(p["limit"], p["path"], str(p["clients"]), str(ms["p50"]), str(ms["p95"]), str(ms["p99"]))
+    console.print(table)
+    console.print(
         f"LLM calls during refusals: {results['llm_calls_during_refusals']}; worst p95 {results['worst_p95_ms']} ms "
-        f"(budget {LIMIT_MS:g} ms); written to {output}"
+        f"(budget {LIMIT_MS:g} ms)"
     )

@@ -31,6 +31,7 @@ from agent.core.wiring import build_embedder, build_retriever, build_rewriter, b
 from evals.followup_set import corpus_sample, follow_up_pairs
 from evals.machine import machine_info
 from evals.metrics import evaluate
+from evals.plots import emit_report
 from evals.retrieval_eval import database_name, ensure_database, ingest_passages
 from evals.scifact import load_corpus, load_qrels, load_queries
 from tools.stats import percentiles
@@ -137,17 +138,6 @@ def run_followups_command(limit: int | None, corpus_docs: int | None, output: Pa
     """`rag eval followups` (options in `evals.cli.followups`): measure, print and write the report (default
     `evals/results/followups-scifact-test.json`)."""
     import asyncio
-    import json
-
-    from rich.console import Console
 
     report = asyncio.run(run_followup_eval(limit, corpus_docs))
-    path = output or RESULTS / "followups-scifact-test.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    if as_json:
-        print(json.dumps(report))
-        return
-    console = Console()
-    render(report, console)
-    console.print(f"JSON: {path}")
+    emit_report(report, as_json, output or RESULTS / "followups-scifact-test.json", render)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import random
 import socket
 from collections.abc import AsyncIterator
@@ -41,6 +40,7 @@ from agent.core.library import StoreLibrary
 from agent.core.wiring import Services, build_embedder, build_store, ingest_options
 from agent.http import create_app
 from evals.machine import machine_info
+from evals.plots import emit_report
 from evals.render_docs import CHROMIUM, CHROMIUM_ARGS
 from evals.retrieval_eval import ensure_database
 from evals.scifact import SCIFACT_DIR, load_corpus
@@ -225,6 +225,4 @@ def run_page_settle_command(runs: int, output: Path | None, as_json: bool) -> No
     settings = Settings()
     report = asyncio.run(run_page_settle(settings, runs))
     path = output or settings.data_dir / "bench" / "page-settle.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report) if as_json else f"{render(report)}\nwrote {path}")
+    emit_report(report, as_json, path, lambda r, console: console.print(render(r), highlight=False))

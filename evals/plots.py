@@ -41,17 +41,20 @@ def save_figure(fig: Any, path: Path, title: str) -> Path:
 
 def emit_report(report: dict[str, Any], as_json: bool, output: Path | None, render: Any) -> None:
     """Write `report` to `output` (indented JSON) when given, then print it: one JSON object on stdout
-    (`as_json`), or `render(report, console)` and the paths of the plot (`report["plot"]`) and the JSON file."""
+    (`as_json`), or `render(report, console)` and the paths of the plot (`report["plot"]`, when it has one) and of
+    the JSON file."""
     import json
 
     from rich.console import Console
 
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=2))
+        output.write_text(json.dumps(report, indent=2) + "\n")
     if as_json:
         print(json.dumps(report))
         return
     console = Console()
     render(report, console)
-    console.print(f"plot: {report['plot']}" + (f"; JSON: {output}" if output else ""))
+    paths = ([f"plot: {report['plot']}"] if "plot" in report else []) + ([f"JSON: {output}"] if output else [])
+    if paths:
+        console.print("; ".join(paths))
