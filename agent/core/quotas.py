@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 
+from cachetools import TTLCache
 from limits import RateLimitItemPerMinute, storage, strategies
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
@@ -206,7 +207,10 @@ class Quotas:
         self.metrics = metrics or METRICS
         self.clock = clock
         self.window = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
-        self._tokens: dict[tuple[int, date], tuple[int, float]] = {}  # (key, day) -> (tokens, read at)
+        # (key, day) -> [tokens]: a list, so that `record` adds to it without renewing the entry's time to live
+        self._tokens: TTLCache[tuple[int, date], list[int]] = TTLCache(
+            maxsize=4 * MAX_KEY_LABELS, ttl=settings.api_keys_cache_s, timer=clock
+        )
 
     def limits_of(self, key: ApiKey) -> tuple[int | None, int | None]:
         """The key's requests per minute and tokens per day: its own, else the settings' (None: unlimited)."""
@@ -215,15 +219,14 @@ class Quotas:
         return rpm, tpd
 
     async def tokens_today(self, key_id: int, now_s: float) -> int:
-        """The key's tokens of the UTC day of `now_s`, from the cache when read within `API_KEYS_CACHE_S`."""
+        """The key's tokens of the UTC day of `now_s`, from the cache (`cachetools.TTLCache`) when read within
+        `API_KEYS_CACHE_S` (plus what this process recorded since)."""
         day = utc_day(now_s)
         cached = self._tokens.get((key_id, day))
-        if cached is not None and now_s - cached[1] < self.settings.api_keys_cache_s:
+        if cached is not None:
             return cached[0]
         tokens = await self.usage.tokens_on(key_id, day)
-        if len(self._tokens) > 4 * MAX_KEY_LABELS:  # yesterday's entries and keys gone quiet
-            self._tokens.clear()
-        self._tokens[(key_id, day)] = (tokens, now_s)
+        self._tokens[(key_id, day)] = [tokens]
         return tokens
 
     async def check(self, key: ApiKey) -> None:
@@ -273,4 +276,4 @@ class Quotas:
         await self.usage.record(key.id, day, used)
         cached = self._tokens.get((key.id, day))
         if cached is not None:
-            self._tokens[(key.id, day)] = (cached[0] + used.tokens, cached[1])
+            cached[0] += used.tokens
