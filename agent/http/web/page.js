@@ -38,11 +38,19 @@ function askForKey() {
   return keyPrompt;
 }
 
+// after a 401 of a request sent with `sentWith` (the key stored then, or null): retry at once with a key stored since
+// (another refused request's prompt answered it), else ask for one
+async function keyForRetry(sentWith) {
+  const stored = sessionStorage.getItem(KEY_ITEM);
+  return (stored !== null && stored !== sentWith) || askForKey();
+}
+
 // fetch with the API key; on a 401 (the server has an API key) ask for it once, keep it for this tab's session, retry
 async function apiFetch(url, init = {}) {
   const send = () => fetch(url, { ...init, headers: authHeaders({ ...(init.headers || {}) }) });
+  const sentWith = sessionStorage.getItem(KEY_ITEM);
   let response = await send();
-  if (response.status === 401 && await askForKey()) response = await send();
+  if (response.status === 401 && await keyForRetry(sentWith)) response = await send();
   return response;
 }
 
@@ -432,6 +440,7 @@ async function upload(fileList) {
   box.append(line, bar, list);
   jobs.prepend(box);
   let response;
+  const sentWith = sessionStorage.getItem(KEY_ITEM);
   try {
     response = await sendFiles(data, (fraction) => { bar.value = fraction * 0.1; });
   } catch (err) {
@@ -439,7 +448,7 @@ async function upload(fileList) {
     line.textContent = `upload failed: ${err.message}`;
     return;
   }
-  if (response.status === 401 && await askForKey()) response = await sendFiles(data, () => {});
+  if (response.status === 401 && await keyForRetry(sentWith)) response = await sendFiles(data, () => {});
   if (response.status !== 202) {
     box.classList.add("error");
     box.dataset.status = "refused";

@@ -215,6 +215,8 @@ async def test_web_page_asks_for_the_api_key_once(fake_settings: Settings, fake_
                     page = await browser.new_page()
                     page.on("dialog", answer_prompt)
                     await page.goto(server.url + "/")
+                    # the user asks once the page has loaded: its first reads were refused and the prompt answered
+                    await page.wait_for_selector("body[data-settled='true']", timeout=120_000)
                     for n in range(2):
                         await page.fill("#question", CLAIM)
                         await page.click("#send")
