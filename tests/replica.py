@@ -25,6 +25,8 @@ from tests.pgbouncer import server_address
 
 RUN_AS = "pgserver"
 STOP_TIMEOUT_S = 30.0
+START_WAIT_S = 240
+"""Longest wait for a standby to accept connections, seconds."""
 CATCH_UP_TIMEOUT_S = 120.0
 """Longest wait for a replica to replay what its primary has written (a loaded 2-core machine replays a CREATE
 DATABASE in seconds), seconds."""
@@ -64,13 +66,15 @@ class Replica:
 
 
 def start(data: Path) -> Replica:
-    """Start the standby in `data` (`pg_ctl -w`: returns once it accepts connections)."""
+    """Start the standby in `data` (`pg_ctl -w`: returns once it accepts connections, waiting up to START_WAIT_S
+    rather than pg_ctl's default 60 s, which a standby replaying its backup on a loaded machine can exceed)."""
+    command = [str(bin_dir() / "pg_ctl"), "-w", "-t", str(START_WAIT_S), "-D", str(data), "-l", str(data / "log")]
     result = subprocess.run(
-        [str(bin_dir() / "pg_ctl"), "-w", "-D", str(data), "-l", str(data / "log"), "-o", f"-h '' -k {data}", "start"],
+        [*command, "-o", f"-h '' -k {data}", "start"],
         user=RUN_AS,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=START_WAIT_S + 60,
     )
     if result.returncode != 0:
         log = (data / "log").read_text(errors="replace") if (data / "log").exists() else ""
