@@ -7,7 +7,7 @@ the text where a page or a heading's section starts), which the chunker keeps to
 `Guide › Install › Linux`). Extraction is synchronous and CPU-bound: callers run it off the event loop (a thread).
 """
 
-from tools.extract.base import MAX_FILE_BYTES, Extracted, ExtractError, Section
+from tools.extract.base import MAX_FILE_BYTES, Extracted, ExtractError, Layout, Section
 from tools.extract.dispatch import extract
 from tools.extract.sniff import DOCUMENT_KINDS, Kind, sniff, sniff_bytes
 
@@ -17,6 +17,7 @@ __all__ = [
     "ExtractError",
     "Extracted",
     "Kind",
+    "Layout",
     "Section",
     "extract",
     "sniff",

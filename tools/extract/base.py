@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 MAX_FILE_BYTES = 100 * 1024 * 1024
 """Default largest input file, bytes (`INGEST_MAX_FILE_BYTES`): a bound on the memory one extraction takes."""
 
@@ -32,15 +35,35 @@ class Section:
         return {}
 
 
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """Where each character of a paged document's text stands on its page (PDF text layers and OCR'd pages).
+
+    Attributes:
+        pages: `(len(text),)` int32, the 1-based page of each character of `Extracted.text`; 0 for a character with
+            no place on a page (the blank line joining two pages, a line break PDFium generated).
+        boxes: `(len(text), 4)` float32, each character's box `(left, bottom, right, top)` in PDF points (1/72 in),
+            page space with the origin at the page's bottom left, as PDFium's `FPDFText_GetCharBox` gives them;
+            NaN rows where `pages` is 0.
+        page_sizes: `(width, height)` in points of page n at index n - 1 (PDFium's `PdfPage.get_size`).
+    """
+
+    pages: npt.NDArray[np.int32]
+    boxes: npt.NDArray[np.float32]
+    page_sizes: tuple[tuple[float, float], ...]
+
+
 @dataclass(frozen=True)
 class Extracted:
     """A document as text: `text` (UTF-8, `\\n` line ends), `title` (may be empty), `sections` in order of
-    `start` (empty for plain text), `pages` (PDF page count, 0 for other types)."""
+    `start` (empty for plain text), `pages` (PDF page count, 0 for other types), `layout` (PDFs and images: each
+    character's page and box, aligned with `text`; None for other types or where positions are unknown)."""
 
     text: str
     title: str = ""
     sections: tuple[Section, ...] = field(default=())
     pages: int = 0
+    layout: Layout | None = None
 
 
 _SPACES = re.compile(r"[ \t\f\v]+\n")

@@ -1,0 +1,85 @@
+"""The original files of stored documents (uploads, ingested and synced files), kept so that a cited page can be
+rendered later (`GET /v1/documents/{id}/pages/{n}`).
+
+One file per (collection, doc id) under a root folder (the `ORIGINALS_DIR` setting):
+`<root>/<collection>/<sha256(doc id) hex>`, with no suffix (the type is sniffed from the content when read, as at
+ingest). Writes go to a temporary file in the same folder and are renamed into place (`os.replace`, atomic on POSIX),
+so a reader never sees half a file and a crash leaves at most a `.tmp-*` file behind. The store's rows stay the
+source of truth: a document without a kept original (ingested before originals were kept, or from JSONL) has none,
+and callers say so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tools.scope import check_collection
+
+
+class Originals:
+    """Original files keyed by (collection, doc id) under `root` (created when first written).
+
+    Thread-safe for distinct keys; two writers of one key leave one of the two files whole.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path(self, collection: str, doc_id: str) -> Path:
+        """Where the original of (`collection`, `doc_id`) lives (whether or not it is there).
+
+        Raises:
+            ScopeError: `collection` is not a valid collection name.
+        """
+        check_collection(collection)
+        return self.root / collection / hashlib.sha256(doc_id.encode("utf-8")).hexdigest()
+
+    def find(self, collection: str, doc_id: str) -> Path | None:
+        """The kept original's path, or None when none is kept."""
+        path = self.path(collection, doc_id)
+        return path if path.is_file() else None
+
+    def keep(self, collection: str, doc_id: str, source: Path | bytes) -> Path:
+        """Copy `source` (a file, or the bytes) as the original of (`collection`, `doc_id`), replacing any.
+
+        Raises:
+            OSError: the file cannot be read or the root cannot be written.
+        """
+        target = self.path(collection, doc_id)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                if isinstance(source, bytes):
+                    out.write(source)
+                else:
+                    with Path(source).open("rb") as src:
+                        shutil.copyfileobj(src, out)
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        return target
+
+    def move(self, collection: str, old_id: str, new_id: str) -> None:
+        """Rename the original of `old_id` to `new_id` in `collection` (a moved document); nothing when none is kept.
+
+        Raises:
+            OSError: the rename fails.
+        """
+        old = self.find(collection, old_id)
+        if old is not None:
+            os.replace(old, self.path(collection, new_id))
+
+    def remove(self, collection: str, doc_id: str) -> bool:
+        """Delete the original of (`collection`, `doc_id`); returns whether one was kept."""
+        path = self.path(collection, doc_id)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
