@@ -1,6 +1,7 @@
 """SciFact documents rendered as the files people keep: HTML pages (with navigation and a footer to remove), PDFs
 printed by headless Debian Chromium (Playwright driving `/usr/bin/chromium`, never a downloaded browser) and DOCX
-written by python-docx. Used by the format-fidelity eval and the extraction benchmark."""
+written by python-docx, and scans: printed PDFs rasterised by PDFium and rebuilt as image-only PDFs by Pillow (no
+text layer, as a scanner makes them). Used by the format-fidelity eval, the extraction benchmark and the OCR tests."""
 
 from __future__ import annotations
 
@@ -67,6 +68,24 @@ async def print_pdfs(pages: Sequence[tuple[str, Path]]) -> None:
                 await page.pdf(path=str(out), format="A4", print_background=False)
         finally:
             await browser.close()
+
+
+def scan_pdf(source: Path, out: Path, dpi: int = 300) -> Path:
+    """`source` as a scanner would give it: each page rendered by PDFium in grey levels at `dpi` and the images
+    written by Pillow as an image-only PDF `out` (no text layer; each page the size of the original, in points).
+
+    Raises:
+        pypdfium2.PdfiumError: `source` is not a readable PDF.
+    """
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(source)
+    try:
+        images = [document[i].render(scale=dpi / 72, grayscale=True).to_pil() for i in range(len(document))]
+    finally:
+        document.close()
+    images[0].save(out, "PDF", resolution=float(dpi), save_all=True, append_images=images[1:])
+    return out
 
 
 async def render(docs: Sequence[CorpusDoc], root: Path, book: Sequence[CorpusDoc] = ()) -> dict[str, Path]:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 
 from tools.extract.base import Extracted
+from tools.extract.ocr import OcrOptions
 from tools.extract.pdf import extract_here
 
 
-def crash_on_marker(path: str) -> Extracted:
-    """`extract_here(path)`, or the worker's sudden death (`os._exit(70)`) for a file named `crash*`."""
+def crash_on_marker(path: str, ocr: OcrOptions | None = None) -> Extracted:
+    """`extract_here(path, ocr)`, or the worker's sudden death (`os._exit(70)`) for a file named `crash*`."""
     if os.path.basename(path).startswith("crash"):
         os._exit(70)
-    return extract_here(path)
+    return extract_here(path, ocr)

@@ -116,8 +116,8 @@ def ingest_progress(console: Console, terminal: bool) -> Iterator[ProgressFn]:
 
 def report_json(report: IngestReport, stored_documents: int, stored_chunks: int) -> dict[str, object]:
     """The `rag ingest --json` object: documents, added, skipped, chunks, failed (chunks), files (per type:
-    stored, unchanged, skipped, failed), file_errors (path, kind, reason), pages, pages_per_s, wall_s,
-    stored_documents, stored_chunks."""
+    stored, unchanged, skipped, failed), file_errors (path, kind, reason), pages, pages_per_s, ocr_pages,
+    ocr_pages_per_s, wall_s, stored_documents, stored_chunks."""
     return {
         "documents": report.documents,
         "added": report.added,
@@ -128,6 +128,8 @@ def report_json(report: IngestReport, stored_documents: int, stored_chunks: int)
         "file_errors": [{"path": e.path, "kind": e.kind, "reason": e.reason} for e in report.file_errors],
         "pages": report.pages,
         "pages_per_s": round(report.pages_per_s, 1),
+        "ocr_pages": report.ocr_pages,
+        "ocr_pages_per_s": round(report.ocr_pages_per_s, 2),
         "wall_s": round(report.wall_s, 3),
         "stored_documents": stored_documents,
         "stored_chunks": stored_chunks,
@@ -136,7 +138,8 @@ def report_json(report: IngestReport, stored_documents: int, stored_chunks: int)
 
 def file_lines(report: IngestReport) -> list[str]:
     """Per type, the files stored, unchanged, skipped and failed; then each failed or skipped file with its
-    cause; then the PDF extraction throughput (pages/s) when PDFs were read."""
+    cause; then the PDF and image extraction throughput (pages/s) when any was read, and the OCR throughput when
+    pages were OCR'd."""
     lines = []
     for kind, c in sorted(report.files.items()):
         lines.append(
@@ -146,6 +149,10 @@ def file_lines(report: IngestReport) -> list[str]:
     if report.pages:
         lines.append(
             f"PDF text extraction: {report.pages} pages in {report.extract_s:.2f} s, {report.pages_per_s:.1f} pages/s"
+        )
+    if report.ocr_pages:
+        lines.append(
+            f"  of which OCR: {report.ocr_pages} pages in {report.ocr_s:.2f} s, {report.ocr_pages_per_s:.2f} pages/s"
         )
     return lines
 

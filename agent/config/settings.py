@@ -412,6 +412,31 @@ class Settings(BaseSettings):
         description="Largest document file `rag ingest` reads, bytes; a larger one fails alone (named) and the run "
         "goes on. Bounds the memory one extraction takes.",
     )
+    ocr: bool = Field(
+        default=True,
+        description="OCR (Tesseract) of PDF pages without a text layer and of images (PNG, JPEG, TIFF); off, such "
+        "PDFs and images are refused naming this setting.",
+    )
+    ocr_language: str = Field(
+        default="eng",
+        pattern=r"^[A-Za-z0-9_/]+(\+[A-Za-z0-9_/]+)*$",
+        description="Tesseract language(s) of OCR, `+`-joined (`eng`, `deu`, `eng+deu`); each needs its data "
+        "package (Debian: `tesseract-ocr-deu`).",
+    )
+    ocr_dpi: int = Field(
+        default=300, ge=50, le=1200, description="Resolution PDF pages are rendered at for OCR, dots per inch."
+    )
+    ocr_min_chars: int = Field(
+        default=20,
+        ge=1,
+        description="A PDF page whose text layer has fewer characters than this is OCR'd (its text is replaced "
+        "when OCR reads more); 1 OCRs only pages with no text at all.",
+    )
+    ocr_workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tesseract processes reading the pages of one file at once; unset: the CPUs, at most 4.",
+    )
     jobs_lease_s: float = Field(
         default=30.0,
         gt=0,

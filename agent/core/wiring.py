@@ -37,6 +37,7 @@ from agent.core.rag_agent import RagDeps, build_agent
 from tools.conversations import ConversationLog
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.embedder.reranker import TritonReranker, get_reranker_spec
+from tools.extract.ocr import OcrOptions, default_workers
 from tools.fusion import Rm3Params
 from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import IngestOptions, IngestReport, ProgressFn, ingest, plan_inputs
@@ -145,15 +146,28 @@ def build_reranker(settings: Settings) -> TritonReranker:
     )
 
 
+def ocr_options(settings: Settings) -> OcrOptions:
+    """How pages without a text layer and images are read (`OCR`, `OCR_LANGUAGE`, `OCR_DPI`, `OCR_MIN_CHARS`,
+    `OCR_WORKERS`; unset workers: the CPUs, at most 4)."""
+    return OcrOptions(
+        enabled=settings.ocr,
+        language=settings.ocr_language,
+        dpi=settings.ocr_dpi,
+        min_chars=settings.ocr_min_chars,
+        workers=settings.ocr_workers or default_workers(),
+    )
+
+
 def ingest_options(settings: Settings, collection: str = DEFAULT_COLLECTION) -> IngestOptions:
     """The ingestion options the settings describe (`CHUNK_TOKENS`, `CHUNK_OVERLAP_TOKENS`, `INGEST_BATCH_DOCS`,
-    `INGEST_MAX_FILE_BYTES`), for documents going into `collection`."""
+    `INGEST_MAX_FILE_BYTES`, the `OCR*` settings), for documents going into `collection`."""
     return IngestOptions(
         chunk_tokens=settings.chunk_tokens,
         overlap_tokens=settings.chunk_overlap_tokens,
         batch_docs=settings.ingest_batch_docs,
         max_file_bytes=settings.ingest_max_file_bytes,
         collection=collection,
+        ocr=ocr_options(settings),
     )
 
 

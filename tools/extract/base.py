@@ -57,13 +57,17 @@ class Layout:
 class Extracted:
     """A document as text: `text` (UTF-8, `\\n` line ends), `title` (may be empty), `sections` in order of
     `start` (empty for plain text), `pages` (PDF page count, 0 for other types), `layout` (PDFs and images: each
-    character's page and box, aligned with `text`; None for other types or where positions are unknown)."""
+    character's page and box, aligned with `text`; None for other types or where positions are unknown),
+    `ocr_pages` (pages whose text was read by OCR, `tools.extract.ocr`) and `ocr_s` (wall seconds spent on OCR:
+    rendering and Tesseract)."""
 
     text: str
     title: str = ""
     sections: tuple[Section, ...] = field(default=())
     pages: int = 0
     layout: Layout | None = None
+    ocr_pages: int = 0
+    ocr_s: float = 0.0
 
 
 _SPACES = re.compile(r"[ \t\f\v]+\n")

@@ -18,8 +18,10 @@ read in a worker process (`PdfExtractor`, one process, started with `spawn`), wh
 PDFium. A worker that dies fails the file it was reading (`ExtractError`) and the next file starts a new one; the
 calling process (`rag serve`, an ingest) goes on.
 
-Layout models that would need downloaded weights are left out: a page without a text layer (a scan) is reported as
-such, since there is no OCR here.
+A page without a text layer (a scan), or with fewer than `OCR_MIN_CHARS` characters of text, is rendered by PDFium and
+read by Tesseract (`tools.extract.ocr`) in the same worker process, several pages at once (`OCR_WORKERS` tesseract
+processes); with `OCR=false` a PDF without text is refused as before. Layout models that would need downloaded weights
+are left out.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ import multiprocessing
 import re
 import signal
 import threading
+import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -38,7 +41,9 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from tools.extract.base import Extracted, ExtractError, Section, tidy
+from tools.extract.base import Extracted, ExtractError, Layout, Section, tidy
+from tools.extract.ocr import OcrOptions, PageBoxes, PageImage, read_pages, render_page
+from tools.extract.pages import page_layout
 
 _LOCK = threading.Lock()
 _PEEK_BYTES = 65_536
@@ -136,16 +141,19 @@ def _title(document: pdfium.PdfDocument) -> str:
     return title
 
 
-def extract_here(path: str | Path) -> Extracted:
+def extract_here(path: str | Path, ocr: OcrOptions | None = None) -> Extracted:
     """Text of every page of `path`, pages joined by a blank line; one `Section` per page that has text; read in
-    this process (the worker's target: call `extract_pdf` elsewhere).
+    this process (the worker's target: call `extract_pdf` elsewhere). Pages with less text than `ocr.min_chars` are
+    OCR'd (`_ocr_short_pages`) unless `ocr.enabled` is false (default options: `OcrOptions()`).
 
     The title is the document information `Title` when set, else the first line of text.
 
     Raises:
-        ExtractError: not a PDF PDFium can read (corrupt or truncated), encrypted with a password, no pages, or no
-            text layer on any page (a scan; no OCR here).
+        ExtractError: not a PDF PDFium can read (corrupt or truncated), encrypted with a password, no pages, no
+            text on any page (no text layer, and OCR off or reading none), or OCR failed (tesseract missing, a
+            language's data missing; names the file).
     """
+    ocr = OcrOptions() if ocr is None else ocr
     path = Path(path)
     with _LOCK:
         try:
@@ -155,6 +163,12 @@ def extract_here(path: str | Path) -> Extracted:
         try:
             pages = len(document)
             read = [_page_text(document, i) for i in range(pages)]
+            # --- OCR of pages without (enough) text: their text replaced, their boxes and sizes kept ---
+            ocr_start = time.perf_counter()
+            scanned = _ocr_short_pages(document, read, ocr, path) if ocr.enabled else {}
+            ocr_s = time.perf_counter() - ocr_start
+            read = [scanned[i][0] if i in scanned else text for i, text in enumerate(read)]
+            # --- end OCR ---
             title = _title(document)
         except pdfium.PdfiumError as exc:
             raise ExtractError(f"{path}: a page cannot be read ({exc}); the file is corrupt") from None
@@ -165,9 +179,14 @@ def extract_here(path: str | Path) -> Extracted:
     if pages == 0:
         raise ExtractError(f"{path}: the PDF has no pages")
     if not any(texts):
+        if ocr.enabled:
+            raise ExtractError(
+                f"{path}: no text on any of its {pages} page(s): no text layer, and OCR (OCR_LANGUAGE="
+                f"{ocr.language}) read none; expected a PDF with selectable text or legible scanned text"
+            )
         raise ExtractError(
-            f"{path}: no text layer on any of its {pages} page(s) (a scanned PDF?), and no OCR here; "
-            "expected a PDF with selectable text"
+            f"{path}: no text layer on any of its {pages} page(s) (a scanned PDF?), and OCR is off (OCR=false); "
+            "expected a PDF with selectable text, or set OCR=true"
         )
     parts: list[str] = []
     sections: list[Section] = []
@@ -181,7 +200,38 @@ def extract_here(path: str | Path) -> Extracted:
         parts.append(text)
         offset += len(text)
     body = "\n\n".join(parts)
-    return Extracted(body, title or body.split("\n", 1)[0].strip(), tuple(sections), pages)
+    layout = _ocr_layout(texts, scanned)
+    title = title or body.split("\n", 1)[0].strip()
+    return Extracted(body, title, tuple(sections), pages, layout, ocr_pages=len(scanned), ocr_s=ocr_s)
+
+
+def _ocr_short_pages(
+    document: pdfium.PdfDocument, read: list[str | None], ocr: OcrOptions, path: Path
+) -> dict[int, tuple[str, PageBoxes, tuple[float, float]]]:
+    """index -> (text, character boxes, page size in points) of each page whose text layer has fewer than
+    `ocr.min_chars` characters, OCR'd; the text layer is kept where OCR reads less (a page number alone, say).
+    Pages with rotated text (None in `read`) are not OCR'd. Called with `_LOCK` held (pages are rendered one at a
+    time, read by `ocr.workers` tesseract processes at once)."""
+    short = [i for i, text in enumerate(read) if text is not None and len(text) < ocr.min_chars]
+
+    def rendered() -> Iterator[tuple[tuple[int, tuple[float, float]], PageImage]]:
+        for index in short:
+            image = render_page(document, index, ocr.dpi)
+            yield (index, image.page_size), image
+
+    out: dict[int, tuple[str, PageBoxes, tuple[float, float]]] = {}
+    for (index, size), text, boxes in read_pages(rendered(), ocr, str(path)):
+        if len(text) >= len(read[index] or ""):
+            out[index] = (text, boxes, size)
+    return out
+
+
+def _ocr_layout(texts: list[str], scanned: dict[int, tuple[str, PageBoxes, tuple[float, float]]]) -> Layout | None:
+    """The document's `Layout` when every page with text was OCR'd (their boxes are known); else None."""
+    if len(scanned) < len(texts):
+        return None
+    ordered = [scanned[i] for i in range(len(texts))]
+    return page_layout(texts, [boxes for _, boxes, _ in ordered], [size for _, _, size in ordered])
 
 
 def _ignore_interrupts() -> None:
@@ -202,12 +252,14 @@ class PdfExtractor:
     naming it. Thread-safe.
 
     Args:
-        target: what a worker runs for a path (`extract_here`; tests pass one that crashes). Must be importable by
-            name (a module-level function) for the spawned worker.
+        target: what a worker runs for a path and the OCR options (`extract_here`; tests pass one that crashes).
+            Must be importable by name (a module-level function) for the spawned worker.
         max_workers: worker processes (PDFium is serialised within each).
     """
 
-    def __init__(self, target: Callable[[str], Extracted] = extract_here, max_workers: int = 1) -> None:
+    def __init__(
+        self, target: Callable[[str, OcrOptions | None], Extracted] = extract_here, max_workers: int = 1
+    ) -> None:
         self.target = target
         self.max_workers = max_workers
         self._lock = threading.Lock()
@@ -232,8 +284,8 @@ class PdfExtractor:
             self._generation += 1
         broken.shutdown(wait=False, cancel_futures=True)
 
-    def extract(self, path: Path) -> Extracted:
-        """`extract_here(path)` run by a worker process; blocks until it is done.
+    def extract(self, path: Path, ocr: OcrOptions | None = None) -> Extracted:
+        """`extract_here(path, ocr)` run by a worker process; blocks until it is done.
 
         Raises:
             ExtractError: what `extract_here` raises, or the worker process died under this file `WORKER_DEATHS`
@@ -243,7 +295,7 @@ class PdfExtractor:
         for _ in range(WORKER_DEATHS):
             pool, generation = self._current()
             try:
-                return pool.submit(self.target, str(path)).result()
+                return pool.submit(self.target, str(path), ocr).result()
             except BrokenProcessPool:
                 self._replace(generation)
         raise ExtractError(
@@ -270,12 +322,12 @@ EXTRACTOR = PdfExtractor()
 """The process-wide PDF extractor that `extract_pdf` uses."""
 
 
-def extract_pdf(path: Path) -> Extracted:
-    """`extract_here(path)` in the process-wide worker process (`EXTRACTOR`); see `PdfExtractor.extract`.
+def extract_pdf(path: Path, ocr: OcrOptions | None = None) -> Extracted:
+    """`extract_here(path, ocr)` in the process-wide worker process (`EXTRACTOR`); see `PdfExtractor.extract`.
 
     Raises:
-        ExtractError: corrupt, encrypted, no pages, no text layer (see `extract_here`), or the worker process died
-            while reading it (names the file).
+        ExtractError: corrupt, encrypted, no pages, no text (see `extract_here`), OCR failed, or the worker process
+            died while reading it (names the file).
         OSError: the file cannot be read.
     """
-    return EXTRACTOR.extract(path)
+    return EXTRACTOR.extract(path, ocr)

@@ -21,7 +21,10 @@ from pathlib import Path, PurePosixPath
 from tools.extract import DOCUMENT_KINDS, Kind, sniff
 from tools.ingest.documents import IngestError
 
-DOCUMENT_SUFFIXES = (".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text", ".jsonl")
+DOCUMENT_SUFFIXES = (
+    ".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text", ".jsonl",
+    ".png", ".jpg", ".jpeg", ".tif", ".tiff",
+)  # fmt: skip
 """Names that claim a document type: such a file whose content is no document is a failure, not a skip."""
 
 

@@ -44,7 +44,7 @@ class _Batch:
     """doc id -> sniffed type of the file it came from, for document files (JSONL records are counted per file)."""
 
 
-def _batches(inputs: list[InputFile], size: int, report: IngestReport, max_bytes: int) -> Iterator[_Batch]:
+def _batches(inputs: list[InputFile], report: IngestReport, options: IngestOptions) -> Iterator[_Batch]:
     """Batches of documents in input order; unsupported and failing files are recorded in `report` and skipped."""
     batch = _Batch([], {})
     for inp in inputs:
@@ -57,14 +57,16 @@ def _batches(inputs: list[InputFile], size: int, report: IngestReport, max_bytes
             documents: Iterable[SourceDocument] = (doc for _, doc in jsonl_documents(inp))
         else:
             try:
-                read = read_file_document(inp, max_bytes)
+                read = read_file_document(inp, options.max_file_bytes, options.ocr)
             except IngestError as exc:
                 report.count(inp.kind).failed += 1
                 report.file_errors.append(FileError(str(inp.path), inp.kind, str(exc)))
                 continue
-            if inp.kind == "pdf":
+            if inp.kind in ("pdf", "image"):
                 report.pages += read.pages
                 report.extract_s += read.extract_s
+                report.ocr_pages += read.ocr_pages
+                report.ocr_s += read.ocr_s
             if read.document is None:
                 report.count(inp.kind).unchanged += 1
                 continue
@@ -72,7 +74,7 @@ def _batches(inputs: list[InputFile], size: int, report: IngestReport, max_bytes
             documents = [read.document]
         for doc in documents:
             batch.documents.append(doc)
-            if len(batch.documents) == size:
+            if len(batch.documents) == options.batch_docs:
                 yield batch
                 batch = _Batch([], {})
     if batch.documents:
@@ -180,7 +182,7 @@ async def ingest(
         inputs: from `plan_inputs`.
         embedder: connected (a `TritonEmbedder`: its `max_in_flight` bounds the requests this run keeps at Triton).
         store: connected.
-        options: chunk window, batch size, prefetch, sample size, file size limit and collection
+        options: chunk window, batch size, prefetch, sample size, file size limit, collection and OCR
             (`tools.ingest.ports.IngestOptions`).
         on_progress: see `ProgressFn`.
 
@@ -214,7 +216,7 @@ async def ingest(
             on_progress(report.documents, total, report.chunks + staged)
 
     async def produce() -> None:
-        batches = _batches(inputs, options.batch_docs, report, options.max_file_bytes)
+        batches = _batches(inputs, report, options)
         while True:
             await slots.acquire()
             batch = await asyncio.to_thread(next, batches, None)

@@ -9,7 +9,7 @@ embedder) keeps the pipeline's own logic testable without a server, and one cont
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 from tools.chunking import check_window
 from tools.embedder import TextKind
 from tools.extract import MAX_FILE_BYTES
+from tools.extract.ocr import OcrOptions
 from tools.model_specs import EmbeddingModelSpec
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import DocumentRecord, IngestCounts
@@ -99,6 +100,7 @@ class IngestOptions:
             prefetch + 1 batches.
         sample_size: embedded chunk texts kept in `IngestReport.sample` (a reservoir sample).
         max_file_bytes: a larger document file fails alone (`INGEST_MAX_FILE_BYTES`).
+        ocr: how PDF pages without a text layer and images are read (`OCR`, `OCR_LANGUAGE`, `OCR_DPI`, ...).
         collection: the collection every document of the run goes into (`tools.scope.check_collection`).
     """
 
@@ -109,6 +111,7 @@ class IngestOptions:
     sample_size: int = 256
     max_file_bytes: int = MAX_FILE_BYTES
     collection: str = DEFAULT_COLLECTION
+    ocr: OcrOptions = field(default_factory=OcrOptions)
 
     def __post_init__(self) -> None:
         """Raises ValueError for batch_docs or prefetch below 1, or a chunk window `check_window` refuses."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.extract import MAX_FILE_BYTES, Extracted, ExtractError, Section, extract
+from tools.extract.ocr import OcrOptions
 from tools.ingest.documents import IngestError, SourceDocument, clean_text, clean_value
 from tools.ingest.inputs import InputFile, plan_inputs
 from tools.jsonl import JsonlError, read_records
@@ -22,12 +23,15 @@ from tools.jsonl import JsonlError, read_records
 
 @dataclass(frozen=True)
 class FileDocument:
-    """The one document of a document file, with what its extraction cost: `pages` (PDF) and `extract_s`
-    (seconds of wall time spent extracting)."""
+    """The one document of a document file, with what its extraction cost: `pages` (PDF pages, image frames),
+    `extract_s` (seconds of wall time spent extracting), `ocr_pages` (of those pages, the ones read by OCR) and
+    `ocr_s` (of that time, the seconds spent on OCR)."""
 
     document: SourceDocument | None
     pages: int
     extract_s: float
+    ocr_pages: int = 0
+    ocr_s: float = 0.0
 
 
 def _cleaned(extracted: Extracted, where: str) -> tuple[str, tuple[Section, ...]]:
@@ -45,8 +49,11 @@ def _cleaned(extracted: Extracted, where: str) -> tuple[str, tuple[Section, ...]
     return "".join(parts), tuple(sections)
 
 
-def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES) -> FileDocument:
-    """The document of a non-JSONL input (None when its text is blank).
+def read_file_document(
+    inp: InputFile, max_bytes: int = MAX_FILE_BYTES, ocr: OcrOptions | None = None
+) -> FileDocument:
+    """The document of a non-JSONL input (None when its text is blank); `ocr` says how pages without a text layer
+    and images are read (`OcrOptions()` when None).
 
     Raises:
         IngestError: the file cannot be read or its text cannot be extracted (names the file and the cause).
@@ -55,7 +62,7 @@ def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES) -> FileD
         raise IngestError(f"{inp.path}: a JSONL corpus holds many documents; read it with read_documents")
     start = time.perf_counter()
     try:
-        extracted = extract(inp.path, inp.kind, max_bytes)
+        extracted = extract(inp.path, inp.kind, max_bytes, ocr)
     except ExtractError as exc:
         raise IngestError(str(exc)) from None
     except OSError as exc:
@@ -64,8 +71,8 @@ def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES) -> FileD
     where = str(inp.path)
     text, sections = _cleaned(extracted, where)
     if not text.strip():
-        return FileDocument(None, extracted.pages, elapsed)
-    structured = inp.kind in ("pdf", "html", "docx")
+        return FileDocument(None, extracted.pages, elapsed, extracted.ocr_pages, extracted.ocr_s)
+    structured = inp.kind in ("pdf", "html", "docx", "image")
     metadata: dict[str, object] = {"format": inp.kind}
     if extracted.pages:
         metadata["pages"] = extracted.pages
@@ -78,10 +85,12 @@ def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES) -> FileD
         sections,
         title_in_text=structured,
     )
-    return FileDocument(document, extracted.pages, elapsed)
+    return FileDocument(document, extracted.pages, elapsed, extracted.ocr_pages, extracted.ocr_s)
 
 
-def read_documents(source: InputFile | Path, max_bytes: int = MAX_FILE_BYTES) -> Iterator[SourceDocument]:
+def read_documents(
+    source: InputFile | Path, max_bytes: int = MAX_FILE_BYTES, ocr: OcrOptions | None = None
+) -> Iterator[SourceDocument]:
     """Documents of one input, streamed (a JSONL file one line at a time).
 
     A bare `Path` is named as in `plan_inputs([path])`.
@@ -92,7 +101,7 @@ def read_documents(source: InputFile | Path, max_bytes: int = MAX_FILE_BYTES) ->
     """
     inp = source if isinstance(source, InputFile) else plan_inputs([source])[0]
     if inp.doc_id is not None:
-        document = read_file_document(inp, max_bytes).document
+        document = read_file_document(inp, max_bytes, ocr).document
         if document is not None:
             yield document
         return

@@ -41,7 +41,9 @@ class IngestReport:
         files: per sniffed type (`pdf`, `html`, `docx`, `markdown`, `text`, `jsonl`, `unsupported`, ...), the
             files stored, unchanged, skipped and failed.
         file_errors: files that failed (extraction or read errors) and files skipped as unsupported.
-        pages: PDF pages extracted; extract_s: seconds spent extracting PDFs (wall time, in a worker thread).
+        pages: PDF pages and image frames extracted; extract_s: seconds spent extracting them (wall time, in a
+            worker thread); ocr_pages: of those pages, the ones read by OCR (`tools.extract.ocr`), and ocr_s: of
+            that time, the seconds OCR took.
         resumed_chunks: chunks of large documents found staged by an interrupted run, not embedded again.
         wall_s: wall time of the run, seconds.
         sample: up to `sample_size` chunk texts embedded in this run, drawn uniformly (reservoir sampling,
@@ -57,6 +59,8 @@ class IngestReport:
     file_errors: list[FileError] = field(default_factory=list)
     pages: int = 0
     extract_s: float = 0.0
+    ocr_pages: int = 0
+    ocr_s: float = 0.0
     resumed_chunks: int = 0
     wall_s: float = 0.0
     sample: list[str] = field(default_factory=list)
@@ -75,6 +79,11 @@ class IngestReport:
     def pages_per_s(self) -> float:
         """PDF pages extracted per second of extraction time (0 when no PDF was read)."""
         return self.pages / self.extract_s if self.extract_s > 0 else 0.0
+
+    @property
+    def ocr_pages_per_s(self) -> float:
+        """Pages read by OCR per second of OCR time (0 when none was)."""
+        return self.ocr_pages / self.ocr_s if self.ocr_s > 0 else 0.0
 
     @property
     def any_failed(self) -> bool:
