@@ -1,5 +1,5 @@
-"""The command-line tools that only the test command installs (`bash infra/test.sh`: Debian's `chromium` and
-`kubectl`, `promtool` and `pgbouncer` unpacked into `.tools/`), found for the tests that run them.
+"""The command-line tools that only the test command installs (`bash infra/test.sh`: Debian's `chromium`,
+`tesseract` and `kubectl`, `promtool` and `pgbouncer` unpacked into `.tools/`), found for the tests that run them.
 
 After `bash infra/quickstart.sh` alone they are missing, and a test that needs one is skipped with the reason. Under
 CI (`CI=true`, as `.ci/run` runs), where infra/test.sh has installed them, a missing tool fails the test instead:
@@ -44,6 +44,11 @@ def require_tool(name: str, install: str, *extra_dirs: Path) -> str:
 def chromium() -> str:
     """Debian's chromium, or skip (fail under CI)."""
     return require_tool(CHROMIUM, "apt-get install -y chromium (Debian package)")
+
+
+def tesseract() -> str:
+    """Debian's tesseract (tesseract-ocr, with English), or skip (fail under CI)."""
+    return require_tool("tesseract", "apt-get install -y tesseract-ocr (Debian package)")
 
 
 def kubectl() -> str:

@@ -36,7 +36,8 @@ GOOD = ["docs/guide.docx", "docs/guide.html", "docs/guide.pdf", "docs/notes.md",
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """docs/ with good files, a bad/ folder of every kind of bad file, an image, and drafts/ to exclude."""
+    """docs/ with good files, a bad/ folder of every kind of bad file, a GIF (unsupported), and drafts/ to
+    exclude."""
     root = tmp_path_factory.mktemp("tree")
     docs = root / "docs"
     (docs / "sub").mkdir(parents=True)
@@ -47,7 +48,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     guide_docx(docs / "guide.docx")
     (docs / "notes.md").write_text("# Notes\n\n## Backups\n\nThe narwhal backup job runs every night at two.\n")
     (docs / "sub" / "readme.txt").write_text("Read me: the okapi gateway listens on port 8080.\n")
-    (docs / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    (docs / "photo.gif").write_bytes(b"GIF89a" + bytes(range(256)) * 4)
     (docs / "drafts" / "draft.md").write_text("# Draft\n\nnot ready")
     bad = docs / "bad"
     encrypted_pdf(docs / "guide.pdf", bad / "encrypted.pdf")
@@ -101,7 +102,7 @@ async def test_folder_ingest_stores_good_files_and_names_each_bad_one(
         path = f"docs/{name}"
         assert path in errors, (path, errors)
         assert errors[path].startswith(path) and cause in errors[path], errors[path]
-    assert "no OCR here" in errors["docs/bad/scan.pdf"]
+    assert "OCR (OCR_LANGUAGE=eng) read none" in errors["docs/bad/scan.pdf"]
     assert report["files"]["unsupported"] == {"stored": 0, "unchanged": 0, "skipped": 1, "failed": 0}
     assert report["files"]["pdf"] == {"stored": 1, "unchanged": 0, "skipped": 0, "failed": 4}
     assert report["files"]["zip"]["failed"] == 1  # counted by its sniffed type, not its name

@@ -36,14 +36,17 @@ def test_types_are_sniffed_from_content_not_the_name(files: Path, tmp_path: Path
     beir.write_text('{"_id": "1", "title": "t", "text": "x"}\n')
     notes = tmp_path / "notes.md"
     notes.write_text("# Notes\n\nplain")
-    image = tmp_path / "photo.jpg"
+    image = tmp_path / "photo.dat"
     image.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF" + bytes(range(256)) * 8)
-    assert [sniff(p) for p in (disguised, page, word, beir, notes, image)] == [
+    gif = tmp_path / "anim.png"
+    gif.write_bytes(b"GIF89a" + bytes(range(256)) * 8)
+    assert [sniff(p) for p in (disguised, page, word, beir, notes, image, gif)] == [
         "pdf",
         "html",
         "docx",
         "jsonl",
         "markdown",
+        "image",
         "unsupported",
     ]
     assert sniff(zip_named(tmp_path / "really.pdf")) == "zip"
@@ -129,12 +132,12 @@ def test_chunks_of_a_long_section_keep_its_path_within_the_window(tmp_path: Path
     assert all(doc.content[c.start : c.end] == c.text for c, _ in chunks)
 
 
-def test_scanned_pdf_is_refused_as_having_no_text_layer(tmp_path: Path) -> None:
+def test_a_pdf_without_text_even_by_ocr_is_refused(tmp_path: Path) -> None:
     scan = print_pdf(
         '<html><body><svg width="400" height="300"><rect width="400" height="300"/></svg></body></html>',
         tmp_path / "scan.pdf",
     )
-    with pytest.raises(ExtractError, match=r"scan\.pdf: no text layer .*no OCR here"):
+    with pytest.raises(ExtractError, match=r"scan\.pdf: no text on any of its 1 page\(s\): no text layer, and OCR"):
         extract(scan, "pdf", LIMIT)
 
 

@@ -1,0 +1,183 @@
+"""OCR of scans by the real Tesseract: pages printed by headless Chromium, rasterised by PDFium and rebuilt by Pillow
+as image-only PDFs (`evals.render_docs.scan_pdf`), and images written by Pillow. The text is found, each page keeps
+its number, each character's box lies on its page, and the refusals (OCR off, tesseract missing, no text at all)
+name the file and what to do. Pages are rendered at 150 dpi to keep each test to a second or two."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pypdf
+import pypdfium2 as pdfium
+import pytesseract
+import pytest
+from PIL import Image
+
+from evals.render_docs import scan_pdf
+from tests import external_tools
+from tests.document_files import print_pdf
+from tools.extract import Extracted, ExtractError, extract, sniff, sniff_bytes
+from tools.extract.ocr import OcrOptions
+from tools.extract.pages import join_pages, page_layout
+from tools.extract.pdf import extract_here, extract_pdf
+from tools.ingest.inputs import plan_inputs
+from tools.ingest.readers import read_file_document
+
+DPI = 150
+OCR = OcrOptions(dpi=DPI, workers=2)
+LIMIT = 10 * 1024 * 1024
+SCAN_HTML = """<!doctype html><html><body style="font-family: 'DejaVu Sans'; font-size: 16pt">
+<h1>Zebrafish husbandry</h1>
+<p>The zebrafish tank needs clean water every week.</p>
+<p>Quokkas live on small islands near the coast.</p>
+<div style="break-before: page"></div>
+<p>Numbats eat termites at dawn in the forest.</p>
+</body></html>
+"""
+"""Two printed pages: `zebrafish` and `quokkas` on page 1, `numbats` on page 2."""
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    external_tools.tesseract()
+    return print_pdf(SCAN_HTML, tmp_path_factory.mktemp("ocr") / "printed.pdf")
+
+
+@pytest.fixture(scope="module")
+def scanned(printed: Path) -> Path:
+    return scan_pdf(printed, printed.with_name("scanned.pdf"), DPI)
+
+
+def page_of(extracted: Extracted, word: str) -> int:
+    """The page of the section holding the first occurrence of `word` (case-insensitive)."""
+    at = extracted.text.lower().index(word)
+    return [s.page for s in extracted.sections if s.start <= at][-1] or 0
+
+
+def assert_boxes_on_their_pages(extracted: Extracted) -> None:
+    layout = extracted.layout
+    assert layout is not None
+    assert layout.pages.shape == (len(extracted.text),) and layout.boxes.shape == (len(extracted.text), 4)
+    placed = layout.pages > 0
+    assert placed.sum() > len(extracted.text) // 2  # letters are placed; spaces and breaks are not
+    assert np.isnan(layout.boxes[~placed]).all() and not np.isnan(layout.boxes[placed]).any()
+    sizes = np.array(layout.page_sizes, np.float32)[layout.pages[placed] - 1]
+    boxes = layout.boxes[placed]
+    assert (boxes[:, 0] >= 0).all() and (boxes[:, 1] >= 0).all()
+    assert (boxes[:, 2] <= sizes[:, 0]).all() and (boxes[:, 3] <= sizes[:, 1]).all()
+    assert (boxes[:, 0] < boxes[:, 2]).all() and (boxes[:, 1] < boxes[:, 3]).all()
+    for section in extracted.sections:  # each page's characters are in its section
+        assert layout.pages[section.start] == section.page
+
+
+def test_a_scanned_pdf_is_read_by_ocr_page_by_page_with_boxes(scanned: Path) -> None:
+    assert not pdfium.PdfDocument(scanned)[0].get_textpage().get_text_range().strip()  # no text layer
+    extracted = extract_pdf(scanned, OCR)  # in the PDF worker process
+    text = extracted.text.lower()
+    assert "zebrafish tank needs clean water" in text and "numbats eat termites" in text
+    assert (extracted.pages, extracted.ocr_pages) == (2, 2) and extracted.ocr_s > 0
+    assert [s.page for s in extracted.sections] == [1, 2]
+    assert (page_of(extracted, "quokkas"), page_of(extracted, "numbats")) == (1, 2)
+    assert_boxes_on_their_pages(extracted)
+    layout = extracted.layout
+    assert layout is not None
+    heading, line = extracted.text.index("Zebrafish"), extracted.text.lower().index("numbats")
+    assert layout.boxes[heading, 3] > 700 and layout.boxes[line, 3] > 700  # near the top: y runs upwards
+    assert layout.page_sizes[0] == pytest.approx(pdfium.PdfDocument(scanned)[0].get_size(), abs=1)
+
+
+def test_a_mixed_pdf_reads_the_text_page_and_ocrs_the_scanned_one(printed: Path, scanned: Path) -> None:
+    writer = pypdf.PdfWriter()
+    writer.append(str(printed), pages=[0])
+    writer.append(str(scanned), pages=[1])
+    mixed = printed.with_name("mixed.pdf")
+    writer.write(str(mixed))
+    extracted = extract_pdf(mixed, OCR)
+    assert extracted.ocr_pages == 1 and [s.page for s in extracted.sections] == [1, 2]
+    assert (page_of(extracted, "quokkas"), page_of(extracted, "numbats")) == (1, 2)
+    assert extracted.layout is None  # the text layer's boxes are not read here: a layout is all pages or none
+    (document,) = [read_file_document(inp, LIMIT, OCR) for inp in plan_inputs([mixed])]
+    assert document.ocr_pages == 1 and document.pages == 2
+
+
+def test_a_png_is_a_document_of_one_page_in_points_at_its_dpi(scanned: Path, tmp_path: Path) -> None:
+    image = pdfium.PdfDocument(scanned)[0].render(scale=DPI / 72, grayscale=True).to_pil()
+    png = tmp_path / "page.png"
+    image.save(png, dpi=(DPI, DPI))
+    assert sniff(png) == "image" and sniff_bytes(png.read_bytes(), "upload.bin") == "image"
+    extracted = extract(png, "image", LIMIT, OCR)
+    assert "quokkas live on small islands" in extracted.text.lower()
+    assert extracted.title == "Zebrafish husbandry" and extracted.pages == 1
+    assert [s.page for s in extracted.sections] == [1]
+    assert_boxes_on_their_pages(extracted)
+    layout = extracted.layout
+    assert layout is not None
+    expected = (image.width * 72 / DPI, image.height * 72 / DPI)
+    assert layout.page_sizes[0] == pytest.approx(expected, abs=0.5)  # PNG keeps whole pixels per metre
+
+
+def test_a_multi_page_tiff_is_one_document_of_one_page_per_frame(scanned: Path, tmp_path: Path) -> None:
+    document = pdfium.PdfDocument(scanned)
+    frames = [document[i].render(scale=DPI / 72, grayscale=True).to_pil() for i in range(2)]
+    tiff = tmp_path / "scan.tiff"
+    frames[0].save(tiff, save_all=True, append_images=frames[1:], dpi=(DPI, DPI))
+    assert sniff(tiff) == "image"
+    extracted = extract(tiff, "image", LIMIT, OCR)
+    assert (extracted.pages, extracted.ocr_pages) == (2, 2)
+    assert (page_of(extracted, "quokkas"), page_of(extracted, "numbats")) == (1, 2)
+    assert_boxes_on_their_pages(extracted)
+
+
+def test_with_ocr_off_a_scan_and_an_image_are_refused_naming_the_setting(scanned: Path, tmp_path: Path) -> None:
+    off = OcrOptions(enabled=False)
+    with pytest.raises(ExtractError, match=r"scanned\.pdf: no text layer .*OCR is off \(OCR=false\)"):
+        extract_here(scanned, off)
+    png = tmp_path / "page.png"
+    Image.new("L", (200, 100), 255).save(png)
+    with pytest.raises(ExtractError, match=r"page\.png: an image, .*OCR is off \(OCR=false\)"):
+        extract(png, "image", LIMIT, off)
+
+
+def test_a_blank_image_is_refused_as_having_no_text(tmp_path: Path) -> None:
+    external_tools.tesseract()
+    png = tmp_path / "blank.png"
+    Image.new("L", (400, 300), 255).save(png)
+    with pytest.raises(ExtractError, match=r"blank\.png: OCR \(OCR_LANGUAGE=eng\) read no text"):
+        extract(png, "image", LIMIT, OCR)
+
+
+def test_without_tesseract_ocr_fails_naming_the_file_and_the_package(
+    scanned: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", "/nonexistent/tesseract")
+    with pytest.raises(ExtractError, match=r"scanned\.pdf: needs OCR .*apt-get install tesseract-ocr.*OCR=false"):
+        extract_here(scanned, OCR)  # in this process, where the command was pointed away
+
+
+def test_a_language_without_its_data_names_the_package_to_install(scanned: Path) -> None:
+    with pytest.raises(ExtractError, match=r"OCR_LANGUAGE='qqq'.*tesseract-ocr-qqq"):
+        extract_here(scanned, OcrOptions(language="qqq", dpi=DPI))
+
+
+def test_a_corrupt_image_is_refused_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "torn.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    with pytest.raises(ExtractError, match=r"torn\.png: not a readable image"):
+        extract(bad, "image", LIMIT, OCR)
+
+
+def test_page_layout_joins_pages_with_unplaced_blank_lines() -> None:
+    texts = ["ab", "", "c d"]
+    boxes = [
+        np.array([[0, 0, 1, 1], [1, 0, 2, 1]], np.float32),
+        np.empty((0, 4), np.float32),
+        np.array([[0, 0, 1, 1], [np.nan] * 4, [2, 0, 3, 1]], np.float32),
+    ]
+    body, sections = join_pages(texts)
+    assert body == "ab\n\nc d" and [(s.start, s.page) for s in sections] == [(0, 1), (4, 3)]
+    layout = page_layout(texts, boxes, [(10.0, 10.0)] * 3)
+    assert layout is not None
+    assert layout.pages.tolist() == [1, 1, 0, 0, 3, 0, 3]
+    assert np.isnan(layout.boxes[[2, 3, 5]]).all() and layout.page_sizes == ((10.0, 10.0),) * 3
+    assert page_layout(texts, [boxes[0], None, None], [(10.0, 10.0)] * 3) is None  # a page with text, no boxes
