@@ -15,6 +15,11 @@ if [ ! -x /usr/bin/chromium ]; then
   echo "== installing Debian chromium for the browser test"
   apt_get update -qq && apt_get install -y -qq chromium >/dev/null
 fi
+# OCR (tools/extract/ocr.py) runs Debian's tesseract with its English data (tesseract-ocr pulls tesseract-ocr-eng).
+if ! command -v tesseract >/dev/null; then
+  echo "== installing Debian tesseract-ocr for the OCR tests"
+  apt_get update -qq && apt_get install -y -qq tesseract-ocr >/dev/null
+fi
 # The production files are rendered and checked with real tools (tests/infra/test_production_files.py): `kubectl
 # kustomize` for every kustomization (Debian's kubernetes-client when no kubectl is installed) and promtool for the
 # alert rules and the Prometheus config. promtool comes unpacked from Debian's prometheus package into .tools/, so
