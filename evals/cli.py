@@ -402,13 +402,27 @@ def fidelity(
     output: Annotated[
         Path, typer.Option(help="Results file (the docs' table reads evals/results/fidelity.json).")
     ] = Path(".rag/evals/fidelity.json"),
+    format_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--format",
+            help="Renderings to run (repeatable; jsonl, pdf, html, docx, scanned; default all; JSONL always runs). "
+            "A partial run updates its rows of an existing output file.",
+        ),
+    ] = None,
 ) -> None:
-    """Format fidelity: SciFact documents rendered as PDF (headless Chromium), HTML and DOCX, each ingested into a
-    fresh database of the configured Postgres; nDCG@10 on the claims against the JSONL ingest of the same documents
-    (target within 0.01), and cited PDF pages against where the text is printed."""
+    """Format fidelity: SciFact documents rendered as PDF (headless Chromium), HTML, DOCX and scanned image-only PDF
+    (read by OCR), each ingested into a fresh database of the configured Postgres; nDCG@10 on the claims against the
+    JSONL ingest of the same documents (target within 0.01, 0.02 for the scan), and cited PDF pages (printed and
+    scanned) against where the text is printed."""
+    from evals.fidelity import FORMATS
     from evals.fidelity_cli import run_fidelity_command
 
-    run_fidelity_command(claims, distractors, book_docs, output)
+    formats = tuple(format_) if format_ else FORMATS
+    unknown = set(formats) - set(FORMATS)
+    if unknown:
+        raise typer.BadParameter(f"{sorted(unknown)}; expected some of {', '.join(FORMATS)}", param_hint="--format")
+    run_fidelity_command(claims, distractors, book_docs, output, formats)
 
 
 @bench_app.command("extract")
@@ -417,15 +431,18 @@ def extract(
     output: Annotated[
         Path, typer.Option(help="Results file (the docs read evals/results/extract-bench.json).")
     ] = Path(".rag/evals/extract-bench.json"),
+    ocr_docs: Annotated[int, typer.Option(min=1, help="Of those, abstracts scanned and read back by OCR.")] = 20,
 ) -> None:
     """Extraction libraries on real files: pages/s of pypdfium2 and pypdf on Debian's PDFs and on printed SciFact
     abstracts, word fidelity against the source text; trafilatura vs markitdown on web pages (boilerplate leaks);
-    python-docx on Word files. Writes the results JSON and prints it."""
+    python-docx on Word files; Tesseract OCR on scans of the printed abstracts (at OCR_DPI). Writes the results JSON
+    and prints it."""
     import json
 
+    from agent.config.settings import Settings
     from evals.extract_bench import run_extract_bench
 
-    results = run_extract_bench(docs)
+    results = run_extract_bench(docs, min(ocr_docs, docs), Settings().ocr_dpi)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(results, indent=2))

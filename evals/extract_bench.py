@@ -9,6 +9,9 @@ choices (`rag bench extract`).
   rendered as web pages with navigation and a footer: docs/s, the same word ratio, and the share of pages whose
   boilerplate (the footer's "Cookie settings") leaked into the text.
 - DOCX: `python-docx` (chosen; markitdown needs `mammoth`, not installed): docs/s and the word ratio.
+- OCR: the printed abstracts scanned (rasterised by PDFium at `dpi`, rebuilt as image-only PDFs;
+  `evals.render_docs.scan_pdf`) and read back by `tools.extract.pdf` with Tesseract (`tools.extract.ocr`,
+  `workers` tesseract processes): pages/s of the OCR (rendering included) and the same word ratio.
 
 Timings are wall time on this machine while other jobs ran (shared 2-core machine): compare ratios within one run.
 """
@@ -25,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.render_docs import render
+from evals.render_docs import render, scan_pdf
 from evals.scifact import CorpusDoc, load_corpus
 
 DEBIAN_PDFS = Path("/usr/share/doc")
@@ -131,9 +134,36 @@ def bench_docx(files: Sequence[Path], sources: Sequence[CorpusDoc]) -> dict[str,
     }
 
 
-def run_extract_bench(docs: int) -> dict[str, Any]:
-    """Render the first `docs` SciFact abstracts in every format and measure each library (see the module
-    docstring). Returns the results object of `evals/results/extract-bench.json`.
+def bench_ocr(printed: Sequence[Path], sources: Sequence[CorpusDoc], dpi: int, work: Path) -> dict[str, Any]:
+    """pages/s and word ratio of OCR (Tesseract) on the printed abstracts scanned at `dpi`, read in this process
+    with `tools.extract.ocr.default_workers()` tesseract processes."""
+    import pytesseract
+
+    from tools.extract.ocr import OcrOptions
+    from tools.extract.pdf import extract_here
+
+    options = OcrOptions(dpi=dpi)
+    scans = [scan_pdf(p, work / f"scan-{p.name}", dpi) for p in printed]
+    extracted, _ = _timed(lambda p: extract_here(p, options), scans)
+    ocr_s = sum(e.ocr_s for e in extracted)
+    pages = sum(e.ocr_pages for e in extracted)
+    ratios = [word_ratio(f"{d.title} {d.text}", e.text) for d, e in zip(sources, extracted, strict=True)]
+    return {
+        "tesseract": str(pytesseract.get_tesseract_version()),
+        "language": options.language,
+        "dpi": dpi,
+        "workers": options.workers,
+        "pages": pages,
+        "pages_per_s": round(pages / ocr_s, 2) if ocr_s else 0.0,
+        "word_ratio_mean": round(sum(ratios) / len(ratios), 4),
+        "word_ratio_min": round(min(ratios), 4),
+    }
+
+
+def run_extract_bench(docs: int, ocr_docs: int = 20, ocr_dpi: int = 300) -> dict[str, Any]:
+    """Render the first `docs` SciFact abstracts in every format and measure each library, and OCR on the first
+    `ocr_docs` scanned at `ocr_dpi` (see the module docstring). Returns the results object of
+    `evals/results/extract-bench.json`.
 
     Raises:
         FileNotFoundError: no Chromium to print PDFs.
@@ -151,4 +181,5 @@ def run_extract_bench(docs: int) -> dict[str, Any]:
             "pdf": bench_pdf(printed, sources),
             "html": bench_html(pages, sources),
             "docx": bench_docx(files, sources),
+            "ocr": bench_ocr(printed[:ocr_docs], sources[:ocr_docs], ocr_dpi, Path(work)),
         }

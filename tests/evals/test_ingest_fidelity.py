@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from evals.extract_bench import word_ratio
-from evals.fidelity import _scifact_id, subset
+from evals.fidelity import _scifact_id, merge_results, subset
 from evals.readme_tables import RESULTS_DIR, TABLES
 from evals.render_docs import article_html, write_docx
 from evals.scifact import load_corpus
@@ -48,3 +48,32 @@ def test_fidelity_and_extraction_tables_render_from_their_results() -> None:
     assert "| pdf | " in table and "PDF page check" in table
     bench = json.loads((RESULTS_DIR / "extract-bench.json").read_text())
     assert "| PDF | pypdfium2 |" in TABLES["extract-bench"].render(bench)
+
+
+def test_a_run_of_some_formats_updates_their_rows_and_takes_deltas_against_its_own_jsonl() -> None:
+    protocol = {"claims": 2, "documents": 3, "embedder_model": "m", "retrieval_mode": "hybrid", "chunk_tokens": 200,
+                "chunk_overlap_tokens": 40}  # fmt: skip
+    row = {"documents": 3, "chunks": 5, "chunks_per_s": 1.0}
+    earlier = protocol | {
+        "date": "2026-12-01",
+        "target_delta": 0.01,
+        "formats": {"jsonl": row | {"ndcg@10": 0.9}, "pdf": row | {"ndcg@10": 0.9}},
+        "page_check": {"pages": 12, "chunks": 5, "located": 5, "page_correct": 5},
+    }
+    new = protocol | {
+        "date": "2026-12-04",
+        "target_delta": 0.01,
+        "formats": {
+            "jsonl": row | {"ndcg@10": 0.91, "date": "2026-12-04"},
+            "scanned": row | {"ndcg@10": 0.895, "ocr_pages": 3, "ocr_pages_per_s": 0.5},
+        },
+        "page_check_scanned": {"pages": 20, "chunks": 5, "located": 5, "page_correct": 5},
+    }
+    merged = merge_results(earlier, new)
+    assert list(merged["formats"]) == ["jsonl", "pdf", "scanned"]
+    assert merged["formats"]["pdf"]["date"] == "2026-12-01" and merged["formats"]["pdf"]["delta_vs_jsonl"] == -0.01
+    scanned = merged["formats"]["scanned"]
+    assert (scanned["delta_vs_jsonl"], scanned["target_delta"], scanned["within_target"]) == (-0.015, 0.02, True)
+    assert merged["page_check"]["pages"] == 12 and merged["page_check_scanned"]["pages"] == 20
+    table = TABLES["fidelity"].render(merged)
+    assert "met (target 0.02)" in table and "(OCR 0.5 pages/s)" in table and "scanned PDF page check (OCR)" in table
