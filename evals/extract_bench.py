@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import difflib
+import os
 import re
 import tempfile
 import time
@@ -169,6 +170,7 @@ def run_extract_bench(docs: int, ocr_docs: int = 20, ocr_dpi: int = 300) -> dict
         FileNotFoundError: no Chromium to print PDFs.
     """
     sources = list(load_corpus().values())[:docs]
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rag-extract-bench-") as work:
         folders = asyncio.run(render(sources, Path(work)))
         printed = [folders["pdf"] / f"{d.doc_id}.pdf" for d in sources]
@@ -177,7 +179,8 @@ def run_extract_bench(docs: int, ocr_docs: int = 20, ocr_dpi: int = 300) -> dict
         return {
             "date": dt.date.today().isoformat(),
             "documents": len(sources),
-            "conditions": "shared 2-core machine under load from other jobs; wall time, one thread",
+            "conditions": f"shared {os.cpu_count()}-core machine, 1-minute load average {load:.1f} at the start; "
+            "wall time; one thread (OCR: its tesseract processes)",
             "pdf": bench_pdf(printed, sources),
             "html": bench_html(pages, sources),
             "docx": bench_docx(files, sources),
