@@ -17,7 +17,7 @@ from pathlib import Path
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
 from tools.extract.base import Extracted, ExtractError
-from tools.extract.ocr import OcrOptions, PageBoxes, PageImage, read_pages
+from tools.extract.ocr import OcrOptions, PageBoxes, PageImage, progress_logger, read_pages
 from tools.extract.pages import join_pages, page_layout
 
 DEFAULT_DPI = 72.0
@@ -62,7 +62,8 @@ def extract_image(path: Path, ocr: OcrOptions | None = None) -> Extracted:
     sizes: list[tuple[float, float] | None] = []
     try:
         with Image.open(path) as image:
-            for size, text, page_boxes in read_pages(_frames(image), ocr, str(path)):
+            progress = progress_logger(str(path), getattr(image, "n_frames", 1))
+            for size, text, page_boxes in read_pages(_frames(image), ocr, str(path), progress):
                 texts.append(text)
                 boxes.append(page_boxes)
                 sizes.append(size)

@@ -17,8 +17,10 @@ Debian packages `tesseract-ocr-<lang>`.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,7 +38,10 @@ from tools.extract.base import ExtractError
 PageBoxes = npt.NDArray[np.float32]
 """`(len(text), 4)` float32 character boxes `(left, bottom, right, top)` in points; NaN rows for spaces and breaks."""
 _LIGATURES = re.compile("[\ufb00-\ufb06]")
+log = logging.getLogger(__name__)
 K = TypeVar("K")
+PROGRESS_EVERY_S = 10.0
+"""How often a long OCR logs its progress (INFO), seconds."""
 _TESSDATA_MISSING = re.compile(r"Failed loading language '([^']+)'|Error opening data file")
 
 
@@ -203,6 +208,21 @@ def read_pages(
             if on_page is not None:
                 on_page(done)
             yield key, text, boxes
+
+
+def progress_logger(where: str, total: int, every_s: float = PROGRESS_EVERY_S) -> Callable[[int], None]:
+    """An `on_page` for `read_pages` that logs `where: OCR n/total pages, r pages/s` at INFO (logger
+    `tools.extract.ocr`) after the first page, then at most every `every_s` seconds, and at the last page."""
+    start = last = time.perf_counter()
+
+    def on_page(done: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if done in (1, total) or now - last >= every_s:
+            last = now
+            log.info("%s: OCR %d/%d pages, %.2f pages/s", where, done, total, done / max(now - start, 1e-9))
+
+    return on_page
 
 
 def ocr_page(document: pdfium.PdfDocument, index: int, language: str, dpi: int) -> tuple[str, PageBoxes]:

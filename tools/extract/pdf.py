@@ -26,8 +26,11 @@ are left out.
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
 import math
 import multiprocessing
+import multiprocessing.queues
 import re
 import signal
 import threading
@@ -42,7 +45,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from tools.extract.base import Extracted, ExtractError, Layout, Section, tidy
-from tools.extract.ocr import OcrOptions, PageBoxes, PageImage, read_pages, render_page
+from tools.extract.ocr import OcrOptions, PageBoxes, PageImage, progress_logger, read_pages, render_page
 from tools.extract.pages import page_layout
 
 _LOCK = threading.Lock()
@@ -220,7 +223,8 @@ def _ocr_short_pages(
             yield (index, image.page_size), image
 
     out: dict[int, tuple[str, PageBoxes, tuple[float, float]]] = {}
-    for (index, size), text, boxes in read_pages(rendered(), ocr, str(path)):
+    progress = progress_logger(str(path), len(short))
+    for (index, size), text, boxes in read_pages(rendered(), ocr, str(path), progress):
         if len(text) >= len(read[index] or ""):
             out[index] = (text, boxes, size)
     return out
@@ -234,11 +238,26 @@ def _ocr_layout(texts: list[str], scanned: dict[int, tuple[str, PageBoxes, tuple
     return page_layout(texts, [boxes for _, boxes, _ in ordered], [size for _, _, size in ordered])
 
 
-def _ignore_interrupts() -> None:
+def _ignore_interrupts(records: multiprocessing.queues.Queue[logging.LogRecord] | None = None) -> None:
     """Initializer of each worker process: SIGINT is ignored there. A Ctrl+C in a terminal (or a supervisor's SIGINT
     to the process group) reaches the workers too; the server that owns them shuts its pool down itself, so a
-    worker must neither die mid-file nor print a KeyboardInterrupt traceback of its own."""
+    worker must neither die mid-file nor print a KeyboardInterrupt traceback of its own. The `tools.extract`
+    loggers' INFO records (OCR progress) go to the owner through `records` (the logging cookbook's QueueHandler)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if records is not None:
+        logger = logging.getLogger("tools.extract")
+        logger.setLevel(logging.INFO)
+        logger.addHandler(logging.handlers.QueueHandler(records))
+        logger.propagate = False
+
+
+class _Forward(logging.Handler):
+    """A record from a worker process, handed to the logger of its name here (whose level and handlers decide)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
 
 
 class PdfExtractor:
@@ -249,7 +268,8 @@ class PdfExtractor:
     (call it from a thread, as the ingest pipeline does); their files queue for the workers. A worker that dies
     (BrokenProcessPool: every file queued on the pool fails with it) is replaced by a new pool, and each file it
     failed is tried once more; a file under which workers died `WORKER_DEATHS` times fails with `ExtractError`
-    naming it. Thread-safe.
+    naming it. Thread-safe. What the workers log under `tools.extract` (OCR progress) is logged here, by the logger
+    of the same name, through a queue (`logging.handlers.QueueListener`, one per pool).
 
     Args:
         target: what a worker runs for a path and the OCR options (`extract_here`; tests pass one that crashes).
@@ -264,16 +284,22 @@ class PdfExtractor:
         self.max_workers = max_workers
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
+        self._listener: logging.handlers.QueueListener | None = None
         self._generation = 0
 
     def _current(self) -> tuple[ProcessPoolExecutor, int]:
         with self._lock:
             if self._pool is None:
                 context = multiprocessing.get_context("spawn")
+                records: multiprocessing.queues.Queue[logging.LogRecord] = context.Queue()
+                records.cancel_join_thread()  # a worker that died writing must not hold up this process's exit
+                self._listener = logging.handlers.QueueListener(records, _Forward())
+                self._listener.start()
                 self._pool = ProcessPoolExecutor(
-                    self.max_workers, mp_context=context, initializer=_ignore_interrupts
+                    self.max_workers, mp_context=context, initializer=_ignore_interrupts, initargs=(records,)
                 )
             return self._pool, self._generation
+
 
     def _replace(self, generation: int) -> None:
         """Drop the broken pool of `generation` (once, whichever caller sees it first); the next call starts one."""
@@ -282,6 +308,9 @@ class PdfExtractor:
                 return
             broken, self._pool = self._pool, None
             self._generation += 1
+            listener, self._listener = self._listener, None
+        if listener is not None:  # its thread ends at the sentinel; not waited for (a dead worker may hold the queue)
+            listener.enqueue_sentinel()
         broken.shutdown(wait=False, cancel_futures=True)
 
     def extract(self, path: Path, ocr: OcrOptions | None = None) -> Extracted:
@@ -313,9 +342,12 @@ class PdfExtractor:
         """Stop the workers (waits for the files they are reading); a later `extract` starts new ones."""
         with self._lock:
             pool, self._pool = self._pool, None
+            listener, self._listener = self._listener, None
             self._generation += 1
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        if listener is not None:
+            listener.stop()
 
 
 EXTRACTOR = PdfExtractor()

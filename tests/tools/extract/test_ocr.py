@@ -5,6 +5,8 @@ name the file and what to do. Pages are rendered at 150 dpi to keep each test to
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,7 @@ from tests.document_files import print_pdf
 from tools.extract import Extracted, ExtractError, extract, sniff, sniff_bytes
 from tools.extract.ocr import OcrOptions
 from tools.extract.pages import join_pages, page_layout
-from tools.extract.pdf import extract_here, extract_pdf
+from tools.extract.pdf import PdfExtractor, extract_here, extract_pdf
 from tools.ingest.inputs import plan_inputs
 from tools.ingest.readers import read_file_document
 
@@ -85,6 +87,18 @@ def test_a_scanned_pdf_is_read_by_ocr_page_by_page_with_boxes(scanned: Path) -> 
     heading, line = extracted.text.index("Zebrafish"), extracted.text.lower().index("numbats")
     assert layout.boxes[heading, 3] > 700 and layout.boxes[line, 3] > 700  # near the top: y runs upwards
     assert layout.page_sizes[0] == pytest.approx(pdfium.PdfDocument(scanned)[0].get_size(), abs=1)
+
+
+def test_ocr_progress_of_the_worker_process_is_logged_here(scanned: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tools.extract")
+    extractor = PdfExtractor()
+    try:
+        assert extractor.extract(scanned, OCR).ocr_pages == 2
+    finally:
+        extractor.close()  # the workers have exited and every record they sent is handled
+    assert f"{scanned}: OCR 1/2 pages" in caplog.text and f"{scanned}: OCR 2/2 pages" in caplog.text
+    progress = [r for r in caplog.records if "OCR" in r.getMessage()]
+    assert progress and all(r.process != os.getpid() for r in progress)  # logged by the worker, handled here
 
 
 def test_a_mixed_pdf_reads_the_text_page_and_ocrs_the_scanned_one(printed: Path, scanned: Path) -> None:
