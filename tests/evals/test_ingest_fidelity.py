@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from evals.extract_bench import word_ratio
-from evals.fidelity import _scifact_id, merge_results, subset
+from evals.fidelity import _scifact_id, merge_results, printed_page, subset
 from evals.readme_tables import RESULTS_DIR, TABLES
 from evals.render_docs import article_html, write_docx
 from evals.scifact import load_corpus
@@ -77,3 +77,10 @@ def test_a_run_of_some_formats_updates_their_rows_and_takes_deltas_against_its_o
     assert merged["page_check"]["pages"] == 12 and merged["page_check_scanned"]["pages"] == 20
     table = TABLES["fidelity"].render(merged)
     assert "met (target 0.02)" in table and "(OCR 0.5 pages/s)" in table and "scanned PDF page check (OCR)" in table
+
+
+def test_a_chunk_is_located_by_its_head_or_despite_an_ocr_misread_by_its_words() -> None:
+    sources = ["Zebrafish tanks need clean water every week of the year", "Numbats eat termites at dawn in forests"]
+    assert printed_page("Numbats eat  termites", sources) == 2
+    assert printed_page("Zebraflsh tanks need clean water every week of the year", sources) == 1  # one word misread
+    assert printed_page("Quokkas live on islands", sources) is None
