@@ -13,6 +13,11 @@ What a page shows is what is extracted:
 - typographic ligatures (U+FB00..FB06, ﬁ ﬂ ﬀ ...) come out as their letters, from fonts embedded simple or CID-keyed
   (Type0, Identity-H; how Chromium and most office suites embed fonts).
 
+Each character keeps its box on the page (`Extracted.layout`, PDFium's `FPDFText_GetCharBox`), so a cited passage can
+be highlighted on the rendered page: the cleaning of the page text (`_clean_located`) carries the boxes along, and a
+page whose text cannot be aligned with PDFium's characters one to one, or read by pypdf, has no boxes (NaN) rather
+than wrong ones.
+
 PDFium is not thread-safe, and a malformed or hostile PDF can crash it (a segfault ends the process): every PDF is
 read in a worker process (`PdfExtractor`, one process, started with `spawn`), where one lock serialises the calls into
 PDFium. A worker that dies fails the file it was reading (`ExtractError`) and the next file starts a new one; the
@@ -24,6 +29,7 @@ such, since there is no OCR here.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import multiprocessing
 import re
@@ -35,10 +41,13 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from tools.extract.base import Extracted, ExtractError, Section, tidy
+from tools.extract import located
+from tools.extract.base import Extracted, ExtractError, Layout, Section, tidy
 
 _LOCK = threading.Lock()
 _PEEK_BYTES = 65_536
@@ -46,6 +55,8 @@ _NO_PAGES = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+0\b|/Count\s+0\b[^>]*?/
 _SOFT_HYPHEN_BREAK = "\ufffe\r\n"
 """PDFium marks a word hyphenated across a line end with U+FFFE before the line break: the word is rejoined."""
 _LIGATURES = re.compile("[\ufb00-\ufb06]")
+_DROPPED = (re.compile(_SOFT_HYPHEN_BREAK), re.compile("\ufffe"), re.compile("\x02"))
+"""What `_clean` deletes, in its order: the soft-hyphen line breaks, then lone U+FFFE and U+0002."""
 _ROTATED_RAD = 0.05
 """A character whose baseline turns more than this from the page's x axis, radians (about 3°), is rotated text."""
 _CROP_SLACK_PT = 0.5
@@ -60,8 +71,106 @@ def _letters(text: str) -> str:
     return _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
 
 
+Boxes = npt.NDArray[np.float32]
+"""`(n, 4)` float32 character boxes `(left, bottom, right, top)` in PDF points; NaN rows for characters without one."""
+
+
 def _clean(raw: str) -> str:
     return tidy(_letters(raw.replace(_SOFT_HYPHEN_BREAK, "").replace("\ufffe", "").replace("\x02", "")))
+
+
+def _clean_located(raw: str, boxes: Boxes) -> tuple[str, Boxes]:
+    """`_clean(raw)` and the box of each of its characters, from `boxes` (one row per character of `raw`): the
+    letters of a ligature share its box; characters the cleaning generates have NaN boxes.
+
+    Raises:
+        ValueError: `boxes` has not one row per character of `raw`.
+    """
+    if len(boxes) != len(raw):
+        raise ValueError(f"{len(boxes)} boxes for {len(raw)} characters")
+    text, sources = raw, np.arange(len(raw), dtype=np.intp)
+    for pattern in _DROPPED:
+        text, sources = located.substitute(text, sources, pattern, lambda _: "", "tail")
+    text, sources = located.substitute(
+        text, sources, _LIGATURES, lambda found: unicodedata.normalize("NFKC", found), "spread"
+    )
+    text, sources = located.tidy(text, sources)
+    table = np.vstack([boxes.astype(np.float32, copy=False), np.full((1, 4), np.nan, dtype=np.float32)])
+    return text, table[sources]  # source -1 picks the NaN row
+
+
+def _no_boxes(length: int) -> Boxes:
+    return np.full((length, 4), np.nan, dtype=np.float32)
+
+
+def _char_boxes(textpage: pdfium.PdfTextPage, chars: list[int]) -> Boxes:
+    """The boxes of the characters `chars` (indexes into the text page's character list; -1: none), NaN for -1 and
+    for characters PDFium generated (line breaks and spaces it inferred)."""
+    out = _no_boxes(len(chars))
+    for row, char in enumerate(chars):
+        if char >= 0 and not pdfium_c.FPDFText_IsGenerated(textpage.raw, char):
+            out[row] = textpage.get_charbox(char)
+    return out
+
+
+def _range_chars(textpage: pdfium.PdfTextPage, raw: str) -> list[int] | None:
+    """Per character of `raw` (the page's `get_text_range()`), its index in the text page's character list (-1 for
+    none); None where the two cannot be aligned one to one (a character outside UTF-16's basic plane, text PDFium
+    inserted): the page then gets no boxes rather than wrong ones."""
+    count = textpage.count_chars()
+    if len(raw) != count:
+        return None
+    chars: list[int] = []
+    for index, char in enumerate(raw):
+        source = pdfium_c.FPDFText_GetCharIndexFromTextIndex(textpage.raw, index)
+        if source >= 0 and char != "\ufffe" and pdfium_c.FPDFText_GetUnicode(textpage.raw, source) != ord(char):
+            return None  # U+FFFE stands for PDFium's hyphen marks (0x2) in the text
+        chars.append(source)
+    return chars
+
+
+def _bounded_chars(textpage: pdfium.PdfTextPage, crop: tuple[float, float, float, float], raw: str) -> list[int] | None:
+    """Per character of `raw` (the page's `get_text_bounded(*crop)`), its index in the character list (-1 for a
+    character the bounded text generated), found by replaying PDFium's `CPDF_TextPage::GetTextByPredicate` (a
+    character is kept when its box intersects the crop box; a line break goes before the first kept character of
+    a new line; a space not kept is kept as a separator after a kept character). None when the replay does not
+    give `raw` exactly (another PDFium version): the page then gets no boxes."""
+    left, bottom, right, top = (float(np.float32(v)) for v in crop)
+    out: list[str] = []
+    chars: list[int] = []
+    posy = 0.0
+    contains_previous = False
+    add_line_feed = False
+    handle = textpage.raw
+    origin_x, origin_y = ctypes.c_double(), ctypes.c_double()
+    for index in range(textpage.count_chars()):
+        unicode = pdfium_c.FPDFText_GetUnicode(handle, index)
+        b_left, b_bottom, b_right, b_top = textpage.get_charbox(index)
+        inside = max(left, min(b_left, b_right)) < min(right, max(b_left, b_right)) and max(
+            bottom, min(b_bottom, b_top)
+        ) < min(top, max(b_bottom, b_top))
+        if inside:
+            pdfium_c.FPDFText_GetCharOrigin(handle, index, origin_x, origin_y)
+            if abs(posy - origin_y.value) > 0 and not contains_previous and add_line_feed:
+                posy = origin_y.value
+                if out:
+                    out.extend("\r\n")
+                    chars.extend((-1, -1))
+            contains_previous = True
+            add_line_feed = False
+            if unicode:
+                out.append(chr(unicode))
+                chars.append(index)
+        elif unicode == ord(" "):
+            if contains_previous:
+                out.append(" ")
+                chars.append(-1)
+                contains_previous = False
+                add_line_feed = False
+        else:
+            contains_previous = False
+            add_line_feed = True
+    return chars if "".join(out) == raw else None
 
 
 def _has_rotated_text(textpage: pdfium.PdfTextPage) -> bool:
@@ -83,8 +192,9 @@ def _crop(page: pdfium.PdfPage) -> tuple[float, float, float, float] | None:
     return crop
 
 
-def _page_text(document: pdfium.PdfDocument, index: int) -> str | None:
-    """The page's text (None: it has rotated text, to be read by `_rotated_text`)."""
+def _page_text(document: pdfium.PdfDocument, index: int) -> tuple[str, Boxes | None] | None:
+    """The page's text and each of its characters' box (`Boxes`; None where the text cannot be aligned with
+    PDFium's characters), or None: the page has rotated text, to be read by `_rotated_text`."""
     page = document[index]
     try:
         textpage = page.get_textpage()
@@ -92,12 +202,21 @@ def _page_text(document: pdfium.PdfDocument, index: int) -> str | None:
             if _has_rotated_text(textpage):
                 return None
             crop = _crop(page)
-            raw: str = textpage.get_text_range() if crop is None else textpage.get_text_bounded(*crop)
+            raw: str
+            if crop is None:
+                raw = textpage.get_text_range()
+                chars = _range_chars(textpage, raw)
+            else:
+                raw = textpage.get_text_bounded(*crop)
+                chars = _bounded_chars(textpage, crop, raw)
+            boxes = None if chars is None else _char_boxes(textpage, chars)
         finally:
             textpage.close()
     finally:
         page.close()
-    return _clean(raw)
+    if boxes is None:
+        return _clean(raw), None
+    return _clean_located(raw, boxes)
 
 
 def _rotated_text(path: Path, indexes: list[int]) -> dict[int, str]:
@@ -137,8 +256,9 @@ def _title(document: pdfium.PdfDocument) -> str:
 
 
 def extract_here(path: str | Path) -> Extracted:
-    """Text of every page of `path`, pages joined by a blank line; one `Section` per page that has text; read in
-    this process (the worker's target: call `extract_pdf` elsewhere).
+    """Text of every page of `path`, pages joined by a blank line; one `Section` per page that has text; each
+    character's page and box (`Extracted.layout`, see `_assemble`); read in this process (the worker's target: call
+    `extract_pdf` elsewhere).
 
     The title is the document information `Title` when set, else the first line of text.
 
@@ -155,33 +275,68 @@ def extract_here(path: str | Path) -> Extracted:
         try:
             pages = len(document)
             read = [_page_text(document, i) for i in range(pages)]
+            sizes = tuple(document.get_page_size(i) for i in range(pages))
             title = _title(document)
         except pdfium.PdfiumError as exc:
             raise ExtractError(f"{path}: a page cannot be read ({exc}); the file is corrupt") from None
         finally:
             document.close()
-    rotated = _rotated_text(path, [i for i, text in enumerate(read) if text is None]) if None in read else {}
-    texts = [rotated[i] if text is None else text for i, text in enumerate(read)]
+    rotated = _rotated_text(path, [i for i, page in enumerate(read) if page is None]) if None in read else {}
+    page_texts = [(rotated[i], None) if page is None else page for i, page in enumerate(read)]
     if pages == 0:
         raise ExtractError(f"{path}: the PDF has no pages")
-    if not any(texts):
+    if not any(text for text, _ in page_texts):
         raise ExtractError(
             f"{path}: no text layer on any of its {pages} page(s) (a scanned PDF?), and no OCR here; "
             "expected a PDF with selectable text"
         )
+    body, sections, layout = _assemble(page_texts, sizes)
+    return Extracted(body, title or body.split("\n", 1)[0].strip(), sections, pages, layout)
+
+
+def _assemble(
+    pages: list[tuple[str, Boxes | None]], sizes: tuple[tuple[float, float], ...]
+) -> tuple[str, tuple[Section, ...], Layout | None]:
+    """A document's text, sections and layout from its pages in order: per page its text and each character's box
+    (`Boxes`, one row per character; None: positions unknown, as for a page read by pypdf).
+
+    Pages without text are left out; the others are joined by a blank line (`"\n\n"`, no page, NaN boxes), with one
+    `Section` per page at its first character. A character gets its page number in the layout when its box is
+    known, else page 0 (NaN). The layout is None when no character has a box.
+
+    Args:
+        sizes: `(width, height)` in points of each page (index n - 1 for page n), as `Layout.page_sizes`.
+    """
     parts: list[str] = []
     sections: list[Section] = []
+    numbers: list[npt.NDArray[np.int32]] = []
+    boxes: list[Boxes] = []
     offset = 0
-    for number, text in enumerate(texts, 1):
+    for number, (text, page_boxes) in enumerate(pages, 1):
         if not text:
             continue
         if parts:
             offset += 2
+            numbers.append(np.zeros(2, dtype=np.int32))
+            boxes.append(_no_boxes(2))
         sections.append(Section(offset, page=number))
         parts.append(text)
         offset += len(text)
+        if page_boxes is None or len(page_boxes) != len(text):
+            page_boxes = _no_boxes(len(text))
+        known = ~np.isnan(page_boxes).any(axis=1)
+        numbers.append(np.where(known, number, 0).astype(np.int32))
+        boxes.append(page_boxes.astype(np.float32, copy=False))
     body = "\n\n".join(parts)
-    return Extracted(body, title or body.split("\n", 1)[0].strip(), tuple(sections), pages)
+    if not boxes:
+        return body, tuple(sections), None
+    page_of = np.concatenate(numbers)
+    if not page_of.any():
+        return body, tuple(sections), None
+    all_boxes = np.concatenate(boxes)
+    all_boxes[page_of == 0] = np.nan
+    sizes = tuple((float(w), float(h)) for w, h in sizes)
+    return body, tuple(sections), Layout(page_of, all_boxes, sizes)
 
 
 def _ignore_interrupts() -> None:
