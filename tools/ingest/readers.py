@@ -63,6 +63,7 @@ def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES) -> FileD
     elapsed = time.perf_counter() - start
     where = str(inp.path)
     text, sections = _cleaned(extracted, where)
+    layout = extracted.layout if len(text) == len(extracted.text) else None  # characters removed: no longer aligned
     if not text.strip():
         return FileDocument(None, extracted.pages, elapsed)
     structured = inp.kind in ("pdf", "html", "docx")
@@ -77,6 +78,7 @@ def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES) -> FileD
         metadata if structured else {},
         sections,
         title_in_text=structured,
+        layout=layout,
     )
     return FileDocument(document, extracted.pages, elapsed)
 
