@@ -56,9 +56,14 @@ def test_a_span_without_boxes_has_none() -> None:
     assert line_boxes(TEXT, _layout(ROWS), 3, 3) == []
 
 
-def test_a_superscript_overlapping_less_than_half_starts_a_rectangle() -> None:
-    rows = [(1, 10.0, 700.0, 15.0, 712.0), (1, 15.0, 709.0, 18.0, 716.0)]
-    assert len(line_boxes("x2", _layout(rows), 0, 2)) == 2
+def test_the_next_line_touching_this_one_starts_a_rectangle() -> None:
+    rows = [(1, 10.0, 700.0, 15.0, 712.0), (1, 10.0, 689.0, 15.0, 701.0)]
+    assert len(line_boxes("xy", _layout(rows), 0, 2)) == 2
+
+
+def test_a_quote_mark_and_a_comma_join_the_line_of_their_letters() -> None:
+    rows = [(1, 10.0, 661.8, 15.0, 668.8), (1, 15.0, 666.0, 16.0, 668.8), (1, 16.0, 660.6, 17.5, 663.1)]
+    assert line_boxes('a",', _layout(rows), 0, 3) == [[1, 10.0, 660.6, 17.5, 668.8]]
 
 
 @pytest.mark.parametrize(("start", "end"), [(-1, 2), (3, 2), (0, 99)])

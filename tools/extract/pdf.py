@@ -40,6 +40,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +51,7 @@ from tools.extract import located
 from tools.extract.base import Extracted, ExtractError, Layout, Section, tidy
 
 _LOCK = threading.Lock()
+T = TypeVar("T")
 _PEEK_BYTES = 65_536
 _NO_PAGES = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+0\b|/Count\s+0\b[^>]*?/Type\s*/Pages\b")
 _SOFT_HYPHEN_BREAK = "\ufffe\r\n"
@@ -395,10 +397,21 @@ class PdfExtractor:
                 times (names the file; the file is not retried again).
             OSError: the file cannot be read.
         """
+        return self.call(self.target, str(path), path=path)
+
+    def call(self, fn: Callable[..., T], *args: object, path: Path) -> T:
+        """`fn(*args)` run by a worker process (another use of PDFium on the file `path`, e.g. rendering one of
+        its pages); blocks until it is done. `fn` must be a module-level function, its arguments and result
+        picklable.
+
+        Raises:
+            ExtractError: the worker process died under this call `WORKER_DEATHS` times (names `path`).
+            Exception: what `fn` raises.
+        """
         for _ in range(WORKER_DEATHS):
             pool, generation = self._current()
             try:
-                return pool.submit(self.target, str(path)).result()
+                return pool.submit(fn, *args).result()
             except BrokenProcessPool:
                 self._replace(generation)
         raise ExtractError(
