@@ -34,12 +34,14 @@ Box = tuple[float, float, float, float]
 
 
 class RenderError(ValueError):
-    """A page cannot be rendered: the file is no PDF PDFium can read, or the page is not in it (`pages` then says
-    how many it has; 0 otherwise)."""
+    """A page cannot be rendered. `reason`: `unreadable` (no PDF PDFium can read), `no_page` (the page is not in
+    it; `pages` says how many it has), `too_large` (over `MAX_PIXELS` at that scale) or `scale` (outside
+    [`MIN_SCALE`, `MAX_SCALE`])."""
 
-    def __init__(self, message: str, pages: int = 0) -> None:
-        super().__init__(message, pages)
+    def __init__(self, message: str, reason: str, pages: int = 0) -> None:
+        super().__init__(message, reason, pages)
         self.message = message
+        self.reason = reason
         self.pages = pages
 
     def __str__(self) -> str:
@@ -67,11 +69,11 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
         try:
             document = pdfium.PdfDocument(path)
         except pdfium.PdfiumError as exc:
-            raise RenderError(f"{path}: not a PDF PDFium can read ({exc})") from None
+            raise RenderError(f"{path}: not a PDF PDFium can read ({exc})", "unreadable") from None
         try:
             pages = len(document)
             if not 1 <= page <= pages:
-                raise RenderError(f"page {page} is not in the document: it has {pages} page(s)", pages)
+                raise RenderError(f"page {page} is not in the document: it has {pages} page(s)", "no_page", pages)
             pdf_page = document[page - 1]
             try:
                 width, height = pdf_page.get_size()
@@ -79,6 +81,7 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
                     raise RenderError(
                         f"page {page} at scale {scale} would be {width * scale:.0f}x{height * scale:.0f} pixels, "
                         f"over {MAX_PIXELS}; ask for a smaller scale",
+                        "too_large",
                         pages,
                     )
                 left, _, _, top = pdf_page.get_cropbox()
@@ -113,5 +116,5 @@ def render_page(path: Path, page: int, boxes: Sequence[Box] = (), scale: float =
         tools.extract.ExtractError: the worker process died on this file.
     """
     if not MIN_SCALE <= scale <= MAX_SCALE:
-        raise RenderError(f"scale={scale}; expected {MIN_SCALE} to {MAX_SCALE} (pixels per PDF point)")
+        raise RenderError(f"scale={scale}; expected {MIN_SCALE} to {MAX_SCALE} (pixels per PDF point)", "scale")
     return EXTRACTOR.call(render_here, str(path), page, [tuple(b) for b in boxes], scale, path=path)
