@@ -87,7 +87,8 @@ async def run_job(
     after_file: JobHook | None = None,
     originals: Originals | None = None,
 ) -> Job | None:
-    """Run one claimed job to the end; returns its final state.
+    """Run one claimed job to the end; returns its final state. With `originals`, each uploaded file whose document
+    is stored is kept there as its original (`tools.originals`), for its pages to be rendered.
 
     Files are ingested one at a time (each its own ingest run, so progress and the lease advance per file). The
     lease is renewed every `lease_s / 3` seconds by a background task while the job runs, and before each file;

@@ -153,6 +153,15 @@ async def test_a_cited_chunk_s_boxes_cover_its_words_and_the_page_shows_them(
              int(left * SCALE) - 4 : int(right * SCALE) + 5] = True  # fmt: skip
     assert not changed[~mask].any()  # nothing drawn elsewhere
 
+    out = tmp_path / "page.png"
+    args = ("docs", "page", "handbook.pdf", "2", "--chunk", cited_id, "--scale", str(SCALE), "--out", str(out))
+    printed = run_cli(triton_server, *args, extra_env=env)
+    assert printed.returncode == 0, printed.stderr
+    assert f"page 2 of 2, {image.shape[1]}x{image.shape[0]} pixels" in printed.stdout
+    assert (np.asarray(Image.open(out).convert("RGB")).astype(int) == image).all()  # the route's image
+    missing = run_cli(triton_server, "docs", "page", "handbook.pdf", "9", "--out", str(out), extra_env=env)
+    assert missing.returncode == 1 and "it has 2 page(s)" in missing.stderr
+
     deleted = run_cli(triton_server, "docs", "delete", "handbook.pdf", "--collection", "manuals", extra_env=env)
     assert deleted.returncode == 0, deleted.stderr
     assert Originals(originals).find("manuals", "handbook.pdf") is None
