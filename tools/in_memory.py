@@ -235,6 +235,17 @@ class InMemoryCollection:
         n = len(self._keys(collections))
         return n, n
 
+    async def chunk_metadata(
+        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+    ) -> tuple[str, dict[str, object]] | None:
+        """(collection, metadata) of the one chunk of `doc_id` in `collections` (None: all) whose id is `chunk_id`:
+        its span over the whole content (no layout here)."""
+        for key in self._keys(collections):
+            entry = self._entries[key]
+            if key[0] == doc_id and entry.hit.chunk_id == chunk_id:
+                return entry.collection, {"span": [0, len(entry.document.content)]}
+        return None
+
 
 def _scored(hit: ChunkHit, score: float) -> ChunkHit:
     return ChunkHit(hit.chunk_id, hit.doc_id, hit.title, hit.text, hit.source, score)

@@ -12,12 +12,15 @@ and callers say so.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from tools.scope import check_collection
+
+log = logging.getLogger(__name__)
 
 
 class Originals:
@@ -64,6 +67,31 @@ class Originals:
             Path(temporary).unlink(missing_ok=True)
             raise
         return target
+
+    def keep_files(self, collection: str, files: list[tuple[str, Path]]) -> None:
+        """Keep each `(doc id, file)` of `files` as an original in `collection` (the ingest pipeline's `on_stored`
+        hook). A file that cannot be copied is logged (WARNING) and left out: its document stays stored, without
+        a page to render.
+        """
+        for doc_id, source in files:
+            try:
+                self.keep(collection, doc_id, source)
+            except OSError as exc:
+                log.warning("%s: its original could not be kept under %s (%s)", source, self.root, exc)
+
+    def remove_all(self, doc_ids: list[str], collections: list[str] | tuple[str, ...] | None) -> int:
+        """Delete the originals of `doc_ids` in `collections` (None: every collection kept under the root);
+        returns how many were kept. A file that cannot be deleted is logged (WARNING)."""
+        if collections is None:
+            collections = sorted(p.name for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
+        removed = 0
+        for collection in collections:
+            for doc_id in doc_ids:
+                try:
+                    removed += self.remove(collection, doc_id)
+                except OSError as exc:
+                    log.warning("the original of %r in %s could not be deleted (%s)", doc_id, collection, exc)
+        return removed
 
     def move(self, collection: str, old_id: str, new_id: str) -> None:
         """Rename the original of `old_id` to `new_id` in `collection` (a moved document); nothing when none is kept.

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.wiring import build_embedder, build_store, ingest_options
+from agent.core.wiring import build_embedder, build_originals, build_store, ingest_options
 from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
@@ -55,6 +55,7 @@ async def run_workers(settings: Settings, workers: int, stop: asyncio.Event | No
                     lease_s=settings.jobs_lease_s,
                     poll_s=settings.jobs_poll_s,
                     stop=stop,
+                    originals=build_originals(settings),
                     worker=f"{worker_name()}:{i}",
                 )
                 for i in range(workers)

@@ -37,6 +37,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.failures import Failure, describe
+from agent.core.pages import PageError
 from agent.core.results import AskResult
 from agent.core.wiring import ingest_files
 from evals.cli import bench_app, eval_app
@@ -45,6 +46,7 @@ from infra.config import StackConfig
 from infra.processes import ServiceError
 from tools.embedder import EmbedderError
 from tools.ingest import IngestReport, plan_inputs
+from tools.render_page import MAX_SCALE, MIN_SCALE, RenderedPage
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
 
@@ -75,7 +77,7 @@ def _print_error(message: str) -> None:
 
 
 app = RagTyper(help="triton-rag: answers questions over your documents with cited sources.", no_args_is_help=True)
-docs_app = typer.Typer(help="List and delete stored documents.", no_args_is_help=True)
+docs_app = typer.Typer(help="List and delete stored documents, and render their pages.", no_args_is_help=True)
 console = Console(highlight=False)
 err_console = Console(stderr=True, soft_wrap=True, highlight=False)
 app.add_typer(eval_app, name="eval")
@@ -362,6 +364,41 @@ def docs_delete(
     if missing:
         err_console.print(f"error: not stored: {', '.join(missing)}", markup=False)
         raise typer.Exit(code=1)
+
+
+@docs_app.command("page")
+def docs_page(
+    doc_id: Annotated[str, typer.Argument(help="The stored document (a PDF ingested with its original kept).")],
+    page: Annotated[int, typer.Argument(min=1, help="The page, from 1.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the PNG image.")],
+    chunk: Annotated[
+        str | None, typer.Option("--chunk", help="Highlight this chunk's lines (a citation's chunk_id).")
+    ] = None,
+    collection: Annotated[
+        str | None, typer.Option("--collection", help="The document's collection (default: any).")
+    ] = None,
+    scale: Annotated[
+        float,
+        typer.Option("--scale", min=MIN_SCALE, max=MAX_SCALE, help="Pixels per PDF point (1 = 72 dpi)."),
+    ] = 2.0,
+) -> None:
+    """Render a page of a stored PDF from its kept original to a PNG image, a chunk's lines highlighted (what
+    `GET /v1/documents/{doc_id}/pages/{n}` returns)."""
+    collections = [check_collection(collection)] if collection else None
+
+    async def run() -> RenderedPage:
+        async with RagApp() as rag:
+            return await rag.page_image(doc_id, page, chunk_id=chunk, collections=collections, scale=scale)
+
+    try:
+        rendered = asyncio.run(run())
+    except PageError as exc:
+        err_console.print(f"error: {exc}", markup=False)
+        raise typer.Exit(code=1) from None
+    out.write_bytes(rendered.png)
+    console.print(
+        f"wrote {out}: page {page} of {rendered.pages}, {rendered.width}x{rendered.height} pixels", markup=False
+    )
 
 
 FilterOption = Annotated[

@@ -552,6 +552,18 @@ class Settings(BaseSettings):
         description="Most entries the answer cache keeps; storing one more evicts the oldest.",
     )
 
+    keep_originals: bool = Field(
+        default=True,
+        description="Keep each ingested or uploaded document file's original under ORIGINALS_DIR, so that a cited "
+        "PDF page can be rendered with its passage highlighted (`GET /v1/documents/{doc_id}/pages/{n}`, "
+        "`rag docs page`); deleting a document deletes its original.",
+    )
+    originals_dir: Path | None = Field(
+        default=None,
+        description="Where the original files are kept (`<collection>/<sha256 of the doc id>`); unset: "
+        "`<DATA_DIR>/originals`. Every app replica and ingest must see the same folder (a shared volume).",
+    )
+
     api_key: SecretStr | None = Field(
         default=None,
         description="When set, `rag serve` requires `Authorization: Bearer <API_KEY>` on every route except `/health`, "
@@ -689,6 +701,11 @@ class Settings(BaseSettings):
             ValueError: `EMBEDDER_MODEL` is not a known model (`tools.model_specs.get_spec`).
         """
         return self.embedder_query_model or get_spec(self.embedder_model).interactive_model or self.embedder_model
+
+    @property
+    def originals_root(self) -> Path:
+        """The folder of kept original files: `ORIGINALS_DIR`, else `<DATA_DIR>/originals`."""
+        return self.originals_dir if self.originals_dir is not None else self.data_dir / "originals"
 
     @property
     def run_dir(self) -> Path:

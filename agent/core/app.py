@@ -23,6 +23,7 @@ from dataclasses import replace
 from uuid import UUID
 
 from agent.config.settings import Policy, Settings
+from agent.core import pages
 from agent.core.admission import AdmissionController, Ticket
 from agent.core.answer import AnswerRequest, answer
 from agent.core.answer_cache import BYPASS, AnswerCache
@@ -41,6 +42,8 @@ from tools.conversations import MAX_PAGE as MAX_CONVERSATION_PAGE
 from tools.conversations import MAX_TITLE_CHARS, Conversation, ConversationLog, ConversationPage
 from tools.conversations import decode_cursor as decode_conversation_cursor
 from tools.ingest import SourceDocument
+from tools.originals import Originals
+from tools.render_page import RenderedPage
 from tools.retrieval import RetrievalResult
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 from tools.store import DocumentPage, IngestCounts, StoredDocument, StoreError
@@ -75,6 +78,7 @@ class RagApp:
 
     def __init__(self, settings: Settings | None = None, services: Services | None = None) -> None:
         self.settings = settings or Settings()
+        self.originals = Originals(self.settings.originals_root)
         refusal_min_score = self.settings.refusal_threshold()
         self.services = services or build_services(self.settings)
         self.agents = build_agents(self.services.model, self.settings)
@@ -437,7 +441,38 @@ class RagApp:
         """
         if not doc_ids and source is None:
             raise InputError("nothing to delete: expected one or more doc ids or a source")
-        return await self.services.library.delete_documents(doc_ids, source=source, collections=collections)
+        deleted = await self.services.library.delete_documents(doc_ids, source=source, collections=collections)
+        if deleted:  # their kept originals go with them (ORIGINALS_DIR)
+            scope = None if collections is None else list(collections)
+            await asyncio.to_thread(self.originals.remove_all, sorted(set(deleted)), scope)
+        return deleted
+
+    async def page_image(
+        self,
+        doc_id: str,
+        page: int,
+        *,
+        chunk_id: str | None = None,
+        collections: Sequence[str] | None = None,
+        scale: float = 2.0,
+    ) -> RenderedPage:
+        """Page `page` of the stored document `doc_id` (in `collections`; None: any) as a PNG, rendered from its kept
+        original at `scale` pixels per PDF point, with chunk `chunk_id`'s lines on it highlighted
+        (`agent.core.pages.page_image`).
+
+        Raises:
+            agent.core.pages.PageError: no such chunk of the document, no original kept, not a PDF, no such page.
+            agent.core.errors.InputError: a scale out of bounds.
+        """
+        return await pages.page_image(
+            self.services.library,
+            self.originals,
+            doc_id,
+            page,
+            chunk_id=chunk_id,
+            collections=collections,
+            scale=scale,
+        )
 
     async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
         """(documents, chunks) stored in `collections` (None: all)."""

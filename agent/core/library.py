@@ -61,6 +61,13 @@ class DocumentLibrary(Protocol):
         """(documents, chunks) stored in `collections`."""
         ...
 
+    async def chunk_metadata(
+        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+    ) -> tuple[str, dict[str, object]] | None:
+        """(collection, metadata) of chunk `chunk_id` of document `doc_id` in `collections`; None when none is
+        stored there."""
+        ...
+
 
 class StoreLibrary:
     """`DocumentLibrary` over a connected Triton embedder and Postgres store.
@@ -140,3 +147,9 @@ class StoreLibrary:
     async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
         """(documents, chunks) stored in `collections` (None: all)."""
         return await self.store.count(collections=collections)
+
+    async def chunk_metadata(
+        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+    ) -> tuple[str, dict[str, object]] | None:
+        """(collection, metadata) of chunk `chunk_id` of document `doc_id` in `collections` (None: all)."""
+        return await self.store.chunk_metadata(doc_id, chunk_id, collections=collections)

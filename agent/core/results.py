@@ -10,6 +10,9 @@ from pydantic import BaseModel, Field, model_validator
 
 SECTION_SEPARATOR = " › "
 
+LineBox = tuple[int, float, float, float, float]
+"""`(page, left, bottom, right, top)`: one text line of a chunk on its page, in PDF points (`tools.highlight`)."""
+
 
 class Citation(BaseModel):
     """A retrieved chunk the answer refers to, with where it lies in its document (page or section) when known."""
@@ -36,6 +39,20 @@ class Citation(BaseModel):
         default="",
         description="The cited chunk's text, as retrieved (empty in turns stored before it was recorded).",
     )
+    span: list[int] | None = Field(
+        default=None,
+        description="`[start, end]`: the chunk's character offsets in its document's text (the text its chunks were "
+        "cut from); null for chunks stored before spans were recorded.",
+        min_length=2,
+        max_length=2,
+    )
+    boxes: list[LineBox] | None = Field(
+        default=None,
+        description="Where the chunk stands on its pages (PDFs with a text layer): one rectangle per text line, "
+        "`[page, left, bottom, right, top]` with the page from 1 and the rectangle in PDF points (1/72 in), origin at "
+        "the page's bottom left; `GET /v1/documents/{doc_id}/pages/{n}?chunk=<chunk_id>` draws them on the page. "
+        "Null when unknown.",
+    )
 
     @model_validator(mode="after")
     def _label(self) -> Citation:
@@ -48,15 +65,27 @@ class Citation(BaseModel):
 
 
 class Location(TypedDict, total=False):
-    """Where a chunk lies: its PDF page or its section path."""
+    """Where a chunk lies: its PDF page or its section path, its span in the document's text, its line boxes."""
 
     page: int
     section: list[str]
+    span: list[int]
+    boxes: list[LineBox]
 
 
 def location_fields(metadata: Mapping[str, object]) -> Location:
-    """The `Citation` fields given by a chunk's stored metadata (`{"page": 12}` or `{"section": [...]}`)."""
+    """The `Citation` fields given by a chunk's stored metadata (`{"page": 12}` or `{"section": [...]}`, with
+    `"span": [start, end]` and `"boxes": [[page, left, bottom, right, top], ...]` where recorded); malformed values
+    are left out."""
     fields: Location = {}
+    span = metadata.get("span")
+    if isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) for v in span):
+        fields["span"] = [int(v) for v in span]
+    boxes = metadata.get("boxes")
+    if isinstance(boxes, list) and all(
+        isinstance(b, list) and len(b) == 5 and all(isinstance(v, int | float) for v in b) for b in boxes
+    ):
+        fields["boxes"] = [(int(b[0]), float(b[1]), float(b[2]), float(b[3]), float(b[4])) for b in boxes]
     page = metadata.get("page")
     if isinstance(page, int):
         fields["page"] = page
@@ -124,6 +153,6 @@ class AskResult(BaseModel):
 
     def to_json_dict(self) -> dict[str, object]:
         """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title, page, section,
-        location, text), dropped_citations, timings_ms, refused, policy, searches, truncated, dropped_passages,
-        cached."""
+        location, text, span, boxes), dropped_citations, timings_ms, refused, policy, searches, truncated,
+        dropped_passages, cached."""
         return self.model_dump()

@@ -42,6 +42,7 @@ from tools.fusion import Rm3Params
 from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import IngestOptions, IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
+from tools.originals import Originals
 from tools.retrieval import PassageSearch, Retriever
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
@@ -353,6 +354,11 @@ def answer_limits(settings: Settings) -> AnswerLimits:
     return AnswerLimits(usage=usage, timeout_s=settings.answer_timeout_s, llm_timeout_s=settings.llm_timeout_s)
 
 
+def build_originals(settings: Settings) -> Originals | None:
+    """The store of original files (`ORIGINALS_DIR`), or None when `KEEP_ORIGINALS` is off."""
+    return Originals(settings.originals_root) if settings.keep_originals else None
+
+
 async def ingest_files(
     settings: Settings,
     paths: list[Path],
@@ -388,7 +394,9 @@ async def ingest_files(
     embedder = build_embedder(settings, workload="bulk")
     spec = embedder.spec
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
-        report = await ingest(inputs, embedder, store, ingest_options(settings, collection), on_progress)
+        keep = build_originals(settings)
+        on_stored = None if keep is None else keep.keep_files
+        report = await ingest(inputs, embedder, store, ingest_options(settings, collection), on_progress, on_stored)
         docs, chunks = await store.count()
     return report, docs, chunks
 

@@ -1,4 +1,5 @@
-"""The document routes: list, add (chunk, embed, store) and delete stored documents, each within the caller's
+"""The document routes: list, add (chunk, embed, store) and delete stored documents, and show a page of one with a
+cited chunk highlighted, each within the caller's
 collections (`agent.http.deps.Caller`): a document of another collection is never listed, counted or deleted, and
 naming it reads exactly like naming a missing one (404 `document_not_found`)."""
 
@@ -7,16 +8,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, field_validator
 
 from agent.core.errors import InputError
 from agent.core.failures import Failure
+from agent.core.pages import PageError
 from agent.http.ask import no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_response
 from tools.ingest import SourceDocument
+from tools.render_page import MAX_SCALE, MIN_SCALE
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 
@@ -186,3 +189,55 @@ async def delete_document(
     if doc_id not in deleted:
         return error_response(Failure("document_not_found", f"document {doc_id!r} is not stored"))
     return Deleted(deleted=deleted)
+
+
+PAGE_CACHE = "private, max-age=300"
+"""`Cache-Control` of a rendered page: the caller's own (its key chose the collections), for five minutes (a re-ingest
+may change the page)."""
+
+
+@router.get(
+    "/v1/documents/{doc_id:path}/pages/{n}",
+    response_class=Response,
+    responses={
+        200: {"content": {"image/png": {}}, "description": "The page as a PNG image, the chunk's lines highlighted."},
+        404: {
+            "model": ErrorBody,
+            "description": "`chunk_not_found` (not a chunk of this document in the key's collections), "
+            "`original_not_kept` (no original file kept for the document) or `page_not_found` (names the page "
+            "count).",
+        },
+        422: {"model": ErrorBody, "description": "`not_a_pdf`, or `bad_request` (a scale out of bounds)."},
+    },
+)
+async def document_page_image(
+    doc_id: str,
+    rag: Rag,
+    caller: Caller,
+    n: Annotated[int, Path(ge=1, le=100_000, description="The page, from 1 (a citation's `page`).")],
+    chunk: Annotated[
+        str | None,
+        Query(
+            max_length=2000,
+            description="The chunk to highlight (a citation's `chunk_id`); it must be a chunk of this document. "
+            "Default: the page without highlights.",
+        ),
+    ] = None,
+    collection: CollectionQuery = None,
+    scale: Annotated[
+        float,
+        Query(ge=MIN_SCALE, le=MAX_SCALE, description="Pixels per PDF point (1 = 72 dpi, 2 = 144 dpi)."),
+    ] = 2.0,
+) -> Response:
+    """Page `n` of a stored PDF (ids may hold `/`) as a PNG image rendered from its kept original file, with the
+    lines of the chunk `chunk` on that page drawn as translucent highlights (the chunk's `boxes`, as citations carry
+    them). A document outside the key's collections reads like a missing one."""
+    if chunk is not None and "\x00" in chunk:
+        raise InputError("chunk holds a NUL character (\\u0000); expected a chunk id")
+    try:
+        rendered = await rag.page_image(
+            doc_id, n, chunk_id=chunk, collections=caller.visible(collection), scale=scale
+        )
+    except PageError as exc:
+        return error_response(Failure(exc.kind, str(exc)))
+    return Response(rendered.png, media_type="image/png", headers={"Cache-Control": PAGE_CACHE})

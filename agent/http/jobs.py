@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException
 
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.wiring import build_embedder, build_store, ingest_options
+from agent.core.wiring import build_embedder, build_originals, build_store, ingest_options
 from agent.http.deps import CALLER, AppSettings, Caller
 from agent.http.errors import ERROR_RESPONSES
 from tools.extract import sniff_bytes
@@ -152,6 +152,7 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
                         lease_s=settings.jobs_lease_s,
                         poll_s=settings.jobs_poll_s,
                         stop=stop,
+                        originals=build_originals(settings),
                         worker=f"{worker_name()}:serve{i}",
                     )
                 )

@@ -109,3 +109,16 @@ async def test_search_refuses_a_blank_query_or_top_k_below_one(documents: Docume
     await documents.library.add_documents([OTTERS])
     with pytest.raises(ValueError):
         await documents.search.search(query, top_k=top_k)
+
+
+async def test_a_chunk_is_found_by_id_only_within_its_document_and_collections(documents: Documents) -> None:
+    library = documents.library
+    await library.add_documents([OTTERS, HERONS])
+    await library.add_documents([BEES], collection="zoo")
+    found = await library.chunk_metadata("otters", "otters#0")
+    assert found is not None and found[0] == "default"
+    assert found[1]["span"] == [0, len(OTTERS.content)]  # one chunk: the whole content
+    assert await library.chunk_metadata("bees", "zoo::bees#0", collections=["zoo"]) is not None
+    assert await library.chunk_metadata("bees", "zoo::bees#0", collections=["default"]) is None
+    assert await library.chunk_metadata("herons", "otters#0") is None  # another document's chunk
+    assert await library.chunk_metadata("otters", "otters#7") is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -147,6 +148,11 @@ def read_page(page: PageImage, language: str) -> tuple[str, PageBoxes]:
         boxes.append(chars)
     text = "".join(parts)
     return text, (np.concatenate(boxes) if boxes else np.empty((0, 4), np.float32))
+
+
+def tesseract_installed() -> bool:
+    """Whether the tesseract command pytesseract runs (`pytesseract.pytesseract.tesseract_cmd`) is on PATH or exists."""
+    return shutil.which(pytesseract.pytesseract.tesseract_cmd) is not None
 
 
 def ocr_error(where: str, exc: Exception, language: str) -> ExtractError:

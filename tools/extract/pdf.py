@@ -13,6 +13,11 @@ What a page shows is what is extracted:
 - typographic ligatures (U+FB00..FB06, ﬁ ﬂ ﬀ ...) come out as their letters, from fonts embedded simple or CID-keyed
   (Type0, Identity-H; how Chromium and most office suites embed fonts).
 
+Each character keeps its box on the page (`Extracted.layout`, PDFium's `FPDFText_GetCharBox`), so a cited passage can
+be highlighted on the rendered page: the cleaning of the page text (`_clean_located`) carries the boxes along, and a
+page whose text cannot be aligned with PDFium's characters one to one, or read by pypdf, has no boxes (NaN) rather
+than wrong ones.
+
 PDFium is not thread-safe, and a malformed or hostile PDF can crash it (a segfault ends the process): every PDF is
 read in a worker process (`PdfExtractor`, one process, started with `spawn`), where one lock serialises the calls into
 PDFium. A worker that dies fails the file it was reading (`ExtractError`) and the next file starts a new one; the
@@ -26,6 +31,7 @@ are left out.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import logging.handlers
 import math
@@ -40,20 +46,35 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from tools.extract import located
 from tools.extract.base import Extracted, ExtractError, Layout, Section, tidy
-from tools.extract.ocr import OcrOptions, PageBoxes, PageImage, progress_logger, read_pages, render_page
-from tools.extract.pages import page_layout
+from tools.extract.ocr import (
+    OcrOptions,
+    PageBoxes,
+    PageImage,
+    progress_logger,
+    read_pages,
+    render_page,
+    tesseract_installed,
+)
 
+log = logging.getLogger(__name__)
 _LOCK = threading.Lock()
+T = TypeVar("T")
 _PEEK_BYTES = 65_536
 _NO_PAGES = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+0\b|/Count\s+0\b[^>]*?/Type\s*/Pages\b")
 _SOFT_HYPHEN_BREAK = "\ufffe\r\n"
 """PDFium marks a word hyphenated across a line end with U+FFFE before the line break: the word is rejoined."""
 _LIGATURES = re.compile("[\ufb00-\ufb06]")
+_DROPPED = (re.compile(_SOFT_HYPHEN_BREAK), re.compile("\ufffe"), re.compile("\x02"))
+"""What `_clean` deletes, in its order: the soft-hyphen line breaks, then lone U+FFFE and U+0002."""
 _ROTATED_RAD = 0.05
 """A character whose baseline turns more than this from the page's x axis, radians (about 3°), is rotated text."""
 _CROP_SLACK_PT = 0.5
@@ -68,8 +89,106 @@ def _letters(text: str) -> str:
     return _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
 
 
+Boxes = npt.NDArray[np.float32]
+"""`(n, 4)` float32 character boxes `(left, bottom, right, top)` in PDF points; NaN rows for characters without one."""
+
+
 def _clean(raw: str) -> str:
     return tidy(_letters(raw.replace(_SOFT_HYPHEN_BREAK, "").replace("\ufffe", "").replace("\x02", "")))
+
+
+def _clean_located(raw: str, boxes: Boxes) -> tuple[str, Boxes]:
+    """`_clean(raw)` and the box of each of its characters, from `boxes` (one row per character of `raw`): the
+    letters of a ligature share its box; characters the cleaning generates have NaN boxes.
+
+    Raises:
+        ValueError: `boxes` has not one row per character of `raw`.
+    """
+    if len(boxes) != len(raw):
+        raise ValueError(f"{len(boxes)} boxes for {len(raw)} characters")
+    text, sources = raw, np.arange(len(raw), dtype=np.intp)
+    for pattern in _DROPPED:
+        text, sources = located.substitute(text, sources, pattern, lambda _: "", "tail")
+    text, sources = located.substitute(
+        text, sources, _LIGATURES, lambda found: unicodedata.normalize("NFKC", found), "spread"
+    )
+    text, sources = located.tidy(text, sources)
+    table = np.vstack([boxes.astype(np.float32, copy=False), np.full((1, 4), np.nan, dtype=np.float32)])
+    return text, table[sources]  # source -1 picks the NaN row
+
+
+def _no_boxes(length: int) -> Boxes:
+    return np.full((length, 4), np.nan, dtype=np.float32)
+
+
+def _char_boxes(textpage: pdfium.PdfTextPage, chars: list[int]) -> Boxes:
+    """The boxes of the characters `chars` (indexes into the text page's character list; -1: none), NaN for -1 and
+    for characters PDFium generated (line breaks and spaces it inferred)."""
+    out = _no_boxes(len(chars))
+    for row, char in enumerate(chars):
+        if char >= 0 and not pdfium_c.FPDFText_IsGenerated(textpage.raw, char):
+            out[row] = textpage.get_charbox(char)
+    return out
+
+
+def _range_chars(textpage: pdfium.PdfTextPage, raw: str) -> list[int] | None:
+    """Per character of `raw` (the page's `get_text_range()`), its index in the text page's character list (-1 for
+    none); None where the two cannot be aligned one to one (a character outside UTF-16's basic plane, text PDFium
+    inserted): the page then gets no boxes rather than wrong ones."""
+    count = textpage.count_chars()
+    if len(raw) != count:
+        return None
+    chars: list[int] = []
+    for index, char in enumerate(raw):
+        source = pdfium_c.FPDFText_GetCharIndexFromTextIndex(textpage.raw, index)
+        if source >= 0 and char != "\ufffe" and pdfium_c.FPDFText_GetUnicode(textpage.raw, source) != ord(char):
+            return None  # U+FFFE stands for PDFium's hyphen marks (0x2) in the text
+        chars.append(source)
+    return chars
+
+
+def _bounded_chars(textpage: pdfium.PdfTextPage, crop: tuple[float, float, float, float], raw: str) -> list[int] | None:
+    """Per character of `raw` (the page's `get_text_bounded(*crop)`), its index in the character list (-1 for a
+    character the bounded text generated), found by replaying PDFium's `CPDF_TextPage::GetTextByPredicate` (a
+    character is kept when its box intersects the crop box; a line break goes before the first kept character of
+    a new line; a space not kept is kept as a separator after a kept character). None when the replay does not
+    give `raw` exactly (another PDFium version): the page then gets no boxes."""
+    left, bottom, right, top = (float(np.float32(v)) for v in crop)
+    out: list[str] = []
+    chars: list[int] = []
+    posy = 0.0
+    contains_previous = False
+    add_line_feed = False
+    handle = textpage.raw
+    origin_x, origin_y = ctypes.c_double(), ctypes.c_double()
+    for index in range(textpage.count_chars()):
+        unicode = pdfium_c.FPDFText_GetUnicode(handle, index)
+        b_left, b_bottom, b_right, b_top = textpage.get_charbox(index)
+        inside = max(left, min(b_left, b_right)) < min(right, max(b_left, b_right)) and max(
+            bottom, min(b_bottom, b_top)
+        ) < min(top, max(b_bottom, b_top))
+        if inside:
+            pdfium_c.FPDFText_GetCharOrigin(handle, index, origin_x, origin_y)
+            if abs(posy - origin_y.value) > 0 and not contains_previous and add_line_feed:
+                posy = origin_y.value
+                if out:
+                    out.extend("\r\n")
+                    chars.extend((-1, -1))
+            contains_previous = True
+            add_line_feed = False
+            if unicode:
+                out.append(chr(unicode))
+                chars.append(index)
+        elif unicode == ord(" "):
+            if contains_previous:
+                out.append(" ")
+                chars.append(-1)
+                contains_previous = False
+                add_line_feed = False
+        else:
+            contains_previous = False
+            add_line_feed = True
+    return chars if "".join(out) == raw else None
 
 
 def _has_rotated_text(textpage: pdfium.PdfTextPage) -> bool:
@@ -91,8 +210,9 @@ def _crop(page: pdfium.PdfPage) -> tuple[float, float, float, float] | None:
     return crop
 
 
-def _page_text(document: pdfium.PdfDocument, index: int) -> str | None:
-    """The page's text (None: it has rotated text, to be read by `_rotated_text`)."""
+def _page_text(document: pdfium.PdfDocument, index: int) -> tuple[str, Boxes | None] | None:
+    """The page's text and each of its characters' box (`Boxes`; None where the text cannot be aligned with
+    PDFium's characters), or None: the page has rotated text, to be read by `_rotated_text`."""
     page = document[index]
     try:
         textpage = page.get_textpage()
@@ -100,12 +220,21 @@ def _page_text(document: pdfium.PdfDocument, index: int) -> str | None:
             if _has_rotated_text(textpage):
                 return None
             crop = _crop(page)
-            raw: str = textpage.get_text_range() if crop is None else textpage.get_text_bounded(*crop)
+            raw: str
+            if crop is None:
+                raw = textpage.get_text_range()
+                chars = _range_chars(textpage, raw)
+            else:
+                raw = textpage.get_text_bounded(*crop)
+                chars = _bounded_chars(textpage, crop, raw)
+            boxes = None if chars is None else _char_boxes(textpage, chars)
         finally:
             textpage.close()
     finally:
         page.close()
-    return _clean(raw)
+    if boxes is None:
+        return _clean(raw), None
+    return _clean_located(raw, boxes)
 
 
 def _rotated_text(path: Path, indexes: list[int]) -> dict[int, str]:
@@ -145,9 +274,10 @@ def _title(document: pdfium.PdfDocument) -> str:
 
 
 def extract_here(path: str | Path, ocr: OcrOptions | None = None) -> Extracted:
-    """Text of every page of `path`, pages joined by a blank line; one `Section` per page that has text; read in
-    this process (the worker's target: call `extract_pdf` elsewhere). Pages with less text than `ocr.min_chars` are
-    OCR'd (`_ocr_short_pages`) unless `ocr.enabled` is false (default options: `OcrOptions()`).
+    """Text of every page of `path`, pages joined by a blank line; one `Section` per page that has text; each
+    character's page and box (`Extracted.layout`, see `_assemble`); read in this process (the worker's target: call
+    `extract_pdf` elsewhere). Pages with less text than `ocr.min_chars` are OCR'd (`_ocr_short_pages`; their boxes
+    are the words' boxes Tesseract gives) unless `ocr.enabled` is false (default options: `OcrOptions()`).
 
     The title is the document information `Title` when set, else the first line of text.
 
@@ -166,22 +296,24 @@ def extract_here(path: str | Path, ocr: OcrOptions | None = None) -> Extracted:
         try:
             pages = len(document)
             read = [_page_text(document, i) for i in range(pages)]
-            # --- OCR of pages without (enough) text: their text replaced, their boxes and sizes kept ---
+            sizes = tuple(document.get_page_size(i) for i in range(pages))
+            # --- OCR of pages without (enough) text: their text and boxes replaced ---
             ocr_start = time.perf_counter()
-            scanned = _ocr_short_pages(document, read, ocr, path) if ocr.enabled else {}
+            texts = [None if page is None else page[0] for page in read]
+            scanned = _ocr_short_pages(document, texts, ocr, path) if ocr.enabled else {}
             ocr_s = time.perf_counter() - ocr_start
-            read = [scanned[i][0] if i in scanned else text for i, text in enumerate(read)]
+            read = [(scanned[i][0], scanned[i][1]) if i in scanned else page for i, page in enumerate(read)]
             # --- end OCR ---
             title = _title(document)
         except pdfium.PdfiumError as exc:
             raise ExtractError(f"{path}: a page cannot be read ({exc}); the file is corrupt") from None
         finally:
             document.close()
-    rotated = _rotated_text(path, [i for i, text in enumerate(read) if text is None]) if None in read else {}
-    texts = [rotated[i] if text is None else text for i, text in enumerate(read)]
+    rotated = _rotated_text(path, [i for i, page in enumerate(read) if page is None]) if None in read else {}
+    page_texts = [(rotated[i], None) if page is None else page for i, page in enumerate(read)]
     if pages == 0:
         raise ExtractError(f"{path}: the PDF has no pages")
-    if not any(texts):
+    if not any(text for text, _ in page_texts):
         if ocr.enabled:
             raise ExtractError(
                 f"{path}: no text on any of its {pages} page(s): no text layer, and OCR (OCR_LANGUAGE="
@@ -191,21 +323,54 @@ def extract_here(path: str | Path, ocr: OcrOptions | None = None) -> Extracted:
             f"{path}: no text layer on any of its {pages} page(s) (a scanned PDF?), and OCR is off (OCR=false); "
             "expected a PDF with selectable text, or set OCR=true"
         )
+    body, sections, layout = _assemble(page_texts, sizes)
+    title = title or body.split("\n", 1)[0].strip()
+    return Extracted(body, title, sections, pages, layout, ocr_pages=len(scanned), ocr_s=ocr_s)
+
+
+def _assemble(
+    pages: list[tuple[str, Boxes | None]], sizes: tuple[tuple[float, float], ...]
+) -> tuple[str, tuple[Section, ...], Layout | None]:
+    """A document's text, sections and layout from its pages in order: per page its text and each character's box
+    (`Boxes`, one row per character; None: positions unknown, as for a page read by pypdf).
+
+    Pages without text are left out; the others are joined by a blank line (`"\n\n"`, no page, NaN boxes), with one
+    `Section` per page at its first character. A character gets its page number in the layout when its box is
+    known, else page 0 (NaN). The layout is None when no character has a box.
+
+    Args:
+        sizes: `(width, height)` in points of each page (index n - 1 for page n), as `Layout.page_sizes`.
+    """
     parts: list[str] = []
     sections: list[Section] = []
+    numbers: list[npt.NDArray[np.int32]] = []
+    boxes: list[Boxes] = []
     offset = 0
-    for number, text in enumerate(texts, 1):
+    for number, (text, page_boxes) in enumerate(pages, 1):
         if not text:
             continue
         if parts:
             offset += 2
+            numbers.append(np.zeros(2, dtype=np.int32))
+            boxes.append(_no_boxes(2))
         sections.append(Section(offset, page=number))
         parts.append(text)
         offset += len(text)
+        if page_boxes is None or len(page_boxes) != len(text):
+            page_boxes = _no_boxes(len(text))
+        known = ~np.isnan(page_boxes).any(axis=1)
+        numbers.append(np.where(known, number, 0).astype(np.int32))
+        boxes.append(page_boxes.astype(np.float32, copy=False))
     body = "\n\n".join(parts)
-    layout = _ocr_layout(texts, scanned)
-    title = title or body.split("\n", 1)[0].strip()
-    return Extracted(body, title, tuple(sections), pages, layout, ocr_pages=len(scanned), ocr_s=ocr_s)
+    if not boxes:
+        return body, tuple(sections), None
+    page_of = np.concatenate(numbers)
+    if not page_of.any():
+        return body, tuple(sections), None
+    all_boxes = np.concatenate(boxes)
+    all_boxes[page_of == 0] = np.nan
+    sizes = tuple((float(w), float(h)) for w, h in sizes)
+    return body, tuple(sections), Layout(page_of, all_boxes, sizes)
 
 
 def _ocr_short_pages(
@@ -216,6 +381,11 @@ def _ocr_short_pages(
     Pages with rotated text (None in `read`) are not OCR'd. Called with `_LOCK` held (pages are rendered one at a
     time, read by `ocr.workers` tesseract processes at once)."""
     short = [i for i, text in enumerate(read) if text is not None and len(text) < ocr.min_chars]
+    if short and not tesseract_installed() and any(text and len(text) >= ocr.min_chars for text in read):
+        # A PDF with text whose other pages are (near) empty, e.g. a blank separator page, stays readable on a
+        # machine without Tesseract; a PDF with no text at all still fails, naming the missing command.
+        log.warning("%s: %d page(s) without text not OCR'd: tesseract is not installed", path, len(short))
+        return {}
 
     def rendered() -> Iterator[tuple[tuple[int, tuple[float, float]], PageImage]]:
         for index in short:
@@ -228,14 +398,6 @@ def _ocr_short_pages(
         if len(text) >= len(read[index] or ""):
             out[index] = (text, boxes, size)
     return out
-
-
-def _ocr_layout(texts: list[str], scanned: dict[int, tuple[str, PageBoxes, tuple[float, float]]]) -> Layout | None:
-    """The document's `Layout` when every page with text was OCR'd (their boxes are known); else None."""
-    if len(scanned) < len(texts):
-        return None
-    ordered = [scanned[i] for i in range(len(texts))]
-    return page_layout(texts, [boxes for _, boxes, _ in ordered], [size for _, _, size in ordered])
 
 
 def _ignore_interrupts(records: multiprocessing.queues.Queue[logging.LogRecord] | None = None) -> None:
@@ -321,10 +483,21 @@ class PdfExtractor:
                 times (names the file; the file is not retried again).
             OSError: the file cannot be read.
         """
+        return self.call(self.target, str(path), ocr, path=path)
+
+    def call(self, fn: Callable[..., T], *args: object, path: Path) -> T:
+        """`fn(*args)` run by a worker process (another use of PDFium on the file `path`, e.g. rendering one of
+        its pages); blocks until it is done. `fn` must be a module-level function, its arguments and result
+        picklable.
+
+        Raises:
+            ExtractError: the worker process died under this call `WORKER_DEATHS` times (names `path`).
+            Exception: what `fn` raises.
+        """
         for _ in range(WORKER_DEATHS):
             pool, generation = self._current()
             try:
-                return pool.submit(self.target, str(path), ocr).result()
+                return pool.submit(fn, *args).result()
             except BrokenProcessPool:
                 self._replace(generation)
         raise ExtractError(

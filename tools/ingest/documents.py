@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.extract import Section
+from tools.extract import Layout, Section
+from tools.highlight import line_boxes
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class SourceDocument:
         sections: where pages or heading sections start, as character offsets into `text` (empty: one part).
         title_in_text: `text` already holds the title (an extracted PDF, HTML or DOCX document): the content is
             `text` alone, else it is the title, a blank line and `text` (BEIR's document form).
+        layout: each character of `text`'s page and box (a PDF's text layer, an OCR'd page; `tools.extract.Layout`,
+            aligned with `text`), or None.
     """
 
     doc_id: str
@@ -42,6 +45,7 @@ class SourceDocument:
     metadata: dict[str, Any]
     sections: tuple[Section, ...] = field(default=())
     title_in_text: bool = False
+    layout: Layout | None = field(default=None, compare=False, repr=False)
 
     @property
     def content(self) -> str:
@@ -60,6 +64,19 @@ class SourceDocument:
         if not shift:
             return self.sections
         return tuple(Section(s.start + shift if s.start else 0, s.page, s.path) for s in self.sections)
+
+
+    def span_fields(self, start: int, end: int) -> dict[str, object]:
+        """The chunk metadata that says where `content[start:end]` lies: `{"span": [start, end]}` (offsets into
+        `content`), with `"boxes"` (`tools.highlight.line_boxes`: `[[page, left, bottom, right, top], ...]` in PDF
+        points, one per text line) when the document has a layout and the span has characters on a page."""
+        fields: dict[str, object] = {"span": [start, end]}
+        if self.layout is not None:
+            shift = len(self.content) - len(self.text)
+            boxes = line_boxes(self.text, self.layout, max(0, start - shift), max(0, end - shift))
+            if boxes:
+                fields["boxes"] = boxes
+        return fields
 
 
 def clean_text(text: str, where: str) -> str:

@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from tools.chunking import Chunk, chunk_parts, fit_window
 from tools.embedder import EmbedderError, EmbedderOverloadedError
+from tools.extract import Section
 from tools.ingest.documents import SourceDocument
 from tools.ingest.ports import ChunkSink, DocumentEmbedder
 from tools.scope import DEFAULT_COLLECTION
@@ -52,10 +53,18 @@ class Prepared:
 def located_chunks(
     doc: SourceDocument, tokenizer: Tokenizer, window: int, overlap: int
 ) -> list[tuple[Chunk, dict[str, object]]]:
-    """The chunks of `doc.content` (never crossing a section) with the location metadata of their section."""
+    """The chunks of `doc.content` (never crossing a section) with their location metadata: their section's
+    (`page` or `section`) and their span and line boxes (`SourceDocument.span_fields`)."""
     sections = doc.content_sections()
     parts = chunk_parts(doc.content, [s.start for s in sections], tokenizer, window, overlap)
-    return [(chunk, sections[part].location() if part >= 0 else {}) for part, chunk in parts]
+    return [(chunk, chunk_location(doc, sections, part, chunk)) for part, chunk in parts]
+
+
+def chunk_location(doc: SourceDocument, sections: tuple[Section, ...], part: int, chunk: Chunk) -> dict[str, object]:
+    """A chunk's metadata: the location of its section (`sections[part]`; none for part -1, the text before the
+    first section), its span and its line boxes."""
+    location = sections[part].location() if part >= 0 else {}
+    return {**location, **doc.span_fields(chunk.start, chunk.end)}
 
 
 def _server_failure(exc: EmbedderError) -> bool:

@@ -23,6 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import asyncpg
 
@@ -35,6 +36,10 @@ from tools.ingest.report import FileError, IngestReport, ProgressFn
 from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
 from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
 from tools.store import IngestCounts, StoreError
+
+StoredFn = Callable[[str, list[tuple[str, Path]]], None]
+"""Called with the collection and the `(doc id, file)` of each document file of a batch once its document is stored
+(or found stored unchanged), in a worker thread: `tools.originals.Originals.keep_files` keeps the originals."""
 
 
 @dataclass
@@ -154,6 +159,19 @@ async def ingest_documents(
     )
 
 
+def _stored_files(batch: _Batch, done: _Done) -> list[tuple[str, Path]]:
+    """`(doc id, file)` of the document files of `batch` whose document is stored, new or unchanged."""
+    prepared = done.prepared
+    failed = {b.doc_id for b in prepared.failed}
+    stored = {r.doc_id for r in prepared.records} | {d.doc_id for d in prepared.unchanged}
+    stored |= set(done.large_added) | set(done.large_unchanged)
+    return [
+        (d.doc_id, Path(d.source))
+        for d in batch.documents
+        if d.doc_id in batch.kinds and d.doc_id in stored and d.doc_id not in failed
+    ]
+
+
 def _count_files(report: IngestReport, batch: _Batch, done: _Done) -> None:
     prepared = done.prepared
     failed = {b.doc_id for b in prepared.failed}
@@ -174,6 +192,7 @@ async def ingest(
     store: ChunkSink,
     options: IngestOptions,
     on_progress: ProgressFn | None = None,
+    on_stored: StoredFn | None = None,
 ) -> IngestReport:
     """Scan, then stream the inputs into the sink: the next `options.prefetch` batches are chunked and embedded
     while the current one is stored (one transaction per batch of `options.batch_docs`, in input order).
@@ -185,6 +204,7 @@ async def ingest(
         options: chunk window, batch size, prefetch, sample size, file size limit, collection and OCR
             (`tools.ingest.ports.IngestOptions`).
         on_progress: see `ProgressFn`.
+        on_stored: see `StoredFn` (JSONL records are no files of their own: never passed).
 
     Returns:
         The run's counts, per-file outcomes and timing.
@@ -254,6 +274,8 @@ async def ingest(
             report.resumed_chunks += done.resumed_chunks
             report.failed += prepared.failed
             _count_files(report, batch, done)
+            if on_stored is not None and (files := _stored_files(batch, done)):
+                await asyncio.to_thread(on_stored, collection, files)
             if on_progress is not None:
                 on_progress(report.documents, total, report.chunks)
 

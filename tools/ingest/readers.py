@@ -70,6 +70,7 @@ def read_file_document(
     elapsed = time.perf_counter() - start
     where = str(inp.path)
     text, sections = _cleaned(extracted, where)
+    layout = extracted.layout if len(text) == len(extracted.text) else None  # characters removed: no longer aligned
     if not text.strip():
         return FileDocument(None, extracted.pages, elapsed, extracted.ocr_pages, extracted.ocr_s)
     structured = inp.kind in ("pdf", "html", "docx", "image")
@@ -84,6 +85,7 @@ def read_file_document(
         metadata if structured else {},
         sections,
         title_in_text=structured,
+        layout=layout,
     )
     return FileDocument(document, extracted.pages, elapsed, extracted.ocr_pages, extracted.ocr_s)
 

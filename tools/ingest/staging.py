@@ -25,7 +25,7 @@ import numpy as np
 
 from tools.chunking import fit_window, iter_chunk_parts
 from tools.ingest.documents import SourceDocument
-from tools.ingest.embedding import BadChunk, embed_isolating
+from tools.ingest.embedding import BadChunk, chunk_location, embed_isolating
 from tools.ingest.ports import ChunkSink, DocumentEmbedder
 from tools.scope import DEFAULT_COLLECTION
 from tools.store.staging import StagedDocument, StagedRow
@@ -100,7 +100,7 @@ async def ingest_large(
         taken = await asyncio.to_thread(lambda: list(itertools.islice(chunks, sub_batch)))
         for part, chunk in taken:
             if chunk.index >= resumed:
-                location = sections[part].location() if part >= 0 else {}
+                location = chunk_location(doc, sections, part, chunk)
                 batch.append((chunk.index, chunk.text, chunk.token_count, location))
         if batch and (len(batch) >= sub_batch or not taken):
             await flush()

@@ -36,6 +36,7 @@ from tenacity.wait import wait_base
 from tools.embedder import TritonEmbedder
 from tools.extract import sniff
 from tools.ingest import IngestOptions, InputFile, ingest
+from tools.originals import Originals
 from tools.store import StoreUnavailableError, VectorStore
 from tools.store.jobs import DEFAULT_MAX_ATTEMPTS, Job, JobQueue, JobStatus
 
@@ -84,8 +85,10 @@ async def run_job(
     options: IngestOptions,
     lease_s: float,
     after_file: JobHook | None = None,
+    originals: Originals | None = None,
 ) -> Job | None:
-    """Run one claimed job to the end; returns its final state.
+    """Run one claimed job to the end; returns its final state. With `originals`, each uploaded file whose document
+    is stored is kept there as its original (`tools.originals`), for its pages to be rendered.
 
     Files are ingested one at a time (each its own ingest run, so progress and the lease advance per file). The
     lease is renewed every `lease_s / 3` seconds by a background task while the job runs, and before each file;
@@ -121,7 +124,8 @@ async def run_job(
                 await asyncio.to_thread(path.write_bytes, f.data)
                 kind = await asyncio.to_thread(sniff, path)
                 inp = InputFile(path, job.prefix + f.name, kind=kind)
-                report = await ingest([inp], embedder, store, replace(options, collection=job.collection))
+                keep = None if originals is None else originals.keep_files  # the uploaded file, kept as its original
+                report = await ingest([inp], embedder, store, replace(options, collection=job.collection), None, keep)
                 if inp.kind == "jsonl":  # many documents: the chunks this run wrote
                     chunks += report.chunks
                 else:  # the document's chunks, whether this attempt or a killed one stored them
@@ -206,6 +210,7 @@ async def work(
     worker: str | None = None,
     after_file: JobHook | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    originals: Originals | None = None,
     backoff: wait_base = STORE_BACKOFF,
 ) -> None:
     """Claim and run jobs until `stop` is set (forever when None), polling every `poll_s` seconds when idle; a job
@@ -245,6 +250,7 @@ async def work(
                 options=options,
                 lease_s=lease_s,
                 after_file=after_file,
+                originals=originals,
             )
         except StoreUnavailableError as exc:
             log.warning(

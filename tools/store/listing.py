@@ -200,3 +200,23 @@ async def find(conn: Conn, doc_id: str, collections: Sequence[str] | None = None
         _in(collections),
     )
     return [_document(r) for r in rows]
+
+
+async def chunk_metadata(
+    conn: Conn, doc_id: str, chunk_id: str, collections: Sequence[str] | None = None
+) -> tuple[str, dict[str, object]] | None:
+    """(collection, metadata) of the chunk `chunk_id` when it belongs to the document `doc_id` of `collections`
+    (None: all); None otherwise (missing, another document's, outside those collections)."""
+    row = await conn.fetchrow(
+        """
+        SELECT d.collection, c.metadata FROM chunks c JOIN documents d ON d.id = c.document_id
+        WHERE c.chunk_id = $1 AND d.doc_id = $2 AND ($3::text[] IS NULL OR d.collection = ANY($3::text[]))
+        """,
+        chunk_id,
+        doc_id,
+        _in(collections),
+    )
+    if row is None:
+        return None
+    metadata = json.loads(row["metadata"])
+    return str(row["collection"]), metadata if isinstance(metadata, dict) else {}

@@ -391,6 +391,14 @@ class VectorStore:
         async with pools.transaction(self.pool, self.acquire_timeout_s, "reading a document", READ) as conn:
             return await listing.find(conn, doc_id, _collections(collections))
 
+    async def chunk_metadata(
+        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+    ) -> tuple[str, dict[str, object]] | None:
+        """(collection, metadata) of chunk `chunk_id` of document `doc_id` in `collections` (None: all); None when
+        no such chunk is stored there."""
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "reading a chunk", READ) as conn:
+            return await listing.chunk_metadata(conn, doc_id, chunk_id, _collections(collections))
+
     async def dense_search(
         self,
         query: npt.NDArray[np.float32],

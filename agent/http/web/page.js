@@ -181,6 +181,45 @@ async function conversationId() {
 
 // --- answers and citations ---
 const dialog = $("passage");
+dialog.addEventListener("close", () => { pageRequest += 1; clearPageImage(); });
+
+let pageImageUrl = null;  // the object URL of the page image shown, revoked when another replaces it
+let pageRequest = 0;  // the latest citation opened: an image that arrives for an earlier one is dropped
+
+function documentPath(docId) {  // doc ids may hold "/": each segment encoded, the slashes kept
+  return docId.split("/").map(encodeURIComponent).join("/");
+}
+
+function clearPageImage() {
+  const figure = $("passage-page");
+  figure.hidden = true;
+  $("passage-image").removeAttribute("src");
+  $("passage-page-note").textContent = "";
+  if (pageImageUrl) URL.revokeObjectURL(pageImageUrl);
+  pageImageUrl = null;
+}
+
+// the cited page rendered by the server with the passage's lines highlighted (GET /v1/documents/{id}/pages/{n}):
+// fetched with the API key, shown from an object URL
+async function showPageImage(c, request) {
+  const url = `/v1/documents/${documentPath(c.doc_id)}/pages/${c.page}?chunk=${encodeURIComponent(c.chunk_id)}`;
+  const figure = $("passage-page");
+  figure.hidden = false;
+  $("passage-page-note").textContent = `page ${c.page}, loading…`;
+  const response = await apiFetch(url);
+  if (request !== pageRequest) return;
+  if (!response.ok) {
+    $("passage-page-note").textContent = `page image unavailable (${await errorText(response)})`;
+    return;
+  }
+  const blob = await response.blob();
+  if (request !== pageRequest) return;
+  pageImageUrl = URL.createObjectURL(blob);
+  const image = $("passage-image");
+  image.alt = `page ${c.page} of ${c.doc_id}, the cited passage highlighted`;
+  image.src = pageImageUrl;
+  $("passage-page-note").textContent = `page ${c.page}, the cited passage highlighted`;
+}
 
 function openPassage(c) {
   $("passage-title").textContent = c.title || c.doc_id;
@@ -188,9 +227,20 @@ function openPassage(c) {
   if (c.page !== null && c.page !== undefined) where.push(`page ${c.page}`);
   if (c.section && c.section.length) where.push(`section ${c.section.join(" › ")}`);
   where.push(`passage [${c.passage}]`);
+  if (c.span) where.push(`characters ${c.span[0]}–${c.span[1]}`);
   $("passage-where").textContent = where.join(" · ");
-  $("passage-text").textContent = c.text || "(the passage text was not recorded for this answer)";
+  const text = $("passage-text");
+  text.replaceChildren();
+  if (c.text) text.appendChild(el("mark", "passage-span", c.text));  // the cited span, highlighted
+  else text.textContent = "(the passage text was not recorded for this answer)";
   dialog.dataset.docId = c.doc_id;
+  pageRequest += 1;
+  clearPageImage();
+  if (c.boxes && c.boxes.length && c.page !== null && c.page !== undefined) {
+    showPageImage(c, pageRequest).catch((error) => {
+      $("passage-page-note").textContent = `page image unavailable (${error.message})`;
+    });
+  }
   dialog.showModal();
 }
 

@@ -15,15 +15,17 @@ from agent.config.settings import Settings
 from tests.conftest import REPO_ROOT
 from tests.document_files import GUIDE_HTML, guide_docx, print_pdf
 from tests.http_server import RagServe
+from tools.originals import Originals
 
 DONE_WITHIN_S = 600.0
 """A bound on waiting for the job on a loaded machine (the outcome does not depend on it)."""
 
 
 @pytest.fixture
-def served(triton_server: Settings, fresh_db: str) -> Iterator[RagServe]:
+def served(triton_server: Settings, fresh_db: str, tmp_path: Path) -> Iterator[RagServe]:
     env = {
         "DATABASE_URL": fresh_db,
+        "ORIGINALS_DIR": str(tmp_path / "originals"),
         "MODEL_REPOSITORY": str(REPO_ROOT / "model_repository"),
         "UPLOAD_MAX_FILE_BYTES": "200000",
         "UPLOAD_MAX_REQUEST_BYTES": "600000",
@@ -64,6 +66,13 @@ def test_upload_queues_a_job_that_the_server_runs(served: RagServe, tmp_path: Pa
         stored = {d["doc_id"] for d in listed["documents"]}
         assert stored == {"up/handbook.pdf", "up/guide.docx", "up/page.html", "up/notes.md"}
         assert not (Path("/etc") / "handbook.pdf").exists()
+        originals = Originals(tmp_path / "originals")
+        kept = originals.find("default", "up/handbook.pdf")
+        assert kept is not None and kept.read_bytes() == pdf  # the upload's bytes, kept for its pages
+        shown = client.get("/v1/documents/up/handbook.pdf/pages/2", params={"chunk": "up/handbook.pdf#1"})
+        assert shown.status_code == 200 and shown.headers["content-type"] == "image/png", shown.text
+        assert client.delete("/v1/documents/up/notes.md").status_code == 200
+        assert originals.find("default", "up/notes.md") is None and originals.find("default", "up/page.html")
         assert client.get("/v1/jobs").json()["jobs"][0]["id"] == body["job_id"]
         assert client.get("/v1/jobs/999999").status_code == 404
 

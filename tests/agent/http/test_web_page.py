@@ -1,9 +1,10 @@
 """The web page's panels in headless Chromium (Debian `chromium`, Playwright) on the app of `rag serve` in a thread,
 over the in-memory collection and conversation log with a scripted model: the conversations side list (open,
 continue, delete), the collection picker (only the key's collections), the document list (paged to its last
-document, searched by id and by title), the citation dialog (passage, title, page) and an upload's progress and
-per-file result (the upload and job routes scripted in the browser, as the in-memory app has no jobs queue). In the
-stack tier with the other browser tests (it needs Chromium, not a server)."""
+document, searched by id and by title), the citation dialog (passage, title, page, the highlighted page image) and
+an upload's progress and per-file result (the upload, job and page image routes scripted in the browser, as the
+in-memory app has no jobs queue and keeps no original files). In the stack tier with the other browser tests (it
+needs Chromium, not a server)."""
 
 from __future__ import annotations
 
@@ -167,8 +168,18 @@ async def test_the_document_list_pages_to_the_last_document_and_finds_one_by_id_
         await expect(rows).to_have_count(50)
 
 
-async def test_a_citation_opens_its_passage_with_title_and_page() -> None:
-    from playwright.async_api import expect
+def png(width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (250, 250, 250)).save(out, format="PNG")
+    return out.getvalue()
+
+
+async def test_a_citation_opens_its_passage_with_title_page_and_the_highlighted_page_image() -> None:
+    from playwright.async_api import Route, expect
 
     rag, _, conversations = rag_app()
     stored = await conversations.create("Handbook questions")
@@ -182,9 +193,18 @@ async def test_a_citation_opens_its_passage_with_title_and_page() -> None:
         "section": [],
         "location": "handbook.pdf p. 12",
         "text": "Backups run every night at two.",
+        "span": [40, 71],
+        "boxes": [[12, 72.0, 700.0, 300.0, 712.0]],
     }
     await conversations.add_turn(stored.id, "When do backups run?", "At two [1].", [cited])
+    page_requests: list[str] = []
+
+    async def page_image(route: Route) -> None:  # the rendered page (the in-memory app keeps no original files)
+        page_requests.append(route.request.url)
+        await route.fulfill(status=200, content_type="image/png", body=png(120, 160))
+
     async with browser_page(rag) as page:
+        await page.route("**/v1/documents/handbook.pdf/pages/12?*", page_image)
         await page.goto("/")
         await ask(page, COVERED)  # a live answer: its citation holds the retrieved chunk
         await page.locator(".citation").first.click()
@@ -200,7 +220,17 @@ async def test_a_citation_opens_its_passage_with_title_and_page() -> None:
         await page.locator(".citation").first.click()
         await expect(dialog.locator("#passage-title")).to_have_text("Operations handbook")
         await expect(dialog.locator("#passage-where")).to_contain_text("page 12")
+        await expect(dialog.locator("#passage-where")).to_contain_text("characters 40–71")
         await expect(dialog.locator("#passage-text")).to_have_text("Backups run every night at two.")
+        await expect(dialog.locator("#passage-text mark.passage-span")).to_have_text("Backups run every night at two.")
+        image = dialog.locator("#passage-image")
+        await expect(dialog.locator("#passage-page")).to_be_visible()
+        await expect(image).to_have_attribute("src", re.compile(r"^blob:"))
+        assert await image.evaluate("i => i.decode().then(() => [i.naturalWidth, i.naturalHeight])") == [120, 160]
+        await expect(dialog.locator("#passage-page-note")).to_have_text("page 12, the cited passage highlighted")
+        assert page_requests == [f"{page.url.rstrip('/')}/v1/documents/handbook.pdf/pages/12?chunk=handbook.pdf%233"]
+        await page.click("#close-passage")
+        await expect(dialog.locator("#passage-page")).to_be_hidden()
 
 
 async def test_an_upload_shows_its_job_s_progress_and_each_file_s_result() -> None:

@@ -15,6 +15,7 @@ import re
 import signal
 from pathlib import Path
 
+import numpy as np
 import pypdf
 import pytest
 from pypdf.generic import RectangleObject
@@ -150,3 +151,65 @@ def test_ingest_reports_a_crashed_pdf_as_that_file_failing(
         assert read.document is not None and "office workflows" in read.document.text
     finally:
         extractor.close()
+
+
+def _old_text(path: Path) -> str:
+    """The text as `extract_here` made it before it carried boxes: `_clean` of each page's `get_text_range()` (or
+    `get_text_bounded` in a crop box), pages joined by a blank line."""
+    import pypdfium2 as pdfium
+
+    from tools.extract import pdf
+
+    document = pdfium.PdfDocument(path)
+    try:
+        texts = []
+        for index in range(len(document)):
+            page = document[index]
+            textpage = page.get_textpage()
+            crop = pdf._crop(page)
+            raw = textpage.get_text_range() if crop is None else textpage.get_text_bounded(*crop)
+            texts.append(pdf._clean(raw))
+    finally:
+        document.close()
+    return "\n\n".join(t for t in texts if t)
+
+
+@pytest.mark.parametrize("name", ["ligatures", "cropped"])
+def test_text_with_boxes_is_the_text_without_them(pages: dict[str, Path], name: str) -> None:
+    extracted = extract_pdf(pages[name])
+    assert extracted.text == _old_text(pages[name])
+    layout = extracted.layout
+    assert layout is not None
+    assert layout.pages.shape == (len(extracted.text),) and layout.boxes.shape == (len(extracted.text), 4)
+    letters = [i for i, ch in enumerate(extracted.text) if not ch.isspace()]
+    assert (layout.pages[letters] == 1).all() and not np.isnan(layout.boxes[letters]).any()
+    assert np.isnan(layout.boxes[layout.pages == 0]).all()
+
+
+def test_the_whole_printed_file_keeps_its_text_and_joins_pages_without_boxes(pages: dict[str, Path]) -> None:
+    printed = pages["ligatures"].parent / "printed.pdf"
+    extracted = extract_pdf(printed)
+    assert extracted.layout is not None
+    for section in extracted.sections[1:]:  # the blank line before each page after the first
+        assert extracted.text[section.start - 2 : section.start] == "\n\n"
+        assert (extracted.layout.pages[section.start - 2 : section.start] == 0).all()
+
+
+def test_boxes_run_left_to_right_along_a_line(pages: dict[str, Path]) -> None:
+    extracted = extract_pdf(pages["ligatures"])
+    assert extracted.layout is not None
+    at = extracted.text.index("official")
+    boxes = extracted.layout.boxes[at : at + len("official")]
+    assert (np.diff(boxes[:, 0]) >= 0).all()  # left edges in reading order
+    assert boxes[:, 1].max() < boxes[:, 3].min()  # one line: every box overlaps every other vertically
+
+
+def test_cropped_page_boxes_lie_inside_the_crop_box(pages: dict[str, Path]) -> None:
+    extracted = extract_pdf(pages["cropped"])
+    assert extracted.layout is not None
+    known = extracted.layout.boxes[extracted.layout.pages > 0]
+    assert len(known) and (known[:, 3] <= 420 + 1).all()  # the crop box's top
+
+
+def test_a_rotated_page_has_no_boxes(pages: dict[str, Path]) -> None:
+    assert extract_pdf(pages["rotated"]).layout is None

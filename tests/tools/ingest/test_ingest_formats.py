@@ -4,6 +4,7 @@ chunks kept to their page or section, and a clear per-file error for each kind o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -114,7 +115,9 @@ def test_chunks_never_cross_a_page_and_carry_it(files: Path) -> None:
     doc = next(iter(read_documents(plan_inputs([files / "guide.pdf"], root=files)[0])))
     assert doc.doc_id == "guide.pdf" and doc.metadata == {"format": "pdf", "pages": 2}
     chunks = located_chunks(doc, load_tokenizer("all-minilm-l6-v2"), 200, 40)
-    assert [loc for _, loc in chunks] == [{"page": 1}, {"page": 2}]
+    assert [loc["page"] for _, loc in chunks] == [1, 2]
+    assert [loc["span"] for _, loc in chunks] == [[c.start, c.end] for c, _ in chunks]
+    assert all({box[0] for box in cast(list[list[float]], loc["boxes"])} == {loc["page"]} for _, loc in chunks)
     assert "zebrafish" in chunks[0][0].text and "quokka" in chunks[1][0].text
     assert [c.index for c, _ in chunks] == [0, 1]
 
@@ -130,6 +133,7 @@ def test_chunks_of_a_long_section_keep_its_path_within_the_window(tmp_path: Path
     install = [c for c, loc in chunks if loc["section"] == ["Guide", "Install"]]
     assert len(install) > 5 and all(c.token_count <= 64 for c in install)
     assert all(doc.content[c.start : c.end] == c.text for c, _ in chunks)
+    assert all(loc["span"] == [c.start, c.end] and "boxes" not in loc for c, loc in chunks)  # no layout in Markdown
 
 
 def test_a_pdf_without_text_even_by_ocr_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,91 @@
+"""A page of a stored document as an image, with a cited chunk's lines highlighted (`RagApp.page_image`, behind
+`GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page`).
+
+The page comes from the document's kept original (`tools.originals`, `ORIGINALS_DIR`); the highlight from the chunk's
+line boxes in its metadata (`tools.highlight`). The chunk is looked up within the caller's collections, so a chunk of
+another collection, or of another document, reads exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from agent.core.errors import InputError
+from agent.core.library import DocumentLibrary
+from agent.core.results import location_fields
+from tools.extract import ExtractError, sniff
+from tools.originals import Originals
+from tools.render_page import RenderedPage, RenderError, render_page
+
+
+class PageError(LookupError):
+    """A page cannot be shown. `kind`: `chunk_not_found` (no such chunk of that document in the collections
+    read), `original_not_kept` (no original file kept for the document), `page_not_found` (the document has
+    fewer pages; the message says how many), `not_a_pdf` (the original is another type, or unreadable);
+    `str(exc)` says which and what to do."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+async def page_image(
+    library: DocumentLibrary,
+    originals: Originals,
+    doc_id: str,
+    page: int,
+    *,
+    chunk_id: str | None = None,
+    collections: Sequence[str] | None = None,
+    scale: float = 2.0,
+) -> RenderedPage:
+    """Page `page` (from 1) of document `doc_id`'s kept original, rendered at `scale` pixels per PDF point, with the
+    lines of chunk `chunk_id` on that page highlighted (none when no chunk is given, or it lies on other pages).
+
+    Args:
+        collections: where the document may be (the caller's; None: every collection).
+
+    Raises:
+        PageError: see its kinds.
+        agent.core.errors.InputError: `scale` outside the bounds of `tools.render_page`, or a page too large at it.
+    """
+    if chunk_id is not None:
+        found = await library.chunk_metadata(doc_id, chunk_id, collections=collections)
+        if found is None:
+            raise PageError(
+                "chunk_not_found",
+                f"chunk {chunk_id!r} is not a stored chunk of document {doc_id!r} (chunk ids are "
+                "`<doc_id>#<index>` as citations give them)",
+            )
+        collection, metadata = found
+        boxes = [(b[1], b[2], b[3], b[4]) for b in location_fields(metadata).get("boxes", []) if b[0] == page]
+        candidates: Sequence[str] = [collection]
+    else:
+        boxes = []
+        candidates = collections if collections is not None else await asyncio.to_thread(_kept_collections, originals)
+    kept = [p for c in candidates if (p := originals.find(c, doc_id)) is not None]
+    if not kept:
+        raise PageError(
+            "original_not_kept",
+            f"document {doc_id!r} has no original file kept (original not kept): it was ingested before originals "
+            "were kept, from JSONL or as text (POST /v1/documents), or with KEEP_ORIGINALS=false, or it is not "
+            "stored; ingest or upload the file again to keep it",
+        )
+    path = kept[0]
+    if sniff(path) != "pdf":
+        raise PageError("not_a_pdf", f"document {doc_id!r} is not a PDF; only PDF pages can be shown")
+    try:
+        return await asyncio.to_thread(render_page, path, page, boxes, scale)
+    except RenderError as exc:
+        if exc.reason in ("scale", "too_large"):
+            raise InputError(f"document {doc_id!r}: {exc}") from None
+        kind = "page_not_found" if exc.reason == "no_page" else "not_a_pdf"
+        raise PageError(kind, f"document {doc_id!r}: {exc}") from None
+    except ExtractError as exc:
+        raise PageError("not_a_pdf", f"document {doc_id!r}: its page cannot be rendered ({exc})") from None
+
+
+def _kept_collections(originals: Originals) -> list[str]:
+    root = originals.root
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []

@@ -1,0 +1,117 @@
+"""`GET /v1/documents/{doc_id}/pages/{n}` in-process over the in-memory collection, with originals kept in a
+temporary folder: a PNG of the page at the scale asked for, cache headers, and each refusal with its kind (another
+collection's key, a chunk of another document, no original kept, not a PDF, a page past the end). The highlight's
+position against real PDF text is checked on the real stack (test_page_highlight.py)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from agent.config.settings import Settings
+from agent.core.app import RagApp
+from agent.core.keys import InMemoryKeys
+from agent.core.wiring import Services
+from agent.http import create_app
+from agent.http.deps import get_keys, get_rag
+from tests.conversation_rig import Model
+from tools.extract.pdf import EXTRACTOR
+from tools.in_memory import InMemoryCollection
+from tools.ingest import SourceDocument
+
+PAGE_PT = (200, 100)
+"""Each page of the test PDF, points (Pillow writes one pixel per point at 72 dpi)."""
+
+
+def two_page_pdf(path: Path) -> Path:
+    first = Image.new("RGB", PAGE_PT, "white")
+    first.save(path, format="PDF", resolution=72.0, save_all=True, append_images=[Image.new("RGB", PAGE_PT, "white")])
+    return path
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> tuple[httpx.AsyncClient, dict[str, str]]:
+    settings = Settings.model_validate({"originals_dir": tmp_path / "originals", "refusal_min_score": 0.3})
+    collection = InMemoryCollection()
+    stored = [("scan/report.pdf", "The report text."), ("notes.md", "Some notes."), ("old.pdf", "Ingested as text.")]
+    await collection.add_documents([SourceDocument(i, i, text, "t", {}) for i, text in stored], "manuals")
+    rag = RagApp(settings, Services(collection, collection, Model("unused").model))
+    rag.originals.keep("manuals", "scan/report.pdf", two_page_pdf(tmp_path / "report.pdf"))
+    rag.originals.keep("manuals", "notes.md", b"# Notes\n\nSome notes.\n")
+    keys = InMemoryKeys()
+    _, manuals = await keys.create(["manuals"])
+    _, other = await keys.create(["other"])
+    app = create_app(settings)
+    app.state.keys = keys
+    app.dependency_overrides[get_keys] = lambda: keys
+
+    async def the_rag() -> RagApp:
+        return rag
+
+    app.dependency_overrides[get_rag] = the_rag
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    client = httpx.AsyncClient(transport=transport, base_url="http://rag", timeout=60)
+    return client, {"manuals": manuals, "other": other}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stop_pdf_worker() -> object:
+    yield None
+    EXTRACTOR.close()
+
+
+async def get(client: httpx.AsyncClient, token: str, url: str) -> httpx.Response:
+    return await client.get(url, headers={"Authorization": f"Bearer {token}"})
+
+
+async def test_a_page_comes_back_as_a_png_of_the_page_size_at_the_scale(
+    served: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    client, tokens = served
+    url = "/v1/documents/scan/report.pdf/pages/2?chunk=manuals::scan/report.pdf%230&scale=1.5"
+    response = await get(client, tokens["manuals"], url)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "image/png"
+    assert response.headers["cache-control"] == "private, max-age=300"
+    assert Image.open(io.BytesIO(response.content)).size == (300, 150)
+    plain = await get(client, tokens["manuals"], "/v1/documents/scan/report.pdf/pages/1?collection=manuals")
+    assert plain.status_code == 200 and Image.open(io.BytesIO(plain.content)).size == (400, 200)
+
+
+async def test_another_collection_s_key_reads_the_document_as_missing(
+    served: tuple[httpx.AsyncClient, dict[str, str]],
+) -> None:
+    client, tokens = served
+    for url in (
+        "/v1/documents/scan/report.pdf/pages/1?chunk=manuals::scan/report.pdf%230",
+        "/v1/documents/scan/report.pdf/pages/1",
+    ):
+        response = await get(client, tokens["other"], url)
+        assert response.status_code == 404, response.text
+        assert "scan/report.pdf" in response.json()["detail"]
+    forbidden = await get(client, tokens["other"], "/v1/documents/scan/report.pdf/pages/1?collection=manuals")
+    assert forbidden.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "kind", "says"),
+    [
+        ("/v1/documents/scan/report.pdf/pages/1?chunk=manuals::notes.md%230", 404, "chunk_not_found", "not a stored"),
+        ("/v1/documents/old.pdf/pages/1?chunk=manuals::old.pdf%230", 404, "original_not_kept", "original not kept"),
+        ("/v1/documents/notes.md/pages/1?chunk=manuals::notes.md%230", 422, "not_a_pdf", "not a PDF"),
+        ("/v1/documents/scan/report.pdf/pages/3", 404, "page_not_found", "it has 2 page(s)"),
+        ("/v1/documents/scan/report.pdf/pages/1?scale=9", 422, "bad_request", "scale"),
+        ("/v1/documents/scan/report.pdf/pages/0", 422, "bad_request", "n"),
+    ],
+)
+async def test_each_refusal_names_its_cause(
+    served: tuple[httpx.AsyncClient, dict[str, str]], url: str, status: int, kind: str, says: str
+) -> None:
+    client, tokens = served
+    response = await get(client, tokens["manuals"], url)
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == kind and says in response.json()["detail"]

@@ -1,0 +1,120 @@
+"""A page of a kept original PDF as a PNG image, with a passage's line boxes drawn on it as translucent highlights:
+what `GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page` return.
+
+PDFium renders the page (its crop box, as a viewer shows it) in the PDF worker process (`tools.extract.pdf.EXTRACTOR`:
+PDFium is not thread-safe, and a malformed file crashes that process, not the caller); Pillow draws the boxes there
+too. A box `(left, bottom, right, top)` in PDF points becomes the pixels `((left - x0) * scale, (y1 - top) * scale,
+(right - x0) * scale, (y1 - bottom) * scale)`, where `(x0, y1)` is the crop box's top-left corner in page space; a
+page shown turned (`/Rotate`) is drawn without highlights (its text has no boxes, `tools.extract.pdf`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pypdfium2 as pdfium
+from PIL import Image, ImageDraw
+
+from tools.extract.pdf import _LOCK, EXTRACTOR
+
+MIN_SCALE = 0.25
+MAX_SCALE = 4.0
+"""Bounds of the render scale (pixels per PDF point: 1 is 72 dpi, 2 is 144 dpi)."""
+MAX_PIXELS = 40_000_000
+"""Largest image rendered (width x height); a larger page at the scale asked for is refused."""
+HIGHLIGHT = (255, 214, 0, 96)
+"""Fill of a highlighted line (RGBA: a translucent yellow)."""
+OUTLINE = (230, 150, 0, 200)
+
+Box = tuple[float, float, float, float]
+"""`(left, bottom, right, top)` in PDF points, page space (origin at the page's bottom left)."""
+
+
+class RenderError(ValueError):
+    """A page cannot be rendered. `reason`: `unreadable` (no PDF PDFium can read), `no_page` (the page is not in
+    it; `pages` says how many it has), `too_large` (over `MAX_PIXELS` at that scale) or `scale` (outside
+    [`MIN_SCALE`, `MAX_SCALE`])."""
+
+    def __init__(self, message: str, reason: str, pages: int = 0) -> None:
+        super().__init__(message, reason, pages)
+        self.message = message
+        self.reason = reason
+        self.pages = pages
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class RenderedPage:
+    """A rendered page: `png` bytes, `width` x `height` pixels, the document's page count `pages`."""
+
+    png: bytes
+    width: int
+    height: int
+    pages: int
+
+
+def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> RenderedPage:
+    """Page `page` (from 1) of the PDF `path` at `scale` pixels per point, `boxes` highlighted; in this process
+    (the worker's target: call `render_page` elsewhere).
+
+    Raises:
+        RenderError: not a readable PDF, no page `page`, or too large an image at this scale.
+    """
+    with _LOCK:
+        try:
+            document = pdfium.PdfDocument(path)
+        except pdfium.PdfiumError as exc:
+            raise RenderError(f"{path}: not a PDF PDFium can read ({exc})", "unreadable") from None
+        try:
+            pages = len(document)
+            if not 1 <= page <= pages:
+                raise RenderError(f"page {page} is not in the document: it has {pages} page(s)", "no_page", pages)
+            pdf_page = document[page - 1]
+            try:
+                width, height = pdf_page.get_size()
+                if width * height * scale * scale > MAX_PIXELS:
+                    raise RenderError(
+                        f"page {page} at scale {scale} would be {width * scale:.0f}x{height * scale:.0f} pixels, "
+                        f"over {MAX_PIXELS}; ask for a smaller scale",
+                        "too_large",
+                        pages,
+                    )
+                left, _, _, top = pdf_page.get_cropbox()
+                turned = pdf_page.get_rotation() % 360 != 0
+                bitmap = pdf_page.render(scale=scale)
+                try:
+                    image = bitmap.to_pil().convert("RGBA")
+                finally:
+                    bitmap.close()
+            finally:
+                pdf_page.close()
+        finally:
+            document.close()
+    if boxes and not turned:
+        overlay = Image.new("RGBA", image.size, (0, 0, 0, 0))
+        draw = ImageDraw.Draw(overlay)
+        for b_left, b_bottom, b_right, b_top in boxes:
+            x0, x1 = (b_left - left) * scale, (b_right - left) * scale
+            y0, y1 = (top - b_top) * scale, (top - b_bottom) * scale
+            draw.rectangle((x0, y0, x1, y1), fill=HIGHLIGHT, outline=OUTLINE, width=max(1, round(scale)))
+        image = Image.alpha_composite(image, overlay)
+    out = io.BytesIO()
+    image.convert("RGB").save(out, format="PNG", optimize=False)
+    return RenderedPage(out.getvalue(), image.width, image.height, pages)
+
+
+def render_page(path: Path, page: int, boxes: Sequence[Box] = (), scale: float = 2.0) -> RenderedPage:
+    """`render_here` in the PDF worker process (blocks: call it from a worker thread in async code).
+
+    Raises:
+        RenderError: see `render_here`; `scale` outside [`MIN_SCALE`, `MAX_SCALE`].
+        tools.extract.ExtractError: the worker process died on this file.
+    """
+    if not MIN_SCALE <= scale <= MAX_SCALE:
+        raise RenderError(f"scale={scale}; expected {MIN_SCALE} to {MAX_SCALE} (pixels per PDF point)", "scale")
+    return EXTRACTOR.call(render_here, str(path), page, [tuple(b) for b in boxes], scale, path=path)
