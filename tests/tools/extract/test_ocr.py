@@ -110,7 +110,16 @@ def test_a_mixed_pdf_reads_the_text_page_and_ocrs_the_scanned_one(printed: Path,
     extracted = extract_pdf(mixed, OCR)
     assert extracted.ocr_pages == 1 and [s.page for s in extracted.sections] == [1, 2]
     assert (page_of(extracted, "quokkas"), page_of(extracted, "numbats")) == (1, 2)
-    assert extracted.layout is None  # the text layer's boxes are not read here: a layout is all pages or none
+    layout = extracted.layout  # the text layer's boxes (PDFium) and the OCR'd page's (Tesseract's words) in one
+    assert layout is not None
+    for page in (1, 2):
+        chars = layout.pages == page
+        width, height = layout.page_sizes[page - 1]
+        boxes = layout.boxes[chars]
+        assert chars.any() and (boxes[:, [0, 2]] >= 0).all() and (boxes[:, [0, 2]] <= width).all()
+        assert (boxes[:, [1, 3]] >= 0).all() and (boxes[:, [1, 3]] <= height).all()
+    numbats = extracted.text.lower().index("numbats")
+    assert layout.pages[numbats] == 2
     (document,) = [read_file_document(inp, LIMIT, OCR) for inp in plan_inputs([mixed])]
     assert document.ocr_pages == 1 and document.pages == 2
 
