@@ -73,12 +73,12 @@ class IngestTally:
 
 
 @contextmanager
-def ingest_progress(console: Console, terminal: bool) -> Iterator[ProgressFn]:
-    """A progress callback for `RagApp.ingest`: a Rich bar drawn on `console` when `terminal` (stdout is a
-    terminal), else log lines every `LOG_EVERY_S` seconds."""
+def ingest_progress(console: Console, terminal: bool, label: str = "ingest") -> Iterator[ProgressFn]:
+    """A progress callback for `RagApp.ingest` (and `rag sync`, `label` "sync"): a Rich bar drawn on `console` when
+    `terminal` (stdout is a terminal), else log lines every `LOG_EVERY_S` seconds."""
     if terminal:
         with Progress(
-            TextColumn("ingest"),
+            TextColumn(label),
             BarColumn(),
             MofNCompleteColumn(),
             TaskProgressColumn(),

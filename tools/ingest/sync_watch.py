@@ -1,0 +1,71 @@
+"""`rag sync --watch`: after a first sync, each debounced batch of file events under the folder runs an incremental
+sync (`tools.ingest.sync`: the stat fast path makes a run with nothing of interest changed read no file), until the
+stop event is set (Ctrl-C or SIGTERM in the CLI) or the events end.
+
+Events come from `watchfiles.awatch` (Rust `notify`: inotify on Linux, FSEvents, ...; it groups the events of
+`debounce_ms` into one batch); a test or caller may give its own async iterator of batches instead. A sync that fails
+because Triton or Postgres is unavailable is reported and the watch goes on: the next batch of events (or a later
+run) syncs again and converges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterable, Awaitable, Callable
+from pathlib import Path
+
+from watchfiles import awatch
+
+from tools.embedder import EmbedderError
+from tools.ingest.sync_plan import SyncReport
+from tools.store import StoreError
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_MS = 1600
+"""watchfiles' default: events within this many milliseconds make one batch (one sync)."""
+
+ReportFn = Callable[[SyncReport], None]
+"""Called with each sync's report."""
+ErrorFn = Callable[[Exception], None]
+"""Called with a sync's failure (Triton or Postgres unavailable); the watch goes on."""
+
+
+async def watch_folder(
+    folder: Path,
+    sync: Callable[[], Awaitable[SyncReport]],
+    on_report: ReportFn,
+    *,
+    stop: asyncio.Event,
+    events: AsyncIterable[object] | None = None,
+    debounce_ms: int = DEBOUNCE_MS,
+    on_error: ErrorFn | None = None,
+) -> int:
+    """Sync once, then once per batch of events, until `stop` is set or `events` ends; returns the syncs run.
+
+    Args:
+        folder: watched recursively (when `events` is None).
+        sync: one sync run (e.g. `tools.ingest.sync.sync_folder` bound to its request and clients).
+        events: batches of file events (default: `watchfiles.awatch(folder)` with `stop` and `debounce_ms`).
+
+    Raises:
+        what the first sync raises; later syncs' `EmbedderError` / `StoreError` go to `on_error` (logged when None).
+    """
+    on_report(await sync())
+    runs = 1
+    batches = events if events is not None else awatch(folder, stop_event=stop, debounce=debounce_ms)
+    async for _ in batches:
+        if stop.is_set():
+            break
+        try:
+            on_report(await sync())
+        except (EmbedderError, StoreError) as exc:
+            if on_error is not None:
+                on_error(exc)
+            else:
+                log.warning("sync of %s failed (%s); the next change syncs again", folder, exc)
+        runs += 1
+        if stop.is_set():
+            break
+    return runs
