@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 SCRATCH_DB = "rag_bench_sync"
 """The scratch database of the benchmark (dropped and made afresh each run)."""
-SECTIONS = 3
+SECTIONS = 2
 """Abstracts per Markdown file, one per `##` section (chunks never cross a section)."""
 VECTOR_TOLERANCE = 1e-4
 """Largest difference allowed between a synced chunk's vector and the fresh ingest's (max abs, per component)."""
