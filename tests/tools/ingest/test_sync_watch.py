@@ -61,6 +61,25 @@ async def test_the_stop_event_ends_the_watch_after_the_sync_in_progress(tmp_path
     assert count == 2 and [r.unchanged for r in reports] == [0, 1]
 
 
+async def test_the_first_quiet_batch_runs_one_catch_up_sync_reported_only_when_it_changed(tmp_path: Path) -> None:
+    reports: list[SyncReport] = []
+    runs = 0
+
+    async def sync() -> SyncReport:
+        nonlocal runs
+        runs += 1
+        return SyncReport(added=["late.md"] if runs == 2 else [])
+
+    queue: asyncio.Queue[object | None] = asyncio.Queue()
+    quiet: list[object | None] = [set(), set(), set(), None]  # the watcher started; nothing happened afterwards
+    for item in quiet:
+        queue.put_nowait(item)
+    count = await asyncio.wait_for(
+        watch_folder(tmp_path, sync, reports.append, stop=asyncio.Event(), events=batches(queue)), GENEROUS_S
+    )
+    assert count == 2 and [r.added for r in reports] == [[], ["late.md"]]
+
+
 async def test_real_file_events_run_a_sync(tmp_path: Path) -> None:
     """watchfiles' own iterator: a file written after the first sync runs a second one."""
     stop, first, second = asyncio.Event(), asyncio.Event(), asyncio.Event()
