@@ -187,6 +187,9 @@ async def sync_folder(
     skipped = {c.seen.rel_path: why for c in _candidates(plan) if (why := _synced(c)) is not None}
     for rel, why in skipped.items():
         report.skipped.append(FileError(str(folder / rel), "unsupported", why))
+    for rel in plan.skipped:  # recorded as skipped, unchanged: not read again
+        why = f"{folder / rel}: not a synced type (unsupported, or a JSONL corpus), skipped"
+        report.skipped.append(FileError(str(folder / rel), "unsupported", why))
     if dry_run:
         report.added = [c.doc_id for c in plan.added if c.seen.rel_path not in skipped]
         report.updated = [c.doc_id for _, c in plan.updated if c.seen.rel_path not in skipped]
@@ -194,17 +197,21 @@ async def sync_folder(
         report.removed = [s.doc_id for s in plan.removed]
         report.wall_s = time.perf_counter() - start
         return report
-    if source_id is None or plan.changes or plan.touched:
+    if source_id is None or plan.changes or plan.touched or skipped:
         source_id = await ledger.open_source(
             str(folder), request.collection, str(root), request.prefix, request.include, request.exclude
         )
     counted = CountingEmbedder(embedder)
     run = _Run(request.collection, ledger, source_id, counted, store, options, originals, report, on_progress)
     run.total = plan.changes
-    # A recorded file whose new version is not synced (its type changed): its document goes, the file is skipped.
+    # A file of a type that is not synced: its state records it as skipped (the next run does not read it again);
+    # a document it had (its type changed) goes.
     for old, candidate in [*plan.updated, *plan.moved]:
-        if candidate.seen.rel_path in skipped:
+        if candidate.seen.rel_path in skipped and old.status == "stored":
             await run.remove(old)
+    for candidate in _candidates(plan):
+        if candidate.seen.rel_path in skipped:
+            await ledger.store_file(source_id, request.collection, candidate.state(None, skipped=True), None)
     for old, candidate in plan.moved:
         if candidate.seen.rel_path not in skipped:
             await run.move(old, candidate)
@@ -366,7 +373,8 @@ class _Run:
                     if record is None:  # stored with this content already (e.g. by `rag ingest`): adopted
                         self.report.unchanged += 1
                     else:
-                        (self.report.added if old is None else self.report.updated).append(candidate.doc_id)
+                        new = old is None or old.status != "stored"
+                        (self.report.added if new else self.report.updated).append(candidate.doc_id)
                     await self._original("keep", candidate.doc_id, candidate.seen.path)
             if progress:
                 self._progress()
@@ -389,5 +397,6 @@ class _Run:
             self.report.chunks_written += result.chunks
         state = candidate.state(document.content_hash)
         await self.ledger.store_file(self.source_id, self.collection, state, None)
-        (self.report.added if old is None else self.report.updated).append(candidate.doc_id)
+        new = old is None or old.status != "stored"
+        (self.report.added if new else self.report.updated).append(candidate.doc_id)
         await self._original("keep", candidate.doc_id, candidate.seen.path)

@@ -44,10 +44,11 @@ class Candidate:
     kind: Kind
     doc_id: str
 
-    def state(self, content_hash: str | None) -> FileState:
-        """The state to record once its document (content hash; None: no text, no document) is stored."""
+    def state(self, content_hash: str | None, skipped: bool = False) -> FileState:
+        """The state to record once its document (content hash; None: no text, no document) is stored, or once it
+        is `skipped` (a type that is not synced)."""
         seen = self.seen
-        status: FileStatus = "stored" if content_hash is not None else "empty"
+        status: FileStatus = "skipped" if skipped else "stored" if content_hash is not None else "empty"
         return FileState(seen.rel_path, seen.size, seen.mtime_ns, self.file_hash, self.doc_id, content_hash, status)
 
 
@@ -56,7 +57,8 @@ class SyncPlan:
     """The changes of one sync: `added` (new paths), `updated` (recorded paths whose bytes changed), `moved` (a
     recorded file and the candidate holding its bytes under a new path or id), `removed` (recorded paths gone),
     `touched` (same bytes, new stat: only the state is written), `unchanged` (rel paths not read or the same
-    bytes), `failed` (files that could not be stat'ed or read)."""
+    bytes), `skipped` (rel paths recorded as a type that is not synced, unchanged: not read), `failed` (files that
+    could not be read)."""
 
     added: list[Candidate] = field(default_factory=list)
     updated: list[tuple[FileState, Candidate]] = field(default_factory=list)
@@ -64,6 +66,7 @@ class SyncPlan:
     removed: list[FileState] = field(default_factory=list)
     touched: list[FileState] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
     failed: list[FileError] = field(default_factory=list)
 
     @property
@@ -102,7 +105,7 @@ def plan_sync(
         doc_id = doc_id_of(file.rel_path)
         old = recorded.get(file.rel_path)
         if old is not None and (old.size, old.mtime_ns, old.doc_id) == (file.size, file.mtime_ns, doc_id):
-            plan.unchanged.append(file.rel_path)
+            (plan.skipped if old.status == "skipped" else plan.unchanged).append(file.rel_path)
             continue
         try:
             file_hash, kind = hash_file(file.path)
@@ -114,6 +117,8 @@ def plan_sync(
         candidate = Candidate(file, file_hash, kind, doc_id)
         if old is None:
             fresh.append(candidate)
+        elif old.status == "skipped":  # re-read: its type may be synced now
+            plan.updated.append((old, candidate))
         elif old.file_hash == file_hash and old.doc_id == doc_id:
             plan.touched.append(candidate.state(old.content_hash))
             plan.unchanged.append(file.rel_path)

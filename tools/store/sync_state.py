@@ -8,7 +8,8 @@ Schema (created idempotently by `SyncLedger.setup`, like the jobs tables):
   (folder, collection): one synced folder per collection; the naming options and globs of its last run;
 - `sync_files(source_id -> sync_sources, rel_path, size, mtime_ns, file_hash, doc_id, content_hash, status,
   synced_at)`, PRIMARY KEY (source_id, rel_path): what the last sync saw of each file (its stat and the sha256 of its
-  bytes) and the document it owns (`status` `stored`, or `empty` for a file with no text: no document).
+  bytes) and the document it owns (`status` `stored`; `empty` for a file with no text and `skipped` for a type that
+  is not synced: no document).
 
 Ownership: a sync source owns the documents its `sync_files` rows name; a sync removes only those, and not one that
 another source of the same collection also names. Documents ingested by other means are never removed.
@@ -30,7 +31,9 @@ from tools.store.records import Conn, DocumentRecord, IngestCounts, chunk_id
 from tools.store.vector_store import VectorStore
 from tools.store.writes import add_documents, delete_rows, lock_writes
 
-FileStatus = Literal["stored", "empty"]
+FileStatus = Literal["stored", "empty", "skipped"]
+"""`stored`: the file's document is stored and owned; `empty`: no text, no document; `skipped`: a type that is not
+synced (unsupported, a JSONL corpus), no document."""
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS sync_sources (
@@ -53,7 +56,7 @@ CREATE TABLE IF NOT EXISTS sync_files (
     file_hash text NOT NULL,
     doc_id text NOT NULL,
     content_hash text,
-    status text NOT NULL CHECK (status IN ('stored', 'empty')),
+    status text NOT NULL CHECK (status IN ('stored', 'empty', 'skipped')),
     synced_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (source_id, rel_path)
 );
@@ -178,7 +181,8 @@ class SyncLedger:
         self, source_id: int, collection: str, state: FileState, record: DocumentRecord | None
     ) -> IngestCounts:
         """Write `record` (None: the document is stored unchanged with `state.content_hash`; a `state` of status
-        `empty`: no document, an owned one under its id is removed) and the file's state, in one transaction.
+        `empty` or `skipped`: no document, the one the file's recorded state owned is removed) and the file's state,
+        in one transaction.
 
         Returns:
             The write's counts; when `record` is None and the document is no longer stored with that hash (deleted
@@ -186,8 +190,14 @@ class SyncLedger:
         """
         async with self._write(f"storing synced file {state.rel_path}") as conn:
             await lock_writes(conn)
-            if state.status == "empty":
-                await _remove_owned(conn, source_id, collection, state.doc_id)
+            if state.status != "stored":  # no document: the one this file owned (if any) goes
+                owned = await conn.fetchrow(
+                    "SELECT doc_id FROM sync_files WHERE source_id = $1 AND rel_path = $2 AND status = 'stored'",
+                    source_id,
+                    state.rel_path,
+                )
+                if owned is not None:
+                    await _remove_owned(conn, source_id, collection, owned["doc_id"])
                 counts = IngestCounts()
             elif record is None:
                 assert state.content_hash is not None
@@ -246,11 +256,12 @@ class SyncLedger:
         return counts
 
     async def remove(self, source_id: int, collection: str, state: FileState) -> bool:
-        """A file gone from the folder: delete its document (unless another sync source of the collection owns the
-        same doc id) and its state row, in one transaction; returns whether a document was deleted."""
+        """A file gone from the folder: delete its document (only when `state` is `stored`, and unless another sync
+        source of the collection owns the same doc id) and its state row, in one transaction; returns whether a
+        document was deleted."""
         async with self._write(f"removing synced file {state.rel_path}") as conn:
             await lock_writes(conn)
-            removed = await _remove_owned(conn, source_id, collection, state.doc_id)
+            removed = state.status == "stored" and await _remove_owned(conn, source_id, collection, state.doc_id)
             await conn.execute(
                 "DELETE FROM sync_files WHERE source_id = $1 AND rel_path = $2", source_id, state.rel_path
             )

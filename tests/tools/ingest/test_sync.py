@@ -137,3 +137,28 @@ async def test_an_interrupted_sync_converges_when_run_again(
     assert differences(partial, fresh) != []  # the interrupted run had not finished
     again = await sync_folder(request, embedder, store, options)
     assert not again.changed and again.embed_calls == 0
+
+
+async def test_documents_the_sync_does_not_own_are_never_removed(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A document ingested by other means under the id of a file of the folder that has no text, or is not a synced
+    type, stays when the file is synced and when the file is deleted."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("blank.md", "photo.png"):
+        (elsewhere / name).write_text(f"# {name}\n\nIngested by other means.\n")
+    await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
+    (folder / "blank.md").write_text("   \n\n")
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (folder / "kept.md").write_text("# Kept\n\nThe synced file.\n")
+    request = SyncRequest(folder, collection="synced")
+    first = await sync_folder(request, embedder, store, ingest_options(settings))
+    assert (first.added, first.removed, len(first.skipped)) == (["kept.md"], [], 1)
+    for name in ("blank.md", "photo.png", "kept.md"):
+        (folder / name).unlink()
+    second = await sync_folder(request, embedder, store, ingest_options(settings))
+    assert second.removed == ["kept.md"]
+    assert set(await store.stored_versions(["blank.md", "photo.png", "kept.md"], "synced")) == {"blank.md", "photo.png"}

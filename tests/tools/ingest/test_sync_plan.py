@@ -97,3 +97,12 @@ def test_the_report_says_what_changed_and_what_was_embedded() -> None:
     assert lines[1].startswith("chunks: 2 embedded (1 embed calls), 5 reused of 7")
     assert "  moved: a.md -> b.md" in lines and "  failed: /f/x.pdf: encrypted" in lines
     assert report.to_json()["moved"] == [{"from": "a.md", "to": "b.md"}] and report.any_failed
+
+
+def test_a_file_recorded_as_skipped_is_not_read_again_until_it_changes() -> None:
+    recorded = {"p.png": FileState("p.png", 10, 1, "h", "p.png", None, "skipped")}
+    hashes = Hashes({"p.png": "h2"})
+    plan = plan_sync([seen("p.png")], recorded, str, hashes)
+    assert (plan.skipped, plan.unchanged, hashes.read) == (["p.png"], [], [])
+    changed = plan_sync([seen("p.png", mtime=2)], recorded, str, hashes)
+    assert [old.status for old, _ in changed.updated] == ["skipped"] and hashes.read == ["p.png"]
