@@ -324,6 +324,22 @@ def bench_cache(
     run_cache_bench_command(Settings(), params, as_json, out)
 
 
+@bench_app.command("sync")
+def bench_sync(
+    files: Annotated[int, typer.Option(min=10, help="Files in the synced folder (SciFact abstracts).")] = 200,
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only (progress on stderr).")] = False,
+) -> None:
+    """`rag sync` on a folder of SciFact abstracts (a scratch database on the running Postgres and Triton): the
+    initial sync, a re-sync after 3 edits, 2 deletions and 1 rename (chunks embedded against chunks changed, time),
+    the check that it equals a fresh ingest of the folder, and a sync with nothing changed (target: 0 embed calls, 0
+    documents written)."""
+    from agent.config.settings import Settings
+    from evals.bench_sync import run_sync_bench_command
+
+    run_sync_bench_command(Settings(), files, as_json, out)
+
+
 @bench_app.command("serve")
 def bench_serve(
     url: Annotated[str, typer.Option(help="Base URL of the running `rag serve` (loopback).")] = "http://127.0.0.1:8080",

@@ -716,6 +716,7 @@ def followups(results: dict[str, Any]) -> str:
     "bench-cache.json",
     "bench-quota.json",
     "page-settle.json",
+    "bench-sync.json",
 )
 def headline(
     retrieval: dict[str, Any],
@@ -728,12 +729,13 @@ def headline(
     cache: dict[str, Any],
     quota: dict[str, Any],
     page: dict[str, Any],
+    sync: dict[str, Any],
 ) -> str:
     """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, follow-up search nDCG@10
     (shipped query against the raw follow-up and the original claim), answer verdict accuracy, the embedding
     service's throughput and p99, the query path's p50, goodput under overload, questions during an ingest, answer
-    cache hits, quota refusals, the web page's settle time; each with its date and the page holding the full
-    table."""
+    cache hits, quota refusals, the web page's settle time, an incremental folder sync; each with its date and the
+    page holding the full table."""
     hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
     dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
     hybrid1 = _point(query, "hybrid", 1)
@@ -830,7 +832,47 @@ def headline(
             "[Benchmarks](docs/benchmarks.md#the-web-page-with-a-full-store-rag-bench-page)",
         ]
     )
+    rows.append(_sync_row(sync))
     return markdown_table(["what", "figure", "measured", "details"], rows)
+
+
+def _sync_row(sync: dict[str, Any]) -> list[object]:
+    """The headline row of `rag bench sync`: chunks embedded by the re-sync after the changes, and the no-change run."""
+    changed, idle, changes = sync["steps"]["changed"], sync["steps"]["no_change"], sync["changes"]
+    return [
+        f"`rag sync` of {sync['files']} files after {changes['edited']} edits, {changes['deleted']} deletions, "
+        f"{changes['renamed']} rename",
+        f"{changed['chunks_embedded']} of {changed['chunks_in_folder']} chunks embedded in {changed['wall_s']:g} s; "
+        f"nothing changed: {idle['embed_calls']} embed calls, {idle['documents_written']} writes, "
+        f"{idle['wall_s'] * 1000:.0f} ms; equal to a fresh ingest: {'yes' if sync['equal_to_fresh_ingest'] else 'NO'}",
+        sync["machine"]["date_utc"][:10],
+        "[Benchmarks](docs/benchmarks.md#folder-sync-rag-bench-sync)",
+    ]
+
+
+@table("bench-sync", "bench-sync.json")
+def bench_sync(sync: dict[str, Any]) -> str:
+    """`rag bench sync`: per step, the time, embed calls, chunks embedded and reused, and the files per outcome."""
+    rows: list[list[object]] = []
+    names = {
+        "initial": "initial sync",
+        "changed": "re-sync after the changes",
+        "no_change": "sync with nothing changed",
+    }
+    for key, name in names.items():
+        step = sync["steps"][key]
+        files = f"+{step['added']} ~{step['updated']} >{step['moved']} -{step['removed']} ={step['unchanged']}"
+        rows.append([name, step["wall_s"], step["embed_calls"], step["chunks_embedded"], step["chunks_reused"], files])
+    changed, fresh = sync["steps"]["changed"], sync["steps"]["fresh_ingest"]
+    return (
+        markdown_table(["step", "wall s", "embed calls", "chunks embedded", "chunks reused", "files"], rows)
+        + f"\nFiles: + added, ~ updated, > moved, - removed, = unchanged. The edited files hold "
+        f"{changed['chunks_of_changed_files']} chunks, {changed['chunks_changed']} of them changed; a fresh ingest "
+        f"of the changed folder ({fresh['documents']} files) took {fresh['wall_s']:g} s and the synced collection "
+        f"equals it: {'yes' if sync['equal_to_fresh_ingest'] else 'no'}. {sync['files']} files, "
+        f"{sync['sections_per_markdown_file']} SciFact abstracts per Markdown file, CHUNK_TOKENS="
+        f"{sync['settings']['chunk_tokens']}, {sync['machine']['cores']} cores, {sync['machine']['date_utc'][:10]}.\n"
+    )
 
 
 @table("bench-cache", "bench-cache.json")

@@ -11,9 +11,13 @@ resumes, and a staged run with a gap starts over.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
 
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError
@@ -46,6 +50,17 @@ class InMemorySink:
     async def stored_versions(self, doc_ids: list[str], collection: str = DEFAULT_COLLECTION) -> dict[str, str]:
         """doc_id -> stored content hash of those of `doc_ids` stored in `collection`."""
         return {i: d.content_hash for i in doc_ids if (d := self.documents.get((collection, i))) is not None}
+
+    async def chunk_vectors(
+        self, doc_ids: list[str], collection: str = DEFAULT_COLLECTION
+    ) -> dict[str, dict[str, npt.NDArray[np.float32]]]:
+        """doc_id -> {sha256 hex of a chunk's text: its stored embedding} of those of `doc_ids` stored in
+        `collection`."""
+        return {
+            i: {hashlib.sha256(c.text.encode("utf-8")).hexdigest(): c.embedding for c in d.chunks}
+            for i in doc_ids
+            if (d := self.documents.get((collection, i))) is not None
+        }
 
     async def add_documents(
         self,

@@ -73,14 +73,14 @@ class IngestTally:
 
 
 @contextmanager
-def ingest_progress(console: Console, terminal: bool) -> Iterator[ProgressFn]:
-    """A progress callback for `RagApp.ingest`: a Rich bar drawn on `console` when `terminal` (stdout is a
-    terminal), else log lines every `LOG_EVERY_S` seconds. Either way a long OCR logs its pages as it goes (INFO
-    lines of `tools.extract`, every `tools.extract.ocr.PROGRESS_EVERY_S` seconds)."""
+def ingest_progress(console: Console, terminal: bool, label: str = "ingest") -> Iterator[ProgressFn]:
+    """A progress callback for `RagApp.ingest` (and `rag sync`, `label` "sync"): a Rich bar drawn on `console` when
+    `terminal` (stdout is a terminal), else log lines every `LOG_EVERY_S` seconds. Either way a long OCR logs its
+    pages as it goes (INFO lines of `tools.extract`, every `tools.extract.ocr.PROGRESS_EVERY_S` seconds)."""
     logging.getLogger("tools.extract").setLevel(logging.INFO)
     if terminal:
         with Progress(
-            TextColumn("ingest"),
+            TextColumn(label),
             BarColumn(),
             MofNCompleteColumn(),
             TaskProgressColumn(),

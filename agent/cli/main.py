@@ -1,4 +1,5 @@
-"""The `rag` command line: `up`, `down`, `status`, `ingest`, `docs`, `ask`, `chat`, `serve`, `mcp` (Typer + Rich).
+"""The `rag` command line: `up`, `down`, `status`, `ingest`, `sync`, `docs`, `ask`, `chat`, `serve`, `mcp` (Typer,
+Rich).
 
 Output: results go to stdout; progress, spinners, warnings and errors go to stderr, so with `--json` stdout holds
 the JSON object and nothing else. Model and document text is printed as plain text, never as Rich markup.
@@ -15,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -217,6 +219,80 @@ def ingest(
 
             console.print(ingest_ceiling_line(report, settings), markup=False, soft_wrap=True)
         console.print(f"store holds {docs} documents, {chunks} chunks", markup=False)
+    if report.any_failed:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def sync(
+    folder: Annotated[Path, typer.Argument(help="The folder to sync (walked recursively).")],
+    root: Annotated[
+        Path | None, typer.Option(help="Document ids are paths relative to this folder (default: FOLDER itself).")
+    ] = None,
+    prefix: Annotated[str, typer.Option(help="Prepended to every document id.")] = "",
+    collection: Annotated[
+        str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
+    ] = DEFAULT_COLLECTION,
+    include: Annotated[
+        list[str] | None, typer.Option("--include", help="Only files matching this glob (repeatable).")
+    ] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option("--exclude", help="Leave out files matching this glob (repeatable).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would change; embed and write nothing.")
+    ] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="After the sync, sync again on every change until Ctrl-C or SIGTERM.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object only.")] = False,
+) -> None:
+    """Make the collection's documents of FOLDER converge to it: new and changed files ingested (unchanged chunks
+    keep their vectors), renamed files moved (no embedding), deleted files' documents removed (only documents synced
+    from FOLDER). A second run with nothing changed reads no file. Files that fail are listed with the cause and
+    keep their stored document; the exit code is 1 when any failed. Progress goes to stderr."""
+    from agent.core.sync import sync_files, watch_files
+    from tools.ingest.sync import SyncRequest
+    from tools.ingest.sync_plan import SyncReport
+
+    settings = Settings()
+    one_line_pool_warnings()
+    check_collection(collection)
+    request = SyncRequest(folder, collection, root, prefix, tuple(include or ()), tuple(exclude or ()))
+    request.checked()
+
+    def show(report: SyncReport) -> None:
+        if as_json:
+            print_json(report.to_json())
+            return
+        for line in report.lines():
+            console.print(line, markup=False, soft_wrap=True)
+
+    if watch and not dry_run:
+
+        async def watching() -> int:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            err_console.print(f"watching {folder} (Ctrl-C stops)", markup=False)
+            return await watch_files(
+                settings, request, show, stop, on_error=lambda exc: _print_error(f"{exc}; the next change retries")
+            )
+
+        runs = asyncio.run(watching())
+        err_console.print(f"stopped after {runs} syncs", markup=False)
+        return
+
+    async def once() -> SyncReport:
+        with ingest_progress(err_console, err_console.is_terminal and not dry_run, "sync") as progress:
+            return await sync_files(settings, request, progress, dry_run=dry_run)
+
+    try:
+        report = asyncio.run(once())
+    except KeyboardInterrupt:
+        raise ServiceError("interrupted; the files synced so far are kept: run the same sync again to finish") from None
+    show(report)
     if report.any_failed:
         raise typer.Exit(code=1)
 

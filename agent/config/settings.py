@@ -98,6 +98,13 @@ def _postgres_urls(value: object) -> object:
     return value
 
 
+def _comma_list(value: object) -> object:
+    """A comma-separated string (the env form) as a tuple of its non-blank parts; anything else unchanged."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
 def _each_postgres_url(values: tuple[str, ...]) -> tuple[str, ...]:
     for value in values:
         _postgres_url(value)
@@ -448,6 +455,11 @@ class Settings(BaseSettings):
         default=1,
         ge=0,
         description="Job workers `rag serve` runs beside the HTTP API (0: only `rag worker` runs jobs).",
+    )
+    sync_roots: Annotated[tuple[Path, ...], NoDecode, BeforeValidator(_comma_list)] = Field(
+        default=(),
+        description="Folders (comma-separated) under which `POST /v1/sync` may sync a folder of the server's; empty: "
+        "sync over HTTP is disabled (403). The CLI's `rag sync` is not bound by it.",
     )
     upload_max_file_bytes: int = Field(
         default=50 * 1024 * 1024,

@@ -1,5 +1,6 @@
-"""Uploads as ingestion jobs: `POST /v1/documents/files` (multipart, one or many files) queues a job and answers 202
-with its id; `GET /v1/jobs/{id}` and `GET /v1/jobs` report jobs. `serve_jobs` runs `JOBS_SERVE_WORKERS` job workers
+"""Uploads and folder syncs as ingestion jobs: `POST /v1/documents/files` (multipart, one or many files) queues a
+job and answers 202 with its id, `POST /v1/sync` queues a sync of a server folder; `GET /v1/jobs/{id}` and
+`GET /v1/jobs` report jobs. `serve_jobs` runs `JOBS_SERVE_WORKERS` job workers
 inside `rag serve`.
 
 Upload rules: the request's `Content-Length` is required and checked against `UPLOAD_MAX_REQUEST_BYTES` before the
@@ -12,14 +13,19 @@ collection (any other job id is 404, exactly like a missing one). Starlette spoo
 while it parses, so memory holds one file at a time. While Postgres is down or restarting, these routes answer 503
 `postgres_unavailable` with `Retry-After` (the jobs table raises the store's `StoreUnavailableError`, which the app's
 error handlers map like any other route's).
+
+Sync jobs: `POST /v1/sync` (JSON `{"path", "collection", "prefix", "include", "exclude"}`) queues a job of kind
+`sync` that a worker runs like an upload (`tools.jobs.worker`): the folder must be an absolute path inside one of
+`SYNC_ROOTS` (symbolic links resolved first; none set: 403 `sync_disabled`; outside: 403 `forbidden_path` naming
+them), and the collection one of the caller's (403 `forbidden_collection`). Its summary is the job's `result`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -31,7 +37,7 @@ from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.wiring import build_embedder, build_originals, build_store, ingest_options
 from agent.http.deps import CALLER, AppSettings, Caller
-from agent.http.errors import ERROR_RESPONSES
+from agent.http.errors import ERROR_RESPONSES, ApiError
 from tools.extract import sniff_bytes
 from tools.extract.dispatch import REFUSED
 from tools.jobs import work
@@ -108,6 +114,59 @@ async def upload(request: Request, jobs: Jobs, settings: AppSettings, caller: Ca
     return JobAccepted(
         job_id=job_id, files=[prefix + f.name for f in files], collection=collection, status_url=f"/v1/jobs/{job_id}"
     )
+
+
+class SyncBody(BaseModel):
+    """A folder of the server's to sync (`tools.ingest.sync`)."""
+
+    path: str = Field(description="The folder, on the server, inside one of `SYNC_ROOTS`.")
+    collection: str | None = Field(default=None, description="Where its documents go (default `default`).")
+    prefix: str = Field(default="", description="Prepended to every document id (ids: paths relative to `path`).")
+    include: list[str] = Field(default=[], description="Only files matching one of these globs.")
+    exclude: list[str] = Field(default=[], description="Leave out files matching one of these globs.")
+
+
+class SyncAccepted(BaseModel):
+    """A queued sync: the job's id, the folder and collection, and where to follow it."""
+
+    job_id: int
+    path: str = Field(description="The folder, resolved (symbolic links followed).")
+    collection: str
+    status_url: str = Field(description="`GET` it for the job's status and, once done, the sync's summary.")
+
+
+def allowed_folder(path: str, roots: Sequence[Path]) -> Path:
+    """`path` resolved (symbolic links followed) when it is a folder inside one of `roots` (resolved too).
+
+    Raises:
+        ApiError: 403 `sync_disabled` when `roots` is empty, 403 `forbidden_path` (naming the roots) for a path
+            outside them; InputError (422) for a path inside them that is not a folder.
+    """
+    if not roots:
+        raise ApiError(403, "sync_disabled", "sync over HTTP is disabled: set SYNC_ROOTS to the folders it may sync")
+    folder = Path(path).expanduser().resolve()
+    allowed = [Path(r).expanduser().resolve() for r in roots]
+    if not Path(path).is_absolute() or not any(folder.is_relative_to(r) for r in allowed):
+        raise ApiError(
+            403,
+            "forbidden_path",
+            f"{path!r} is not an absolute path inside SYNC_ROOTS ({', '.join(str(r) for r in allowed)})",
+        )
+    if not folder.is_dir():
+        raise InputError(f"{path!r}: no such folder on the server")
+    return folder
+
+
+@router.post("/v1/sync", status_code=202)
+async def sync(body: SyncBody, jobs: Jobs, settings: AppSettings, caller: Caller) -> SyncAccepted:
+    """Queue one job syncing a folder of the server's into a collection (`rag sync` run by a worker): new and changed
+    files ingested, renamed ones moved, deleted ones removed (only documents this folder's syncs stored). Answers 202
+    with the job id at once; the job's `result` holds the sync's summary (`GET /v1/jobs/{id}`)."""
+    collection = caller.target(body.collection)
+    folder = await asyncio.to_thread(allowed_folder, body.path, settings.sync_roots)
+    params = {"path": str(folder), "prefix": body.prefix, "include": body.include, "exclude": body.exclude}
+    job_id = await jobs.submit_sync(params, collection)
+    return SyncAccepted(job_id=job_id, path=str(folder), collection=collection, status_url=f"/v1/jobs/{job_id}")
 
 
 @router.get("/v1/jobs/{job_id}")

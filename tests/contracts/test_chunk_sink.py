@@ -13,6 +13,7 @@ import pytest
 
 from tests.contracts.ports import stored_chunk_texts
 from tools.ingest import ChunkSink
+from tools.ingest.reuse import text_hash
 from tools.store import ChunkRecord, DocumentRecord, StoreError
 from tools.store.staging import StagedDocument, StagedRow
 
@@ -120,3 +121,14 @@ async def test_staging_is_per_collection(chunk_sink: ChunkSink) -> None:
     assert await chunk_sink.commit_staged(doc, "zoo") == 1
     assert await chunk_sink.stored_versions(["big"], "zoo") == {"big": "hash-1"}
     assert await chunk_sink.stored_versions(["big"]) == {}
+
+
+async def test_stored_vectors_are_read_by_the_hash_of_their_text(chunk_sink: ChunkSink) -> None:
+    await chunk_sink.add_documents([record("otters", "Otters eat urchins.", "Otters float.")])
+    await chunk_sink.add_documents([record("otters", "Otters nap.")], collection="other")
+    lent = await chunk_sink.chunk_vectors(["otters", "herons"])
+    assert list(lent) == ["otters"]
+    by_hash = {text_hash(t): vector(t) for t in ("Otters eat urchins.", "Otters float.")}
+    assert set(lent["otters"]) == set(by_hash)
+    for digest, stored in lent["otters"].items():
+        assert stored.dtype == np.float32 and np.allclose(stored, by_hash[digest], atol=1e-6)

@@ -3,8 +3,10 @@ batches keyed by content hash.
 
 Modules, in the order a file travels: `inputs` (walk folders, sniff types, name documents), `readers` (documents out
 of JSONL records and extracted files), `documents` (the document and its text rules), `embedding` (chunk and embed
-one batch), `staging` (large documents in sub-batches), `pipeline` (the streaming run), `report` (what a run did);
-`ports` holds what the pipeline needs of an embedder and a sink, and its options.
+one batch; `reuse`: the stored vectors a changed document's unchanged chunks keep), `staging` (large documents in
+sub-batches), `pipeline` (the streaming run), `report` (what a run did); `ports` holds what the pipeline needs of an
+embedder and a sink, and its options. Folder sync (`rag sync`): `sync_plan` (what changed, from the folder and the
+recorded state), `sync` (applying it, file by file), `sync_watch` (again on every change).
 """
 
 from tools.ingest.documents import IngestError, SourceDocument, clean_text

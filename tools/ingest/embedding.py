@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ from tools.embedder import EmbedderError, EmbedderOverloadedError
 from tools.extract import Section
 from tools.ingest.documents import SourceDocument
 from tools.ingest.ports import ChunkSink, DocumentEmbedder
+from tools.ingest.reuse import lend_vectors
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError
 
@@ -43,6 +45,10 @@ class Prepared:
     unchanged: list[SourceDocument]
     failed: list[BadChunk]
     collection: str = DEFAULT_COLLECTION
+    reused: int = 0
+    """Chunks that took a stored vector (`tools.ingest.reuse`) instead of being embedded."""
+    embedded: int = 0
+    """Chunks sent to the embedder."""
 
     @property
     def skipped(self) -> int:
@@ -107,15 +113,32 @@ async def prepare(
     chunk_tokens: int,
     overlap_tokens: int,
     collection: str = DEFAULT_COLLECTION,
+    *,
+    lend_from: Mapping[str, str] | None = None,
 ) -> Prepared:
-    """Chunk and embed the documents of one batch not already stored in `collection` with the same content."""
+    """Chunk and embed the documents of one batch not already stored in `collection` with the same content; a chunk
+    whose text the stored version of its document holds reuses that vector (`tools.ingest.reuse`).
+
+    Args:
+        lend_from: doc id -> the stored doc id whose chunks lend vectors to it (a renamed file's old id; default:
+            the document's own stored version).
+    """
     stored = await store.stored_versions([d.doc_id for d in documents], collection)
     todo = [d for d in documents if stored.get(d.doc_id) != d.content_hash]
     window, overlap = fit_window(chunk_tokens, overlap_tokens, embedder.spec.max_tokens)
     tokenizer = embedder.tokenizer
     pieces = await asyncio.to_thread(lambda: [located_chunks(d, tokenizer, window, overlap) for d in todo])
+    # --- vector reuse (tools.ingest.reuse): a changed document's chunks whose text its stored version (or the
+    # document named by `lend_from`) holds keep their stored vector; only the other chunks are embedded.
+    lenders = [(lend_from or {}).get(d.doc_id) or (d.doc_id if d.doc_id in stored else None) for d in todo]
+    requests = [(lender, [c.text for c, _ in chunks]) for lender, chunks in zip(lenders, pieces, strict=True)]
+    vectors, found = await lend_vectors(store, requests, collection, embedder.spec.dim)
     texts = [c.text for chunks in pieces for c, _ in chunks]
-    vectors = await embed_isolating(embedder, texts) if texts else np.zeros((0, embedder.spec.dim), np.float32)
+    missing = np.flatnonzero(~found)
+    if missing.size:
+        vectors[missing] = await embed_isolating(embedder, [texts[i] for i in missing])
+    reused = len(texts) - int(missing.size)
+    # --- end of vector reuse
     finite: npt.NDArray[np.bool_] = np.asarray(np.isfinite(vectors).all(axis=1))
     records: list[DocumentRecord] = []
     failed: list[BadChunk] = []
@@ -135,7 +158,7 @@ async def prepare(
         ]
         records.append(DocumentRecord(doc.doc_id, doc.title, doc.source, doc.content_hash, chunk_records, doc.metadata))
     unchanged = [d for d in documents if stored.get(d.doc_id) == d.content_hash]
-    return Prepared(records, len(documents), unchanged, failed, collection)
+    return Prepared(records, len(documents), unchanged, failed, collection, reused, len(vectors) - reused)
 
 
 async def store_prepared(

@@ -272,6 +272,7 @@ async def ingest(
             report.skipped += counts.skipped + len(done.large_unchanged)
             report.chunks += counts.chunks + done.large_chunks
             report.resumed_chunks += done.resumed_chunks
+            report.reused_chunks += prepared.reused
             report.failed += prepared.failed
             _count_files(report, batch, done)
             if on_stored is not None and (files := _stored_files(batch, done)):

@@ -61,6 +61,13 @@ class ChunkSink(Protocol):
         """doc_id -> stored content hash (sha256 hex) for those of `doc_ids` stored in `collection` (a hint)."""
         ...
 
+    async def chunk_vectors(
+        self, doc_ids: list[str], collection: str = DEFAULT_COLLECTION
+    ) -> dict[str, dict[str, npt.NDArray[np.float32]]]:
+        """doc_id -> {sha256 hex of a chunk's text: its stored embedding} for those of `doc_ids` stored in
+        `collection` (the vectors a changed document reuses, `tools.ingest.reuse`)."""
+        ...
+
     async def add_documents(
         self,
         docs: Sequence[DocumentRecord],

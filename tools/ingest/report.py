@@ -45,6 +45,8 @@ class IngestReport:
             worker thread); ocr_pages: of those pages, the ones read by OCR (`tools.extract.ocr`), and ocr_s: of
             that time, the seconds OCR took.
         resumed_chunks: chunks of large documents found staged by an interrupted run, not embedded again.
+        reused_chunks: chunks of changed documents whose text the stored version held: its vector was reused, the
+            chunk not embedded again (`tools.ingest.reuse`); counted in `chunks`.
         wall_s: wall time of the run, seconds.
         sample: up to `sample_size` chunk texts embedded in this run, drawn uniformly (reservoir sampling,
             Vitter 1985, algorithm R), for measuring the in-process ceiling on the same text lengths.
@@ -62,6 +64,7 @@ class IngestReport:
     ocr_pages: int = 0
     ocr_s: float = 0.0
     resumed_chunks: int = 0
+    reused_chunks: int = 0
     wall_s: float = 0.0
     sample: list[str] = field(default_factory=list)
 

@@ -1,6 +1,8 @@
-"""The worker loop: claim a job, write its files to a private temporary folder under numbered names (an uploaded
-file name is never used as a path; only a plain extension of it is kept), ingest them through `tools.ingest` with the
-job's document ids, record progress, renew the lease, and mark the job done or failed.
+"""The worker loop: claim a job; for an upload job write its files to a private temporary folder under numbered
+names (an uploaded file name is never used as a path; only a plain extension of it is kept), ingest them through
+`tools.ingest` with the job's document ids, record progress, renew the lease, and mark the job done or failed. A sync
+job (`kind` `sync`) runs `tools.ingest.sync.sync_folder` on its folder and records the sync's summary as the job's
+`result`.
 
 A job is `done` when every file was handled (a file that cannot be extracted is an error of the job, listed per
 file, and the other files are stored), `failed` when ingestion itself failed (Triton or Postgres down), or when its
@@ -36,6 +38,8 @@ from tenacity.wait import wait_base
 from tools.embedder import TritonEmbedder
 from tools.extract import sniff
 from tools.ingest import IngestOptions, InputFile, ingest
+from tools.ingest.sync import SyncRequest, sync_folder
+from tools.ingest.sync_plan import SyncReport
 from tools.originals import Originals
 from tools.store import StoreUnavailableError, VectorStore
 from tools.store.jobs import DEFAULT_MAX_ATTEMPTS, Job, JobQueue, JobStatus
@@ -114,8 +118,18 @@ async def run_job(
 
     lease = asyncio.create_task(keep_lease())
     status: JobStatus = "done"
+    result: dict[str, object] | None = None
     try:
-        files = await queue.files(job.id)
+        if job.kind == "sync":
+            synced = await run_sync(job, embedder, store, options, originals)
+            result = synced.to_json()
+            errors += [{"file": e.path, "error": e.reason} for e in synced.failed]
+            done_files = len(synced.added) + len(synced.updated) + len(synced.moved) + len(synced.removed)
+            if not await queue.progress(job.id, worker, done_files, synced.chunks_written, errors, attempt=claim):
+                raise LeaseLostError(job.id)
+            files = []
+        else:
+            files = await queue.files(job.id)
         with tempfile.TemporaryDirectory(prefix=f"rag-job-{job.id}-") as folder:
             for done, f in enumerate(files, 1):
                 if lease.done() or not await queue.heartbeat(job.id, worker, lease_s, attempt=claim):
@@ -153,8 +167,30 @@ async def run_job(
         lease.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await lease
-    await queue.finish(job.id, worker, status, {"wall_s": round(time.perf_counter() - start, 3)}, attempt=claim)
+    timings = {"wall_s": round(time.perf_counter() - start, 3)}
+    await queue.finish(job.id, worker, status, timings, attempt=claim, result=result)
     return await queue.get(job.id)
+
+
+async def run_sync(
+    job: Job,
+    embedder: TritonEmbedder,
+    store: VectorStore,
+    options: IngestOptions,
+    originals: Originals | None = None,
+) -> SyncReport:
+    """A sync job's run: `tools.ingest.sync.sync_folder` of the folder and globs of `job.params` into
+    `job.collection` (the route checked the folder against `SYNC_ROOTS` when it queued the job), keeping synced
+    files' originals in `originals` when given."""
+    params = job.params
+    request = SyncRequest(
+        Path(str(params["path"])),
+        collection=job.collection,
+        prefix=str(params.get("prefix") or ""),
+        include=tuple(str(g) for g in params.get("include") or ()),
+        exclude=tuple(str(g) for g in params.get("exclude") or ()),
+    )
+    return await sync_folder(request, embedder, store, options, originals=originals)
 
 
 async def _nap(stop: asyncio.Event, seconds: float) -> None:

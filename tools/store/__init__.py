@@ -7,8 +7,9 @@ cosine look-ups with per-transaction search settings), `listing` (counts and doc
 (the `VectorStore` object that puts them together). Everything callers use is importable from `tools.store`.
 
 The service's other tables go through the same pools, transactions and error translation: `conversations` (the
-conversation log), `jobs` (ingestion jobs and their files), `staging` (the staged chunks of large documents) and
-`keys` (API keys); import those from their modules.
+conversation log), `jobs` (ingestion and sync jobs and their files), `staging` (the staged chunks of large
+documents), `sync_state` (what folder syncs recorded, written with the documents) and `keys` (API keys); import those
+from their modules.
 """
 
 from tools.store.errors import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError

@@ -7,6 +7,8 @@ Schema (created idempotently by `JobQueue.setup`):
   files_total, files_done, chunks, errors jsonb, timings jsonb)`; `collection` is where the job's documents go
   (`tools.scope`), and jobs are listed and read only within the collections asked for; status is `queued`,
   `running`, `done` or `failed`;
+- `kind` (`upload` by default: the rows of earlier versions), `params jsonb` (a sync job's folder and globs) and
+  `result jsonb` (a sync job's summary), added to a table made by an earlier version when missing;
 - `ingest_job_files(job_id -> ingest_jobs, idx, name, data bytea)`: the uploaded bytes, so that any worker (any
   process, any machine) can run any job and a job outlives the process that accepted it.
 
@@ -35,6 +37,9 @@ from tools.store import pools
 from tools.store.records import Conn
 
 JobStatus = Literal["queued", "running", "done", "failed"]
+JobKind = Literal["upload", "sync"]
+"""`upload`: ingest the job's files (`ingest_job_files`); `sync`: sync a server-side folder (`params`: `path`,
+`prefix`, `include`, `exclude`; `tools.ingest.sync`), its summary in `result`."""
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS ingest_jobs (
@@ -62,6 +67,9 @@ CREATE TABLE IF NOT EXISTS ingest_job_files (
     PRIMARY KEY (job_id, idx)
 );
 ALTER TABLE ingest_jobs ADD COLUMN IF NOT EXISTS collection text NOT NULL DEFAULT 'default';
+ALTER TABLE ingest_jobs ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'upload';
+ALTER TABLE ingest_jobs ADD COLUMN IF NOT EXISTS params jsonb NOT NULL DEFAULT '{}';
+ALTER TABLE ingest_jobs ADD COLUMN IF NOT EXISTS result jsonb;
 """
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -75,7 +83,7 @@ READ = "BEGIN READ ONLY"
 
 _JOB_COLUMNS = (
     "id, status, created_at, started_at, finished_at, worker, attempts, prefix, collection, files_total, files_done, "
-    "chunks, errors, timings"
+    "chunks, errors, timings, kind, params, result"
 )
 
 
@@ -108,6 +116,9 @@ class Job:
     chunks: int
     errors: list[dict[str, str]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    kind: JobKind = "upload"
+    params: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The job as JSON (`GET /v1/jobs/{id}`, `rag jobs show --json`): times as ISO 8601 UTC."""
@@ -122,6 +133,8 @@ def _job(row: asyncpg.Record) -> Job:
     values = dict(row)
     values["errors"] = json.loads(values["errors"])
     values["timings"] = json.loads(values["timings"])
+    values["params"] = json.loads(values["params"])
+    values["result"] = json.loads(values["result"]) if values["result"] is not None else None
     return Job(**values)
 
 
@@ -184,6 +197,26 @@ class JobQueue:
                 "ingest_job_files",
                 records=[(job_id, i, f.name, f.data) for i, f in enumerate(files)],
                 columns=["job_id", "idx", "name", "data"],
+            )
+        return job_id
+
+    async def submit_sync(self, params: dict[str, Any], collection: str = DEFAULT_COLLECTION) -> int:
+        """Queue a job syncing the folder `params["path"]` (with `prefix`, `include`, `exclude`) into `collection`;
+        returns its id.
+
+        Raises:
+            ValueError: no path, or an invalid collection name (`tools.scope.ScopeError`).
+        """
+        check_collection(collection)
+        if not str(params.get("path") or "").strip():
+            raise ValueError("a sync job needs the folder's path")
+        async with self._tx("queueing a sync job") as conn:
+            job_id: int = await conn.fetchval(
+                "INSERT INTO ingest_jobs (files_total, prefix, collection, kind, params) "
+                "VALUES (0, $1, $2, 'sync', $3::jsonb) RETURNING id",
+                str(params.get("prefix") or ""),
+                collection,
+                json.dumps(params),
             )
         return job_id
 
@@ -252,12 +285,19 @@ class JobQueue:
         return await self._fenced("recording a job's progress", assignments, job_id, worker, attempt, *values)
 
     async def finish(
-        self, job_id: int, worker: str, status: JobStatus, timings: dict[str, float], *, attempt: int
+        self,
+        job_id: int,
+        worker: str,
+        status: JobStatus,
+        timings: dict[str, float],
+        *,
+        attempt: int,
+        result: dict[str, Any] | None = None,
     ) -> bool:
-        """Mark job `job_id` `done` or `failed` if it is still `worker`'s claim `attempt`; False (nothing written)
-        otherwise."""
-        assignments = "status = $4, finished_at = now(), lease_until = NULL, timings = $5::jsonb"
-        values = (status, json.dumps(timings))
+        """Mark job `job_id` `done` or `failed` (with its `result`, e.g. a sync's summary) if it is still `worker`'s
+        claim `attempt`; False (nothing written) otherwise."""
+        assignments = "status = $4, finished_at = now(), lease_until = NULL, timings = $5::jsonb, result = $6::jsonb"
+        values = (status, json.dumps(timings), None if result is None else json.dumps(result))
         return await self._fenced("finishing a job", assignments, job_id, worker, attempt, *values)
 
     async def document_chunks(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> int:

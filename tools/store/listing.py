@@ -1,6 +1,7 @@
-"""Reads of what is stored: counts, stored versions, the collections with their document counts, and document
-listings (offset pages and keyset pages with a total, optionally narrowed to titles or ids holding a search text),
-each inside the caller's transaction and scoped to the collections asked for (None: every collection).
+"""Reads of what is stored: counts, stored versions, the stored vectors of documents' chunks, the collections with
+their document counts, and document listings (offset pages and keyset pages with a total, optionally narrowed to
+titles or ids holding a search text), each inside the caller's transaction and scoped to the collections asked for
+(None: every collection).
 
 The search text is matched with `ILIKE '%text%'` on `doc_id` and `title`. No trigram index backs it: each search
 reads every document row of the collections (a few ms at 5,000 documents; linear in the documents stored)."""
@@ -13,6 +14,8 @@ import json
 from collections.abc import Sequence
 
 import asyncpg
+import numpy as np
+import numpy.typing as npt
 
 from tools.scope import DEFAULT_COLLECTION
 from tools.store.errors import StoreError
@@ -87,6 +90,28 @@ async def stored_versions(conn: Conn, doc_ids: list[str], collection: str = DEFA
         collection,
     )
     return {r["doc_id"]: r["content_hash"] for r in rows}
+
+
+async def chunk_vectors(
+    conn: Conn, doc_ids: list[str], collection: str = DEFAULT_COLLECTION
+) -> dict[str, dict[str, npt.NDArray[np.float32]]]:
+    """doc_id -> {sha256 hex of a chunk's text: its stored embedding `(dim,)` float32}, for those of `doc_ids`
+    stored in `collection` (the hashes are computed by Postgres: only they and the vectors travel)."""
+    rows = await conn.fetch(
+        """
+        SELECT d.doc_id, encode(sha256(convert_to(c.text, 'UTF8')), 'hex') AS text_hash, c.embedding
+        FROM documents d JOIN chunks c ON c.document_id = d.id
+        WHERE d.collection = $2 AND d.doc_id = ANY($1::text[])
+        """,
+        doc_ids,
+        collection,
+    )
+    out: dict[str, dict[str, npt.NDArray[np.float32]]] = {}
+    for r in rows:
+        vector = r["embedding"]
+        array = vector.to_numpy() if hasattr(vector, "to_numpy") else vector
+        out.setdefault(r["doc_id"], {})[r["text_hash"]] = np.asarray(array, dtype=np.float32)
+    return out
 
 
 async def offset_page(

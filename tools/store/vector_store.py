@@ -215,6 +215,16 @@ class VectorStore:
         async with pools.transaction(self.pool, self.acquire_timeout_s, "reading stored versions", READ) as conn:
             return await listing.stored_versions(conn, doc_ids, collection)
 
+    async def chunk_vectors(
+        self, doc_ids: list[str], collection: str = DEFAULT_COLLECTION
+    ) -> dict[str, dict[str, npt.NDArray[np.float32]]]:
+        """doc_id -> {sha256 hex of a chunk's text: its stored embedding `(dim,)` float32} for those of `doc_ids`
+        stored in `collection`: the vectors a new version of a document reuses for the chunks whose text did not
+        change (`tools.ingest.reuse`)."""
+        _collection(collection)
+        async with pools.transaction(self.pool, self.acquire_timeout_s, "reading stored chunk vectors", READ) as conn:
+            return await listing.chunk_vectors(conn, doc_ids, collection)
+
     async def add_documents(
         self,
         docs: Sequence[DocumentRecord],

@@ -197,3 +197,22 @@ async def test_a_large_document_resumes_from_its_staged_chunks(
     assert embedder.embedded == len(stored.chunks) - SUB_BATCH_CHUNKS  # the staged chunks are not embedded again
     assert [c.chunk_index for c in stored.chunks] == list(range(len(stored.chunks)))
     assert sink.staged.get(("default", "big"), {}) == {}
+
+
+async def test_a_changed_document_embeds_only_its_changed_chunks(
+    tmp_path: Path, embedder: ScriptedEmbedder, sink: InMemorySink
+) -> None:
+    sections = [f"## Part {i}\n\nPart {i} is about topic number {i} and nothing else at all." for i in range(4)]
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\n" + "\n\n".join(sections))
+    first = await ingest(plan_inputs([note], root=tmp_path), embedder, sink, OPTIONS)
+    assert first.reused_chunks == 0 and embedder.embedded == first.chunks >= 4
+    sections[2] = "## Part 2\n\nPart 2 changed its topic entirely."
+    note.write_text("# Note\n\n" + "\n\n".join(sections))
+    embedded = embedder.embedded
+    second = await ingest(plan_inputs([note], root=tmp_path), embedder, sink, OPTIONS)
+    assert (second.added, embedder.embedded - embedded) == (1, 1)
+    assert second.reused_chunks == second.chunks - 1
+    stored = sink.documents["default", "note.md"]
+    again = await embedder.embed([c.text for c in stored.chunks])
+    assert np.allclose(np.stack([c.embedding for c in stored.chunks]), again)

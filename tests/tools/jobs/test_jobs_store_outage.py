@@ -221,7 +221,9 @@ class LeaseQueue:
     async def progress(self, *args: Any, **kwargs: Any) -> bool:
         return True
 
-    async def finish(self, job_id: int, worker: str, status: str, timings: Any, *, attempt: int) -> bool:
+    async def finish(
+        self, job_id: int, worker: str, status: str, timings: Any, *, attempt: int, result: Any = None
+    ) -> bool:
         self.finished.append(status)
         return True
 

@@ -1,0 +1,72 @@
+"""`rag sync` as a user runs it, against the real Postgres and Triton: `--dry-run` lists and writes nothing, a sync
+prints its summary, a second run embeds nothing, a file that cannot be read fails alone with exit code 1, and
+`--watch` syncs again on a change and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from agent.config.settings import Settings
+from tests.conftest import REPO_ROOT, cli_env, run_cli
+
+WAIT_S = 600
+"""A bound on waiting for the watching process (the outcome does not depend on it)."""
+
+
+def test_sync_dry_run_then_sync_then_nothing_to_do(postgres_url: str, triton_server: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Alpha\n\nThe narwhal backup job runs every night at two.\n")
+    (folder / "b.txt").write_text("The okapi gateway listens on port 8080.\n")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.7\n% truncated")
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    args = ("sync", str(folder), "--collection", "sync-cli", "--json")
+
+    dry = run_cli(triton_server, *args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["added"] == ["a.md", "b.txt", "broken.pdf"]
+    listed = run_cli(triton_server, "docs", "list", "--collection", "sync-cli", "--json")
+    assert json.loads(listed.stdout) == []
+
+    first = run_cli(triton_server, *args)
+    assert first.returncode == 1, first.stderr  # broken.pdf failed alone
+    report = json.loads(first.stdout)
+    assert report["added"] == ["a.md", "b.txt"] and [f["path"] for f in report["failed"]] == [
+        str((folder / "broken.pdf").resolve())
+    ]
+    (folder / "broken.pdf").unlink()
+    second = run_cli(triton_server, *args)
+    assert second.returncode == 0, second.stderr
+    again = json.loads(second.stdout)
+    assert (again["embed_calls"], again["unchanged"], again["added"]) == (0, 2, [])
+    assert [f["path"] for f in again["skipped"]] == [str((folder / "photo.png").resolve())]
+
+
+def test_watch_syncs_a_change_and_stops_on_sigterm(postgres_url: str, triton_server: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "watched"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent", "sync", str(folder), "--collection", "sync-watch", "--watch", "--json"],
+        env=cli_env(triton_server),
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert json.loads(process.stdout.readline())["added"] == ["a.md"]
+        (folder / "b.md").write_text("# Beta\n\nOtters float on their backs.\n")
+        assert json.loads(process.stdout.readline())["added"] == ["b.md"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "stopped after" in (process.stderr.read() if process.stderr else "")

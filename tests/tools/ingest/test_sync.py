@@ -1,0 +1,164 @@
+"""`tools.ingest.sync` against the real Postgres and the real Triton: after edits, deletions and a rename, a sync
+leaves the collection equal to a fresh ingest of the folder while embedding only the changed chunks; a second run
+does nothing; an interrupted sync converges when run again; documents the sync does not own are never removed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from agent.config.settings import Settings
+from agent.core.wiring import ingest_options
+from evals.bench_sync import (
+    change_folder,
+    changed_chunks,
+    chunk_texts,
+    collection_version,
+    differences,
+    snapshot,
+    write_folder,
+)
+from tests.document_files import GUIDE_HTML, print_pdf
+from tools.embedder import EmbedderError, TextKind, TritonEmbedder
+from tools.ingest import ingest, plan_inputs
+from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
+from tools.originals import Originals
+from tools.store import VectorStore
+from tools.store.records import chunk_id
+
+
+@pytest.fixture
+async def store(fresh_db: str, embedder: TritonEmbedder) -> AsyncIterator[VectorStore]:
+    async with VectorStore(fresh_db, embedder.spec.name, embedder.spec.dim) as st:
+        yield st
+
+
+async def fresh_ingest(folder: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings) -> None:
+    """The folder ingested afresh into collection `fresh` (`rag ingest FOLDER --root FOLDER`)."""
+    await ingest(plan_inputs([folder], root=folder), embedder, store, ingest_options(settings, "fresh"))
+
+
+async def test_sync_converges_to_a_fresh_ingest_and_embeds_only_changed_chunks(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    folder = (tmp_path / "folder").resolve()
+    names = write_folder(folder, 20)
+    print_pdf(GUIDE_HTML, folder / "guide.pdf")
+    names.append("guide.pdf")
+    other = tmp_path / "other" / "elsewhere.md"
+    other.parent.mkdir()
+    other.write_text("# Elsewhere\n\nThis document was ingested by other means.\n")
+    options = ingest_options(settings)
+    originals = Originals(tmp_path / "originals")
+    request = SyncRequest(folder, collection="synced")
+    counted = CountingEmbedder(embedder)
+
+    first = await sync_folder(request, counted, store, options, originals=originals)
+    assert (len(first.added), first.failed, first.removed) == (21, [], [])
+    await ingest(plan_inputs([other], root=other.parent), embedder, store, ingest_options(settings, "synced"))
+
+    before = {n: chunk_texts(folder / n, n, settings, counted) for n in names}
+    change = change_folder(folder, names)
+    after = {n: chunk_texts(folder / n, n, settings, counted) for n in change.edited}
+    calls, texts = counted.calls, counted.texts
+    second = await sync_folder(request, counted, store, options, originals=originals)
+
+    assert sorted(second.updated) == sorted(change.edited)
+    assert sorted(second.removed) == sorted(change.deleted)
+    assert second.moved == change.renamed
+    assert (second.added, second.failed) == ([], [])
+    expected = changed_chunks(before, after)
+    assert 0 < expected < sum(len(t) for t in after.values())
+    assert counted.texts - texts == second.chunks_embedded == expected
+    assert counted.calls - calls == second.embed_calls == 1
+    assert second.chunks_reused == sum(len(t) for t in after.values()) - expected
+
+    await fresh_ingest(folder, embedder, store, settings)
+    async with store.pool.acquire() as conn:
+        synced = await snapshot(conn, "synced")
+        fresh = await snapshot(conn, "fresh")
+        version = await collection_version(conn, "synced")
+    assert "elsewhere.md" in synced  # ingested by other means: never removed by the sync
+    del synced["elsewhere.md"]
+    assert differences(synced, fresh) == []
+    old, new = change.renamed[0]
+    assert synced[new]["chunk_ids"] == [chunk_id("synced", new, i) for i in range(len(synced[new]["chunks"]))]
+    assert originals.find("synced", new) is not None and originals.find("synced", old) is None
+    assert all(originals.find("synced", d) is None for d in change.deleted)
+
+    third = await sync_folder(request, counted, store, options, originals=originals)
+    assert not third.changed and third.embed_calls == 0 and third.unchanged == len(synced)
+    async with store.pool.acquire() as conn:
+        assert await collection_version(conn, "synced") == version
+
+
+class FailingEmbedder:
+    """The real embedder, failing every call after the first `calls` (a crash in the middle of a sync)."""
+
+    def __init__(self, inner: TritonEmbedder, calls: int) -> None:
+        self.inner, self.left = inner, calls
+        self.spec, self.tokenizer = inner.spec, inner.tokenizer
+
+    async def embed(self, texts: Sequence[str], kind: TextKind = "document") -> npt.NDArray[np.float32]:
+        if self.left == 0:
+            raise EmbedderError("Triton went away (injected)")
+        self.left -= 1
+        return await self.inner.embed(texts, kind)
+
+
+async def test_an_interrupted_sync_converges_when_run_again(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    folder = (tmp_path / "folder").resolve()
+    names = write_folder(folder, 8)
+    options = replace(ingest_options(settings), batch_docs=2)
+    request = SyncRequest(folder, collection="synced")
+    await sync_folder(request, embedder, store, options)
+    change_folder(folder, names)
+    for i in range(3):  # new files too, embedded in batches of 2 after the changed ones
+        (folder / f"new-{i}.md").write_text(f"# New {i}\n\nA new file, number {i}, about sea otters.\n")
+
+    with pytest.raises(EmbedderError):
+        await sync_folder(request, FailingEmbedder(embedder, calls=1), store, options)
+    async with store.pool.acquire() as conn:
+        partial = await snapshot(conn, "synced")
+    resumed = await sync_folder(request, embedder, store, options)
+    assert resumed.failed == [] and resumed.changed
+
+    await fresh_ingest(folder, embedder, store, settings)
+    async with store.pool.acquire() as conn:
+        synced, fresh = await snapshot(conn, "synced"), await snapshot(conn, "fresh")
+    assert differences(synced, fresh) == []
+    assert differences(partial, fresh) != []  # the interrupted run had not finished
+    again = await sync_folder(request, embedder, store, options)
+    assert not again.changed and again.embed_calls == 0
+
+
+async def test_documents_the_sync_does_not_own_are_never_removed(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A document ingested by other means under the id of a file of the folder that has no text, or is not a synced
+    type, stays when the file is synced and when the file is deleted."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("blank.md", "photo.png"):
+        (elsewhere / name).write_text(f"# {name}\n\nIngested by other means.\n")
+    await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
+    (folder / "blank.md").write_text("   \n\n")
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (folder / "kept.md").write_text("# Kept\n\nThe synced file.\n")
+    request = SyncRequest(folder, collection="synced")
+    first = await sync_folder(request, embedder, store, ingest_options(settings))
+    assert (first.added, first.removed, len(first.skipped)) == (["kept.md"], [], 1)
+    for name in ("blank.md", "photo.png", "kept.md"):
+        (folder / name).unlink()
+    second = await sync_folder(request, embedder, store, ingest_options(settings))
+    assert second.removed == ["kept.md"]
+    assert set(await store.stored_versions(["blank.md", "photo.png", "kept.md"], "synced")) == {"blank.md", "photo.png"}

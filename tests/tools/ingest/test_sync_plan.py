@@ -1,0 +1,108 @@
+"""The sync plan (`tools.ingest.sync_plan`) from a folder's files and the recorded state, with no store: the stat
+fast path reads nothing, the same bytes under a new stat only touch the state, a path gone with its bytes under a
+new path is a move, an unreadable file keeps its document, and the report's summary lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools.extract import Kind
+from tools.ingest.report import FileError
+from tools.ingest.sync_plan import SeenFile, SyncReport, plan_sync, relative_id, scan_folder
+from tools.store.sync_state import FileState
+
+
+def seen(rel: str, size: int = 10, mtime: int = 1) -> SeenFile:
+    return SeenFile(Path("/f") / rel, rel, size, mtime)
+
+
+def state(rel: str, digest: str, size: int = 10, mtime: int = 1, doc_id: str | None = None) -> FileState:
+    return FileState(rel, size, mtime, digest, doc_id or rel, "c-" + digest)
+
+
+class Hashes:
+    """A fake `HashFn` over a dict of rel path -> bytes hash, recording what was read."""
+
+    def __init__(self, digests: dict[str, str], unreadable: frozenset[str] = frozenset()) -> None:
+        self.digests, self.unreadable, self.read = digests, unreadable, []  # type: ignore[var-annotated]
+
+    def __call__(self, path: Path) -> tuple[str, Kind]:
+        rel = path.relative_to("/f").as_posix()
+        self.read.append(rel)
+        if rel in self.unreadable:
+            raise PermissionError(13, "Permission denied")
+        return self.digests[rel], "markdown"
+
+
+def test_unchanged_stat_reads_nothing() -> None:
+    hashes = Hashes({})
+    plan = plan_sync([seen("a.md"), seen("b/c.md")], {"a.md": state("a.md", "h1"), "b/c.md": state("b/c.md", "h2")},
+                     str, hashes)  # fmt: skip
+    assert plan.unchanged == ["a.md", "b/c.md"] and plan.changes == 0 and hashes.read == []
+
+
+def test_new_stat_with_the_same_bytes_only_touches_the_state() -> None:
+    plan = plan_sync([seen("a.md", mtime=2)], {"a.md": state("a.md", "h1")}, str, Hashes({"a.md": "h1"}))
+    assert plan.changes == 0 and [t.mtime_ns for t in plan.touched] == [2] and plan.touched[0].content_hash == "c-h1"
+
+
+def test_changed_new_gone_and_renamed_files() -> None:
+    recorded = {r: state(r, h) for r, h in [("edit.md", "e1"), ("gone.md", "g"), ("old/name.md", "m")]}
+    files = [seen("edit.md", size=11), seen("new.md"), seen("moved/name.md")]
+    plan = plan_sync(files, recorded, str, Hashes({"edit.md": "e2", "new.md": "n", "moved/name.md": "m"}))
+    assert [(old.rel_path, c.doc_id) for old, c in plan.updated] == [("edit.md", "edit.md")]
+    assert [c.doc_id for c in plan.added] == ["new.md"]
+    assert [(old.doc_id, c.doc_id) for old, c in plan.moved] == [("old/name.md", "moved/name.md")]
+    assert [s.rel_path for s in plan.removed] == ["gone.md"]
+
+
+def test_a_new_document_id_for_the_same_bytes_is_a_move() -> None:
+    plan = plan_sync([seen("a.md")], {"a.md": state("a.md", "h1")}, lambda rel: "docs/" + rel, Hashes({"a.md": "h1"}))
+    assert [(old.doc_id, c.doc_id) for old, c in plan.moved] == [("a.md", "docs/a.md")]
+
+
+def test_an_unreadable_file_fails_alone_and_keeps_its_document() -> None:
+    recorded = {"a.md": state("a.md", "h1")}
+    plan = plan_sync([seen("a.md", mtime=5), seen("b.md")], recorded, str,
+                     Hashes({"b.md": "h2"}, unreadable=frozenset({"a.md"})))  # fmt: skip
+    assert plan.removed == [] and [c.doc_id for c in plan.added] == ["b.md"]
+    assert [e.reason for e in plan.failed] == ["/f/a.md: cannot be read (Permission denied)"]
+
+
+def test_two_copies_of_one_deleted_file_move_one_and_add_the_other() -> None:
+    copies = Hashes({"x.md": "h", "y.md": "h"})
+    plan = plan_sync([seen("x.md"), seen("y.md")], {"a.md": state("a.md", "h")}, str, copies)
+    assert [(old.rel_path, c.seen.rel_path) for old, c in plan.moved] == [("a.md", "x.md")]
+    assert [c.doc_id for c in plan.added] == ["y.md"] and plan.removed == []
+
+
+def test_document_ids_are_relative_to_the_root_with_the_prefix(tmp_path: Path) -> None:
+    assert relative_id(tmp_path / "docs" / "guide", tmp_path / "docs", "kb/")("a/b.md") == "kb/guide/a/b.md"
+    assert relative_id(tmp_path, tmp_path, "")("b.md") == "b.md"
+
+
+def test_scan_follows_the_globs_and_leaves_out_hidden_entries(tmp_path: Path) -> None:
+    for rel in ["a.md", "drafts/b.md", ".hidden/c.md", "d.txt"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    assert [f.rel_path for f in scan_folder(tmp_path, exclude=["drafts/*"])] == ["a.md", "d.txt"]
+    assert [f.rel_path for f in scan_folder(tmp_path, include=["*.md"])] == ["a.md", "drafts/b.md"]
+
+
+def test_the_report_says_what_changed_and_what_was_embedded() -> None:
+    report = SyncReport(added=["n.md"], moved=[("a.md", "b.md")], unchanged=4, chunks_embedded=2, chunks_reused=5,
+                        embed_calls=1, failed=[FileError("/f/x.pdf", "pdf", "/f/x.pdf: encrypted")])  # fmt: skip
+    lines = report.lines()
+    assert lines[0] == "added 1, updated 0, moved 1, removed 0; 4 unchanged, 0 skipped, 1 failed (files)"
+    assert lines[1].startswith("chunks: 2 embedded (1 embed calls), 5 reused of 7")
+    assert "  moved: a.md -> b.md" in lines and "  failed: /f/x.pdf: encrypted" in lines
+    assert report.to_json()["moved"] == [{"from": "a.md", "to": "b.md"}] and report.any_failed
+
+
+def test_a_file_recorded_as_skipped_is_not_read_again_until_it_changes() -> None:
+    recorded = {"p.png": FileState("p.png", 10, 1, "h", "p.png", None, "skipped")}
+    hashes = Hashes({"p.png": "h2"})
+    plan = plan_sync([seen("p.png")], recorded, str, hashes)
+    assert (plan.skipped, plan.unchanged, hashes.read) == (["p.png"], [], [])
+    changed = plan_sync([seen("p.png", mtime=2)], recorded, str, hashes)
+    assert [old.status for old, _ in changed.updated] == ["skipped"] and hashes.read == ["p.png"]

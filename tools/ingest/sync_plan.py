@@ -1,0 +1,246 @@
+"""What a folder sync has to do, decided from the folder and the recorded state alone (no store, no embedder): the
+plan and the report of a sync (`tools.ingest.sync`).
+
+A file whose size and mtime (ns) equal the recorded ones, under the same document id, is unchanged and is not read.
+Any other file is read once and hashed (sha256 of its bytes): the same bytes as recorded is unchanged too (only its
+stat is recorded again: `touched`), other bytes are an update, a path with no record is new. A recorded path gone
+from the folder is removed, unless a new path has the same bytes: that pair is a move (the first gone path in name
+order pairs with the first new one). A file whose document id changed (another `--prefix` or `--root`) with the same
+bytes is a move too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.extract import Kind, sniff
+from tools.ingest.inputs import walk
+from tools.ingest.report import FileError
+from tools.store.sync_state import FileState, FileStatus
+
+
+@dataclass(frozen=True)
+class SeenFile:
+    """A file found in the synced folder: its path, its path relative to the folder (POSIX), size (bytes) and
+    mtime (ns)."""
+
+    path: Path
+    rel_path: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file to read: what was seen, the sha256 hex of its bytes, its sniffed type and its document id."""
+
+    seen: SeenFile
+    file_hash: str
+    kind: Kind
+    doc_id: str
+
+    def state(self, content_hash: str | None, skipped: bool = False) -> FileState:
+        """The state to record once its document (content hash; None: no text, no document) is stored, or once it
+        is `skipped` (a type that is not synced)."""
+        seen = self.seen
+        status: FileStatus = "skipped" if skipped else "stored" if content_hash is not None else "empty"
+        return FileState(seen.rel_path, seen.size, seen.mtime_ns, self.file_hash, self.doc_id, content_hash, status)
+
+
+@dataclass
+class SyncPlan:
+    """The changes of one sync: `added` (new paths), `updated` (recorded paths whose bytes changed), `moved` (a
+    recorded file and the candidate holding its bytes under a new path or id), `removed` (recorded paths gone),
+    `touched` (same bytes, new stat: only the state is written), `unchanged` (rel paths not read or the same
+    bytes), `skipped` (rel paths recorded as a type that is not synced, unchanged: not read), `failed` (files that
+    could not be read)."""
+
+    added: list[Candidate] = field(default_factory=list)
+    updated: list[tuple[FileState, Candidate]] = field(default_factory=list)
+    moved: list[tuple[FileState, Candidate]] = field(default_factory=list)
+    removed: list[FileState] = field(default_factory=list)
+    touched: list[FileState] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[FileError] = field(default_factory=list)
+
+    @property
+    def changes(self) -> int:
+        """Files whose documents this plan writes (added, updated, moved, removed)."""
+        return len(self.added) + len(self.updated) + len(self.moved) + len(self.removed)
+
+
+def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[SeenFile]:
+    """The files under `folder` as `tools.ingest.inputs.walk` finds them (globs, hidden entries left out), with
+    their stat; a file that vanishes while scanned is left out."""
+    seen: list[SeenFile] = []
+    for path in walk(folder, include, exclude):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue
+        seen.append(SeenFile(path, path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
+    return seen
+
+
+HashFn = Callable[[Path], tuple[str, Kind]]
+"""A file's (sha256 hex of its bytes, sniffed type); raises OSError when it cannot be read."""
+
+
+def plan_sync(
+    seen: Sequence[SeenFile], recorded: dict[str, FileState], doc_id_of: Callable[[str], str], hash_file: HashFn
+) -> SyncPlan:
+    """The plan (see the module docstring) of the files `seen` against the `recorded` states (rel path -> state);
+    `doc_id_of` names a rel path's document, `hash_file` reads a file (only those the stat does not settle)."""
+    plan = SyncPlan()
+    fresh: list[Candidate] = []
+    present: set[str] = set()
+    for file in seen:
+        present.add(file.rel_path)
+        doc_id = doc_id_of(file.rel_path)
+        old = recorded.get(file.rel_path)
+        if old is not None and (old.size, old.mtime_ns, old.doc_id) == (file.size, file.mtime_ns, doc_id):
+            (plan.skipped if old.status == "skipped" else plan.unchanged).append(file.rel_path)
+            continue
+        try:
+            file_hash, kind = hash_file(file.path)
+        except OSError as exc:
+            plan.failed.append(FileError(str(file.path), "unknown", f"{file.path}: cannot be read ({exc.strerror})"))
+            if old is not None:  # its recorded document stays
+                plan.unchanged.append(file.rel_path)
+            continue
+        candidate = Candidate(file, file_hash, kind, doc_id)
+        if old is None:
+            fresh.append(candidate)
+        elif old.status == "skipped":  # re-read: its type may be synced now
+            plan.updated.append((old, candidate))
+        elif old.file_hash == file_hash and old.doc_id == doc_id:
+            plan.touched.append(candidate.state(old.content_hash))
+            plan.unchanged.append(file.rel_path)
+        elif old.file_hash == file_hash and old.status == "stored":
+            plan.moved.append((old, candidate))
+        else:
+            plan.updated.append((old, candidate))
+    gone = [state for rel, state in sorted(recorded.items()) if rel not in present]
+    by_hash: dict[str, list[FileState]] = {}
+    for state in gone:
+        if state.status == "stored":
+            by_hash.setdefault(state.file_hash, []).append(state)
+    paired: set[str] = set()
+    for candidate in fresh:
+        olds = by_hash.get(candidate.file_hash)
+        if olds:
+            old = olds.pop(0)
+            paired.add(old.rel_path)
+            plan.moved.append((old, candidate))
+        else:
+            plan.added.append(candidate)
+    plan.removed = [s for s in gone if s.rel_path not in paired]
+    return plan
+
+
+@dataclass
+class SyncReport:
+    """What one sync did (or, with `dry_run`, would do).
+
+    Attributes:
+        added, updated, removed: document ids written or deleted.
+        moved: (old doc id, new doc id) of renamed files (the document kept, its ids updated).
+        unchanged: files not written (the same bytes, most not even read).
+        skipped: files of a type that is not synced (unsupported, JSONL corpora), with the cause.
+        failed: files that failed (unreadable, extraction failed, a chunk that cannot be embedded), with the
+            cause; their stored documents are kept.
+        chunks_embedded: chunk texts sent to the embedder; chunks_reused: chunks that kept a stored vector
+            (their text unchanged); embed_calls: calls to the embedder.
+        chunks_written: chunks of the documents written.
+        wall_s: wall time, seconds.
+    """
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    skipped: list[FileError] = field(default_factory=list)
+    failed: list[FileError] = field(default_factory=list)
+    chunks_embedded: int = 0
+    chunks_reused: int = 0
+    embed_calls: int = 0
+    chunks_written: int = 0
+    wall_s: float = 0.0
+    dry_run: bool = False
+
+    @property
+    def any_failed(self) -> bool:
+        """Whether a file failed (the exit code of `rag sync` says so)."""
+        return bool(self.failed)
+
+    @property
+    def changed(self) -> bool:
+        """Whether a document was (or would be) written or deleted."""
+        return bool(self.added or self.updated or self.moved or self.removed)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON (`rag sync --json`, a sync job's result)."""
+        return {
+            "added": self.added,
+            "updated": self.updated,
+            "moved": [{"from": old, "to": new} for old, new in self.moved],
+            "removed": self.removed,
+            "unchanged": self.unchanged,
+            "skipped": [{"path": e.path, "kind": e.kind, "reason": e.reason} for e in self.skipped],
+            "failed": [{"path": e.path, "kind": e.kind, "reason": e.reason} for e in self.failed],
+            "chunks_embedded": self.chunks_embedded,
+            "chunks_reused": self.chunks_reused,
+            "embed_calls": self.embed_calls,
+            "chunks_written": self.chunks_written,
+            "wall_s": round(self.wall_s, 3),
+            "dry_run": self.dry_run,
+        }
+
+    def lines(self) -> list[str]:
+        """The human summary: one line of counts, the embedding line, then each change and each failed or skipped
+        file."""
+        verb = "would be " if self.dry_run else ""
+        out = [
+            f"{verb}added {len(self.added)}, updated {len(self.updated)}, moved {len(self.moved)}, removed "
+            f"{len(self.removed)}; {self.unchanged} unchanged, {len(self.skipped)} skipped, {len(self.failed)} failed "
+            f"(files)",
+        ]
+        if not self.dry_run:
+            total = self.chunks_embedded + self.chunks_reused
+            out.append(
+                f"chunks: {self.chunks_embedded} embedded ({self.embed_calls} embed calls), {self.chunks_reused} "
+                f"reused of {total}; {self.chunks_written} written in {self.wall_s:.1f} s"
+            )
+        out += [f"  added: {d}" for d in self.added]
+        out += [f"  updated: {d}" for d in self.updated]
+        out += [f"  moved: {old} -> {new}" for old, new in self.moved]
+        out += [f"  removed: {d}" for d in self.removed]
+        out += [f"  skipped: {e.reason}" for e in self.skipped]
+        out += [f"  failed: {e.reason}" for e in self.failed]
+        return out
+
+
+def file_hash_and_kind(path: Path) -> tuple[str, Kind]:
+    """`HashFn` of a real file: sha256 of its bytes (read in 1 MiB blocks) and its sniffed type."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest(), sniff(path)
+
+
+def relative_id(folder: Path, root: Path, prefix: str) -> Callable[[str], str]:
+    """The document id of a path relative to `folder`: `prefix` + its path relative to `root` (POSIX)."""
+    base = os.path.relpath(folder, root)
+
+    def doc_id(rel_path: str) -> str:
+        return prefix + (rel_path if base == "." else f"{Path(base).as_posix()}/{rel_path}")
+
+    return doc_id
