@@ -717,6 +717,7 @@ def followups(results: dict[str, Any]) -> str:
     "bench-quota.json",
     "page-settle.json",
     "bench-sync.json",
+    "fidelity.json",
 )
 def headline(
     retrieval: dict[str, Any],
@@ -730,12 +731,13 @@ def headline(
     quota: dict[str, Any],
     page: dict[str, Any],
     sync: dict[str, Any],
+    fidelity: dict[str, Any],
 ) -> str:
     """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, follow-up search nDCG@10
     (shipped query against the raw follow-up and the original claim), answer verdict accuracy, the embedding
     service's throughput and p99, the query path's p50, goodput under overload, questions during an ingest, answer
-    cache hits, quota refusals, the web page's settle time, an incremental folder sync; each with its date and the
-    page holding the full table."""
+    cache hits, quota refusals, the web page's settle time, an incremental folder sync, scanned documents read by
+    OCR against the same text as JSONL; each with its date and the page holding the full table."""
     hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
     dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
     hybrid1 = _point(query, "hybrid", 1)
@@ -833,7 +835,25 @@ def headline(
         ]
     )
     rows.append(_sync_row(sync))
+    if "scanned" in fidelity["formats"]:
+        rows.append(_scanned_row(fidelity))
     return markdown_table(["what", "figure", "measured", "details"], rows)
+
+
+def _scanned_row(fidelity: dict[str, Any]) -> list[object]:
+    """The headline row of the scanned rendering of `rag eval fidelity`: nDCG@10 against JSONL, OCR speed and the
+    scanned book's page check."""
+    scanned, jsonl = fidelity["formats"]["scanned"], fidelity["formats"]["jsonl"]
+    check = fidelity.get("page_check_scanned", {})
+    pages = f"; cited page right for {check['page_correct']}/{check['chunks']} chunks" if check else ""
+    return [
+        f"scanned PDFs read by OCR (Tesseract, {fidelity.get('ocr_dpi', 300)} dpi), {fidelity['claims']} SciFact "
+        f"claims over {fidelity['documents']} docs",
+        f"nDCG@10 **{scanned['ndcg@10']:.4f}** (same documents as JSONL: {jsonl['ndcg@10']:.4f}); "
+        f"{scanned['ocr_pages_per_s']:g} pages/s{pages}",
+        scanned["date"],
+        "[Evaluations](docs/evaluations.md#format-fidelity-rag-eval-fidelity-and-extraction-libraries-rag-bench-extract)",
+    ]
 
 
 def _sync_row(sync: dict[str, Any]) -> list[object]:
