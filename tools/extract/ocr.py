@@ -6,8 +6,11 @@ by PDFium at `OcrOptions.dpi` (`render_page`) and read here; image files (`tools
 frame. Tesseract's `image_to_data` (TSV) gives words with their pixel boxes and their block, paragraph and line
 numbers: words of a line are joined by a space, lines by a line break, paragraphs and blocks by a blank line. Each
 character of a word gets an equal share of the word's width (Tesseract gives no per-character boxes in TSV); spaces
-and line breaks get NaN boxes. Pixel boxes become PDF points with the origin at the page's bottom left:
-`x_pt = x_px * 72 / dpi`, `y_pt = page_height_pt - y_px * 72 / dpi`.
+and line breaks get NaN boxes. Pixel boxes become points in page space, as the text layer's boxes are
+(`tools.extract.pdf`) and as `tools.render_page` draws them: with the rendered area's bottom-left corner at
+`(x0, y0)` (a PDF page's crop box; `(0, 0)` for an image) and its height `h`, `x_pt = x0 + x_px * 72 / dpi`,
+`y_pt = y0 + h - y_px * 72 / dpi`. A PDF page shown turned (`/Rotate`) is OCR'd as shown, but its characters get NaN
+boxes (no highlight), as the text layer's rotated pages do.
 
 Tesseract is CPU-only and slow (about 1-3 s per 300 dpi page on one core): pages are read by `OcrOptions.workers`
 `tesseract` processes at once (threads here wait on them), each limited to one OpenMP thread (`OMP_THREAD_LIMIT=1`;
@@ -80,23 +83,29 @@ class OcrOptions:
 
 @dataclass(frozen=True)
 class PageImage:
-    """One page to read: the image, its size in points (`page_size`) and its pixels per point on each axis."""
+    """One page to read: the image, its size in points (`page_size`), its pixels per point on each axis, and where
+    its bottom-left corner lies in page space (`origin`, points; None: the image is turned against page space, and
+    its characters get NaN boxes)."""
 
     image: Image.Image
     page_size: tuple[float, float]
     px_per_pt: tuple[float, float]
+    origin: tuple[float, float] | None = (0.0, 0.0)
 
 
 def render_page(document: pdfium.PdfDocument, index: int, dpi: int) -> PageImage:
     """Page `index` (0-based) of `document` rendered by PDFium in grey levels at `dpi` (the page as shown: crop box
-    and `/Rotate` applied). PDFium is not thread-safe: the caller serialises calls."""
+    and `/Rotate` applied; `origin` the crop box's bottom-left corner, None for a turned page). PDFium is not
+    thread-safe: the caller serialises calls."""
     page = document[index]
     try:
         size: tuple[float, float] = tuple(page.get_size())
+        left, bottom, _, _ = page.get_cropbox()
+        origin = None if page.get_rotation() % 360 else (float(left), float(bottom))
         bitmap = page.render(scale=dpi / 72, grayscale=True)
         image = bitmap.to_pil()
         image.load()
-        result = PageImage(image.copy(), size, (image.width / size[0], image.height / size[1]))
+        result = PageImage(image.copy(), size, (image.width / size[0], image.height / size[1]), origin)
         bitmap.close()
     finally:
         page.close()
@@ -109,7 +118,8 @@ def _letters(word: str) -> str:
 
 def read_page(page: PageImage, language: str) -> tuple[str, PageBoxes]:
     """The text Tesseract reads on `page` (words, lines, blank lines between paragraphs) and each character's box in
-    points (origin bottom left; NaN rows for spaces and line breaks).
+    points, page space (`page.origin` added; NaN rows for spaces and line breaks, and for every character of a page
+    whose `origin` is None).
 
     Raises:
         pytesseract.TesseractNotFoundError, pytesseract.TesseractError: see `ocr_error`.
@@ -119,7 +129,8 @@ def read_page(page: PageImage, language: str) -> tuple[str, PageBoxes]:
         page.image, lang=language, config=f"--dpi {dpi}", output_type=pytesseract.Output.DICT
     )
     sx, sy = page.px_per_pt
-    height = page.page_size[1]
+    x0, y0 = (0.0, 0.0) if page.origin is None else page.origin
+    top_pt = y0 + page.page_size[1]
     parts: list[str] = []
     boxes: list[npt.NDArray[np.float32]] = []
     previous: tuple[int, int, int] | None = None
@@ -140,10 +151,12 @@ def read_page(page: PageImage, language: str) -> tuple[str, PageBoxes]:
         width, tall = float(data["width"][i]), float(data["height"][i])
         edges = left + width * np.arange(len(word) + 1, dtype=np.float64) / len(word)
         chars = np.empty((len(word), 4), np.float32)
-        chars[:, 0] = edges[:-1] / sx
-        chars[:, 2] = edges[1:] / sx
-        chars[:, 1] = height - (top + tall) / sy
-        chars[:, 3] = height - top / sy
+        chars[:, 0] = x0 + edges[:-1] / sx
+        chars[:, 2] = x0 + edges[1:] / sx
+        chars[:, 1] = top_pt - (top + tall) / sy
+        chars[:, 3] = top_pt - top / sy
+        if page.origin is None:
+            chars[:] = np.nan
         parts.append(word)
         boxes.append(chars)
     text = "".join(parts)

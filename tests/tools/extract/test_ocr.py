@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pypdf
 import pypdfium2 as pdfium
 import pytesseract
@@ -87,6 +88,34 @@ def test_a_scanned_pdf_is_read_by_ocr_page_by_page_with_boxes(scanned: Path) -> 
     heading, line = extracted.text.index("Zebrafish"), extracted.text.lower().index("numbats")
     assert layout.boxes[heading, 3] > 700 and layout.boxes[line, 3] > 700  # near the top: y runs upwards
     assert layout.page_sizes[0] == pytest.approx(pdfium.PdfDocument(scanned)[0].get_size(), abs=1)
+
+
+def box_of(extracted: Extracted, word: str) -> npt.NDArray[np.float32]:
+    """The box `(left, bottom, right, top)` in points around the first occurrence of `word` (case-insensitive)."""
+    at = extracted.text.lower().index(word)
+    assert extracted.layout is not None
+    boxes = extracted.layout.boxes[at : at + len(word)]
+    return np.array([boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()], np.float32)
+
+
+def test_a_cropped_scan_s_boxes_are_in_page_space_and_a_turned_one_has_none(scanned: Path, tmp_path: Path) -> None:
+    whole = extract_here(scanned, OCR)
+    writer = pypdf.PdfWriter()
+    writer.append(str(scanned))
+    writer.pages[0].cropbox = pypdf.generic.RectangleObject((24, 72, 540, 720))
+    writer.pages[1].rotate(90)
+    changed = tmp_path / "cropped.pdf"
+    writer.write(str(changed))
+    cropped = extract_here(changed, OCR)
+    assert "quokkas live on small islands" in cropped.text.lower() and "numbats" in cropped.text.lower()
+    # the same glyphs on the same page: the same place in page space, whatever the crop box
+    assert box_of(cropped, "quokkas") == pytest.approx(box_of(whole, "quokkas"), abs=2)
+    layout = cropped.layout
+    assert layout is not None and layout.page_sizes[0] == pytest.approx((516, 648))
+    placed = layout.boxes[layout.pages == 1]
+    assert (placed[:, [0, 2]] >= 24).all() and (placed[:, [0, 2]] <= 540).all()
+    assert (placed[:, [1, 3]] >= 72).all() and (placed[:, [1, 3]] <= 720).all()
+    assert not (layout.pages == 2).any()  # the turned page is read, but without boxes
 
 
 def test_ocr_progress_of_the_worker_process_is_logged_here(scanned: Path, caplog: pytest.LogCaptureFixture) -> None:
