@@ -4,8 +4,10 @@ A multi-page TIFF (or an animated PNG) is one document of several pages, frame n
 comes from the resolution the file records (Pillow's `info["dpi"]`: PNG `pHYs`, JPEG JFIF density, TIFF
 `XResolution`/`YResolution`); a file that records none, or a nonsensical one (below 10 dpi), is taken at 72 dpi, one
 point per pixel. The layout's boxes are in those points, origin at the frame's bottom left, as for PDF pages.
-Frames are decoded in this process (Pillow refuses decompression bombs over its `MAX_IMAGE_PIXELS`) and read by
-`OCR_WORKERS` tesseract processes at once; callers run this off the event loop (a thread), as for every extractor.
+Frames are decoded in this process, one at a time, and read by `OCR_WORKERS` tesseract processes at once; callers run
+this off the event loop (a thread), as for every extractor. Memory is bounded: a frame of more than
+`tools.extract.ocr.MAX_OCR_PIXELS` pixels (stricter than Pillow's own `MAX_IMAGE_PIXELS` warning), or an image of more
+than `MAX_IMAGE_FRAMES` frames, is refused before it is decoded.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from pathlib import Path
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
 from tools.extract.base import Extracted, ExtractError
-from tools.extract.ocr import OcrOptions, PageBoxes, PageImage, progress_logger, read_pages
+from tools.extract.ocr import MAX_OCR_PIXELS, OcrOptions, PageBoxes, PageImage, progress_logger, read_pages
 from tools.extract.pages import join_pages, page_layout
 
 DEFAULT_DPI = 72.0
 """Resolution of an image that records none: one pixel per point."""
 _MIN_DPI = 10.0
+MAX_IMAGE_FRAMES = 1000
+"""Most frames (pages) of one image file; a file with more is refused."""
 
 
 def _frame_dpi(dpi: object) -> tuple[float, float]:
@@ -34,9 +38,30 @@ def _frame_dpi(dpi: object) -> tuple[float, float]:
     return DEFAULT_DPI, DEFAULT_DPI
 
 
-def _frames(image: Image.Image) -> Iterator[tuple[tuple[float, float], PageImage]]:
-    """(size in points, page) of each frame, decoded one at a time in grey levels."""
-    for frame in ImageSequence.Iterator(image):
+def check_frame(path: Path, frame: Image.Image, number: int) -> None:
+    """Refuse frame `number` (from 1) of the image `path` before it is decoded when it has more than
+    `MAX_OCR_PIXELS` pixels or `number` exceeds `MAX_IMAGE_FRAMES`.
+
+    Raises:
+        ExtractError: names the file, the frame's pixels (or the frame count) and the limit.
+    """
+    if number > MAX_IMAGE_FRAMES:
+        raise ExtractError(
+            f"{path}: more than {MAX_IMAGE_FRAMES} frames, the limit (MAX_IMAGE_FRAMES); split the file into smaller "
+            "ones"
+        )
+    pixels = frame.width * frame.height
+    if pixels > MAX_OCR_PIXELS:
+        raise ExtractError(
+            f"{path}: frame {number} is {frame.width}x{frame.height} = {pixels} pixels, over the limit of "
+            f"{MAX_OCR_PIXELS} (MAX_OCR_PIXELS); scale the image down (300 dpi is enough for OCR)"
+        )
+
+
+def _frames(path: Path, image: Image.Image) -> Iterator[tuple[tuple[float, float], PageImage]]:
+    """(size in points, page) of each frame, checked (`check_frame`) and decoded one at a time in grey levels."""
+    for number, frame in enumerate(ImageSequence.Iterator(image), 1):
+        check_frame(path, frame, number)
         dpi_x, dpi_y = _frame_dpi(frame.info.get("dpi"))
         grey = frame.convert("L")
         size = (grey.width * 72 / dpi_x, grey.height * 72 / dpi_y)
@@ -50,7 +75,8 @@ def extract_image(path: Path, ocr: OcrOptions | None = None) -> Extracted:
 
     Raises:
         ExtractError: OCR is off (`ocr.enabled` false), the file is not an image Pillow can decode (corrupt,
-            truncated, too many pixels), OCR failed (`tools.extract.ocr.ocr_error`), or it read no text.
+            truncated), a frame has too many pixels or the file too many frames (`check_frame`), OCR failed
+            (`tools.extract.ocr.ocr_error`), or it read no text.
         OSError: the file cannot be read.
     """
     ocr = OcrOptions() if ocr is None else ocr
@@ -62,12 +88,24 @@ def extract_image(path: Path, ocr: OcrOptions | None = None) -> Extracted:
     sizes: list[tuple[float, float] | None] = []
     try:
         with Image.open(path) as image:
-            progress = progress_logger(str(path), getattr(image, "n_frames", 1))
-            for size, text, page_boxes in read_pages(_frames(image), ocr, str(path), progress):
+            frames = getattr(image, "n_frames", 1)
+            if frames > MAX_IMAGE_FRAMES:
+                raise ExtractError(
+                    f"{path}: {frames} frames, over the limit of {MAX_IMAGE_FRAMES} (MAX_IMAGE_FRAMES); split the "
+                    "file into smaller ones"
+                )
+            progress = progress_logger(str(path), frames)
+            for size, text, page_boxes in read_pages(_frames(path, image), ocr, str(path), progress):
                 texts.append(text)
                 boxes.append(page_boxes)
                 sizes.append(size)
-    except (UnidentifiedImageError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
+    except ExtractError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise ExtractError(
+            f"{path}: too many pixels ({exc}); scale the image down (300 dpi is enough for OCR)"
+        ) from None
+    except (UnidentifiedImageError, SyntaxError, ValueError) as exc:
         raise ExtractError(
             f"{path}: not a readable image ({exc}); the file is corrupt, truncated or too large"
         ) from None

@@ -12,6 +12,10 @@ and line breaks get NaN boxes. Pixel boxes become points in page space, as the t
 `y_pt = y0 + h - y_px * 72 / dpi`. A PDF page shown turned (`/Rotate`) is OCR'd as shown, but its characters get NaN
 boxes (no highlight), as the text layer's rotated pages do.
 
+Memory is bounded per page: a PDF page is rendered at `OcrOptions.dpi` unless that would give more than
+`MAX_OCR_PIXELS` pixels, when it is rendered at the highest resolution that stays within them (a page of A4 or US
+Letter up to about 640 dpi); an image frame over `MAX_OCR_PIXELS` is refused (`tools.extract.image`).
+
 Tesseract is CPU-only and slow (about 1-3 s per 300 dpi page on one core): pages are read by `OcrOptions.workers`
 `tesseract` processes at once (threads here wait on them), each limited to one OpenMP thread (`OMP_THREAD_LIMIT=1`;
 Tesseract's own advice for parallel runs). Languages are Tesseract's (`eng`, `deu`, `eng+deu`, ...), installed as
@@ -21,6 +25,7 @@ Debian packages `tesseract-ocr-<lang>`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -46,6 +51,10 @@ log = logging.getLogger(__name__)
 K = TypeVar("K")
 PROGRESS_EVERY_S = 10.0
 """How often a long OCR logs its progress (INFO), seconds."""
+MAX_OCR_PIXELS = 40_000_000
+"""Most pixels (width x height) of one page image read by OCR: 40 MB in grey levels, and `read_pages` holds up to
+twice `OCR_WORKERS` of them. A PDF page is rendered at a lower dpi to stay within it; a larger image frame is
+refused."""
 _TESSDATA_MISSING = re.compile(r"Failed loading language '([^']+)'|Error opening data file")
 
 
@@ -93,16 +102,37 @@ class PageImage:
     origin: tuple[float, float] | None = (0.0, 0.0)
 
 
+def ocr_scale(size: tuple[float, float], dpi: int) -> float:
+    """Pixels per point to render a page of `size` points for OCR: `dpi / 72`, lowered so that the image has at most
+    `MAX_OCR_PIXELS` pixels (PDFium rounds each side up a pixel: `(w * s + 1) * (h * s + 1) <= MAX_OCR_PIXELS`)."""
+    w, h = max(size[0], 1.0), max(size[1], 1.0)
+    bound = (math.sqrt((w + h) ** 2 + 4 * w * h * (MAX_OCR_PIXELS - 1)) - (w + h)) / (2 * w * h)
+    return min(dpi / 72, bound)
+
+
 def render_page(document: pdfium.PdfDocument, index: int, dpi: int) -> PageImage:
-    """Page `index` (0-based) of `document` rendered by PDFium in grey levels at `dpi` (the page as shown: crop box
-    and `/Rotate` applied; `origin` the crop box's bottom-left corner, None for a turned page). PDFium is not
-    thread-safe: the caller serialises calls."""
+    """Page `index` (0-based) of `document` rendered by PDFium in grey levels at `dpi`, or lower where the image
+    would exceed `MAX_OCR_PIXELS` (`ocr_scale`; logged) (the page as shown: crop box and `/Rotate` applied;
+    `origin` the crop box's bottom-left corner, None for a turned page). PDFium is not thread-safe: the caller
+    serialises calls."""
     page = document[index]
     try:
         size: tuple[float, float] = tuple(page.get_size())
         left, bottom, _, _ = page.get_cropbox()
         origin = None if page.get_rotation() % 360 else (float(left), float(bottom))
-        bitmap = page.render(scale=dpi / 72, grayscale=True)
+        scale = ocr_scale(size, dpi)
+        if scale < dpi / 72:
+            log.info(
+                "page %d (%.0fx%.0f pt) OCR'd at %.0f dpi, not OCR_DPI=%d: at that dpi it would exceed "
+                "MAX_OCR_PIXELS (%d)",
+                index + 1,
+                size[0],
+                size[1],
+                72 * scale,
+                dpi,
+                MAX_OCR_PIXELS,
+            )
+        bitmap = page.render(scale=scale, grayscale=True)
         image = bitmap.to_pil()
         image.load()
         result = PageImage(image.copy(), size, (image.width / size[0], image.height / size[1]), origin)

@@ -20,7 +20,7 @@ from PIL import Image
 from evals.render_docs import scan_pdf
 from tests import external_tools
 from tests.document_files import print_pdf
-from tools.extract import Extracted, ExtractError, extract, sniff, sniff_bytes
+from tools.extract import Extracted, ExtractError, extract, image, ocr, sniff, sniff_bytes
 from tools.extract.ocr import OcrOptions
 from tools.extract.pages import join_pages, page_layout
 from tools.extract.pdf import PdfExtractor, extract_here, extract_pdf
@@ -233,3 +233,40 @@ def test_page_layout_joins_pages_with_unplaced_blank_lines() -> None:
     assert layout.pages.tolist() == [1, 1, 0, 0, 3, 0, 3]
     assert np.isnan(layout.boxes[[2, 3, 5]]).all() and layout.page_sizes == ((10.0, 10.0),) * 3
     assert page_layout(texts, [boxes[0], None, None], [(10.0, 10.0)] * 3) is None  # a page with text, no boxes
+
+
+def test_a_page_too_large_at_ocr_dpi_is_rendered_at_a_lower_dpi_within_the_pixel_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ocr, "MAX_OCR_PIXELS", 1_000_000)
+    document = pdfium.PdfDocument.new()
+    document.new_page(612, 792)
+    page = ocr.render_page(document, 0, 1200)
+    assert page.image.width * page.image.height <= 1_000_000
+    assert page.image.width * page.image.height > 0.98 * 1_000_000  # as sharp as the bound allows
+    assert page.page_size == pytest.approx((612, 792))
+    assert page.px_per_pt[0] == pytest.approx(page.image.width / 612) and page.px_per_pt[0] < 1200 / 72
+    small = ocr.render_page(document, 0, 72)  # within the bound: the dpi asked for
+    assert (small.image.width, small.image.height) == (612, 792)
+
+
+def test_an_image_frame_over_the_pixel_bound_is_refused_naming_its_pixels_and_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(image, "MAX_OCR_PIXELS", 100_000)
+    png = tmp_path / "poster.png"
+    Image.new("L", (400, 300), 255).save(png)
+    limit = r"poster\.png: frame 1 is 400x300 = 120000 pixels, over the limit of 100000"
+    with pytest.raises(ExtractError, match=limit):
+        extract(png, "image", LIMIT, OCR)
+
+
+def test_an_image_of_too_many_frames_is_refused_naming_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(image, "MAX_IMAGE_FRAMES", 2)
+    tiff = tmp_path / "stack.tiff"
+    frames = [Image.new("L", (40, 30), shade) for shade in (255, 200, 150)]
+    frames[0].save(tiff, save_all=True, append_images=frames[1:])
+    with pytest.raises(ExtractError, match=r"stack\.tiff: 3 frames, over the limit of 2 \(MAX_IMAGE_FRAMES\)"):
+        extract(tiff, "image", LIMIT, OCR)
