@@ -3,7 +3,9 @@
 A multi-page TIFF (or an animated PNG) is one document of several pages, frame n its page n. A frame's size in points
 comes from the resolution the file records (Pillow's `info["dpi"]`: PNG `pHYs`, JPEG JFIF density, TIFF
 `XResolution`/`YResolution`); a file that records none, or a nonsensical one (below 10 dpi), is taken at 72 dpi, one
-point per pixel. The layout's boxes are in those points, origin at the frame's bottom left, as for PDF pages.
+point per pixel. A frame is first turned upright as its EXIF `Orientation` says (`ImageOps.exif_transpose`: a phone
+photo taken sideways), so its text is read upright and the layout's boxes are in points of the upright frame, origin at
+its bottom left, as for PDF pages (and as `tools.render_page` draws an image's page).
 Frames are decoded in this process, one at a time, and read by `OCR_WORKERS` tesseract processes at once; callers run
 this off the event loop (a thread), as for every extractor. Memory is bounded: a frame of more than
 `tools.extract.ocr.MAX_OCR_PIXELS` pixels (stricter than Pillow's own `MAX_IMAGE_PIXELS` warning), or an image of more
@@ -16,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from PIL import Image, ImageSequence, UnidentifiedImageError
+from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
 from tools.extract.base import Extracted, ExtractError
 from tools.extract.ocr import MAX_OCR_PIXELS, OcrOptions, PageBoxes, PageImage, progress_logger, read_pages
@@ -25,6 +27,9 @@ from tools.extract.pages import join_pages, page_layout
 DEFAULT_DPI = 72.0
 """Resolution of an image that records none: one pixel per point."""
 _MIN_DPI = 10.0
+_ORIENTATION = 0x0112
+"""The EXIF tag of how the stored pixels are to be turned to show the image upright (1: as stored; 5-8: a quarter
+turn, with or without a mirror)."""
 MAX_IMAGE_FRAMES = 1000
 """Most frames (pages) of one image file; a file with more is refused."""
 
@@ -58,12 +63,23 @@ def check_frame(path: Path, frame: Image.Image, number: int) -> None:
         )
 
 
+def upright(frame: Image.Image) -> tuple[Image.Image, tuple[float, float]]:
+    """`frame` turned as its EXIF `Orientation` says (`ImageOps.exif_transpose`; unchanged without one), and its
+    resolution `(x, y)` in dots per inch along the upright frame's axes (`_frame_dpi`, swapped for a quarter turn)."""
+    dpi_x, dpi_y = _frame_dpi(frame.info.get("dpi"))
+    orientation = frame.getexif().get(_ORIENTATION, 1)
+    turned = ImageOps.exif_transpose(frame)
+    if orientation in (5, 6, 7, 8):
+        dpi_x, dpi_y = dpi_y, dpi_x
+    return turned, (dpi_x, dpi_y)
+
+
 def _frames(path: Path, image: Image.Image) -> Iterator[tuple[tuple[float, float], PageImage]]:
     """(size in points, page) of each frame, checked (`check_frame`) and decoded one at a time in grey levels."""
     for number, frame in enumerate(ImageSequence.Iterator(image), 1):
         check_frame(path, frame, number)
-        dpi_x, dpi_y = _frame_dpi(frame.info.get("dpi"))
-        grey = frame.convert("L")
+        turned, (dpi_x, dpi_y) = upright(frame)
+        grey = turned.convert("L")
         size = (grey.width * 72 / dpi_x, grey.height * 72 / dpi_y)
         yield size, PageImage(grey, size, (dpi_x / 72, dpi_y / 72))
 

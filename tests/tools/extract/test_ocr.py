@@ -169,6 +169,21 @@ def test_a_png_is_a_document_of_one_page_in_points_at_its_dpi(scanned: Path, tmp
     assert layout.page_sizes[0] == pytest.approx(expected, abs=0.5)  # PNG keeps whole pixels per metre
 
 
+def test_a_sideways_phone_photo_is_read_upright_as_its_exif_orientation_says(scanned: Path, tmp_path: Path) -> None:
+    upright = pdfium.PdfDocument(scanned)[0].render(scale=DPI / 72, grayscale=True).to_pil()
+    stored = upright.rotate(90, expand=True)  # the pixels as a camera held sideways stores them
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned a quarter clockwise
+    jpeg = tmp_path / "photo.jpg"
+    stored.save(jpeg, dpi=(DPI, DPI), exif=exif, quality=95)
+    extracted = extract(jpeg, "image", LIMIT, OCR)
+    assert "quokkas live on small islands" in extracted.text.lower()
+    assert extracted.layout is not None
+    expected = (upright.width * 72 / DPI, upright.height * 72 / DPI)
+    assert extracted.layout.page_sizes[0] == pytest.approx(expected, abs=0.5)  # the upright frame's size
+    assert_boxes_on_their_pages(extracted)
+
+
 def test_a_multi_page_tiff_is_one_document_of_one_page_per_frame(scanned: Path, tmp_path: Path) -> None:
     document = pdfium.PdfDocument(scanned)
     frames = [document[i].render(scale=DPI / 72, grayscale=True).to_pil() for i in range(2)]
