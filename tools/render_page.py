@@ -1,24 +1,31 @@
 """A page of a kept original PDF as a PNG image, with a passage's line boxes drawn on it as translucent highlights:
 what `GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page` return.
 
-PDFium renders the page (its crop box, as a viewer shows it) in the PDF worker process (`tools.extract.pdf.EXTRACTOR`:
-PDFium is not thread-safe, and a malformed file crashes that process, not the caller); Pillow draws the boxes there
-too. A box `(left, bottom, right, top)` in PDF points becomes the pixels `((left - x0) * scale, (y1 - top) * scale,
+PDFium renders the page (its crop box, as a viewer shows it) in a worker process of its own (`RENDERER`, a
+`tools.extract.pdf.PdfExtractor` apart from the ingest's `EXTRACTOR`, so a page asked for is not queued behind a long
+scan's OCR; PDFium is not thread-safe, and a malformed file crashes that process, not the caller); Pillow draws the
+boxes there too. Async callers wait for it in `RENDER_THREADS` threads of their own (`in_render_thread`), not in the
+event loop's default executor: at most that many renders run at once, the others wait in its queue without holding a
+thread. A box `(left, bottom, right, top)` in PDF points becomes the pixels `((left - x0) * scale, (y1 - top) * scale,
 (right - x0) * scale, (y1 - bottom) * scale)`, where `(x0, y1)` is the crop box's top-left corner in page space; a
 page shown turned (`/Rotate`) is drawn without highlights (its text has no boxes, `tools.extract.pdf`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pypdfium2 as pdfium
 from PIL import Image, ImageDraw
 
-from tools.extract.pdf import _LOCK, EXTRACTOR
+from tools.extract.pdf import _LOCK, PdfExtractor
 
 MIN_SCALE = 0.25
 MAX_SCALE = 4.0
@@ -28,6 +35,13 @@ MAX_PIXELS = 40_000_000
 HIGHLIGHT = (255, 214, 0, 96)
 """Fill of a highlighted line (RGBA: a translucent yellow)."""
 OUTLINE = (230, 150, 0, 200)
+
+RENDER_THREADS = 2
+"""Renders waited for at once (`in_render_thread`); more wait in its queue."""
+RENDERER = PdfExtractor()
+"""The process-wide worker process pages are rendered in (one process, started at the first render; `close`)."""
+_THREADS = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="page-render")
+T = TypeVar("T")
 
 Box = tuple[float, float, float, float]
 """`(left, bottom, right, top)` in PDF points, page space (origin at the page's bottom left)."""
@@ -109,7 +123,8 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
 
 
 def render_page(path: Path, page: int, boxes: Sequence[Box] = (), scale: float = 2.0) -> RenderedPage:
-    """`render_here` in the PDF worker process (blocks: call it from a worker thread in async code).
+    """`render_here` in the render worker process (`RENDERER`; blocks: call it through `in_render_thread` in async
+    code).
 
     Raises:
         RenderError: see `render_here`; `scale` outside [`MIN_SCALE`, `MAX_SCALE`].
@@ -117,4 +132,15 @@ def render_page(path: Path, page: int, boxes: Sequence[Box] = (), scale: float =
     """
     if not MIN_SCALE <= scale <= MAX_SCALE:
         raise RenderError(f"scale={scale}; expected {MIN_SCALE} to {MAX_SCALE} (pixels per PDF point)", "scale")
-    return EXTRACTOR.call(render_here, str(path), page, [tuple(b) for b in boxes], scale, path=path)
+    return RENDERER.call(render_here, str(path), page, [tuple(b) for b in boxes], scale, path=path)
+
+
+async def in_render_thread(fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)` (a blocking call that renders: `render_page`, with the file look-ups around it) in one of the
+    `RENDER_THREADS` render threads; awaits its result or exception."""
+    return await asyncio.get_running_loop().run_in_executor(_THREADS, functools.partial(fn, *args))
+
+
+def close() -> None:
+    """Stop the render worker process (waits for the render it is doing); the next render starts a new one."""
+    RENDERER.close()

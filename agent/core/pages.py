@@ -16,7 +16,7 @@ from agent.core.library import DocumentLibrary
 from agent.core.results import location_fields
 from tools.extract import ExtractError, sniff
 from tools.originals import Originals
-from tools.render_page import RenderedPage, RenderError, render_page
+from tools.render_page import RenderedPage, RenderError, in_render_thread, render_page
 
 
 class PageError(LookupError):
@@ -76,7 +76,7 @@ async def page_image(
     if sniff(path) != "pdf":
         raise PageError("not_a_pdf", f"document {doc_id!r} is not a PDF; only PDF pages can be shown")
     try:
-        return await asyncio.to_thread(render_page, path, page, boxes, scale)
+        return await in_render_thread(render_page, path, page, boxes, scale)
     except RenderError as exc:
         if exc.reason in ("scale", "too_large"):
             raise InputError(f"document {doc_id!r}: {exc}") from None

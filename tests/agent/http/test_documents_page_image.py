@@ -5,7 +5,10 @@ position against real PDF text is checked on the real stack (test_page_highlight
 
 from __future__ import annotations
 
+import asyncio
 import io
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +22,7 @@ from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import get_keys, get_rag
 from tests.conversation_rig import Model
+from tools import render_page
 from tools.extract.pdf import EXTRACTOR
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument
@@ -62,6 +66,7 @@ async def served(tmp_path: Path) -> tuple[httpx.AsyncClient, dict[str, str]]:
 def _stop_pdf_worker() -> object:
     yield None
     EXTRACTOR.close()
+    render_page.close()
 
 
 async def get(client: httpx.AsyncClient, token: str, url: str) -> httpx.Response:
@@ -115,3 +120,17 @@ async def test_each_refusal_names_its_cause(
     response = await get(client, tokens["manuals"], url)
     assert response.status_code == status, response.text
     assert response.json()["error"] == kind and says in response.json()["detail"]
+
+
+async def test_a_page_is_rendered_while_the_pdf_extractor_is_busy_with_a_long_file(
+    served: tuple[httpx.AsyncClient, dict[str, str]], tmp_path: Path
+) -> None:
+    client, tokens = served
+    busy = threading.Thread(target=EXTRACTOR.call, args=(time.sleep, 6), kwargs={"path": tmp_path / "long-scan.pdf"})
+    busy.start()  # the ingest's worker process reads a long scan (played by a sleep)
+    try:
+        response = await get(client, tokens["manuals"], "/v1/documents/scan/report.pdf/pages/1")
+        assert response.status_code == 200, response.text
+        assert busy.is_alive()  # the page did not wait for it
+    finally:
+        await asyncio.to_thread(busy.join)

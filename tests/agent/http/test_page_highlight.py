@@ -24,6 +24,7 @@ from agent.http import create_app
 from agent.http.deps import get_keys, get_rag
 from tests.conftest import LOADED_MACHINE_TRITON_TIMEOUT_S, run_cli
 from tests.document_files import print_pdf
+from tools import render_page
 from tools.extract.pdf import EXTRACTOR
 from tools.originals import Originals
 
@@ -134,6 +135,7 @@ async def test_a_cited_chunk_s_boxes_cover_its_words_and_the_page_shows_them(
                 refused = await client.get(url, params=chunk, headers={"Authorization": f"Bearer {other}"})
     finally:
         EXTRACTOR.close()
+        render_page.close()
     assert plain.status_code == marked.status_code == 200, marked.text
     assert refused.status_code == 404 and refused.json()["error"] == "chunk_not_found"
     width, height = pdfium.PdfDocument(pdf).get_page_size(1)
@@ -171,3 +173,4 @@ async def test_a_cited_chunk_s_boxes_cover_its_words_and_the_page_shows_them(
 def _no_leftover_worker() -> object:
     yield None
     EXTRACTOR.close()
+    render_page.close()
