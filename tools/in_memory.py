@@ -235,6 +235,12 @@ class InMemoryCollection:
         n = len(self._keys(collections))
         return n, n
 
+    async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
+        """The stored documents named `doc_id` in `collections` (None: all), one per collection holding it, by
+        collection name."""
+        found = [self._stored(self._entries[k]) for k in self._keys(collections) if k[0] == doc_id]
+        return sorted(found, key=lambda d: d.collection)
+
     async def chunk_metadata(
         self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
     ) -> tuple[str, dict[str, object]] | None:

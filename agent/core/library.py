@@ -61,6 +61,11 @@ class DocumentLibrary(Protocol):
         """(documents, chunks) stored in `collections`."""
         ...
 
+    async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
+        """The stored documents named `doc_id` in `collections`, one per collection holding it, by collection
+        name; empty when none holds it."""
+        ...
+
     async def chunk_metadata(
         self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
     ) -> tuple[str, dict[str, object]] | None:
@@ -147,6 +152,15 @@ class StoreLibrary:
     async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
         """(documents, chunks) stored in `collections` (None: all)."""
         return await self.store.count(collections=collections)
+
+    async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
+        """The stored documents named `doc_id` in `collections` (None: all), by collection
+        (`VectorStore.find_documents`).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        return await self.store.find_documents(doc_id, collections=collections)
 
     async def chunk_metadata(
         self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None

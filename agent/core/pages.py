@@ -2,13 +2,13 @@
 `GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page`).
 
 The page comes from the document's kept original (`tools.originals`, `ORIGINALS_DIR`); the highlight from the chunk's
-line boxes in its metadata (`tools.highlight`). The chunk is looked up within the caller's collections, so a chunk of
-another collection, or of another document, reads exactly like a missing one.
+line boxes in its metadata (`tools.highlight`). The chunk, or without one the document, is looked up in the store
+within the caller's collections, so a chunk or document of another collection, a chunk of another document, and a
+deleted document whose original file was left behind all read exactly like a missing one.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from agent.core.errors import InputError
@@ -21,9 +21,9 @@ from tools.render_page import RenderedPage, RenderError, in_render_thread, rende
 
 class PageError(LookupError):
     """A page cannot be shown. `kind`: `chunk_not_found` (no such chunk of that document in the collections
-    read), `original_not_kept` (no original file kept for the document), `page_not_found` (the document has
-    fewer pages; the message says how many), `not_a_pdf` (the original is another type, or unreadable);
-    `str(exc)` says which and what to do."""
+    read), `document_not_found` (no such document stored in them), `original_not_kept` (no original file kept for
+    the document), `page_not_found` (the document has fewer pages; the message says how many), `not_a_pdf` (the
+    original is another type, or unreadable); `str(exc)` says which and what to do."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -63,7 +63,10 @@ async def page_image(
         candidates: Sequence[str] = [collection]
     else:
         boxes = []
-        candidates = collections if collections is not None else await asyncio.to_thread(_kept_collections, originals)
+        stored = await library.find_documents(doc_id, collections=collections)
+        if not stored:
+            raise PageError("document_not_found", f"document {doc_id!r} is not stored")
+        candidates = [d.collection for d in stored]
     kept = [p for c in candidates if (p := originals.find(c, doc_id)) is not None]
     if not kept:
         raise PageError(
@@ -85,7 +88,3 @@ async def page_image(
     except ExtractError as exc:
         raise PageError("not_a_pdf", f"document {doc_id!r}: its page cannot be rendered ({exc})") from None
 
-
-def _kept_collections(originals: Originals) -> list[str]:
-    root = originals.root
-    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []

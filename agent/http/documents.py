@@ -204,6 +204,7 @@ may change the page)."""
         404: {
             "model": ErrorBody,
             "description": "`chunk_not_found` (not a chunk of this document in the key's collections), "
+            "`document_not_found` (no chunk asked for, and the document is not stored in them), "
             "`original_not_kept` (no original file kept for the document) or `page_not_found` (names the page "
             "count).",
         },

@@ -46,6 +46,20 @@ async def test_a_collection_is_part_of_a_documents_identity(documents: Documents
     assert (await library.count(collections=["zoo"]))[0] == 0
 
 
+async def test_a_document_is_found_by_id_in_each_collection_holding_it(documents: Documents) -> None:
+    library = documents.library
+    await library.add_documents([OTTERS, HERONS], collection="zoo")
+    await library.add_documents([OTTERS])
+    found = await library.find_documents("otters")
+    assert [(d.collection, d.doc_id, d.title) for d in found] == [
+        ("default", "otters", "Otters"),
+        ("zoo", "otters", "Otters"),
+    ]
+    assert [d.collection for d in await library.find_documents("otters", collections=["zoo"])] == ["zoo"]
+    assert await library.find_documents("herons", collections=["default"]) == []
+    assert await library.find_documents("otter") == []  # the whole id, not a part of it
+
+
 async def test_pages_walk_every_document_by_id(documents: Documents) -> None:
     library = documents.library
     await library.add_documents([OTTERS, HERONS, BEES])

@@ -1,7 +1,8 @@
 """`GET /v1/documents/{doc_id}/pages/{n}` in-process over the in-memory collection, with originals kept in a
 temporary folder: a PNG of the page at the scale asked for, cache headers, and each refusal with its kind (another
-collection's key, a chunk of another document, no original kept, not a PDF, a page past the end). The highlight's
-position against real PDF text is checked on the real stack (test_page_highlight.py)."""
+collection's key, a chunk of another document, a document not stored whose original was left behind, no original
+kept, not a PDF, a page past the end). The highlight's position against real PDF text is checked on the real stack
+(test_page_highlight.py)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ async def served(tmp_path: Path) -> tuple[httpx.AsyncClient, dict[str, str]]:
     rag = RagApp(settings, Services(collection, collection, Model("unused").model))
     rag.originals.keep("manuals", "scan/report.pdf", two_page_pdf(tmp_path / "report.pdf"))
     rag.originals.keep("manuals", "notes.md", b"# Notes\n\nSome notes.\n")
+    rag.originals.keep("manuals", "deleted.pdf", two_page_pdf(tmp_path / "deleted.pdf"))  # left behind: not stored
     keys = InMemoryKeys()
     _, manuals = await keys.create(["manuals"])
     _, other = await keys.create(["other"])
@@ -109,6 +111,8 @@ async def test_another_collection_s_key_reads_the_document_as_missing(
         ("/v1/documents/old.pdf/pages/1?chunk=manuals::old.pdf%230", 404, "original_not_kept", "original not kept"),
         ("/v1/documents/notes.md/pages/1?chunk=manuals::notes.md%230", 422, "not_a_pdf", "not a PDF"),
         ("/v1/documents/scan/report.pdf/pages/3", 404, "page_not_found", "it has 2 page(s)"),
+        ("/v1/documents/deleted.pdf/pages/1", 404, "document_not_found", "'deleted.pdf' is not stored"),
+        ("/v1/documents/deleted.pdf/pages/1?collection=manuals", 404, "document_not_found", "not stored"),
         ("/v1/documents/scan/report.pdf/pages/1?scale=9", 422, "bad_request", "scale"),
         ("/v1/documents/scan/report.pdf/pages/0", 422, "bad_request", "n"),
     ],
