@@ -16,7 +16,7 @@ from agent.core.library import DocumentLibrary
 from agent.core.results import location_fields
 from tools.extract import ExtractError, sniff
 from tools.originals import Originals
-from tools.render_page import RenderedPage, RenderError, in_render_thread, render_page
+from tools.render_page import Box, RenderedPage, RenderError, in_render_thread, render_page
 
 
 class PageError(LookupError):
@@ -50,6 +50,7 @@ async def page_image(
         PageError: see its kinds.
         agent.core.errors.InputError: `scale` outside the bounds of `tools.render_page`, or a page too large at it.
     """
+    boxes: list[Box] = []
     if chunk_id is not None:
         found = await library.chunk_metadata(doc_id, chunk_id, collections=collections)
         if found is None:
@@ -62,11 +63,22 @@ async def page_image(
         boxes = [(b[1], b[2], b[3], b[4]) for b in location_fields(metadata).get("boxes", []) if b[0] == page]
         candidates: Sequence[str] = [collection]
     else:
-        boxes = []
         stored = await library.find_documents(doc_id, collections=collections)
         if not stored:
             raise PageError("document_not_found", f"document {doc_id!r} is not stored")
         candidates = [d.collection for d in stored]
+    return await in_render_thread(_render_kept, originals, list(candidates), doc_id, page, boxes, scale)
+
+
+def _render_kept(
+    originals: Originals, candidates: list[str], doc_id: str, page: int, boxes: list[Box], scale: float
+) -> RenderedPage:
+    """Page `page` of the original of `doc_id` kept in the first of `candidates` (collections) holding one: the file
+    looked up, its type sniffed and the page rendered in this (render) thread, off the event loop.
+
+    Raises:
+        PageError, agent.core.errors.InputError: see `page_image`.
+    """
     kept = [p for c in candidates if (p := originals.find(c, doc_id)) is not None]
     if not kept:
         raise PageError(
@@ -79,7 +91,7 @@ async def page_image(
     if sniff(path) != "pdf":
         raise PageError("not_a_pdf", f"document {doc_id!r} is not a PDF; only PDF pages can be shown")
     try:
-        return await in_render_thread(render_page, path, page, boxes, scale)
+        return render_page(path, page, boxes, scale)
     except RenderError as exc:
         if exc.reason in ("scale", "too_large"):
             raise InputError(f"document {doc_id!r}: {exc}") from None

@@ -27,6 +27,7 @@ from tools import render_page
 from tools.extract.pdf import EXTRACTOR
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument
+from tools.originals import Originals
 
 PAGE_PT = (200, 100)
 """Each page of the test PDF, points (Pillow writes one pixel per point at 72 dpi)."""
@@ -138,3 +139,20 @@ async def test_a_page_is_rendered_while_the_pdf_extractor_is_busy_with_a_long_fi
         assert busy.is_alive()  # the page did not wait for it
     finally:
         await asyncio.to_thread(busy.join)
+
+
+async def test_the_original_is_looked_up_in_a_render_thread_not_on_the_event_loop(
+    served: tuple[httpx.AsyncClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, tokens = served
+    threads: list[str] = []
+    find = Originals.find
+
+    def recording(self: Originals, collection: str, doc_id: str) -> Path | None:
+        threads.append(threading.current_thread().name)
+        return find(self, collection, doc_id)
+
+    monkeypatch.setattr(Originals, "find", recording)
+    response = await get(client, tokens["manuals"], "/v1/documents/scan/report.pdf/pages/1")
+    assert response.status_code == 200, response.text
+    assert threads and all(name.startswith("page-render") for name in threads)
