@@ -48,7 +48,8 @@ Box = tuple[float, float, float, float]
 
 
 class RenderError(ValueError):
-    """A page cannot be rendered. `reason`: `unreadable` (no PDF PDFium can read), `no_page` (the page is not in
+    """A page cannot be rendered (the message does not name the file, which callers may keep from their clients).
+    `reason`: `unreadable` (no PDF PDFium can read), `no_page` (the page is not in
     it; `pages` says how many it has), `too_large` (over `MAX_PIXELS` at that scale) or `scale` (outside
     [`MIN_SCALE`, `MAX_SCALE`])."""
 
@@ -83,7 +84,7 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
         try:
             document = pdfium.PdfDocument(path)
         except pdfium.PdfiumError as exc:
-            raise RenderError(f"{path}: not a PDF PDFium can read ({exc})", "unreadable") from None
+            raise RenderError(f"not a PDF PDFium can read ({exc})", "unreadable") from None
         try:
             pages = len(document)
             if not 1 <= page <= pages:

@@ -9,6 +9,7 @@ deleted document whose original file was left behind all read exactly like a mis
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from agent.core.errors import InputError
@@ -17,6 +18,8 @@ from agent.core.results import location_fields
 from tools.extract import ExtractError, sniff
 from tools.originals import Originals
 from tools.render_page import Box, RenderedPage, RenderError, in_render_thread, render_page
+
+log = logging.getLogger(__name__)
 
 
 class PageError(LookupError):
@@ -95,8 +98,15 @@ def _render_kept(
     except RenderError as exc:
         if exc.reason in ("scale", "too_large"):
             raise InputError(f"document {doc_id!r}: {exc}") from None
-        kind = "page_not_found" if exc.reason == "no_page" else "not_a_pdf"
-        raise PageError(kind, f"document {doc_id!r}: {exc}") from None
-    except ExtractError as exc:
-        raise PageError("not_a_pdf", f"document {doc_id!r}: its page cannot be rendered ({exc})") from None
+        if exc.reason == "no_page":
+            raise PageError("page_not_found", f"document {doc_id!r}: {exc}") from None
+        log.warning("document %r page %d: its original %s cannot be rendered: %s", doc_id, page, path, exc)
+        raise PageError("not_a_pdf", f"document {doc_id!r}, page {page}: its kept original is {exc}") from None
+    except ExtractError as exc:  # the render worker died on the file: its message names the server's path
+        log.warning("document %r page %d: %s", doc_id, page, exc)
+        raise PageError(
+            "not_a_pdf",
+            f"document {doc_id!r}, page {page}: its kept original cannot be rendered (the renderer crashed on it; "
+            "a malformed PDF)",
+        ) from None
 

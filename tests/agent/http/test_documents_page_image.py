@@ -43,11 +43,17 @@ def two_page_pdf(path: Path) -> Path:
 async def served(tmp_path: Path) -> tuple[httpx.AsyncClient, dict[str, str]]:
     settings = Settings.model_validate({"originals_dir": tmp_path / "originals", "refusal_min_score": 0.3})
     collection = InMemoryCollection()
-    stored = [("scan/report.pdf", "The report text."), ("notes.md", "Some notes."), ("old.pdf", "Ingested as text.")]
+    stored = [
+        ("scan/report.pdf", "The report text."),
+        ("notes.md", "Some notes."),
+        ("old.pdf", "Ingested as text."),
+        ("torn.pdf", "A PDF cut short."),
+    ]
     await collection.add_documents([SourceDocument(i, i, text, "t", {}) for i, text in stored], "manuals")
     rag = RagApp(settings, Services(collection, collection, Model("unused").model))
     rag.originals.keep("manuals", "scan/report.pdf", two_page_pdf(tmp_path / "report.pdf"))
     rag.originals.keep("manuals", "notes.md", b"# Notes\n\nSome notes.\n")
+    rag.originals.keep("manuals", "torn.pdf", b"%PDF-1.7\n1 0 obj << /Type /Catalog")
     rag.originals.keep("manuals", "deleted.pdf", two_page_pdf(tmp_path / "deleted.pdf"))  # left behind: not stored
     keys = InMemoryKeys()
     _, manuals = await keys.create(["manuals"])
@@ -125,6 +131,18 @@ async def test_each_refusal_names_its_cause(
     response = await get(client, tokens["manuals"], url)
     assert response.status_code == status, response.text
     assert response.json()["error"] == kind and says in response.json()["detail"]
+
+
+async def test_an_unreadable_original_is_named_by_document_and_page_not_by_the_server_s_path(
+    served: tuple[httpx.AsyncClient, dict[str, str]], caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    client, tokens = served
+    response = await get(client, tokens["manuals"], "/v1/documents/torn.pdf/pages/1")
+    assert response.status_code == 422 and response.json()["error"] == "not_a_pdf", response.text
+    detail = response.json()["detail"]
+    assert "'torn.pdf', page 1" in detail and "not a PDF PDFium can read" in detail
+    assert str(tmp_path) not in detail and "originals" not in detail  # no file path of the server
+    assert f"{tmp_path}/originals/manuals/" in caplog.text  # logged for the operator
 
 
 async def test_a_page_is_rendered_while_the_pdf_extractor_is_busy_with_a_long_file(
