@@ -1,5 +1,5 @@
-"""A page of a kept original PDF as a PNG image, with a passage's line boxes drawn on it as translucent highlights:
-what `GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page` return.
+"""A page of a kept original PDF or image as a PNG image, with a passage's line boxes drawn on it as translucent
+highlights: what `GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page` return.
 
 PDFium renders the page (its crop box, as a viewer shows it) in a worker process of its own (`RENDERER`, a
 `tools.extract.pdf.PdfExtractor` apart from the ingest's `EXTRACTOR`, so a page asked for is not queued behind a long
@@ -9,6 +9,11 @@ event loop's default executor: at most that many renders run at once, the others
 thread. A box `(left, bottom, right, top)` in PDF points becomes the pixels `((left - x0) * scale, (y1 - top) * scale,
 (right - x0) * scale, (y1 - bottom) * scale)`, where `(x0, y1)` is the crop box's top-left corner in page space; a
 page shown turned (`/Rotate`) is drawn without highlights (its text has no boxes, `tools.extract.pdf`).
+
+An image's page n is its frame n (`render_image_here`), decoded by Pillow in the same worker process, turned upright
+as its EXIF orientation says and scaled to `scale` pixels per point at the image's own dpi, as OCR measured its boxes
+(`tools.extract.image`): a box becomes `(left * scale, (h - top) * scale, right * scale, (h - bottom) * scale)`, `h`
+the upright frame's height in points.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import pypdfium2 as pdfium
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, UnidentifiedImageError
 
+from tools.extract.image import upright
+from tools.extract.ocr import MAX_OCR_PIXELS
 from tools.extract.pdf import _LOCK, PdfExtractor
 
 MIN_SCALE = 0.25
@@ -49,7 +56,7 @@ Box = tuple[float, float, float, float]
 
 class RenderError(ValueError):
     """A page cannot be rendered (the message does not name the file, which callers may keep from their clients).
-    `reason`: `unreadable` (no PDF PDFium can read), `no_page` (the page is not in
+    `reason`: `unreadable` (no PDF PDFium can read, or no image Pillow can), `no_page` (the page is not in
     it; `pages` says how many it has), `too_large` (over `MAX_PIXELS` at that scale) or `scale` (outside
     [`MIN_SCALE`, `MAX_SCALE`])."""
 
@@ -110,7 +117,15 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
                 pdf_page.close()
         finally:
             document.close()
-    if boxes and not turned:
+    return _finish(image, [] if turned else boxes, scale, (left, top), pages)
+
+
+def _finish(
+    image: Image.Image, boxes: Sequence[Box], scale: float, corner: tuple[float, float], pages: int
+) -> RenderedPage:
+    """`image` (RGBA) with `boxes` drawn as highlights (`corner`: its top-left corner in points), as a PNG."""
+    left, top = corner
+    if boxes:
         overlay = Image.new("RGBA", image.size, (0, 0, 0, 0))
         draw = ImageDraw.Draw(overlay)
         for b_left, b_bottom, b_right, b_top in boxes:
@@ -123,9 +138,48 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
     return RenderedPage(out.getvalue(), image.width, image.height, pages)
 
 
-def render_page(path: Path, page: int, boxes: Sequence[Box] = (), scale: float = 2.0) -> RenderedPage:
-    """`render_here` in the render worker process (`RENDERER`; blocks: call it through `in_render_thread` in async
-    code).
+def render_image_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> RenderedPage:
+    """Frame `page` (from 1) of the image `path`, upright (EXIF orientation) and at `scale` pixels per point of its
+    own dpi, `boxes` highlighted; in this process (the worker's target: call `render_page` elsewhere).
+
+    Raises:
+        RenderError: not an image Pillow can read, no frame `page`, a frame over `MAX_OCR_PIXELS` (not decoded), or
+            too large an image at this scale.
+    """
+    try:
+        with Image.open(path) as image:
+            pages = getattr(image, "n_frames", 1)
+            if not 1 <= page <= pages:
+                raise RenderError(f"page {page} is not in the document: it has {pages} page(s)", "no_page", pages)
+            image.seek(page - 1)
+            if image.width * image.height > MAX_OCR_PIXELS:
+                raise RenderError(
+                    f"page {page} is {image.width}x{image.height} pixels, over {MAX_OCR_PIXELS}", "too_large", pages
+                )
+            frame, (dpi_x, dpi_y) = upright(image)
+            width, height = frame.width * 72 / dpi_x, frame.height * 72 / dpi_y
+            if width * height * scale * scale > MAX_PIXELS:
+                raise RenderError(
+                    f"page {page} at scale {scale} would be {width * scale:.0f}x{height * scale:.0f} pixels, "
+                    f"over {MAX_PIXELS}; ask for a smaller scale",
+                    "too_large",
+                    pages,
+                )
+            size = (max(1, round(width * scale)), max(1, round(height * scale)))
+            picture = frame.convert("RGBA").resize(size, Image.Resampling.LANCZOS)
+    except RenderError:
+        raise
+    except (UnidentifiedImageError, Image.DecompressionBombError, SyntaxError, ValueError, OSError) as exc:
+        cause = str(exc).replace(repr(path), "the file").replace(path, "the file")  # Pillow names the path
+        raise RenderError(f"not an image Pillow can read ({cause})", "unreadable") from None
+    return _finish(picture, boxes, scale, (0.0, height), pages)
+
+
+def render_page(
+    path: Path, page: int, boxes: Sequence[Box] = (), scale: float = 2.0, *, image: bool = False
+) -> RenderedPage:
+    """`render_here` (or with `image`, `render_image_here`) in the render worker process (`RENDERER`; blocks: call
+    it through `in_render_thread` in async code).
 
     Raises:
         RenderError: see `render_here`; `scale` outside [`MIN_SCALE`, `MAX_SCALE`].
@@ -133,7 +187,8 @@ def render_page(path: Path, page: int, boxes: Sequence[Box] = (), scale: float =
     """
     if not MIN_SCALE <= scale <= MAX_SCALE:
         raise RenderError(f"scale={scale}; expected {MIN_SCALE} to {MAX_SCALE} (pixels per PDF point)", "scale")
-    return RENDERER.call(render_here, str(path), page, [tuple(b) for b in boxes], scale, path=path)
+    target = render_image_here if image else render_here
+    return RENDERER.call(target, str(path), page, [tuple(b) for b in boxes], scale, path=path)
 
 
 async def in_render_thread(fn: Callable[..., T], *args: object) -> T:

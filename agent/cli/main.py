@@ -458,8 +458,8 @@ def docs_page(
         typer.Option("--scale", min=MIN_SCALE, max=MAX_SCALE, help="Pixels per PDF point (1 = 72 dpi)."),
     ] = 2.0,
 ) -> None:
-    """Render a page of a stored PDF from its kept original to a PNG image, a chunk's lines highlighted (what
-    `GET /v1/documents/{doc_id}/pages/{n}` returns)."""
+    """Render a page of a stored PDF (a stored image's frame) from its kept original to a PNG image, a chunk's lines
+    highlighted (what `GET /v1/documents/{doc_id}/pages/{n}` returns)."""
     collections = [check_collection(collection)] if collection else None
 
     async def run() -> RenderedPage:

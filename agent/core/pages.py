@@ -1,5 +1,5 @@
-"""A page of a stored document as an image, with a cited chunk's lines highlighted (`RagApp.page_image`, behind
-`GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page`).
+"""A page of a stored document (a PDF's page, an image's frame) as an image, with a cited chunk's lines highlighted
+(`RagApp.page_image`, behind `GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page`).
 
 The page comes from the document's kept original (`tools.originals`, `ORIGINALS_DIR`); the highlight from the chunk's
 line boxes in its metadata (`tools.highlight`). The chunk, or without one the document, is looked up in the store
@@ -26,7 +26,7 @@ class PageError(LookupError):
     """A page cannot be shown. `kind`: `chunk_not_found` (no such chunk of that document in the collections
     read), `document_not_found` (no such document stored in them), `original_not_kept` (no original file kept for
     the document), `page_not_found` (the document has fewer pages; the message says how many), `not_a_pdf` (the
-    original is another type, or unreadable); `str(exc)` says which and what to do."""
+    original is neither a PDF nor an image, or unreadable); `str(exc)` says which and what to do."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -43,7 +43,7 @@ async def page_image(
     collections: Sequence[str] | None = None,
     scale: float = 2.0,
 ) -> RenderedPage:
-    """Page `page` (from 1) of document `doc_id`'s kept original, rendered at `scale` pixels per PDF point, with the
+    """Page `page` (from 1) of document `doc_id`'s kept original, rendered at `scale` pixels per point, with the
     lines of chunk `chunk_id` on that page highlighted (none when no chunk is given, or it lies on other pages).
 
     Args:
@@ -91,10 +91,13 @@ def _render_kept(
             "stored; ingest or upload the file again to keep it",
         )
     path = kept[0]
-    if sniff(path) != "pdf":
-        raise PageError("not_a_pdf", f"document {doc_id!r} is not a PDF; only PDF pages can be shown")
+    kind = sniff(path)
+    if kind not in ("pdf", "image"):
+        raise PageError(
+            "not_a_pdf", f"document {doc_id!r} is not a PDF or an image; only PDF and image pages can be shown"
+        )
     try:
-        return render_page(path, page, boxes, scale)
+        return render_page(path, page, boxes, scale, image=kind == "image")
     except RenderError as exc:
         if exc.reason in ("scale", "too_large"):
             raise InputError(f"document {doc_id!r}: {exc}") from None

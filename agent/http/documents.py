@@ -208,7 +208,11 @@ may change the page)."""
             "`original_not_kept` (no original file kept for the document) or `page_not_found` (names the page "
             "count).",
         },
-        422: {"model": ErrorBody, "description": "`not_a_pdf`, or `bad_request` (a scale out of bounds)."},
+        422: {
+            "model": ErrorBody,
+            "description": "`not_a_pdf` (neither a PDF nor an image, or unreadable), or `bad_request` (a scale out of "
+            "bounds).",
+        },
     },
 )
 async def document_page_image(
@@ -227,10 +231,15 @@ async def document_page_image(
     collection: CollectionQuery = None,
     scale: Annotated[
         float,
-        Query(ge=MIN_SCALE, le=MAX_SCALE, description="Pixels per PDF point (1 = 72 dpi, 2 = 144 dpi)."),
+        Query(
+            ge=MIN_SCALE,
+            le=MAX_SCALE,
+            description="Pixels per point (PDF points; an image's at its own dpi): 1 = 72 dpi, 2 = 144 dpi.",
+        ),
     ] = 2.0,
 ) -> Response:
-    """Page `n` of a stored PDF (ids may hold `/`) as a PNG image rendered from its kept original file, with the
+    """Page `n` of a stored PDF, or frame `n` of a stored image (PNG, JPEG, TIFF; ids may hold `/`), as a PNG image
+    rendered from its kept original file, with the
     lines of the chunk `chunk` on that page drawn as translucent highlights (the chunk's `boxes`, as citations carry
     them). A document outside the key's collections reads like a missing one."""
     if chunk is not None and "\x00" in chunk:

@@ -1,8 +1,8 @@
 """`GET /v1/documents/{doc_id}/pages/{n}` in-process over the in-memory collection, with originals kept in a
-temporary folder: a PNG of the page at the scale asked for, cache headers, and each refusal with its kind (another
-collection's key, a chunk of another document, a document not stored whose original was left behind, no original
-kept, not a PDF, a page past the end). The highlight's position against real PDF text is checked on the real stack
-(test_page_highlight.py)."""
+temporary folder: a PNG of the page (a PDF's page, an image's frame) at the scale asked for, cache headers, and each
+refusal with its kind (another collection's key, a chunk of another document, a document not stored whose original
+was left behind, no original kept, not a PDF, a page past the end). The highlight's position against real PDF text
+is checked on the real stack (test_page_highlight.py)."""
 
 from __future__ import annotations
 
@@ -48,11 +48,15 @@ async def served(tmp_path: Path) -> tuple[httpx.AsyncClient, dict[str, str]]:
         ("notes.md", "Some notes."),
         ("old.pdf", "Ingested as text."),
         ("torn.pdf", "A PDF cut short."),
+        ("scan.tiff", "A scanned letter."),
     ]
     await collection.add_documents([SourceDocument(i, i, text, "t", {}) for i, text in stored], "manuals")
     rag = RagApp(settings, Services(collection, collection, Model("unused").model))
     rag.originals.keep("manuals", "scan/report.pdf", two_page_pdf(tmp_path / "report.pdf"))
     rag.originals.keep("manuals", "notes.md", b"# Notes\n\nSome notes.\n")
+    frames = [Image.new("L", (400, 200), 255), Image.new("L", (400, 200), 0)]  # 144 dpi: 200 x 100 points
+    frames[0].save(tmp_path / "scan.tiff", save_all=True, append_images=frames[1:], dpi=(144, 144))
+    rag.originals.keep("manuals", "scan.tiff", tmp_path / "scan.tiff")
     rag.originals.keep("manuals", "torn.pdf", b"%PDF-1.7\n1 0 obj << /Type /Catalog")
     rag.originals.keep("manuals", "deleted.pdf", two_page_pdf(tmp_path / "deleted.pdf"))  # left behind: not stored
     keys = InMemoryKeys()
@@ -95,6 +99,11 @@ async def test_a_page_comes_back_as_a_png_of_the_page_size_at_the_scale(
     plain = await get(client, tokens["manuals"], "/v1/documents/scan/report.pdf/pages/1?collection=manuals")
     assert plain.status_code == 200 and Image.open(io.BytesIO(plain.content)).size == (400, 200)
 
+    image = await get(client, tokens["manuals"], "/v1/documents/scan.tiff/pages/2?scale=1.5")  # an image's frame
+    assert image.status_code == 200, image.text
+    frame = Image.open(io.BytesIO(image.content))
+    assert frame.size == (300, 150) and frame.convert("L").getextrema() == (0, 0)
+
 
 async def test_another_collection_s_key_reads_the_document_as_missing(
     served: tuple[httpx.AsyncClient, dict[str, str]],
@@ -118,6 +127,7 @@ async def test_another_collection_s_key_reads_the_document_as_missing(
         ("/v1/documents/old.pdf/pages/1?chunk=manuals::old.pdf%230", 404, "original_not_kept", "original not kept"),
         ("/v1/documents/notes.md/pages/1?chunk=manuals::notes.md%230", 422, "not_a_pdf", "not a PDF"),
         ("/v1/documents/scan/report.pdf/pages/3", 404, "page_not_found", "it has 2 page(s)"),
+        ("/v1/documents/scan.tiff/pages/3", 404, "page_not_found", "it has 2 page(s)"),
         ("/v1/documents/deleted.pdf/pages/1", 404, "document_not_found", "'deleted.pdf' is not stored"),
         ("/v1/documents/deleted.pdf/pages/1?collection=manuals", 404, "document_not_found", "not stored"),
         ("/v1/documents/scan/report.pdf/pages/1?scale=9", 422, "bad_request", "scale"),
