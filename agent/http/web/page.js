@@ -186,8 +186,10 @@ dialog.addEventListener("close", () => { pageRequest += 1; clearPageImage(); });
 let pageImageUrl = null;  // the object URL of the page image shown, revoked when another replaces it
 let pageRequest = 0;  // the latest citation opened: an image that arrives for an earlier one is dropped
 
-function documentPath(docId) {  // doc ids may hold "/": each segment encoded, the slashes kept
-  return docId.split("/").map(encodeURIComponent).join("/");
+// the doc id as one path segment, "/" sent as %2F (the server decodes it): a doc id with "." or ".." segments
+// ("a/../b.pdf") would otherwise be resolved by the browser into another document's path
+function documentPath(docId) {
+  return encodeURIComponent(docId);
 }
 
 function clearPageImage() {

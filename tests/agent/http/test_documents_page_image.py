@@ -49,6 +49,7 @@ async def served(tmp_path: Path) -> tuple[httpx.AsyncClient, dict[str, str]]:
         ("old.pdf", "Ingested as text."),
         ("torn.pdf", "A PDF cut short."),
         ("scan.tiff", "A scanned letter."),
+        ("scans/../report.pdf", "An id with a dot-dot segment."),
     ]
     await collection.add_documents([SourceDocument(i, i, text, "t", {}) for i, text in stored], "manuals")
     rag = RagApp(settings, Services(collection, collection, Model("unused").model))
@@ -57,6 +58,7 @@ async def served(tmp_path: Path) -> tuple[httpx.AsyncClient, dict[str, str]]:
     frames = [Image.new("L", (400, 200), 255), Image.new("L", (400, 200), 0)]  # 144 dpi: 200 x 100 points
     frames[0].save(tmp_path / "scan.tiff", save_all=True, append_images=frames[1:], dpi=(144, 144))
     rag.originals.keep("manuals", "scan.tiff", tmp_path / "scan.tiff")
+    rag.originals.keep("manuals", "scans/../report.pdf", two_page_pdf(tmp_path / "dots.pdf"))
     rag.originals.keep("manuals", "torn.pdf", b"%PDF-1.7\n1 0 obj << /Type /Catalog")
     rag.originals.keep("manuals", "deleted.pdf", two_page_pdf(tmp_path / "deleted.pdf"))  # left behind: not stored
     keys = InMemoryKeys()
@@ -99,6 +101,9 @@ async def test_a_page_comes_back_as_a_png_of_the_page_size_at_the_scale(
     plain = await get(client, tokens["manuals"], "/v1/documents/scan/report.pdf/pages/1?collection=manuals")
     assert plain.status_code == 200 and Image.open(io.BytesIO(plain.content)).size == (400, 200)
 
+    for encoded in ("scan%2Freport.pdf", "scans%2F..%2Freport.pdf"):  # the web page sends the id whole, "/" as %2F
+        whole = await get(client, tokens["manuals"], f"/v1/documents/{encoded}/pages/1?scale=1")
+        assert whole.status_code == 200 and Image.open(io.BytesIO(whole.content)).size == (200, 100), whole.text
     image = await get(client, tokens["manuals"], "/v1/documents/scan.tiff/pages/2?scale=1.5")  # an image's frame
     assert image.status_code == 200, image.text
     frame = Image.open(io.BytesIO(image.content))

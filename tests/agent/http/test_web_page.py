@@ -184,14 +184,14 @@ async def test_a_citation_opens_its_passage_with_title_page_and_the_highlighted_
     rag, _, conversations = rag_app()
     stored = await conversations.create("Handbook questions")
     cited = {
-        "doc_id": "handbook.pdf",
-        "chunk_id": "handbook.pdf#3",
+        "doc_id": "scans/../handbook.pdf",  # sent whole: the browser must not resolve its ".."
+        "chunk_id": "scans/../handbook.pdf#3",
         "score": 0.5,
         "passage": 1,
         "title": "Operations handbook",
         "page": 12,
         "section": [],
-        "location": "handbook.pdf p. 12",
+        "location": "scans/../handbook.pdf p. 12",
         "text": "Backups run every night at two.",
         "span": [40, 71],
         "boxes": [[12, 72.0, 700.0, 300.0, 712.0]],
@@ -204,7 +204,7 @@ async def test_a_citation_opens_its_passage_with_title_page_and_the_highlighted_
         await route.fulfill(status=200, content_type="image/png", body=png(120, 160))
 
     async with browser_page(rag) as page:
-        await page.route("**/v1/documents/handbook.pdf/pages/12?*", page_image)
+        await page.route("**/v1/documents/scans%2F..%2Fhandbook.pdf/pages/12?*", page_image)
         await page.goto("/")
         await ask(page, COVERED)  # a live answer: its citation holds the retrieved chunk
         await page.locator(".citation").first.click()
@@ -228,7 +228,8 @@ async def test_a_citation_opens_its_passage_with_title_page_and_the_highlighted_
         await expect(image).to_have_attribute("src", re.compile(r"^blob:"))
         assert await image.evaluate("i => i.decode().then(() => [i.naturalWidth, i.naturalHeight])") == [120, 160]
         await expect(dialog.locator("#passage-page-note")).to_have_text("page 12, the cited passage highlighted")
-        assert page_requests == [f"{page.url.rstrip('/')}/v1/documents/handbook.pdf/pages/12?chunk=handbook.pdf%233"]
+        path = "v1/documents/scans%2F..%2Fhandbook.pdf/pages/12?chunk=scans%2F..%2Fhandbook.pdf%233"
+        assert page_requests == [f"{page.url.rstrip('/')}/{path}"]
         await page.click("#close-passage")
         await expect(dialog.locator("#passage-page")).to_be_hidden()
 
