@@ -178,10 +178,34 @@ async def sync_folder(
     Raises:
         IngestError: the folder or root is wrong (see `SyncRequest.checked`).
         EmbedderError / StoreError: Triton or Postgres failed; the files done before stay done, a re-run finishes.
+
+    One sync of a folder into a collection runs at a time (`SyncLedger.exclusive`, a Postgres advisory lock held for
+    the whole run): a second one (another job, a job claimed again, `--watch` beside a job) waits for the first to end,
+    then plans against the state it left. A dry run takes no lock.
     """
     start = time.perf_counter()
     ledger = SyncLedger(store)
     await ledger.setup()
+    if dry_run:
+        return await _sync(request, ledger, embedder, store, options, originals, on_progress, start, dry_run=True)
+    folder, _ = request.checked()
+    async with ledger.exclusive(str(folder), request.collection):  # one sync of a source at a time
+        return await _sync(request, ledger, embedder, store, options, originals, on_progress, start, dry_run=False)
+
+
+async def _sync(
+    request: SyncRequest,
+    ledger: SyncLedger,
+    embedder: DocumentEmbedder,
+    store: VectorStore,
+    options: IngestOptions,
+    originals: Originals | None,
+    on_progress: ProgressFn | None,
+    start: float,
+    *,
+    dry_run: bool,
+) -> SyncReport:
+    """`sync_folder`'s run, under the source's lock unless `dry_run`."""
     plan, source_id, folder, root, _ = await plan_folder(request, ledger)
     report = SyncReport(dry_run=dry_run, failed=list(plan.failed), unchanged=len(plan.unchanged))
     skipped = {c.seen.rel_path: why for c in _candidates(plan) if (why := _synced(c)) is not None}
@@ -291,11 +315,15 @@ class _Run:
             await self.ledger.remove(self.source_id, self.collection, old)
             await self.ledger.store_file(self.source_id, self.collection, candidate.state(None), None)
         elif document.content_hash == old.content_hash:
-            await self.ledger.move(
+            counts = await self.ledger.move(
                 self.source_id, self.collection, old, candidate.state(old.content_hash), document.source, None
             )
-            self.report.moved.append((old.doc_id, candidate.doc_id))
-            await self._original("move", old.doc_id, candidate.doc_id)
+            if counts.missing:  # its document was deleted meanwhile: the file is written anew
+                await self.ledger.remove(self.source_id, self.collection, old)
+                await self.write([(None, candidate)], progress=False)
+            else:
+                self.report.moved.append((old.doc_id, candidate.doc_id))
+                await self._original("move", old.doc_id, candidate.doc_id)
         elif len(document.content) > LARGE_DOC_CHARS:  # a large document naming its file: removed, written anew
             await self.remove(old)
             await self._write_large(None, candidate, document)

@@ -4,6 +4,7 @@ does nothing; an interrupted sync converges when run again; documents the sync d
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +31,7 @@ from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
 from tools.originals import Originals
 from tools.store import VectorStore
 from tools.store.records import chunk_id
+from tools.store.sync_state import SYNC_LOCK, SyncLedger
 
 
 @pytest.fixture
@@ -162,3 +164,52 @@ async def test_documents_the_sync_does_not_own_are_never_removed(
     second = await sync_folder(request, embedder, store, ingest_options(settings))
     assert second.removed == ["kept.md"]
     assert set(await store.stored_versions(["blank.md", "photo.png", "kept.md"], "synced")) == {"blank.md", "photo.png"}
+
+
+async def test_a_second_sync_of_the_same_folder_waits_for_the_first(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """While one sync of a folder into a collection holds its lock, another waits (its lock request is seen waiting
+    in `pg_locks`), then runs once the first ends."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
+    ledger = SyncLedger(store)
+    await ledger.setup()
+    async with ledger.exclusive(str(folder), "synced"):
+        task = asyncio.create_task(sync_folder(SyncRequest(folder, collection="synced"), embedder, store,
+                                               ingest_options(settings)))  # fmt: skip
+        while not await waiting_sync_locks(store):
+            assert not task.done(), task
+            await asyncio.sleep(0.05)
+        assert not task.done()
+    report = await task
+    assert report.added == ["a.md"]
+
+
+async def waiting_sync_locks(store: VectorStore) -> int:
+    async with store.pool.acquire() as conn:
+        count: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND NOT granted", SYNC_LOCK
+        )
+    return count
+
+
+async def test_a_move_whose_document_is_gone_leaves_the_target_alone(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A move of a document that is no longer stored (another run moved it already) writes nothing and says so; the
+    document stored under the new id stays."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "b.md").write_text("# Beta\n\nOtters float on their backs.\n")
+    first = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, ingest_options(settings))
+    assert first.added == ["b.md"]
+    ledger = SyncLedger(store)
+    source = await ledger.find_source(str(folder), "synced")
+    assert source is not None
+    recorded = (await ledger.files(source.id))["b.md"]
+    old = replace(recorded, rel_path="a.md", doc_id="a.md")
+    counts = await ledger.move(source.id, "synced", old, recorded, str(folder / "b.md"), None)
+    assert counts.missing == ("a.md",)
+    assert set(await store.stored_versions(["a.md", "b.md"], "synced")) == {"b.md"}
