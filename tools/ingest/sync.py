@@ -169,8 +169,8 @@ async def sync_folder(
 
     Args:
         embedder: connected; store: connected.
-        options: the chunk window, `batch_docs` (files read and embedded per embed call) and `max_file_bytes`
-            (its `collection` is not used: `request.collection` is).
+        options: the chunk window, `batch_docs` (files read and embedded per embed call), `max_file_bytes` and
+            `ocr` (how scanned pages and images are read) (its `collection` is not used: `request.collection` is).
         originals: where added and updated files are kept (None: not kept).
         on_progress: `(files done, files to change, chunks written)` after each file.
         dry_run: plan only: the report lists what would change (nothing is embedded or written, no state made).
@@ -287,7 +287,7 @@ class _Run:
         """The file's document (None: no text), or the error that failed it."""
         inp = InputFile(candidate.seen.path, candidate.doc_id, kind=candidate.kind)
         try:
-            read = await asyncio.to_thread(read_file_document, inp, self.options.max_file_bytes)
+            read = await asyncio.to_thread(read_file_document, inp, self.options.max_file_bytes, self.options.ocr)
         except IngestError as exc:
             return exc
         return read.document

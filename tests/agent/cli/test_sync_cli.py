@@ -23,7 +23,7 @@ def test_sync_dry_run_then_sync_then_nothing_to_do(postgres_url: str, triton_ser
     (folder / "a.md").write_text("# Alpha\n\nThe narwhal backup job runs every night at two.\n")
     (folder / "b.txt").write_text("The okapi gateway listens on port 8080.\n")
     (folder / "broken.pdf").write_bytes(b"%PDF-1.7\n% truncated")
-    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (folder / "anim.gif").write_bytes(b"GIF89a" + bytes(range(256)))  # GIF: not a synced type
     args = ("sync", str(folder), "--collection", "sync-cli", "--json")
 
     dry = run_cli(triton_server, *args, "--dry-run")
@@ -43,7 +43,7 @@ def test_sync_dry_run_then_sync_then_nothing_to_do(postgres_url: str, triton_ser
     assert second.returncode == 0, second.stderr
     again = json.loads(second.stdout)
     assert (again["embed_calls"], again["unchanged"], again["added"]) == (0, 2, [])
-    assert [f["path"] for f in again["skipped"]] == [str((folder / "photo.png").resolve())]
+    assert [f["path"] for f in again["skipped"]] == [str((folder / "anim.gif").resolve())]
 
 
 def test_watch_syncs_a_change_and_stops_on_sigterm(postgres_url: str, triton_server: Settings, tmp_path: Path) -> None:

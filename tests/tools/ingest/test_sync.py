@@ -26,6 +26,7 @@ from evals.bench_sync import (
 )
 from tests.document_files import GUIDE_HTML, print_pdf
 from tools.embedder import EmbedderError, TextKind, TritonEmbedder
+from tools.extract.ocr import OcrOptions
 from tools.ingest import ingest, plan_inputs
 from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
 from tools.originals import Originals
@@ -150,20 +151,20 @@ async def test_documents_the_sync_does_not_own_are_never_removed(
     folder.mkdir()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    for name in ("blank.md", "photo.png"):
+    for name in ("blank.md", "anim.gif"):
         (elsewhere / name).write_text(f"# {name}\n\nIngested by other means.\n")
     await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
     (folder / "blank.md").write_text("   \n\n")
-    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (folder / "anim.gif").write_bytes(b"GIF89a" + bytes(range(256)))  # GIF: not a synced type
     (folder / "kept.md").write_text("# Kept\n\nThe synced file.\n")
     request = SyncRequest(folder, collection="synced")
     first = await sync_folder(request, embedder, store, ingest_options(settings))
     assert (first.added, first.removed, len(first.skipped)) == (["kept.md"], [], 1)
-    for name in ("blank.md", "photo.png", "kept.md"):
+    for name in ("blank.md", "anim.gif", "kept.md"):
         (folder / name).unlink()
     second = await sync_folder(request, embedder, store, ingest_options(settings))
     assert second.removed == ["kept.md"]
-    assert set(await store.stored_versions(["blank.md", "photo.png", "kept.md"], "synced")) == {"blank.md", "photo.png"}
+    assert set(await store.stored_versions(["blank.md", "anim.gif", "kept.md"], "synced")) == {"blank.md", "anim.gif"}
 
 
 async def test_a_second_sync_of_the_same_folder_waits_for_the_first(
@@ -213,3 +214,16 @@ async def test_a_move_whose_document_is_gone_leaves_the_target_alone(
     counts = await ledger.move(source.id, "synced", old, recorded, str(folder / "b.md"), None)
     assert counts.missing == ("a.md",)
     assert set(await store.stored_versions(["a.md", "b.md"], "synced")) == {"b.md"}
+
+
+async def test_the_sync_reads_files_with_the_ocr_options(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """An image synced with OCR off fails naming the setting (the options reach the reader)."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "scan.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    options = replace(ingest_options(settings), ocr=OcrOptions(enabled=False))
+    report = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, options)
+    assert [e.reason for e in report.failed] == [f"{folder / 'scan.png'}: an image, whose text only OCR reads, and OCR "
+                                                 "is off (OCR=false); set OCR=true"]  # fmt: skip
