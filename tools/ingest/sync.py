@@ -13,7 +13,9 @@ what it finished and a re-run completes the rest; a run with nothing changed rea
 - A renamed file (a path gone and a new one with the same bytes, in one run) moves its document: the document row,
   its chunks and vectors are kept and its doc id, chunk ids and `source` updated, with no embedding. Where the
   document's content names its file (a text or Markdown file without a heading takes its title from the file name),
-  the new version replaces it with every unchanged chunk's vector reused (typically one chunk embedded).
+  the new version replaces it with every unchanged chunk's vector reused (typically one chunk embedded). A file
+  whose doc id changed (another `prefix` or `root`) with new bytes is written under its new id and the document its
+  state owned is removed in the same transaction, its vectors lent to the unchanged chunks.
 - A file gone from the folder removes the document this source recorded for it, and only such documents: documents
   ingested by other means or by another sync source are never removed (`tools.store.sync_state`).
 - A file that cannot be read or extracted fails alone (listed with the cause) and its stored document is kept; a file
@@ -363,10 +365,8 @@ class _Run:
                 self._fail(candidate, str(document))
                 self._progress()
             elif document is None:
-                await self.ledger.store_file(self.source_id, self.collection, candidate.state(None), None)
-                if old is not None and old.status == "stored":
-                    self.report.removed.append(old.doc_id)
-                    await self._original("remove", old.doc_id)
+                stored = await self.ledger.store_file(self.source_id, self.collection, candidate.state(None), None)
+                await self._removed(stored.removed)
                 self._progress()
             elif len(document.content) > LARGE_DOC_CHARS:
                 await self._write_large(old, candidate, document)
@@ -383,6 +383,7 @@ class _Run:
             self.options.chunk_tokens,
             self.options.overlap_tokens,
             self.collection,
+            lend_from=_lenders(documents),
         )
         self.report.chunks_reused += prepared.reused
         records = {r.doc_id: r for r in prepared.records}
@@ -393,24 +394,24 @@ class _Run:
             else:
                 record = records.get(document.doc_id)
                 state = candidate.state(document.content_hash)
-                counts = await self.ledger.store_file(self.source_id, self.collection, state, record)
-                if counts.missing:
+                stored = await self.ledger.store_file(self.source_id, self.collection, state, record)
+                if stored.counts.missing:
                     self._fail(candidate, f"{candidate.seen.path}: its document changed meanwhile; sync again")
                 else:
-                    self.report.chunks_written += counts.chunks
+                    self.report.chunks_written += stored.counts.chunks
+                    await self._removed(stored.removed)
                     if record is None:  # stored with this content already (e.g. by `rag ingest`): adopted
                         self.report.unchanged += 1
                     else:
-                        new = old is None or old.status != "stored"
-                        (self.report.added if new else self.report.updated).append(candidate.doc_id)
+                        (self.report.added if _new(old, candidate) else self.report.updated).append(candidate.doc_id)
                     await self._original("keep", candidate.doc_id, candidate.seen.path)
             if progress:
                 self._progress()
 
     async def _write_large(self, old: FileState | None, candidate: Candidate, document: SourceDocument) -> None:
         """A large document: staged and committed as in `rag ingest` (no reuse), then its state recorded."""
-        stored = await self.store.stored_versions([document.doc_id], self.collection)
-        if stored.get(document.doc_id) != document.content_hash:
+        versions = await self.store.stored_versions([document.doc_id], self.collection)
+        if versions.get(document.doc_id) != document.content_hash:
             result = await ingest_large(
                 document,
                 self.embedder,
@@ -424,7 +425,28 @@ class _Run:
                 return
             self.report.chunks_written += result.chunks
         state = candidate.state(document.content_hash)
-        await self.ledger.store_file(self.source_id, self.collection, state, None)
-        new = old is None or old.status != "stored"
-        (self.report.added if new else self.report.updated).append(candidate.doc_id)
+        stored = await self.ledger.store_file(self.source_id, self.collection, state, None)
+        await self._removed(stored.removed)
+        (self.report.added if _new(old, candidate) else self.report.updated).append(candidate.doc_id)
         await self._original("keep", candidate.doc_id, candidate.seen.path)
+
+    async def _removed(self, doc_id: str | None) -> None:
+        """Report document `doc_id` removed (None: nothing was) and remove its original."""
+        if doc_id is not None:
+            self.report.removed.append(doc_id)
+            await self._original("remove", doc_id)
+
+
+def _new(old: FileState | None, candidate: Candidate) -> bool:
+    """Whether the file's document is new (not an update of the one its state owned under the same id)."""
+    return old is None or old.status != "stored" or old.doc_id != candidate.doc_id
+
+
+def _lenders(documents: Sequence[tuple[FileState | None, Candidate, SourceDocument]]) -> dict[str, str]:
+    """New doc id -> the doc id the file's state owned before (its id changed with `--prefix` or `--root`): that
+    document lends its vectors to the unchanged chunks."""
+    return {
+        c.doc_id: old.doc_id
+        for old, c, _ in documents
+        if old is not None and old.status == "stored" and old.doc_id != c.doc_id
+    }

@@ -235,25 +235,20 @@ class SyncLedger:
 
     async def store_file(
         self, source_id: int, collection: str, state: FileState, record: DocumentRecord | None
-    ) -> IngestCounts:
+    ) -> StoredFile:
         """Write `record` (None: the document is stored unchanged with `state.content_hash`; a `state` of status
-        `empty` or `skipped`: no document, the one the file's recorded state owned is removed) and the file's state,
-        in one transaction.
+        `empty` or `skipped`: no document) and the file's state, in one transaction. The document the file's recorded
+        state owned goes in the same transaction when it is not the one written (the file has no text any more, or
+        its doc id changed with `--prefix` or `--root`), unless another source of the collection names it.
 
         Returns:
-            The write's counts; when `record` is None and the document is no longer stored with that hash (deleted
-            or replaced meanwhile), its id is in `missing` and nothing is written.
+            The write's counts and the doc id removed (or None); when `record` is None and the document is no longer
+            stored with that hash (deleted or replaced meanwhile), its id is in `counts.missing` and nothing is
+            written.
         """
         async with self._write(f"storing synced file {state.rel_path}") as conn:
             await lock_writes(conn)
-            if state.status != "stored":  # no document: the one this file owned (if any) goes
-                owned = await conn.fetchrow(
-                    "SELECT doc_id FROM sync_files WHERE source_id = $1 AND rel_path = $2 AND status = 'stored'",
-                    source_id,
-                    state.rel_path,
-                )
-                if owned is not None:
-                    await _remove_owned(conn, source_id, collection, owned["doc_id"])
+            if state.status != "stored":
                 counts = IngestCounts()
             elif record is None:
                 assert state.content_hash is not None
@@ -261,11 +256,18 @@ class SyncLedger:
                     conn, [], {state.doc_id: state.content_hash}, self.store.bm25_k1, self.store.bm25_b, collection
                 )
                 if counts.missing:
-                    return counts
+                    return StoredFile(counts)
             else:
                 counts = await add_documents(conn, [record], {}, self.store.bm25_k1, self.store.bm25_b, collection)
+            owned = await conn.fetchval(
+                "SELECT doc_id FROM sync_files WHERE source_id = $1 AND rel_path = $2 AND status = 'stored'",
+                source_id,
+                state.rel_path,
+            )
+            keep = state.doc_id if state.status == "stored" else None
+            removed = owned is not None and await _remove_owned(conn, source_id, collection, owned, keep=keep)
             await _upsert(conn, source_id, state)
-        return counts
+        return StoredFile(counts, owned if removed else None)
 
     async def touch(self, source_id: int, state: FileState) -> None:
         """Record a file's new stat (its bytes unchanged): no document is written."""

@@ -227,3 +227,30 @@ async def test_the_sync_reads_files_with_the_ocr_options(
     report = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, options)
     assert [e.reason for e in report.failed] == [f"{folder / 'scan.png'}: an image, whose text only OCR reads, and OCR "
                                                  "is off (OCR=false); set OCR=true"]  # fmt: skip
+
+
+def long_markdown(last: str) -> str:
+    """A Markdown document of several chunks whose last paragraph is `last`."""
+    paragraphs = [
+        f"Paragraph {i} tells of the harbour's {i} cranes, the tides that lift the ships and the crews that load "
+        f"them at night, of the ropes, the gulls and the long wait for the morning pilot number {i}. " * 3
+        for i in range(12)
+    ]
+    return "# Harbour\n\n" + "\n\n".join([*paragraphs, last]) + "\n"
+
+
+async def test_a_new_prefix_and_new_bytes_replace_the_old_document_lending_its_vectors(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A file whose bytes changed while its doc id changed (another `--prefix`) leaves no document under its old id;
+    its unchanged chunks keep the old document's vectors."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "a.md").write_text(long_markdown("The end."))
+    options = ingest_options(settings)
+    await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, options)
+    (folder / "a.md").write_text(long_markdown("A different end."))
+    report = await sync_folder(SyncRequest(folder, collection="synced", prefix="kb/"), embedder, store, options)
+    assert (report.removed, report.added, report.updated) == (["a.md"], ["kb/a.md"], [])
+    assert report.chunks_reused > 0 and report.chunks_embedded < report.chunks_reused
+    assert set(await store.stored_versions(["a.md", "kb/a.md"], "synced")) == {"kb/a.md"}
