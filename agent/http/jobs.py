@@ -160,8 +160,8 @@ def allowed_folder(path: str, roots: Sequence[Path]) -> Path:
 @router.post("/v1/sync", status_code=202)
 async def sync(body: SyncBody, jobs: Jobs, settings: AppSettings, caller: Caller) -> SyncAccepted:
     """Queue one job syncing a folder of the server's into a collection (`rag sync` run by a worker): new and changed
-    files ingested, renamed ones moved, deleted ones removed (only documents this folder's syncs stored). Answers 202
-    with the job id at once; the job's `result` holds the sync's summary (`GET /v1/jobs/{id}`)."""
+    files ingested, renamed ones moved, deleted ones removed (only documents this folder's syncs stored or took over).
+    Answers 202 with the job id at once; the job's `result` holds the sync's summary (`GET /v1/jobs/{id}`)."""
     collection = caller.target(body.collection)
     folder = await asyncio.to_thread(allowed_folder, body.path, settings.sync_roots)
     params = {"path": str(folder), "prefix": body.prefix, "include": body.include, "exclude": body.exclude}

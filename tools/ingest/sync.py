@@ -16,8 +16,10 @@ what it finished and a re-run completes the rest; a run with nothing changed rea
   the new version replaces it with every unchanged chunk's vector reused (typically one chunk embedded). A file
   whose doc id changed (another `prefix` or `root`) with new bytes is written under its new id and the document its
   state owned is removed in the same transaction, its vectors lent to the unchanged chunks.
-- A file gone from the folder removes the document this source recorded for it, and only such documents: documents
-  ingested by other means or by another sync source are never removed (`tools.store.sync_state`).
+- A file gone from the folder removes the document this source recorded for it, and only such documents
+  (`tools.store.sync_state`). A document already stored under a file's id (e.g. by `rag ingest` of the same folder)
+  is that file's document: taken over (same content) or replaced, then kept in step with the file and removed with
+  it. Documents under other ids are never touched.
 - A file that cannot be read or extracted fails alone (listed with the cause) and its stored document is kept; a file
   of a type that is not synced (unsupported, a JSONL corpus: use `rag ingest`) is listed as skipped.
 - `originals`: when given, each added or updated file is kept as its document's original, moved on a rename and

@@ -254,3 +254,32 @@ async def test_a_new_prefix_and_new_bytes_replace_the_old_document_lending_its_v
     assert (report.removed, report.added, report.updated) == (["a.md"], ["kb/a.md"], [])
     assert report.chunks_reused > 0 and report.chunks_embedded < report.chunks_reused
     assert set(await store.stored_versions(["a.md", "kb/a.md"], "synced")) == {"kb/a.md"}
+
+
+async def test_a_document_stored_under_a_files_id_is_taken_over(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A document already stored under a synced file's id (`rag ingest` of the same folder earlier, or other content
+    under that name) is the file's document: adopted as it is (same content, nothing embedded) or replaced, then
+    kept in step with the file and removed when the file is deleted."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "same.md").write_text("# Same\n\nIngested before the folder was synced.\n")
+    await ingest(plan_inputs([folder], root=folder), embedder, store, ingest_options(settings, "synced"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "other.md").write_text("# Other\n\nOther content under the same name.\n")
+    await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
+    (folder / "other.md").write_text("# Other\n\nThe synced file's own content.\n")
+    request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
+
+    first = await sync_folder(request, embedder, store, options)
+    assert (first.added, first.updated, first.unchanged, first.embed_calls) == (["other.md"], [], 1, 1)
+    (folder / "same.md").write_text("# Same\n\nEdited after it was taken over.\n")
+    second = await sync_folder(request, embedder, store, options)
+    assert second.updated == ["same.md"]
+    for name in ("same.md", "other.md"):
+        (folder / name).unlink()
+    third = await sync_folder(request, embedder, store, options)
+    assert sorted(third.removed) == ["other.md", "same.md"]
+    assert await store.stored_versions(["same.md", "other.md"], "synced") == {}
