@@ -283,3 +283,20 @@ async def test_a_document_stored_under_a_files_id_is_taken_over(
     third = await sync_folder(request, embedder, store, options)
     assert sorted(third.removed) == ["other.md", "same.md"]
     assert await store.stored_versions(["same.md", "other.md"], "synced") == {}
+
+
+async def test_a_synced_document_deleted_by_hand_comes_back_with_the_next_sync(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """Deleting a synced document (`rag docs delete`, `DELETE /v1/documents`) deletes its file's sync state with it:
+    the next sync, though the file's stat is unchanged, adds it again."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
+    (folder / "b.md").write_text("# Beta\n\nOtters float on their backs.\n")
+    request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
+    await sync_folder(request, embedder, store, options)
+    assert await store.delete_documents(["a.md"], collections=["synced"]) == ["a.md"]
+    again = await sync_folder(request, embedder, store, options)
+    assert (again.added, again.unchanged) == (["a.md"], 1)
+    assert set(await store.stored_versions(["a.md", "b.md"], "synced")) == {"a.md", "b.md"}
