@@ -305,18 +305,20 @@ class _Run:
         except OSError as exc:
             log.warning("keeping the original (%s %s) failed: %s", action, args[0], exc)
 
-    async def remove(self, state: FileState) -> None:
+    async def remove(self, state: FileState, progress: bool = True) -> None:
+        """The file of `state` is gone (or its document is): its document, original and state row go."""
         if await self.ledger.remove(self.source_id, self.collection, state):
             self.report.removed.append(state.doc_id)
             await self._original("remove", state.doc_id)
-        self._progress()
+        if progress:
+            self._progress()
 
     async def move(self, old: FileState, candidate: Candidate) -> None:
         document = await self._read(candidate)
         if isinstance(document, IngestError):
             self._fail(candidate, str(document))
         elif document is None:  # the renamed file has no text any more (its bytes are the same: it never had)
-            await self.ledger.remove(self.source_id, self.collection, old)
+            await self.remove(old, progress=False)
             await self.ledger.store_file(self.source_id, self.collection, candidate.state(None), None)
         elif document.content_hash == old.content_hash:
             counts = await self.ledger.move(
@@ -329,7 +331,7 @@ class _Run:
                 self.report.moved.append((old.doc_id, candidate.doc_id))
                 await self._original("move", old.doc_id, candidate.doc_id)
         elif len(document.content) > LARGE_DOC_CHARS:  # a large document naming its file: removed, written anew
-            await self.remove(old)
+            await self.remove(old, progress=False)
             await self._write_large(None, candidate, document)
         else:  # the content names its file (a title from the file name): the new version, unchanged chunks reused
             prepared = await prepare(

@@ -29,10 +29,11 @@ from tools.embedder import EmbedderError, TextKind, TritonEmbedder
 from tools.extract.ocr import OcrOptions
 from tools.ingest import ingest, plan_inputs
 from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
+from tools.ingest.sync_plan import file_hash_and_kind
 from tools.originals import Originals
 from tools.store import VectorStore
 from tools.store.records import chunk_id
-from tools.store.sync_state import SYNC_LOCK, SyncLedger
+from tools.store.sync_state import SYNC_LOCK, FileState, SyncLedger
 
 
 @pytest.fixture
@@ -300,3 +301,26 @@ async def test_a_synced_document_deleted_by_hand_comes_back_with_the_next_sync(
     again = await sync_folder(request, embedder, store, options)
     assert (again.added, again.unchanged) == (["a.md"], 1)
     assert set(await store.stored_versions(["a.md", "b.md"], "synced")) == {"a.md", "b.md"}
+
+
+async def test_a_renamed_file_without_text_removes_its_document_and_reports_it(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A stored file renamed (the same bytes) whose new path reads as no text: its document is removed, and reported
+    removed. (The recorded state is written by hand: the same bytes read the same, short of a reader change.)"""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    blank = folder / "new.md"
+    blank.write_text("   \n\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "gone.md").write_text("# Gone\n\nThe document the file had.\n")
+    await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
+    ledger = SyncLedger(store)
+    await ledger.setup()
+    source_id = await ledger.open_source(str(folder), "synced", str(folder), "", (), ())
+    digest, _ = file_hash_and_kind(blank)
+    await ledger.touch(source_id, FileState("gone.md", 5, 1, digest, "gone.md", "c", "stored"))
+    report = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, ingest_options(settings))
+    assert (report.removed, report.moved, report.added) == (["gone.md"], [], [])
+    assert await store.stored_versions(["gone.md", "new.md"], "synced") == {}
