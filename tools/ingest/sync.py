@@ -40,6 +40,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from tools.embedder import TextKind
+from tools.extract import Kind
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import prepare
 from tools.ingest.inputs import InputFile
@@ -63,6 +64,9 @@ from tools.store import VectorStore
 from tools.store.sync_state import FileState, SyncLedger
 
 log = logging.getLogger(__name__)
+
+NAMED_KINDS: frozenset[Kind] = frozenset({"text", "markdown"})
+"""Kinds whose document may take its title from the file name (read again on a rename)."""
 
 
 @dataclass(frozen=True)
@@ -314,6 +318,28 @@ class _Run:
             self._progress()
 
     async def move(self, old: FileState, candidate: Candidate) -> None:
+        """A renamed file (the same bytes): its document moved to the new id. Only a text or Markdown file is read
+        again (its title may come from its file name); any other kind's content depends on its bytes alone, so it is
+        moved as it is, nothing read (no extraction, no OCR)."""
+        if candidate.kind not in NAMED_KINDS and old.content_hash is not None:
+            await self._moved(old, candidate, str(candidate.seen.path))
+        else:
+            await self._move_read(old, candidate)
+        self._progress()
+
+    async def _moved(self, old: FileState, candidate: Candidate, source: str) -> None:
+        """The document of `old` moved to the candidate's id, unchanged (its content hash is the same)."""
+        state = candidate.state(old.content_hash)
+        counts = await self.ledger.move(self.source_id, self.collection, old, state, source, None)
+        if counts.missing:  # its document was deleted meanwhile: the file is written anew
+            await self.ledger.remove(self.source_id, self.collection, old)
+            await self.write([(None, candidate)], progress=False)
+        else:
+            self.report.moved.append((old.doc_id, candidate.doc_id))
+            await self._original("move", old.doc_id, candidate.doc_id)
+
+    async def _move_read(self, old: FileState, candidate: Candidate) -> None:
+        """`move` of a file read again: its content may name its file."""
         document = await self._read(candidate)
         if isinstance(document, IngestError):
             self._fail(candidate, str(document))
@@ -321,15 +347,7 @@ class _Run:
             await self.remove(old, progress=False)
             await self.ledger.store_file(self.source_id, self.collection, candidate.state(None), None)
         elif document.content_hash == old.content_hash:
-            counts = await self.ledger.move(
-                self.source_id, self.collection, old, candidate.state(old.content_hash), document.source, None
-            )
-            if counts.missing:  # its document was deleted meanwhile: the file is written anew
-                await self.ledger.remove(self.source_id, self.collection, old)
-                await self.write([(None, candidate)], progress=False)
-            else:
-                self.report.moved.append((old.doc_id, candidate.doc_id))
-                await self._original("move", old.doc_id, candidate.doc_id)
+            await self._moved(old, candidate, document.source)
         elif len(document.content) > LARGE_DOC_CHARS:  # a large document naming its file: removed, written anew
             await self.remove(old, progress=False)
             await self._write_large(None, candidate, document)
@@ -357,7 +375,6 @@ class _Run:
                     self.report.chunks_written += len(record.chunks)
                 self.report.moved.append((old.doc_id, candidate.doc_id))
                 await self._original("move", old.doc_id, candidate.doc_id)
-        self._progress()
 
     async def write(self, batch: list[tuple[FileState | None, Candidate]], progress: bool = True) -> None:
         """Read, embed (one call for the batch's small documents, unchanged chunks reused) and store each file of

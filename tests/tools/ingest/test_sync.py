@@ -324,3 +324,19 @@ async def test_a_renamed_file_without_text_removes_its_document_and_reports_it(
     report = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, ingest_options(settings))
     assert (report.removed, report.moved, report.added) == (["gone.md"], [], [])
     assert await store.stored_versions(["gone.md", "new.md"], "synced") == {}
+
+
+async def test_a_renamed_pdf_is_moved_without_being_read_again(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A PDF's content depends on its bytes alone: renamed, it is moved as it is, not extracted again (the second run
+    reads files of at most 10 bytes, so a read would fail)."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    print_pdf(GUIDE_HTML, folder / "guide.pdf")
+    request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
+    assert (await sync_folder(request, embedder, store, options)).added == ["guide.pdf"]
+    (folder / "guide.pdf").rename(folder / "manual.pdf")
+    report = await sync_folder(request, embedder, store, replace(options, max_file_bytes=10))
+    assert (report.moved, report.failed, report.embed_calls) == ([("guide.pdf", "manual.pdf")], [], 0)
+    assert set(await store.stored_versions(["guide.pdf", "manual.pdf"], "synced")) == {"manual.pdf"}
