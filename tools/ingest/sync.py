@@ -49,6 +49,7 @@ from tools.ingest.readers import read_file_document
 from tools.ingest.report import FileError, ProgressFn
 from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
 from tools.ingest.sync_plan import (
+    RACY_WINDOW_NS,
     Candidate,
     SyncPlan,
     SyncReport,
@@ -145,10 +146,11 @@ async def plan_folder(
     source = await ledger.find_source(str(folder), request.collection)
     recorded = await ledger.files(source.id) if source is not None else {}
     doc_id_of = relative_id(folder, root, request.prefix)
+    racy_since_ns = time.time_ns() - RACY_WINDOW_NS  # a file modified since may change again unseen: read next time
 
     def scan() -> SyncPlan:
         seen = scan_folder(folder, request.include, request.exclude)
-        return plan_sync(seen, recorded, doc_id_of, file_hash_and_kind)
+        return plan_sync(seen, recorded, doc_id_of, file_hash_and_kind, racy_since_ns)
 
     plan = await asyncio.to_thread(scan)
     return plan, source.id if source is not None else None, folder, root, recorded

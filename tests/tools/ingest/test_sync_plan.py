@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tools.extract import Kind
 from tools.ingest.report import FileError
-from tools.ingest.sync_plan import SeenFile, SyncReport, plan_sync, relative_id, scan_folder
+from tools.ingest.sync_plan import RACY_MTIME_NS, SeenFile, SyncReport, plan_sync, relative_id, scan_folder
 from tools.store.sync_state import FileState
 
 
@@ -106,3 +106,16 @@ def test_a_file_recorded_as_skipped_is_not_read_again_until_it_changes() -> None
     assert (plan.skipped, plan.unchanged, hashes.read) == (["p.png"], [], [])
     changed = plan_sync([seen("p.png", mtime=2)], recorded, str, hashes)
     assert [old.status for old, _ in changed.updated] == ["skipped"] and hashes.read == ["p.png"]
+
+
+def test_a_file_modified_just_before_the_sync_is_recorded_to_be_read_again() -> None:
+    """A racy file (modified within the window before the sync's start) is recorded with a sentinel mtime: the next
+    sync hashes it again even with its stat unchanged, then records its real stat."""
+    hashes = Hashes({"a.md": "h1", "b.md": "h2"})
+    first = plan_sync([seen("a.md", mtime=100), seen("b.md", mtime=10)], {}, str, hashes, racy_since_ns=50)
+    states = {c.seen.rel_path: c.state("c") for c in first.added}
+    assert (states["a.md"].mtime_ns, states["b.md"].mtime_ns) == (RACY_MTIME_NS, 10)
+    second = plan_sync([seen("a.md", mtime=100), seen("b.md", mtime=10)], states, str, hashes, racy_since_ns=500)
+    assert hashes.read == ["a.md", "b.md", "a.md"] and second.changes == 0
+    assert [(t.rel_path, t.mtime_ns) for t in second.touched] == [("a.md", 100)]
+    assert second.unchanged == ["a.md", "b.md"]
