@@ -40,6 +40,7 @@ from agent.http.deps import CALLER, AppSettings, Caller
 from agent.http.errors import ERROR_RESPONSES, ApiError
 from tools.extract import sniff_bytes
 from tools.extract.dispatch import REFUSED
+from tools.ingest.sync import within_roots
 from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
@@ -144,9 +145,9 @@ def allowed_folder(path: str, roots: Sequence[Path]) -> Path:
     """
     if not roots:
         raise ApiError(403, "sync_disabled", "sync over HTTP is disabled: set SYNC_ROOTS to the folders it may sync")
-    folder = Path(path).expanduser().resolve()
+    folder = within_roots(Path(path), roots)
     allowed = [Path(r).expanduser().resolve() for r in roots]
-    if not Path(path).is_absolute() or not any(folder.is_relative_to(r) for r in allowed):
+    if folder is None:
         raise ApiError(
             403,
             "forbidden_path",
@@ -213,6 +214,7 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
                         stop=stop,
                         originals=build_originals(settings),
                         worker=f"{worker_name()}:serve{i}",
+                        sync_roots=settings.sync_roots,
                     )
                 )
                 for i in range(settings.jobs_serve_workers)

@@ -109,6 +109,15 @@ class SyncRequest:
         return folder, root
 
 
+def within_roots(path: Path, roots: Sequence[Path]) -> Path | None:
+    """`path` resolved (symbolic links followed) when it is absolute and inside one of `roots` (resolved too), else
+    None: the check of a folder a sync job may sync (`SYNC_ROOTS`), made when it is queued and again when it runs."""
+    if not path.is_absolute():
+        return None
+    folder = path.resolve()
+    return folder if any(folder.is_relative_to(Path(r).expanduser().resolve()) for r in roots) else None
+
+
 class CountingEmbedder:
     """A `DocumentEmbedder` that counts the calls and the texts it passes on (the sync report's figures)."""
 
@@ -149,8 +158,10 @@ async def plan_folder(
     racy_since_ns = time.time_ns() - RACY_WINDOW_NS  # a file modified since may change again unseen: read next time
 
     def scan() -> SyncPlan:
-        seen = scan_folder(folder, request.include, request.exclude)
-        return plan_sync(seen, recorded, doc_id_of, file_hash_and_kind, racy_since_ns)
+        scanned = scan_folder(folder, request.include, request.exclude)
+        plan = plan_sync(scanned.files, recorded, doc_id_of, file_hash_and_kind, racy_since_ns)
+        plan.outside = scanned.outside
+        return plan
 
     plan = await asyncio.to_thread(scan)
     return plan, source.id if source is not None else None, folder, root, recorded
@@ -221,6 +232,7 @@ async def _sync(
     skipped = {c.seen.rel_path: why for c in _candidates(plan) if (why := _synced(c)) is not None}
     for rel, why in skipped.items():
         report.skipped.append(FileError(str(folder / rel), "unsupported", why))
+    report.skipped += plan.outside
     for rel in plan.skipped:  # recorded as skipped, unchanged: not read again
         why = f"{folder / rel}: not a synced type (unsupported, or a JSONL corpus), skipped"
         report.skipped.append(FileError(str(folder / rel), "unsupported", why))

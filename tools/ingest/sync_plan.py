@@ -69,7 +69,7 @@ class SyncPlan:
     recorded file and the candidate holding its bytes under a new path or id), `removed` (recorded paths gone),
     `touched` (same bytes, new stat: only the state is written), `unchanged` (rel paths not read or the same
     bytes), `skipped` (rel paths recorded as a type that is not synced, unchanged: not read), `failed` (files that
-    could not be read)."""
+    could not be read), `outside` (symbolic links to files outside the folder, skipped: `scan_folder`)."""
 
     added: list[Candidate] = field(default_factory=list)
     updated: list[tuple[FileState, Candidate]] = field(default_factory=list)
@@ -79,6 +79,7 @@ class SyncPlan:
     unchanged: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[FileError] = field(default_factory=list)
+    outside: list[FileError] = field(default_factory=list)
 
     @property
     def changes(self) -> int:
@@ -86,17 +87,31 @@ class SyncPlan:
         return len(self.added) + len(self.updated) + len(self.moved) + len(self.removed)
 
 
-def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[SeenFile]:
-    """The files under `folder` as `tools.ingest.inputs.walk` finds them (globs, hidden entries left out), with
-    their stat; a file that vanishes while scanned is left out."""
-    seen: list[SeenFile] = []
+@dataclass
+class FolderScan:
+    """The files of a synced folder (`scan_folder`) and the ones left out because they are symbolic links to a file
+    outside the folder (skipped, with the cause)."""
+
+    files: list[SeenFile] = field(default_factory=list)
+    outside: list[FileError] = field(default_factory=list)
+
+
+def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> FolderScan:
+    """The files under `folder` (absolute, resolved) as `tools.ingest.inputs.walk` finds them (globs, hidden entries
+    left out), with their stat; a file that vanishes while scanned is left out, and a symbolic link whose target is
+    outside `folder` is skipped (a sync reads only what is inside the folder it was given, e.g. under `SYNC_ROOTS`)."""
+    scan = FolderScan()
     for path in walk(folder, include, exclude):
         try:
+            if path.is_symlink() and not (target := path.resolve()).is_relative_to(folder):
+                why = f"{path}: a symbolic link to {target}, outside the synced folder; skipped"
+                scan.outside.append(FileError(str(path), "link", why))
+                continue
             stat = path.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, RuntimeError):  # vanished, or a symbolic link loop
             continue
-        seen.append(SeenFile(path, path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
-    return seen
+        scan.files.append(SeenFile(path, path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
+    return scan
 
 
 HashFn = Callable[[Path], tuple[str, Kind]]

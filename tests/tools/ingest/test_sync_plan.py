@@ -85,8 +85,22 @@ def test_scan_follows_the_globs_and_leaves_out_hidden_entries(tmp_path: Path) ->
     for rel in ["a.md", "drafts/b.md", ".hidden/c.md", "d.txt"]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(rel)
-    assert [f.rel_path for f in scan_folder(tmp_path, exclude=["drafts/*"])] == ["a.md", "d.txt"]
-    assert [f.rel_path for f in scan_folder(tmp_path, include=["*.md"])] == ["a.md", "drafts/b.md"]
+    assert [f.rel_path for f in scan_folder(tmp_path, exclude=["drafts/*"]).files] == ["a.md", "d.txt"]
+    assert [f.rel_path for f in scan_folder(tmp_path, include=["*.md"]).files] == ["a.md", "drafts/b.md"]
+
+
+def test_scan_skips_symbolic_links_to_files_outside_the_folder(tmp_path: Path) -> None:
+    folder, outside = tmp_path / "folder", tmp_path / "secret.txt"
+    folder.mkdir()
+    outside.write_text("not to be synced")
+    (folder / "a.md").write_text("inside")
+    (folder / "leak.txt").symlink_to(outside)
+    (folder / "alias.md").symlink_to(folder / "a.md")
+    scan = scan_folder(folder.resolve())
+    assert [f.rel_path for f in scan.files] == ["a.md", "alias.md"]
+    assert [e.reason for e in scan.outside] == [
+        f"{folder.resolve() / 'leak.txt'}: a symbolic link to {outside.resolve()}, outside the synced folder; skipped"
+    ]
 
 
 def test_the_report_says_what_changed_and_what_was_embedded() -> None:
