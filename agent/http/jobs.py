@@ -141,10 +141,13 @@ def allowed_folder(path: str, roots: Sequence[Path]) -> Path:
 
     Raises:
         ApiError: 403 `sync_disabled` when `roots` is empty, 403 `forbidden_path` (naming the roots) for a path
-            outside them; InputError (422) for a path inside them that is not a folder.
+            outside them; InputError (422) for a path holding a NUL character or a path inside them that is not a
+            folder.
     """
     if not roots:
         raise ApiError(403, "sync_disabled", "sync over HTTP is disabled: set SYNC_ROOTS to the folders it may sync")
+    if "\x00" in path:
+        raise InputError("path: holds a NUL character; expected a folder's path")
     folder = within_roots(Path(path), roots)
     allowed = [Path(r).expanduser().resolve() for r in roots]
     if folder is None:

@@ -112,7 +112,7 @@ class SyncRequest:
 def within_roots(path: Path, roots: Sequence[Path]) -> Path | None:
     """`path` resolved (symbolic links followed) when it is absolute and inside one of `roots` (resolved too), else
     None: the check of a folder a sync job may sync (`SYNC_ROOTS`), made when it is queued and again when it runs."""
-    if not path.is_absolute():
+    if not path.is_absolute() or "\x00" in str(path):
         return None
     folder = path.resolve()
     return folder if any(folder.is_relative_to(Path(r).expanduser().resolve()) for r in roots) else None
