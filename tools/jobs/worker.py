@@ -2,7 +2,7 @@
 names (an uploaded file name is never used as a path; only a plain extension of it is kept), ingest them through
 `tools.ingest` with the job's document ids, record progress, renew the lease, and mark the job done or failed. A sync
 job (`kind` `sync`) runs `tools.ingest.sync.sync_folder` on its folder and records the sync's summary as the job's
-`result`.
+`result`, and as its `files_total` and `files_done` the files the sync changed or that failed (0 until it ends).
 
 A job is `done` when every file was handled (a file that cannot be extracted is an error of the job, listed per
 file, and the other files are stored), `failed` when ingestion itself failed (Triton or Postgres down), or when its
@@ -128,8 +128,12 @@ async def run_job(
             synced = await run_sync(job, embedder, store, options, originals, sync_roots)
             result = synced.to_json()
             errors += [{"file": e.path, "error": e.reason} for e in synced.failed]
-            done_files = len(synced.added) + len(synced.updated) + len(synced.moved) + len(synced.removed)
-            if not await queue.progress(job.id, worker, done_files, synced.chunks_written, errors, attempt=claim):
+            # the files the sync changed or that failed (its plan is known only as it runs): set once it ends
+            handled = len(synced.added) + len(synced.updated) + len(synced.moved) + len(synced.removed)
+            handled += len(synced.failed)
+            if not await queue.progress(
+                job.id, worker, handled, synced.chunks_written, errors, attempt=claim, files_total=handled
+            ):
                 raise LeaseLostError(job.id)
             files = []
         else:

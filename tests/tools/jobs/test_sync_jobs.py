@@ -58,7 +58,7 @@ async def test_a_sync_job_runs_the_sync_and_records_its_summary(
     done = await run_job(job, queue, embedder, store, worker="w", options=options, lease_s=30.0, sync_roots=[tmp_path])
     assert done is not None and done.status == "done", done
     assert done.result is not None and done.result["added"] == ["a.md"] and done.result["embed_calls"] == 1
-    assert (done.files_done, done.errors) == (1, [])
+    assert (done.files_done, done.files_total, done.errors) == (1, 1, [])
     assert set(await store.stored_versions(["a.md", "b.txt"], "kb")) == {"a.md"}
 
 
