@@ -57,6 +57,7 @@ async def run_workers(settings: Settings, workers: int, stop: asyncio.Event | No
                     stop=stop,
                     originals=build_originals(settings),
                     worker=f"{worker_name()}:{i}",
+                    sync_roots=settings.sync_roots,
                 )
                 for i in range(workers)
             )

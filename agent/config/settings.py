@@ -459,7 +459,8 @@ class Settings(BaseSettings):
     sync_roots: Annotated[tuple[Path, ...], NoDecode, BeforeValidator(_comma_list)] = Field(
         default=(),
         description="Folders (comma-separated) under which `POST /v1/sync` may sync a folder of the server's; empty: "
-        "sync over HTTP is disabled (403). The CLI's `rag sync` is not bound by it.",
+        "sync over HTTP is disabled (403). Job workers check a sync job's folder against their own when they run it "
+        "(set it on `rag worker` too). The CLI's `rag sync` is not bound by it.",
     )
     upload_max_file_bytes: int = Field(
         default=50 * 1024 * 1024,

@@ -40,6 +40,7 @@ from agent.http.deps import CALLER, AppSettings, Caller
 from agent.http.errors import ERROR_RESPONSES, ApiError
 from tools.extract import sniff_bytes
 from tools.extract.dispatch import REFUSED
+from tools.ingest.sync import within_roots
 from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
@@ -140,13 +141,16 @@ def allowed_folder(path: str, roots: Sequence[Path]) -> Path:
 
     Raises:
         ApiError: 403 `sync_disabled` when `roots` is empty, 403 `forbidden_path` (naming the roots) for a path
-            outside them; InputError (422) for a path inside them that is not a folder.
+            outside them; InputError (422) for a path holding a NUL character or a path inside them that is not a
+            folder.
     """
     if not roots:
         raise ApiError(403, "sync_disabled", "sync over HTTP is disabled: set SYNC_ROOTS to the folders it may sync")
-    folder = Path(path).expanduser().resolve()
+    if "\x00" in path:
+        raise InputError("path: holds a NUL character; expected a folder's path")
+    folder = within_roots(Path(path), roots)
     allowed = [Path(r).expanduser().resolve() for r in roots]
-    if not Path(path).is_absolute() or not any(folder.is_relative_to(r) for r in allowed):
+    if folder is None:
         raise ApiError(
             403,
             "forbidden_path",
@@ -160,8 +164,8 @@ def allowed_folder(path: str, roots: Sequence[Path]) -> Path:
 @router.post("/v1/sync", status_code=202)
 async def sync(body: SyncBody, jobs: Jobs, settings: AppSettings, caller: Caller) -> SyncAccepted:
     """Queue one job syncing a folder of the server's into a collection (`rag sync` run by a worker): new and changed
-    files ingested, renamed ones moved, deleted ones removed (only documents this folder's syncs stored). Answers 202
-    with the job id at once; the job's `result` holds the sync's summary (`GET /v1/jobs/{id}`)."""
+    files ingested, renamed ones moved, deleted ones removed (only documents this folder's syncs stored or took over).
+    Answers 202 with the job id at once; the job's `result` holds the sync's summary (`GET /v1/jobs/{id}`)."""
     collection = caller.target(body.collection)
     folder = await asyncio.to_thread(allowed_folder, body.path, settings.sync_roots)
     params = {"path": str(folder), "prefix": body.prefix, "include": body.include, "exclude": body.exclude}
@@ -213,6 +217,7 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
                         stop=stop,
                         originals=build_originals(settings),
                         worker=f"{worker_name()}:serve{i}",
+                        sync_roots=settings.sync_roots,
                     )
                 )
                 for i in range(settings.jobs_serve_workers)

@@ -13,9 +13,13 @@ what it finished and a re-run completes the rest; a run with nothing changed rea
 - A renamed file (a path gone and a new one with the same bytes, in one run) moves its document: the document row,
   its chunks and vectors are kept and its doc id, chunk ids and `source` updated, with no embedding. Where the
   document's content names its file (a text or Markdown file without a heading takes its title from the file name),
-  the new version replaces it with every unchanged chunk's vector reused (typically one chunk embedded).
-- A file gone from the folder removes the document this source recorded for it, and only such documents: documents
-  ingested by other means or by another sync source are never removed (`tools.store.sync_state`).
+  the new version replaces it with every unchanged chunk's vector reused (typically one chunk embedded). A file
+  whose doc id changed (another `prefix` or `root`) with new bytes is written under its new id and the document its
+  state owned is removed in the same transaction, its vectors lent to the unchanged chunks.
+- A file gone from the folder removes the document this source recorded for it, and only such documents
+  (`tools.store.sync_state`). A document already stored under a file's id (e.g. by `rag ingest` of the same folder)
+  is that file's document: taken over (same content) or replaced, then kept in step with the file and removed with
+  it. Documents under other ids are never touched.
 - A file that cannot be read or extracted fails alone (listed with the cause) and its stored document is kept; a file
   of a type that is not synced (unsupported, a JSONL corpus: use `rag ingest`) is listed as skipped.
 - `originals`: when given, each added or updated file is kept as its document's original, moved on a rename and
@@ -36,6 +40,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from tools.embedder import TextKind
+from tools.extract import Kind
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import prepare
 from tools.ingest.inputs import InputFile
@@ -44,6 +49,7 @@ from tools.ingest.readers import read_file_document
 from tools.ingest.report import FileError, ProgressFn
 from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
 from tools.ingest.sync_plan import (
+    RACY_WINDOW_NS,
     Candidate,
     SyncPlan,
     SyncReport,
@@ -59,6 +65,9 @@ from tools.store import VectorStore
 from tools.store.sync_state import FileState, SyncLedger
 
 log = logging.getLogger(__name__)
+
+NAMED_KINDS: frozenset[Kind] = frozenset({"text", "markdown"})
+"""Kinds whose document may take its title from the file name (read again on a rename)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,15 @@ class SyncRequest:
         return folder, root
 
 
+def within_roots(path: Path, roots: Sequence[Path]) -> Path | None:
+    """`path` resolved (symbolic links followed) when it is absolute and inside one of `roots` (resolved too), else
+    None: the check of a folder a sync job may sync (`SYNC_ROOTS`), made when it is queued and again when it runs."""
+    if not path.is_absolute() or "\x00" in str(path):
+        return None
+    folder = path.resolve()
+    return folder if any(folder.is_relative_to(Path(r).expanduser().resolve()) for r in roots) else None
+
+
 class CountingEmbedder:
     """A `DocumentEmbedder` that counts the calls and the texts it passes on (the sync report's figures)."""
 
@@ -137,10 +155,13 @@ async def plan_folder(
     source = await ledger.find_source(str(folder), request.collection)
     recorded = await ledger.files(source.id) if source is not None else {}
     doc_id_of = relative_id(folder, root, request.prefix)
+    racy_since_ns = time.time_ns() - RACY_WINDOW_NS  # a file modified since may change again unseen: read next time
 
     def scan() -> SyncPlan:
-        seen = scan_folder(folder, request.include, request.exclude)
-        return plan_sync(seen, recorded, doc_id_of, file_hash_and_kind)
+        scanned = scan_folder(folder, request.include, request.exclude)
+        plan = plan_sync(scanned.files, recorded, doc_id_of, file_hash_and_kind, racy_since_ns)
+        plan.outside = scanned.outside
+        return plan
 
     plan = await asyncio.to_thread(scan)
     return plan, source.id if source is not None else None, folder, root, recorded
@@ -169,8 +190,8 @@ async def sync_folder(
 
     Args:
         embedder: connected; store: connected.
-        options: the chunk window, `batch_docs` (files read and embedded per embed call) and `max_file_bytes`
-            (its `collection` is not used: `request.collection` is).
+        options: the chunk window, `batch_docs` (files read and embedded per embed call), `max_file_bytes` and
+            `ocr` (how scanned pages and images are read) (its `collection` is not used: `request.collection` is).
         originals: where added and updated files are kept (None: not kept).
         on_progress: `(files done, files to change, chunks written)` after each file.
         dry_run: plan only: the report lists what would change (nothing is embedded or written, no state made).
@@ -178,15 +199,40 @@ async def sync_folder(
     Raises:
         IngestError: the folder or root is wrong (see `SyncRequest.checked`).
         EmbedderError / StoreError: Triton or Postgres failed; the files done before stay done, a re-run finishes.
+
+    One sync of a folder into a collection runs at a time (`SyncLedger.exclusive`, a Postgres advisory lock held for
+    the whole run): a second one (another job, a job claimed again, `--watch` beside a job) waits for the first to end,
+    then plans against the state it left. A dry run takes no lock.
     """
     start = time.perf_counter()
     ledger = SyncLedger(store)
     await ledger.setup()
+    if dry_run:
+        return await _sync(request, ledger, embedder, store, options, originals, on_progress, start, dry_run=True)
+    folder, _ = request.checked()
+    async with ledger.exclusive(str(folder), request.collection):  # one sync of a source at a time
+        return await _sync(request, ledger, embedder, store, options, originals, on_progress, start, dry_run=False)
+
+
+async def _sync(
+    request: SyncRequest,
+    ledger: SyncLedger,
+    embedder: DocumentEmbedder,
+    store: VectorStore,
+    options: IngestOptions,
+    originals: Originals | None,
+    on_progress: ProgressFn | None,
+    start: float,
+    *,
+    dry_run: bool,
+) -> SyncReport:
+    """`sync_folder`'s run, under the source's lock unless `dry_run`."""
     plan, source_id, folder, root, _ = await plan_folder(request, ledger)
     report = SyncReport(dry_run=dry_run, failed=list(plan.failed), unchanged=len(plan.unchanged))
     skipped = {c.seen.rel_path: why for c in _candidates(plan) if (why := _synced(c)) is not None}
     for rel, why in skipped.items():
         report.skipped.append(FileError(str(folder / rel), "unsupported", why))
+    report.skipped += plan.outside
     for rel in plan.skipped:  # recorded as skipped, unchanged: not read again
         why = f"{folder / rel}: not a synced type (unsupported, or a JSONL corpus), skipped"
         report.skipped.append(FileError(str(folder / rel), "unsupported", why))
@@ -263,7 +309,7 @@ class _Run:
         """The file's document (None: no text), or the error that failed it."""
         inp = InputFile(candidate.seen.path, candidate.doc_id, kind=candidate.kind)
         try:
-            read = await asyncio.to_thread(read_file_document, inp, self.options.max_file_bytes)
+            read = await asyncio.to_thread(read_file_document, inp, self.options.max_file_bytes, self.options.ocr)
         except IngestError as exc:
             return exc
         return read.document
@@ -277,27 +323,47 @@ class _Run:
         except OSError as exc:
             log.warning("keeping the original (%s %s) failed: %s", action, args[0], exc)
 
-    async def remove(self, state: FileState) -> None:
+    async def remove(self, state: FileState, progress: bool = True) -> None:
+        """The file of `state` is gone (or its document is): its document, original and state row go."""
         if await self.ledger.remove(self.source_id, self.collection, state):
             self.report.removed.append(state.doc_id)
             await self._original("remove", state.doc_id)
-        self._progress()
+        if progress:
+            self._progress()
 
     async def move(self, old: FileState, candidate: Candidate) -> None:
+        """A renamed file (the same bytes): its document moved to the new id. Only a text or Markdown file is read
+        again (its title may come from its file name); any other kind's content depends on its bytes alone, so it is
+        moved as it is, nothing read (no extraction, no OCR)."""
+        if candidate.kind not in NAMED_KINDS and old.content_hash is not None:
+            await self._moved(old, candidate, str(candidate.seen.path))
+        else:
+            await self._move_read(old, candidate)
+        self._progress()
+
+    async def _moved(self, old: FileState, candidate: Candidate, source: str) -> None:
+        """The document of `old` moved to the candidate's id, unchanged (its content hash is the same)."""
+        state = candidate.state(old.content_hash)
+        counts = await self.ledger.move(self.source_id, self.collection, old, state, source, None)
+        if counts.missing:  # its document was deleted meanwhile: the file is written anew
+            await self.ledger.remove(self.source_id, self.collection, old)
+            await self.write([(None, candidate)], progress=False)
+        else:
+            self.report.moved.append((old.doc_id, candidate.doc_id))
+            await self._original("move", old.doc_id, candidate.doc_id)
+
+    async def _move_read(self, old: FileState, candidate: Candidate) -> None:
+        """`move` of a file read again: its content may name its file."""
         document = await self._read(candidate)
         if isinstance(document, IngestError):
             self._fail(candidate, str(document))
         elif document is None:  # the renamed file has no text any more (its bytes are the same: it never had)
-            await self.ledger.remove(self.source_id, self.collection, old)
+            await self.remove(old, progress=False)
             await self.ledger.store_file(self.source_id, self.collection, candidate.state(None), None)
         elif document.content_hash == old.content_hash:
-            await self.ledger.move(
-                self.source_id, self.collection, old, candidate.state(old.content_hash), document.source, None
-            )
-            self.report.moved.append((old.doc_id, candidate.doc_id))
-            await self._original("move", old.doc_id, candidate.doc_id)
+            await self._moved(old, candidate, document.source)
         elif len(document.content) > LARGE_DOC_CHARS:  # a large document naming its file: removed, written anew
-            await self.remove(old)
+            await self.remove(old, progress=False)
             await self._write_large(None, candidate, document)
         else:  # the content names its file (a title from the file name): the new version, unchanged chunks reused
             prepared = await prepare(
@@ -323,7 +389,6 @@ class _Run:
                     self.report.chunks_written += len(record.chunks)
                 self.report.moved.append((old.doc_id, candidate.doc_id))
                 await self._original("move", old.doc_id, candidate.doc_id)
-        self._progress()
 
     async def write(self, batch: list[tuple[FileState | None, Candidate]], progress: bool = True) -> None:
         """Read, embed (one call for the batch's small documents, unchanged chunks reused) and store each file of
@@ -335,10 +400,8 @@ class _Run:
                 self._fail(candidate, str(document))
                 self._progress()
             elif document is None:
-                await self.ledger.store_file(self.source_id, self.collection, candidate.state(None), None)
-                if old is not None and old.status == "stored":
-                    self.report.removed.append(old.doc_id)
-                    await self._original("remove", old.doc_id)
+                stored = await self.ledger.store_file(self.source_id, self.collection, candidate.state(None), None)
+                await self._removed(stored.removed)
                 self._progress()
             elif len(document.content) > LARGE_DOC_CHARS:
                 await self._write_large(old, candidate, document)
@@ -355,6 +418,7 @@ class _Run:
             self.options.chunk_tokens,
             self.options.overlap_tokens,
             self.collection,
+            lend_from=_lenders(documents),
         )
         self.report.chunks_reused += prepared.reused
         records = {r.doc_id: r for r in prepared.records}
@@ -365,24 +429,24 @@ class _Run:
             else:
                 record = records.get(document.doc_id)
                 state = candidate.state(document.content_hash)
-                counts = await self.ledger.store_file(self.source_id, self.collection, state, record)
-                if counts.missing:
+                stored = await self.ledger.store_file(self.source_id, self.collection, state, record)
+                if stored.counts.missing:
                     self._fail(candidate, f"{candidate.seen.path}: its document changed meanwhile; sync again")
                 else:
-                    self.report.chunks_written += counts.chunks
+                    self.report.chunks_written += stored.counts.chunks
+                    await self._removed(stored.removed)
                     if record is None:  # stored with this content already (e.g. by `rag ingest`): adopted
                         self.report.unchanged += 1
                     else:
-                        new = old is None or old.status != "stored"
-                        (self.report.added if new else self.report.updated).append(candidate.doc_id)
+                        (self.report.added if _new(old, candidate) else self.report.updated).append(candidate.doc_id)
                     await self._original("keep", candidate.doc_id, candidate.seen.path)
             if progress:
                 self._progress()
 
     async def _write_large(self, old: FileState | None, candidate: Candidate, document: SourceDocument) -> None:
         """A large document: staged and committed as in `rag ingest` (no reuse), then its state recorded."""
-        stored = await self.store.stored_versions([document.doc_id], self.collection)
-        if stored.get(document.doc_id) != document.content_hash:
+        versions = await self.store.stored_versions([document.doc_id], self.collection)
+        if versions.get(document.doc_id) != document.content_hash:
             result = await ingest_large(
                 document,
                 self.embedder,
@@ -396,7 +460,28 @@ class _Run:
                 return
             self.report.chunks_written += result.chunks
         state = candidate.state(document.content_hash)
-        await self.ledger.store_file(self.source_id, self.collection, state, None)
-        new = old is None or old.status != "stored"
-        (self.report.added if new else self.report.updated).append(candidate.doc_id)
+        stored = await self.ledger.store_file(self.source_id, self.collection, state, None)
+        await self._removed(stored.removed)
+        (self.report.added if _new(old, candidate) else self.report.updated).append(candidate.doc_id)
         await self._original("keep", candidate.doc_id, candidate.seen.path)
+
+    async def _removed(self, doc_id: str | None) -> None:
+        """Report document `doc_id` removed (None: nothing was) and remove its original."""
+        if doc_id is not None:
+            self.report.removed.append(doc_id)
+            await self._original("remove", doc_id)
+
+
+def _new(old: FileState | None, candidate: Candidate) -> bool:
+    """Whether the file's document is new (not an update of the one its state owned under the same id)."""
+    return old is None or old.status != "stored" or old.doc_id != candidate.doc_id
+
+
+def _lenders(documents: Sequence[tuple[FileState | None, Candidate, SourceDocument]]) -> dict[str, str]:
+    """New doc id -> the doc id the file's state owned before (its id changed with `--prefix` or `--root`): that
+    document lends its vectors to the unchanged chunks."""
+    return {
+        c.doc_id: old.doc_id
+        for old, c, _ in documents
+        if old is not None and old.status == "stored" and old.doc_id != c.doc_id
+    }

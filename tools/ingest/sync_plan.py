@@ -7,6 +7,10 @@ stat is recorded again: `touched`), other bytes are an update, a path with no re
 from the folder is removed, unless a new path has the same bytes: that pair is a move (the first gone path in name
 order pairs with the first new one). A file whose document id changed (another `--prefix` or `--root`) with the same
 bytes is a move too.
+
+Racy files (as git handles them): a file modified within `RACY_WINDOW_NS` of the sync's start may be written again
+within the filesystem's mtime granularity after it was read, keeping its size and mtime; its state is recorded with
+the mtime `RACY_MTIME_NS`, which no file has, so the next sync hashes it again (and then records its real stat).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,13 @@ from tools.extract import Kind, sniff
 from tools.ingest.inputs import walk
 from tools.ingest.report import FileError
 from tools.store.sync_state import FileState, FileStatus
+
+RACY_WINDOW_NS = 2_000_000_000
+"""A file whose mtime is within this many nanoseconds before the sync's start (or later) is racy (2 s: coarser than
+any common filesystem's mtime granularity)."""
+
+RACY_MTIME_NS = -1
+"""The mtime recorded for a racy file: never equal to a file's, so the next sync reads it again."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class SyncPlan:
     recorded file and the candidate holding its bytes under a new path or id), `removed` (recorded paths gone),
     `touched` (same bytes, new stat: only the state is written), `unchanged` (rel paths not read or the same
     bytes), `skipped` (rel paths recorded as a type that is not synced, unchanged: not read), `failed` (files that
-    could not be read)."""
+    could not be read), `outside` (symbolic links to files outside the folder, skipped: `scan_folder`)."""
 
     added: list[Candidate] = field(default_factory=list)
     updated: list[tuple[FileState, Candidate]] = field(default_factory=list)
@@ -68,6 +79,7 @@ class SyncPlan:
     unchanged: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[FileError] = field(default_factory=list)
+    outside: list[FileError] = field(default_factory=list)
 
     @property
     def changes(self) -> int:
@@ -75,17 +87,31 @@ class SyncPlan:
         return len(self.added) + len(self.updated) + len(self.moved) + len(self.removed)
 
 
-def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[SeenFile]:
-    """The files under `folder` as `tools.ingest.inputs.walk` finds them (globs, hidden entries left out), with
-    their stat; a file that vanishes while scanned is left out."""
-    seen: list[SeenFile] = []
+@dataclass
+class FolderScan:
+    """The files of a synced folder (`scan_folder`) and the ones left out because they are symbolic links to a file
+    outside the folder (skipped, with the cause)."""
+
+    files: list[SeenFile] = field(default_factory=list)
+    outside: list[FileError] = field(default_factory=list)
+
+
+def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> FolderScan:
+    """The files under `folder` (absolute, resolved) as `tools.ingest.inputs.walk` finds them (globs, hidden entries
+    left out), with their stat; a file that vanishes while scanned is left out, and a symbolic link whose target is
+    outside `folder` is skipped (a sync reads only what is inside the folder it was given, e.g. under `SYNC_ROOTS`)."""
+    scan = FolderScan()
     for path in walk(folder, include, exclude):
         try:
+            if path.is_symlink() and not (target := path.resolve()).is_relative_to(folder):
+                why = f"{path}: a symbolic link to {target}, outside the synced folder; skipped"
+                scan.outside.append(FileError(str(path), "link", why))
+                continue
             stat = path.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, RuntimeError):  # vanished, or a symbolic link loop
             continue
-        seen.append(SeenFile(path, path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
-    return seen
+        scan.files.append(SeenFile(path, path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
+    return scan
 
 
 HashFn = Callable[[Path], tuple[str, Kind]]
@@ -93,10 +119,16 @@ HashFn = Callable[[Path], tuple[str, Kind]]
 
 
 def plan_sync(
-    seen: Sequence[SeenFile], recorded: dict[str, FileState], doc_id_of: Callable[[str], str], hash_file: HashFn
+    seen: Sequence[SeenFile],
+    recorded: dict[str, FileState],
+    doc_id_of: Callable[[str], str],
+    hash_file: HashFn,
+    racy_since_ns: int | None = None,
 ) -> SyncPlan:
     """The plan (see the module docstring) of the files `seen` against the `recorded` states (rel path -> state);
-    `doc_id_of` names a rel path's document, `hash_file` reads a file (only those the stat does not settle)."""
+    `doc_id_of` names a rel path's document, `hash_file` reads a file (only those the stat does not settle). A file
+    read whose mtime is `racy_since_ns` or later (ns since the epoch: the sync's start less `RACY_WINDOW_NS`; None:
+    none is racy) is planned with the mtime `RACY_MTIME_NS`, so its recorded state makes the next sync read it."""
     plan = SyncPlan()
     fresh: list[Candidate] = []
     present: set[str] = set()
@@ -114,6 +146,8 @@ def plan_sync(
             if old is not None:  # its recorded document stays
                 plan.unchanged.append(file.rel_path)
             continue
+        if racy_since_ns is not None and file.mtime_ns >= racy_since_ns:
+            file = replace(file, mtime_ns=RACY_MTIME_NS)
         candidate = Candidate(file, file_hash, kind, doc_id)
         if old is None:
             fresh.append(candidate)

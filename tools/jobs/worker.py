@@ -2,7 +2,7 @@
 names (an uploaded file name is never used as a path; only a plain extension of it is kept), ingest them through
 `tools.ingest` with the job's document ids, record progress, renew the lease, and mark the job done or failed. A sync
 job (`kind` `sync`) runs `tools.ingest.sync.sync_folder` on its folder and records the sync's summary as the job's
-`result`.
+`result`, and as its `files_total` and `files_done` the files the sync changed or that failed (0 until it ends).
 
 A job is `done` when every file was handled (a file that cannot be extracted is an error of the job, listed per
 file, and the other files are stored), `failed` when ingestion itself failed (Triton or Postgres down), or when its
@@ -27,7 +27,7 @@ import re
 import socket
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePath
 from typing import TypeVar
@@ -38,7 +38,8 @@ from tenacity.wait import wait_base
 from tools.embedder import TritonEmbedder
 from tools.extract import sniff
 from tools.ingest import IngestOptions, InputFile, ingest
-from tools.ingest.sync import SyncRequest, sync_folder
+from tools.ingest.documents import IngestError
+from tools.ingest.sync import SyncRequest, sync_folder, within_roots
 from tools.ingest.sync_plan import SyncReport
 from tools.originals import Originals
 from tools.store import StoreUnavailableError, VectorStore
@@ -90,9 +91,12 @@ async def run_job(
     lease_s: float,
     after_file: JobHook | None = None,
     originals: Originals | None = None,
+    sync_roots: Sequence[Path] = (),
 ) -> Job | None:
     """Run one claimed job to the end; returns its final state. With `originals`, each uploaded file whose document
-    is stored is kept there as its original (`tools.originals`), for its pages to be rendered.
+    is stored is kept there as its original (`tools.originals`), for its pages to be rendered. A sync job runs only
+    when its folder is inside one of `sync_roots` (`SYNC_ROOTS`; checked again here, as the settings may have changed
+    since it was queued); otherwise it fails saying so.
 
     Files are ingested one at a time (each its own ingest run, so progress and the lease advance per file). The
     lease is renewed every `lease_s / 3` seconds by a background task while the job runs, and before each file;
@@ -121,11 +125,15 @@ async def run_job(
     result: dict[str, object] | None = None
     try:
         if job.kind == "sync":
-            synced = await run_sync(job, embedder, store, options, originals)
+            synced = await run_sync(job, embedder, store, options, originals, sync_roots)
             result = synced.to_json()
             errors += [{"file": e.path, "error": e.reason} for e in synced.failed]
-            done_files = len(synced.added) + len(synced.updated) + len(synced.moved) + len(synced.removed)
-            if not await queue.progress(job.id, worker, done_files, synced.chunks_written, errors, attempt=claim):
+            # the files the sync changed or that failed (its plan is known only as it runs): set once it ends
+            handled = len(synced.added) + len(synced.updated) + len(synced.moved) + len(synced.removed)
+            handled += len(synced.failed)
+            if not await queue.progress(
+                job.id, worker, handled, synced.chunks_written, errors, attempt=claim, files_total=handled
+            ):
                 raise LeaseLostError(job.id)
             files = []
         else:
@@ -178,13 +186,22 @@ async def run_sync(
     store: VectorStore,
     options: IngestOptions,
     originals: Originals | None = None,
+    sync_roots: Sequence[Path] = (),
 ) -> SyncReport:
     """A sync job's run: `tools.ingest.sync.sync_folder` of the folder and globs of `job.params` into
-    `job.collection` (the route checked the folder against `SYNC_ROOTS` when it queued the job), keeping synced
-    files' originals in `originals` when given."""
+    `job.collection`, keeping synced files' originals in `originals` when given.
+
+    Raises:
+        IngestError: the folder is not inside one of `sync_roots` (the worker's `SYNC_ROOTS`, checked again when the
+            job runs: the route checked it when it queued the job, under the settings of then), or none is set.
+    """
     params = job.params
+    folder = within_roots(Path(str(params["path"])), sync_roots)
+    if folder is None:
+        roots = ", ".join(str(r) for r in sync_roots) or "none set"
+        raise IngestError(f"{params['path']!r} is not a folder inside this worker's SYNC_ROOTS ({roots}); not synced")
     request = SyncRequest(
-        Path(str(params["path"])),
+        folder,
         collection=job.collection,
         prefix=str(params.get("prefix") or ""),
         include=tuple(str(g) for g in params.get("include") or ()),
@@ -248,6 +265,7 @@ async def work(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     originals: Originals | None = None,
     backoff: wait_base = STORE_BACKOFF,
+    sync_roots: Sequence[Path] = (),
 ) -> None:
     """Claim and run jobs until `stop` is set (forever when None), polling every `poll_s` seconds when idle; a job
     whose worker died `max_attempts` times is failed, not claimed again.
@@ -287,6 +305,7 @@ async def work(
                 lease_s=lease_s,
                 after_file=after_file,
                 originals=originals,
+                sync_roots=sync_roots,
             )
         except StoreUnavailableError as exc:
             log.warning(

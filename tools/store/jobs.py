@@ -276,12 +276,20 @@ class JobQueue:
         return [JobFile(r["name"], bytes(r["data"])) for r in rows]
 
     async def progress(
-        self, job_id: int, worker: str, files_done: int, chunks: int, errors: list[dict[str, str]], *, attempt: int
+        self,
+        job_id: int,
+        worker: str,
+        files_done: int,
+        chunks: int,
+        errors: list[dict[str, str]],
+        *,
+        attempt: int,
+        files_total: int | None = None,
     ) -> bool:
-        """Record the progress of `worker`'s claim `attempt` on job `job_id`; False (nothing written) when the job
-        is no longer that claim's."""
-        assignments = "files_done = $4, chunks = $5, errors = $6::jsonb"
-        values = (files_done, chunks, json.dumps(errors))
+        """Record the progress of `worker`'s claim `attempt` on job `job_id` (and its `files_total` when given: a
+        sync job's, once its plan is known); False (nothing written) when the job is no longer that claim's."""
+        assignments = "files_done = $4, chunks = $5, errors = $6::jsonb, files_total = COALESCE($7, files_total)"
+        values = (files_done, chunks, json.dumps(errors), files_total)
         return await self._fenced("recording a job's progress", assignments, job_id, worker, attempt, *values)
 
     async def finish(

@@ -12,7 +12,16 @@ Schema (created idempotently by `SyncLedger.setup`, like the jobs tables):
   is not synced: no document).
 
 Ownership: a sync source owns the documents its `sync_files` rows name; a sync removes only those, and not one that
-another source of the same collection also names. Documents ingested by other means are never removed.
+another source of the same collection also names. A document id is the file's path relative to the root, so a
+document already stored under a file's id (e.g. ingested earlier from the same folder with `rag ingest`) is that
+file's document: the sync adopts it (same content) or replaces it, and from then on owns it. Deleting a document by
+other means (`rag docs delete`, `DELETE /v1/documents`) deletes the `sync_files` rows naming it in the same
+transaction (`tools.store.writes.delete_documents`), so the next sync adds the file again.
+
+One sync of a source at a time: `SyncLedger.exclusive` holds a transaction-level advisory lock keyed on the source
+(its folder and collection) for the whole run, on a connection of its own (an open transaction pins one server
+connection behind PgBouncer in transaction mode, where a session lock would not); a second sync of the same source
+waits for the first to end, then finds what is left to do.
 
 Every method raises the store's errors (`StoreUnavailableError`, `StoreBusyError`, `StoreQueryError`), never
 asyncpg's; a failed transaction writes nothing.
@@ -20,13 +29,18 @@ asyncpg's; a failed transaction writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
+
+import asyncpg
 
 from tools.store import pools
+from tools.store.errors import translated
 from tools.store.records import Conn, DocumentRecord, IngestCounts, chunk_id
 from tools.store.vector_store import VectorStore
 from tools.store.writes import add_documents, delete_rows, lock_writes
@@ -66,6 +80,12 @@ CREATE INDEX IF NOT EXISTS sync_files_doc ON sync_files (doc_id);
 SCHEMA_LOCK = 4245
 """Advisory lock key that serialises concurrent creation of the sync tables."""
 
+SYNC_LOCK = 4246
+"""First key of the two-key advisory lock one sync of a source holds (`SyncLedger.exclusive`); the second is
+`hashtext(collection || newline || folder)` (a collection name holds no newline)."""
+
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class FileState:
@@ -95,6 +115,14 @@ class SyncSource:
     exclude: tuple[str, ...]
 
 
+class StoredFile(NamedTuple):
+    """What `SyncLedger.store_file` did: the write's counts and the doc id of the document it removed (the one the
+    file's state owned under another id, or with no text any more), or None."""
+
+    counts: IngestCounts
+    removed: str | None = None
+
+
 class SyncLedger:
     """The sync tables over a connected `VectorStore`'s pools; one transaction per method.
 
@@ -113,6 +141,34 @@ class SyncLedger:
         async with self._write("creating the sync tables") as conn:
             await conn.execute(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
             await conn.execute(SCHEMA_SQL)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, folder: str, collection: str) -> AsyncIterator[None]:
+        """Hold the lock of the source of `folder` (absolute) in `collection` while the block runs: another sync of
+        the same source waits until it ends (logged when it has to wait). The lock is a transaction-level advisory
+        lock in a transaction kept open on a connection of its own (not the pools'); it goes when the block ends or
+        the connection is lost.
+
+        Raises:
+            StoreUnavailableError / StoreQueryError: Postgres refused or failed.
+        """
+        key = f"{collection}\n{folder}"
+        with translated(f"locking the sync of {folder} into {collection}"):
+            conn = await asyncpg.connect(self.store.dsn, statement_cache_size=self.store.statement_cache_size)
+        try:
+            with translated(f"locking the sync of {folder} into {collection}"):
+                await conn.execute("BEGIN")
+                got = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1, hashtext($2))", SYNC_LOCK, key)
+                if not got:
+                    log.warning("another sync of %s into %s is running; waiting for it to end", folder, collection)
+                    await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", SYNC_LOCK, key)
+            yield
+        finally:
+            try:
+                await conn.execute("ROLLBACK")  # ends the transaction: the lock goes
+                await conn.close()
+            except Exception:  # noqa: BLE001 (the connection is gone: its lock went with it)
+                conn.terminate()
 
     async def find_source(self, folder: str, collection: str) -> SyncSource | None:
         """The source of `folder` (absolute) in `collection`, or None when it was never synced."""
@@ -179,25 +235,20 @@ class SyncLedger:
 
     async def store_file(
         self, source_id: int, collection: str, state: FileState, record: DocumentRecord | None
-    ) -> IngestCounts:
+    ) -> StoredFile:
         """Write `record` (None: the document is stored unchanged with `state.content_hash`; a `state` of status
-        `empty` or `skipped`: no document, the one the file's recorded state owned is removed) and the file's state,
-        in one transaction.
+        `empty` or `skipped`: no document) and the file's state, in one transaction. The document the file's recorded
+        state owned goes in the same transaction when it is not the one written (the file has no text any more, or
+        its doc id changed with `--prefix` or `--root`), unless another source of the collection names it.
 
         Returns:
-            The write's counts; when `record` is None and the document is no longer stored with that hash (deleted
-            or replaced meanwhile), its id is in `missing` and nothing is written.
+            The write's counts and the doc id removed (or None); when `record` is None and the document is no longer
+            stored with that hash (deleted or replaced meanwhile), its id is in `counts.missing` and nothing is
+            written.
         """
         async with self._write(f"storing synced file {state.rel_path}") as conn:
             await lock_writes(conn)
-            if state.status != "stored":  # no document: the one this file owned (if any) goes
-                owned = await conn.fetchrow(
-                    "SELECT doc_id FROM sync_files WHERE source_id = $1 AND rel_path = $2 AND status = 'stored'",
-                    source_id,
-                    state.rel_path,
-                )
-                if owned is not None:
-                    await _remove_owned(conn, source_id, collection, owned["doc_id"])
+            if state.status != "stored":
                 counts = IngestCounts()
             elif record is None:
                 assert state.content_hash is not None
@@ -205,11 +256,18 @@ class SyncLedger:
                     conn, [], {state.doc_id: state.content_hash}, self.store.bm25_k1, self.store.bm25_b, collection
                 )
                 if counts.missing:
-                    return counts
+                    return StoredFile(counts)
             else:
                 counts = await add_documents(conn, [record], {}, self.store.bm25_k1, self.store.bm25_b, collection)
+            owned = await conn.fetchval(
+                "SELECT doc_id FROM sync_files WHERE source_id = $1 AND rel_path = $2 AND status = 'stored'",
+                source_id,
+                state.rel_path,
+            )
+            keep = state.doc_id if state.status == "stored" else None
+            removed = owned is not None and await _remove_owned(conn, source_id, collection, owned, keep=keep)
             await _upsert(conn, source_id, state)
-        return counts
+        return StoredFile(counts, owned if removed else None)
 
     async def touch(self, source_id: int, state: FileState) -> None:
         """Record a file's new stat (its bytes unchanged): no document is written."""
@@ -228,11 +286,14 @@ class SyncLedger:
         """Move the document of `old` to `new.doc_id` (a renamed file) in one transaction with the state rows.
 
         `record` None: the content is unchanged; the document row, its chunks and vectors are kept, their doc id,
-        chunk ids and `source` updated (a document already stored under the new id is replaced). Else `record` (the
-        new version, vectors reused where the text is unchanged) replaces both.
+        chunk ids and `source` updated (a document already stored under the new id is the new path's document,
+        replaced as any write replaces it: see Ownership above). Else `record` (the new version, vectors reused where
+        the text is unchanged) replaces both.
 
         Returns:
-            The counts of the write (`added` 1 when `record` was written).
+            The counts of the write (`added` 1 when `record` was written). With `record` None and no document stored
+            under `old.doc_id` (deleted meanwhile), `missing` holds `old.doc_id` and nothing is written: the caller
+            writes the file anew.
         """
         async with self._write(f"moving synced file {old.rel_path} to {new.rel_path}") as conn:
             await lock_writes(conn)
@@ -244,10 +305,11 @@ class SyncLedger:
                     [old.doc_id, new.doc_id],
                 )
                 ids = {r["doc_id"]: r["id"] for r in rows}
+                if old.doc_id not in ids:  # nothing to move: the target is left alone
+                    return IngestCounts(missing=(old.doc_id,))
                 if new.doc_id in ids and new.doc_id != old.doc_id:
                     await delete_rows(conn, [ids[new.doc_id]])
-                if old.doc_id in ids:
-                    await _rename(conn, ids[old.doc_id], collection, new.doc_id, source)
+                await _rename(conn, ids[old.doc_id], collection, new.doc_id, source)
             else:
                 await _remove_owned(conn, source_id, collection, old.doc_id, keep=new.doc_id)
                 counts = await add_documents(conn, [record], {}, self.store.bm25_k1, self.store.bm25_b, collection)

@@ -118,11 +118,14 @@ async def delete_documents(
 ) -> list[str]:
     """Delete the documents named in `doc_ids` and (when given) every document of `source`, only in `collections`
     (None: every collection); inside the caller's transaction, which this locks first. Returns the doc ids deleted,
-    sorted (a doc id deleted from two collections is listed twice)."""
+    sorted (a doc id deleted from two collections is listed twice).
+
+    A folder sync's record of a deleted document (`sync_files` rows naming it, `tools.store.sync_state`) is deleted
+    with it, so the next sync of that folder adds the file again (the store converges to the folder)."""
     await lock_writes(conn)
     rows = await conn.fetch(
         """
-        SELECT id, doc_id FROM documents
+        SELECT id, doc_id, collection FROM documents
         WHERE (doc_id = ANY($1::text[]) OR ($2::text IS NOT NULL AND source = $2::text))
           AND ($3::text[] IS NULL OR collection = ANY($3::text[]))
         ORDER BY doc_id, collection FOR UPDATE
@@ -132,6 +135,16 @@ async def delete_documents(
         None if collections is None else list(collections),
     )
     await delete_rows(conn, [r["id"] for r in rows])
+    if rows and await conn.fetchval("SELECT to_regclass('sync_files') IS NOT NULL"):
+        await conn.execute(
+            """
+            DELETE FROM sync_files f USING sync_sources s
+            WHERE f.source_id = s.id AND f.status = 'stored'
+              AND (s.collection, f.doc_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+            """,
+            [r["collection"] for r in rows],
+            [r["doc_id"] for r in rows],
+        )
     return [r["doc_id"] for r in rows]
 
 

@@ -1,6 +1,6 @@
 """`POST /v1/sync` in-process over a recording jobs queue: disabled without `SYNC_ROOTS` (403 `sync_disabled`), a
-path outside them refused naming them (403 `forbidden_path`, also through a symbolic link), a missing folder 422, a
-folder inside one queued as a sync job (202 with its id) in the caller's collection."""
+path outside them refused naming them (403 `forbidden_path`, also through a symbolic link), a missing folder or a
+path holding a NUL 422, a folder inside one queued as a sync job (202 with its id) in the caller's collection."""
 
 from __future__ import annotations
 
@@ -49,7 +49,9 @@ async def test_a_folder_outside_the_roots_is_refused_naming_them(tmp_path: Path)
             response = await client.post("/v1/sync", json={"path": path})
             assert_error(response, 403, "forbidden_path", str(allowed))
         missing = await client.post("/v1/sync", json={"path": str(allowed / "missing")})
+        nul = await client.post("/v1/sync", json={"path": str(allowed) + "/a\x00b"})
     assert_error(missing, 422, "bad_request", "no such folder")
+    assert_error(nul, 422, "bad_request", "path: holds a NUL character")
     assert queue.queued == []
 
 

@@ -4,6 +4,7 @@ does nothing; an interrupted sync converges when run again; documents the sync d
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,11 +26,14 @@ from evals.bench_sync import (
 )
 from tests.document_files import GUIDE_HTML, print_pdf
 from tools.embedder import EmbedderError, TextKind, TritonEmbedder
+from tools.extract.ocr import OcrOptions
 from tools.ingest import ingest, plan_inputs
 from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
+from tools.ingest.sync_plan import file_hash_and_kind
 from tools.originals import Originals
 from tools.store import VectorStore
 from tools.store.records import chunk_id
+from tools.store.sync_state import SYNC_LOCK, FileState, SyncLedger
 
 
 @pytest.fixture
@@ -148,17 +152,191 @@ async def test_documents_the_sync_does_not_own_are_never_removed(
     folder.mkdir()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    for name in ("blank.md", "photo.png"):
+    for name in ("blank.md", "anim.gif"):
         (elsewhere / name).write_text(f"# {name}\n\nIngested by other means.\n")
     await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
     (folder / "blank.md").write_text("   \n\n")
-    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (folder / "anim.gif").write_bytes(b"GIF89a" + bytes(range(256)))  # GIF: not a synced type
     (folder / "kept.md").write_text("# Kept\n\nThe synced file.\n")
     request = SyncRequest(folder, collection="synced")
     first = await sync_folder(request, embedder, store, ingest_options(settings))
     assert (first.added, first.removed, len(first.skipped)) == (["kept.md"], [], 1)
-    for name in ("blank.md", "photo.png", "kept.md"):
+    for name in ("blank.md", "anim.gif", "kept.md"):
         (folder / name).unlink()
     second = await sync_folder(request, embedder, store, ingest_options(settings))
     assert second.removed == ["kept.md"]
-    assert set(await store.stored_versions(["blank.md", "photo.png", "kept.md"], "synced")) == {"blank.md", "photo.png"}
+    assert set(await store.stored_versions(["blank.md", "anim.gif", "kept.md"], "synced")) == {"blank.md", "anim.gif"}
+
+
+async def test_a_second_sync_of_the_same_folder_waits_for_the_first(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """While one sync of a folder into a collection holds its lock, another waits (its lock request is seen waiting
+    in `pg_locks`), then runs once the first ends."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
+    ledger = SyncLedger(store)
+    await ledger.setup()
+    async with ledger.exclusive(str(folder), "synced"):
+        task = asyncio.create_task(sync_folder(SyncRequest(folder, collection="synced"), embedder, store,
+                                               ingest_options(settings)))  # fmt: skip
+        while not await waiting_sync_locks(store):
+            assert not task.done(), task
+            await asyncio.sleep(0.05)
+        assert not task.done()
+    report = await task
+    assert report.added == ["a.md"]
+
+
+async def waiting_sync_locks(store: VectorStore) -> int:
+    async with store.pool.acquire() as conn:
+        count: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND NOT granted", SYNC_LOCK
+        )
+    return count
+
+
+async def test_a_move_whose_document_is_gone_leaves_the_target_alone(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A move of a document that is no longer stored (another run moved it already) writes nothing and says so; the
+    document stored under the new id stays."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "b.md").write_text("# Beta\n\nOtters float on their backs.\n")
+    first = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, ingest_options(settings))
+    assert first.added == ["b.md"]
+    ledger = SyncLedger(store)
+    source = await ledger.find_source(str(folder), "synced")
+    assert source is not None
+    recorded = (await ledger.files(source.id))["b.md"]
+    old = replace(recorded, rel_path="a.md", doc_id="a.md")
+    counts = await ledger.move(source.id, "synced", old, recorded, str(folder / "b.md"), None)
+    assert counts.missing == ("a.md",)
+    assert set(await store.stored_versions(["a.md", "b.md"], "synced")) == {"b.md"}
+
+
+async def test_the_sync_reads_files_with_the_ocr_options(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """An image synced with OCR off fails naming the setting (the options reach the reader)."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "scan.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    options = replace(ingest_options(settings), ocr=OcrOptions(enabled=False))
+    report = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, options)
+    assert [e.reason for e in report.failed] == [f"{folder / 'scan.png'}: an image, whose text only OCR reads, and OCR "
+                                                 "is off (OCR=false); set OCR=true"]  # fmt: skip
+
+
+def long_markdown(last: str) -> str:
+    """A Markdown document of several chunks whose last paragraph is `last`."""
+    paragraphs = [
+        f"Paragraph {i} tells of the harbour's {i} cranes, the tides that lift the ships and the crews that load "
+        f"them at night, of the ropes, the gulls and the long wait for the morning pilot number {i}. " * 3
+        for i in range(12)
+    ]
+    return "# Harbour\n\n" + "\n\n".join([*paragraphs, last]) + "\n"
+
+
+async def test_a_new_prefix_and_new_bytes_replace_the_old_document_lending_its_vectors(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A file whose bytes changed while its doc id changed (another `--prefix`) leaves no document under its old id;
+    its unchanged chunks keep the old document's vectors."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "a.md").write_text(long_markdown("The end."))
+    options = ingest_options(settings)
+    await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, options)
+    (folder / "a.md").write_text(long_markdown("A different end."))
+    report = await sync_folder(SyncRequest(folder, collection="synced", prefix="kb/"), embedder, store, options)
+    assert (report.removed, report.added, report.updated) == (["a.md"], ["kb/a.md"], [])
+    assert report.chunks_reused > 0 and report.chunks_embedded < report.chunks_reused
+    assert set(await store.stored_versions(["a.md", "kb/a.md"], "synced")) == {"kb/a.md"}
+
+
+async def test_a_document_stored_under_a_files_id_is_taken_over(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A document already stored under a synced file's id (`rag ingest` of the same folder earlier, or other content
+    under that name) is the file's document: adopted as it is (same content, nothing embedded) or replaced, then
+    kept in step with the file and removed when the file is deleted."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "same.md").write_text("# Same\n\nIngested before the folder was synced.\n")
+    await ingest(plan_inputs([folder], root=folder), embedder, store, ingest_options(settings, "synced"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "other.md").write_text("# Other\n\nOther content under the same name.\n")
+    await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
+    (folder / "other.md").write_text("# Other\n\nThe synced file's own content.\n")
+    request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
+
+    first = await sync_folder(request, embedder, store, options)
+    assert (first.added, first.updated, first.unchanged, first.embed_calls) == (["other.md"], [], 1, 1)
+    (folder / "same.md").write_text("# Same\n\nEdited after it was taken over.\n")
+    second = await sync_folder(request, embedder, store, options)
+    assert second.updated == ["same.md"]
+    for name in ("same.md", "other.md"):
+        (folder / name).unlink()
+    third = await sync_folder(request, embedder, store, options)
+    assert sorted(third.removed) == ["other.md", "same.md"]
+    assert await store.stored_versions(["same.md", "other.md"], "synced") == {}
+
+
+async def test_a_synced_document_deleted_by_hand_comes_back_with_the_next_sync(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """Deleting a synced document (`rag docs delete`, `DELETE /v1/documents`) deletes its file's sync state with it:
+    the next sync, though the file's stat is unchanged, adds it again."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
+    (folder / "b.md").write_text("# Beta\n\nOtters float on their backs.\n")
+    request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
+    await sync_folder(request, embedder, store, options)
+    assert await store.delete_documents(["a.md"], collections=["synced"]) == ["a.md"]
+    again = await sync_folder(request, embedder, store, options)
+    assert (again.added, again.unchanged) == (["a.md"], 1)
+    assert set(await store.stored_versions(["a.md", "b.md"], "synced")) == {"a.md", "b.md"}
+
+
+async def test_a_renamed_file_without_text_removes_its_document_and_reports_it(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A stored file renamed (the same bytes) whose new path reads as no text: its document is removed, and reported
+    removed. (The recorded state is written by hand: the same bytes read the same, short of a reader change.)"""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    blank = folder / "new.md"
+    blank.write_text("   \n\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "gone.md").write_text("# Gone\n\nThe document the file had.\n")
+    await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
+    ledger = SyncLedger(store)
+    await ledger.setup()
+    source_id = await ledger.open_source(str(folder), "synced", str(folder), "", (), ())
+    digest, _ = file_hash_and_kind(blank)
+    await ledger.touch(source_id, FileState("gone.md", 5, 1, digest, "gone.md", "c", "stored"))
+    report = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, ingest_options(settings))
+    assert (report.removed, report.moved, report.added) == (["gone.md"], [], [])
+    assert await store.stored_versions(["gone.md", "new.md"], "synced") == {}
+
+
+async def test_a_renamed_pdf_is_moved_without_being_read_again(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """A PDF's content depends on its bytes alone: renamed, it is moved as it is, not extracted again (the second run
+    reads files of at most 10 bytes, so a read would fail)."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    print_pdf(GUIDE_HTML, folder / "guide.pdf")
+    request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
+    assert (await sync_folder(request, embedder, store, options)).added == ["guide.pdf"]
+    (folder / "guide.pdf").rename(folder / "manual.pdf")
+    report = await sync_folder(request, embedder, store, replace(options, max_file_bytes=10))
+    assert (report.moved, report.failed, report.embed_calls) == ([("guide.pdf", "manual.pdf")], [], 0)
+    assert set(await store.stored_versions(["guide.pdf", "manual.pdf"], "synced")) == {"manual.pdf"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tools.extract import Kind
 from tools.ingest.report import FileError
-from tools.ingest.sync_plan import SeenFile, SyncReport, plan_sync, relative_id, scan_folder
+from tools.ingest.sync_plan import RACY_MTIME_NS, SeenFile, SyncReport, plan_sync, relative_id, scan_folder
 from tools.store.sync_state import FileState
 
 
@@ -85,8 +85,22 @@ def test_scan_follows_the_globs_and_leaves_out_hidden_entries(tmp_path: Path) ->
     for rel in ["a.md", "drafts/b.md", ".hidden/c.md", "d.txt"]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(rel)
-    assert [f.rel_path for f in scan_folder(tmp_path, exclude=["drafts/*"])] == ["a.md", "d.txt"]
-    assert [f.rel_path for f in scan_folder(tmp_path, include=["*.md"])] == ["a.md", "drafts/b.md"]
+    assert [f.rel_path for f in scan_folder(tmp_path, exclude=["drafts/*"]).files] == ["a.md", "d.txt"]
+    assert [f.rel_path for f in scan_folder(tmp_path, include=["*.md"]).files] == ["a.md", "drafts/b.md"]
+
+
+def test_scan_skips_symbolic_links_to_files_outside_the_folder(tmp_path: Path) -> None:
+    folder, outside = tmp_path / "folder", tmp_path / "secret.txt"
+    folder.mkdir()
+    outside.write_text("not to be synced")
+    (folder / "a.md").write_text("inside")
+    (folder / "leak.txt").symlink_to(outside)
+    (folder / "alias.md").symlink_to(folder / "a.md")
+    scan = scan_folder(folder.resolve())
+    assert [f.rel_path for f in scan.files] == ["a.md", "alias.md"]
+    assert [e.reason for e in scan.outside] == [
+        f"{folder.resolve() / 'leak.txt'}: a symbolic link to {outside.resolve()}, outside the synced folder; skipped"
+    ]
 
 
 def test_the_report_says_what_changed_and_what_was_embedded() -> None:
@@ -106,3 +120,16 @@ def test_a_file_recorded_as_skipped_is_not_read_again_until_it_changes() -> None
     assert (plan.skipped, plan.unchanged, hashes.read) == (["p.png"], [], [])
     changed = plan_sync([seen("p.png", mtime=2)], recorded, str, hashes)
     assert [old.status for old, _ in changed.updated] == ["skipped"] and hashes.read == ["p.png"]
+
+
+def test_a_file_modified_just_before_the_sync_is_recorded_to_be_read_again() -> None:
+    """A racy file (modified within the window before the sync's start) is recorded with a sentinel mtime: the next
+    sync hashes it again even with its stat unchanged, then records its real stat."""
+    hashes = Hashes({"a.md": "h1", "b.md": "h2"})
+    first = plan_sync([seen("a.md", mtime=100), seen("b.md", mtime=10)], {}, str, hashes, racy_since_ns=50)
+    states = {c.seen.rel_path: c.state("c") for c in first.added}
+    assert (states["a.md"].mtime_ns, states["b.md"].mtime_ns) == (RACY_MTIME_NS, 10)
+    second = plan_sync([seen("a.md", mtime=100), seen("b.md", mtime=10)], states, str, hashes, racy_since_ns=500)
+    assert hashes.read == ["a.md", "b.md", "a.md"] and second.changes == 0
+    assert [(t.rel_path, t.mtime_ns) for t in second.touched] == [("a.md", 100)]
+    assert second.unchanged == ["a.md", "b.md"]

@@ -55,8 +55,30 @@ async def test_a_sync_job_runs_the_sync_and_records_its_summary(
     job = await queue.claim("w", 30.0)
     assert job is not None and job.id == job_id and job.kind == "sync"
     options = ingest_options(settings)
-    done = await run_job(job, queue, embedder, store, worker="w", options=options, lease_s=30.0)
+    done = await run_job(job, queue, embedder, store, worker="w", options=options, lease_s=30.0, sync_roots=[tmp_path])
     assert done is not None and done.status == "done", done
     assert done.result is not None and done.result["added"] == ["a.md"] and done.result["embed_calls"] == 1
-    assert (done.files_done, done.errors) == (1, [])
+    assert (done.files_done, done.files_total, done.errors) == (1, 1, [])
     assert set(await store.stored_versions(["a.md", "b.txt"], "kb")) == {"a.md"}
+
+
+async def test_a_sync_job_outside_the_workers_sync_roots_fails(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """The worker checks the job's folder against its own `SYNC_ROOTS` when it runs the job (they may have changed
+    since it was queued): outside them, or none set, the job fails saying so and nothing is synced."""
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    allowed.mkdir()
+    other.mkdir()
+    (other / "a.md").write_text("# Alpha\n\nNot to be synced.\n")
+    queue = JobQueue(store.pool)
+    await queue.setup()
+    options = ingest_options(settings)
+    for roots in ([allowed], []):
+        await queue.submit_sync({"path": str(other)}, "kb")
+        job = await queue.claim("w", 30.0)
+        assert job is not None
+        done = await run_job(job, queue, embedder, store, worker="w", options=options, lease_s=30.0, sync_roots=roots)
+        assert done is not None and done.status == "failed"
+        assert "SYNC_ROOTS" in done.errors[-1]["error"] and str(other) in done.errors[-1]["error"]
+    assert await store.stored_versions(["a.md"], "kb") == {}
