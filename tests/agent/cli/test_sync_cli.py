@@ -47,7 +47,8 @@ def next_report(lines: queue.Queue[str], what: str) -> dict[str, object]:
     return report
 
 
-def test_sync_dry_run_then_sync_then_nothing_to_do(postgres_url: str, triton_server: Settings, tmp_path: Path) -> None:
+def test_sync_dry_run_then_sync_then_nothing_to_do(fresh_db: str, triton_server: Settings, tmp_path: Path) -> None:
+    env = {"DATABASE_URL": fresh_db}  # a database of its own: the session's shared test store keeps its documents
     folder = tmp_path / "notes"
     folder.mkdir()
     (folder / "a.md").write_text("# Alpha\n\nThe narwhal backup job runs every night at two.\n")
@@ -56,33 +57,33 @@ def test_sync_dry_run_then_sync_then_nothing_to_do(postgres_url: str, triton_ser
     (folder / "anim.gif").write_bytes(b"GIF89a" + bytes(range(256)))  # GIF: not a synced type
     args = ("sync", str(folder), "--collection", "sync-cli", "--json")
 
-    dry = run_cli(triton_server, *args, "--dry-run")
+    dry = run_cli(triton_server, *args, "--dry-run", extra_env=env)
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["added"] == ["a.md", "b.txt", "broken.pdf"]
-    listed = run_cli(triton_server, "docs", "list", "--collection", "sync-cli", "--json")
+    listed = run_cli(triton_server, "docs", "list", "--collection", "sync-cli", "--json", extra_env=env)
     assert json.loads(listed.stdout) == []
 
-    first = run_cli(triton_server, *args)
+    first = run_cli(triton_server, *args, extra_env=env)
     assert first.returncode == 1, first.stderr  # broken.pdf failed alone
     report = json.loads(first.stdout)
     assert report["added"] == ["a.md", "b.txt"] and [f["path"] for f in report["failed"]] == [
         str((folder / "broken.pdf").resolve())
     ]
     (folder / "broken.pdf").unlink()
-    second = run_cli(triton_server, *args)
+    second = run_cli(triton_server, *args, extra_env=env)
     assert second.returncode == 0, second.stderr
     again = json.loads(second.stdout)
     assert (again["embed_calls"], again["unchanged"], again["added"]) == (0, 2, [])
     assert [f["path"] for f in again["skipped"]] == [str((folder / "anim.gif").resolve())]
 
 
-def test_watch_syncs_a_change_and_stops_on_sigterm(postgres_url: str, triton_server: Settings, tmp_path: Path) -> None:
+def test_watch_syncs_a_change_and_stops_on_sigterm(fresh_db: str, triton_server: Settings, tmp_path: Path) -> None:
     folder = tmp_path / "watched"
     folder.mkdir()
     (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "agent", "sync", str(folder), "--collection", "sync-watch", "--watch", "--json"],
-        env=cli_env(triton_server),
+        env={**cli_env(triton_server), "DATABASE_URL": fresh_db},
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
