@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -276,9 +277,26 @@ def stop_service(run_dir: Path, name: str, timeout_s: float = 30.0, sig: int = s
     return True
 
 
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+FREE_PORT_TRIES = 100
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now on `host` (the OS picks it by binding port 0). Another process may take it
-    before the caller binds it; callers start their server right away."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nothing listens on now on `host` (the OS picks it by binding port 0), never one this process was
+    given before: the OS may hand a just-closed port out again, so two calls in a row (Triton's HTTP port, then
+    vLLM's) could otherwise name the same port. Another process may take it before the caller binds it; callers
+    start their server right away.
+
+    Raises:
+        OSError: no such port within `FREE_PORT_TRIES` bindings.
+    """
+    with _HANDED_OUT_LOCK:
+        for _ in range(FREE_PORT_TRIES):
+            with socket.socket() as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise OSError(f"no free TCP port on {host} that this process was not given before ({FREE_PORT_TRIES} tries)")

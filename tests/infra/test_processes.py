@@ -40,3 +40,33 @@ def test_a_pid_record_of_another_start_names_no_process(tmp_path: Path, sleeper:
     assert processes.read_pid(tmp_path, "svc") is None
     assert not path.exists()
     assert sleeper.poll() is None
+
+
+class _FixedPorts:
+    """A stand-in for `socket.socket` whose binds to port 0 get the ports of `ports` in turn."""
+
+    def __init__(self, ports: Iterator[int]) -> None:
+        self.ports = ports
+        self.port = 0
+
+    def __call__(self) -> _FixedPorts:
+        return self
+
+    def __enter__(self) -> _FixedPorts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def bind(self, address: tuple[str, int]) -> None:
+        self.port = next(self.ports)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+
+def test_free_port_never_hands_out_a_port_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The OS may give a just-closed port again: two services must still get two ports.
+    monkeypatch.setattr(processes, "_HANDED_OUT", set())
+    monkeypatch.setattr("infra.processes.socket.socket", _FixedPorts(iter([40001, 40001, 40001, 40002])))
+    assert [processes.free_port(), processes.free_port()] == [40001, 40002]

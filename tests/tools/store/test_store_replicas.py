@@ -68,6 +68,9 @@ async def test_searches_go_to_the_replica_and_find_a_document_right_after_its_in
     assert [d.doc_id for d in await store.list_documents()] == [f"doc{i}" for i in range(5)]  # on the primary
     # Another process that wrote nothing finds the writes on the replica too: the writer waited for the replay.
     async with VectorStore(store.dsn, MODEL, DIM, read_urls=store.read_urls, read_max_lag_s=MAX_LAG_S) as other:
+        # Opening a store writes WAL (its idempotent schema set-up); until the replica has replayed that, a store
+        # that has seen no replica position yet cannot tell its lag and reads from the primary.
+        await standby.caught_up(store.dsn, replica.url(DATABASE))
         assert await top_doc(other, "doc4") == "doc4" and other.search_targets == {replica.url(DATABASE): 1}
 
 
