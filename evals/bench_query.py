@@ -37,6 +37,7 @@ from typing import Any
 
 import asyncpg
 import numpy as np
+from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
 from agent.config.settings import Settings
 from agent.core.wiring import Clients, build_retriever, build_store
@@ -113,7 +114,7 @@ async def measure_point(
     timings.clear()
     before = await app.embedder.inference_statistics()
     latencies_s, wall_s = await run_load(call, claims, params.requests, concurrency, params.max_seconds_per_point)
-    after = await app.embedder.inference_statistics()
+    after = await counted_statistics(app, before["inference_count"] + len(latencies_s))
     latency = percentiles(np.asarray(latencies_s) * 1000)
     executions = after["execution_count"] - before["execution_count"]
     return {
@@ -130,6 +131,24 @@ async def measure_point(
         if executions
         else None,
     }
+
+
+STATISTICS_WAIT_S = 10.0
+"""Longest wait for Triton's statistics to count a point's requests, seconds."""
+
+
+async def counted_statistics(app: Clients, inferences: float) -> dict[str, float]:
+    """The embedder's Triton statistics once they count at least `inferences` inferences (Triton updates them after
+    it has sent a response, so a read right after the last response can miss the last batch), or as they are after
+    `STATISTICS_WAIT_S` seconds."""
+    retrying = AsyncRetrying(
+        stop=stop_after_delay(STATISTICS_WAIT_S),
+        wait=wait_fixed(0.05),
+        retry=retry_if_result(lambda counts: counts["inference_count"] < inferences),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else {},
+    )
+    stats: dict[str, float] = await retrying(app.embedder.inference_statistics)
+    return stats
 
 
 async def embed_only_point(
