@@ -80,6 +80,17 @@ class RenderedPage:
     pages: int
 
 
+
+def _check_pixels(width: float, height: float, scale: float, page: int, pages: int) -> None:
+    """Raise RenderError ("too_large") when a `width` x `height` point page at `scale` is over `MAX_PIXELS`."""
+    if width * height * scale * scale > MAX_PIXELS:
+        raise RenderError(
+            f"page {page} at scale {scale} would be {width * scale:.0f}x{height * scale:.0f} pixels, "
+            f"over {MAX_PIXELS}; ask for a smaller scale",
+            "too_large",
+            pages,
+        )
+
 def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> RenderedPage:
     """Page `page` (from 1) of the PDF `path` at `scale` pixels per point, `boxes` highlighted; in this process
     (the worker's target: call `render_page` elsewhere).
@@ -99,13 +110,7 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
             pdf_page = document[page - 1]
             try:
                 width, height = pdf_page.get_size()
-                if width * height * scale * scale > MAX_PIXELS:
-                    raise RenderError(
-                        f"page {page} at scale {scale} would be {width * scale:.0f}x{height * scale:.0f} pixels, "
-                        f"over {MAX_PIXELS}; ask for a smaller scale",
-                        "too_large",
-                        pages,
-                    )
+                _check_pixels(width, height, scale, page, pages)
                 left, _, _, top = pdf_page.get_cropbox()
                 turned = pdf_page.get_rotation() % 360 != 0
                 bitmap = pdf_page.render(scale=scale)
@@ -158,13 +163,7 @@ def render_image_here(path: str, page: int, boxes: Sequence[Box], scale: float) 
                 )
             frame, (dpi_x, dpi_y) = upright(image)
             width, height = frame.width * 72 / dpi_x, frame.height * 72 / dpi_y
-            if width * height * scale * scale > MAX_PIXELS:
-                raise RenderError(
-                    f"page {page} at scale {scale} would be {width * scale:.0f}x{height * scale:.0f} pixels, "
-                    f"over {MAX_PIXELS}; ask for a smaller scale",
-                    "too_large",
-                    pages,
-                )
+            _check_pixels(width, height, scale, page, pages)
             size = (max(1, round(width * scale)), max(1, round(height * scale)))
             picture = frame.convert("RGBA").resize(size, Image.Resampling.LANCZOS)
     except RenderError:
