@@ -22,5 +22,3 @@ def scopes_asked(rag: RagApp) -> list[SearchScope | None]:
 
     rag.ask = spy  # type: ignore[method-assign]
     return scopes
-
-

@@ -70,3 +70,35 @@ def line_boxes(text: str, layout: Layout, start: int, end: int) -> list[LineBox]
         line = [page, lo, bo, ri, to]
         lines.append(line)
     return [[int(pg), _down(lo), _down(bo), _up(ri), _up(to)] for pg, lo, bo, ri, to in lines]
+
+
+def sentence_boxes(chunk_text: str, boxes: list[LineBox], start: int, end: int) -> list[LineBox]:
+    """The lines of a chunk's stored `boxes` that hold `chunk_text[start:end]` (a sentence of the chunk).
+
+    A chunk's metadata keeps one rectangle per text line in text order (`line_boxes`), not which characters each
+    line holds, so the lines are located by share: the chunk's non-space characters are laid along its lines in
+    proportion to their widths, and a line is kept when at least a quarter of its share, or half of the sentence's,
+    falls inside the sentence's. Exact for lines of even character width; a line's neighbour can be included
+    when widths vary. The whole chunk's lines when the chunk has no visible character.
+
+    Raises:
+        ValueError: `start`/`end` outside `chunk_text`.
+    """
+    if not 0 <= start <= end <= len(chunk_text):
+        raise ValueError(f"span [{start}, {end}) outside a chunk of {len(chunk_text)} characters")
+    if not boxes:
+        return []
+    visible = np.cumsum([0, *(not ch.isspace() for ch in chunk_text)])
+    total = int(visible[-1])
+    if total == 0:
+        return list(boxes)
+    a, b = visible[start] / total, visible[end] / total
+    widths = np.array([max(abs(box[3] - box[1]), 1e-6) for box in boxes], dtype=np.float64)
+    edges = np.concatenate([[0.0], np.cumsum(widths) / widths.sum()])
+    kept: list[LineBox] = []
+    for i, box in enumerate(boxes):
+        lo, hi = edges[i], edges[i + 1]
+        overlap = max(0.0, min(hi, b) - max(lo, a))
+        if overlap > 0 and (overlap >= 0.25 * (hi - lo) or overlap >= 0.5 * (b - a)):
+            kept.append(box)
+    return kept

@@ -313,9 +313,7 @@ class PlainTable:
         min_widths: the narrowest some columns get (by header), characters: room for a later row's longer text.
     """
 
-    def __init__(
-        self, columns: Sequence[str], max_width: int = 40, min_widths: dict[str, int] | None = None
-    ) -> None:
+    def __init__(self, columns: Sequence[str], max_width: int = 40, min_widths: dict[str, int] | None = None) -> None:
         self.columns = list(columns)
         self.max_width = max_width
         self.min_widths = min_widths or {}

@@ -492,6 +492,32 @@ class Settings(BaseSettings):
         "at least this high. Unset: the embedder's calibrated value (`tools/model_specs.py`, 0.42 for "
         "all-minilm-l6-v2); -1 turns refusals off. Measure per embedder with `python -m evals.refusal --top-k 5`.",
     )
+    support_check: Literal["flag", "strict", "off"] = Field(
+        default="flag",
+        description="Per-sentence support check of answers (agent/core/support.py, docs/support.md): `flag` labels "
+        "every sentence SUPPORT / CONTRADICT / NOT_ENOUGH_INFO against the retrieved passages, points each supported "
+        "sentence's citation at the passage sentence that supports it, collapses repeated sentences and marks the "
+        "unsupported; `strict` also removes unsupported sentences (the answer says how many); `off` skips the check. "
+        "When no sentence is supported (flag or strict) the answer quotes the best evidence sentences instead.",
+    )
+    support_model: str = Field(
+        default="minilm-l6-scifact-verifier",
+        description="Triton model of the support check's verifier (`tools.embedder.verifier`); the local one ships "
+        "in model_repository/ (trained on SciFact train by `python -m evals.train_verifier`).",
+    )
+    support_candidates: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Passage sentences the verifier reads per answer sentence, picked by embedding similarity "
+        "(besides the best sentence of each passage the sentence cites); each is one verifier pair.",
+    )
+    support_max_sentences: int = Field(
+        default=12,
+        ge=1,
+        description="Sentences of an answer the support check labels at most; later ones are labelled "
+        "NOT_ENOUGH_INFO without a verifier call (bounds the check's cost on runaway answers).",
+    )
     agent_request_limit: int = Field(default=4, ge=1, description="LLM requests per answer (pydantic-ai UsageLimits).")
     agent_tool_calls_limit: int = Field(default=3, ge=0, description="Tool calls per answer (UsageLimits).")
     answer_token_budget: int = Field(

@@ -39,15 +39,15 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import UsageLimits
 
 from agent.config.settings import Policy
-from agent.core.citations import extract_citations, stream_text
+from agent.core.citations import citations_of, extract_citations, stream_text
 from agent.core.context_window import message_texts
 from agent.core.errors import AgentError, AnswerLimitError, InputError, LLMResponseError, LLMUnavailableError
-from agent.core.events import AgentEvent, AnswerRestart, TextDelta
+from agent.core.events import AgentEvent, AnswerRestart, SupportChecked, TextDelta
 from agent.core.followup import FollowUpQuery, search_query
 from agent.core.llm_finish import is_truncated, rate_limit_error, require_finish_reason
 from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
 from agent.core.rag_agent import TOOLS_TEXT, RagDeps, search_passages
-from agent.core.results import AskResult, Citation, TokenUsage
+from agent.core.results import AskResult, Citation, SupportMode, SupportReport, TokenUsage
 from tools.scope import SearchScope
 
 # pydantic-ai warns, as a raw Python warning with its site-packages path, on every run whose LLM server sent no token
@@ -77,6 +77,8 @@ class AnswerRequest:
         scope: the documents the answer may search and cite (collections, filters; `tools.scope`); None: all.
         model_settings: LLM request settings of this answer over the app's (e.g. `max_tokens`, `temperature`;
             pydantic-ai `ModelSettings`, merged key by key over the agent's); None: the app's alone.
+        support: the support check's mode for this answer (`flag`, `strict`, `off`); None: the app's
+            `SUPPORT_CHECK`.
 
     Raises:
         agent.core.errors.InputError: blank question or top_k < 1.
@@ -90,6 +92,7 @@ class AnswerRequest:
     earlier_questions: Sequence[str] = ()
     scope: SearchScope | None = None
     model_settings: ModelSettings | None = None
+    support: SupportMode | None = None
     on_event: Callable[[AgentEvent], None] | None = field(default=None, compare=False)
     on_text: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -187,7 +190,11 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     usage = TokenUsage()  # tokens the LLM server reported for the run
 
     def finish(
-        text: str, citations: list[Citation] | None = None, refused: bool = False, dropped: list[str] | None = None
+        text: str,
+        citations: list[Citation] | None = None,
+        refused: bool = False,
+        dropped: list[str] | None = None,
+        support: SupportReport | None = None,
     ) -> AskResult:
         timings.add({"total": (time.perf_counter() - start) * 1000})
         return AskResult(
@@ -201,6 +208,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             truncated=truncated and not refused,
             dropped_passages=deps.state.left_out,
             usage=usage,
+            support=support,
         )
 
     history = list(request.history)
@@ -280,8 +288,18 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
         raise LLMResponseError(
             "the LLM server returned no answer text (an empty `choices` list, or only reasoning); check the server log"
         )
-    stream.show(text)  # the held-back tail of the stream: the streamed text now equals the answer
-    return finish(text, citations, dropped=dropped)
+    report = None
+    mode = request.support or (deps.support.mode if deps.support is not None else "off")
+    if deps.support is not None and mode != "off":
+        check_start = time.perf_counter()
+        checked = await deps.support.check(request.question, text, deps.state.passages, mode)
+        timings.add({"support": (time.perf_counter() - check_start) * 1000})
+        text, report = checked.text, checked.report
+        citations = citations_of(checked.cited, deps.state.passages)
+    stream.show(text)  # the held-back tail (or the checked answer): the streamed text now equals the answer
+    if report is not None:
+        deps.emit(SupportChecked(support=report))
+    return finish(text, citations, dropped=dropped, support=report)
 
 
 async def _follow_up_query(deps: RagDeps, request: AnswerRequest) -> FollowUpQuery:

@@ -90,6 +90,10 @@ ANSWER_SETTINGS = (
     "agent_request_limit",
     "agent_tool_calls_limit",
     "answer_token_budget",
+    "support_check",
+    "support_model",
+    "support_candidates",
+    "support_max_sentences",
 )
 """Settings besides `LLM_MODEL` and `TOP_K` that change what an answer says (retrieval, refusal, generation): part of
 every digest, so replicas configured differently never share entries. The refusal threshold in force is added."""
@@ -147,6 +151,7 @@ def request_digest(request: AnswerRequest, settings: Settings) -> str:
         "retrieval_query": None if request.retrieval_query is None else normalise_question(request.retrieval_query),
         "scope": _canonical_scope(request.scope),
         "policy": request.policy or settings.agent_policy,
+        "support": request.support or settings.support_check,
         "top_k": request.top_k or settings.top_k,
         "llm_model": settings.llm_model,
         "prompts": PROMPT_VERSION,

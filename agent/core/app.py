@@ -89,6 +89,7 @@ class RagApp:
             refusal_min_score,
             context=self.services.context,
             rewriter=build_rewriter(self.services.model, self.settings),
+            support=self.services.support,
         )
         self.admission = AdmissionController(
             self.settings.answer_max_in_progress, self.settings.answer_queue_max, self.settings.answer_queue_deadline_s

@@ -172,14 +172,19 @@ def extract_citations(
         a passage of `passages`; none is invented.
     """
     rendered = render_answer(answer, passages, final=True)
-    by_number = {p.number: p for p in passages}
     cited = list(rendered.cited)
     if not cited:
         answer_words = [w.lower() for w in _WORD.findall(rendered.text)]
         for p in sorted(passages, key=lambda p: p.number):
             if _shares_run(answer_words, [w.lower() for w in _WORD.findall(p.text)], min_shared_words):
                 cited.append(p.number)
-    citations = [
+    return rendered.text, citations_of(cited, passages), rendered.dropped
+
+
+def citations_of(numbers: Sequence[int], passages: Sequence[Passage]) -> list[Citation]:
+    """The `Citation` of each passage number in `numbers` (in that order) that names one of `passages`."""
+    by_number = {p.number: p for p in passages}
+    return [
         Citation(
             doc_id=by_number[n].doc_id,
             chunk_id=by_number[n].chunk_id,
@@ -189,6 +194,6 @@ def extract_citations(
             text=by_number[n].text,
             **location_fields(by_number[n].metadata),
         )
-        for n in cited
+        for n in numbers
+        if n in by_number
     ]
-    return rendered.text, citations, rendered.dropped

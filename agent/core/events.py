@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent.core.results import SupportReport
+
 
 class TextDelta(BaseModel):
     """New visible answer text."""
@@ -25,7 +27,7 @@ class TextDelta(BaseModel):
 class AnswerRestart(BaseModel):
     """Discard the answer text shown so far; `reason` says why: `new_response` (the model began another response),
     `revised` (text shown turned out to be reasoning: a `</think>` arrived whose `<think>` the chat template opened
-    in the prompt) or `refusal` (the answer is replaced by the refusal)."""
+    in the prompt; or the support check rewrote the answer) or `refusal` (the answer is replaced by the refusal)."""
 
     type: Literal["restart"] = "restart"
     reason: str
@@ -55,4 +57,15 @@ class Queued(BaseModel):
     position: int
 
 
-AgentEvent = Annotated[TextDelta | AnswerRestart | ToolCall | ToolResult | Queued, Field(discriminator="type")]
+class SupportChecked(BaseModel):
+    """The support check finished (`SUPPORT_CHECK`, `agent.core.support`): every sentence of the answer with its
+    label and the passage sentence it rests on. Sent once, after the answer's last text (which the check may have
+    revised: then an `AnswerRestart` with reason `revised` and the checked text came first)."""
+
+    type: Literal["support"] = "support"
+    support: SupportReport
+
+
+AgentEvent = Annotated[
+    TextDelta | AnswerRestart | ToolCall | ToolResult | Queued | SupportChecked, Field(discriminator="type")
+]

@@ -112,4 +112,3 @@ def _render_kept(
             f"document {doc_id!r}, page {page}: its kept original cannot be rendered (the renderer crashed on it; "
             "a malformed PDF)",
         ) from None
-

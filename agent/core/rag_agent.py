@@ -36,6 +36,7 @@ from agent.core.errors import InputError
 from agent.core.events import AgentEvent, ToolCall, ToolResult
 from agent.core.followup import QueryRewriter
 from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, SYSTEM_PROMPT, format_passages
+from agent.core.support import SupportChecker
 from tools.retrieval import Passage, PassageSearch
 from tools.scope import SearchScope, collection_of
 from tools.timing import StageTimings
@@ -106,6 +107,8 @@ class RagDeps:
         scope: the documents this run may see (collections, filters); None: every document.
         rewriter: rewrites a follow-up as a standalone search query (`FOLLOWUP_QUERY=rewrite`,
             `agent.core.followup`); None: follow-ups are searched with the condensed query.
+        support: labels each sentence of the answer against the passages (`SUPPORT_CHECK`,
+            `agent.core.support`); None: no check.
         state: filled during the run; `answer` gives each run a fresh one.
     """
 
@@ -116,6 +119,7 @@ class RagDeps:
     context: ContextFitter | None = None
     scope: SearchScope | None = None
     rewriter: QueryRewriter | None = None
+    support: SupportChecker | None = None
     state: RunState = field(default_factory=RunState, init=False)
 
     def emit(self, event: AgentEvent) -> None:

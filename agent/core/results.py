@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from posixpath import basename
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -95,6 +95,101 @@ def location_fields(metadata: Mapping[str, object]) -> Location:
     return fields
 
 
+SupportLabel = Literal["SUPPORT", "CONTRADICT", "NOT_ENOUGH_INFO"]
+"""A sentence's verdict against the retrieved passages (SciFact's labels; `tools.support`)."""
+
+SupportMode = Literal["flag", "strict", "off"]
+"""`SUPPORT_CHECK`: `flag` labels every sentence and marks unsupported ones, `strict` also removes them, `off` skips
+the check."""
+
+
+class SentenceEvidence(BaseModel):
+    """The passage sentence a verdict rests on: where it is in its passage, its document and its pages."""
+
+    passage: int = Field(description="Passage number (as in `citations`), from 1.")
+    doc_id: str = Field(description="Document id of the passage.")
+    chunk_id: str = Field(description="Chunk id of the passage.")
+    title: str = Field(default="", description="Document title.")
+    text: str = Field(description="The evidence sentence, as it stands in the passage.")
+    passage_span: list[int] = Field(
+        description="`[start, end]`: the sentence's character offsets in the passage's `text` (end exclusive).",
+        min_length=2,
+        max_length=2,
+    )
+    span: list[int] | None = Field(
+        default=None,
+        description="`[start, end]`: the sentence's character offsets in its document's text; null when the chunk "
+        "has no recorded span.",
+        min_length=2,
+        max_length=2,
+    )
+    page: int | None = Field(default=None, description="PDF page of the passage, from 1 (PDF documents only).")
+    boxes: list[LineBox] | None = Field(
+        default=None,
+        description="The lines of the passage's boxes that hold the sentence (`[page, left, bottom, right, top]`, "
+        "PDF points; `tools.highlight.sentence_boxes`); null when the passage has no boxes.",
+    )
+
+
+class SentenceSupport(BaseModel):
+    """One sentence of the answer as shown, with its verdict and the sentence it rests on."""
+
+    index: int = Field(description="Position among the answer's sentences, from 0.")
+    text: str = Field(description="The sentence as it stands in `answer`, markers included.")
+    span: list[int] = Field(
+        description="`[start, end]`: the sentence's character offsets in `answer` (end exclusive).",
+        min_length=2,
+        max_length=2,
+    )
+    label: SupportLabel = Field(description="SUPPORT, CONTRADICT or NOT_ENOUGH_INFO (`tools.support`).")
+    score: float = Field(description="The verifier's probability of `label` (0..1); 1.0 for a quote.")
+    supported: bool = Field(description="True when `label` is SUPPORT.")
+    evidence: SentenceEvidence | None = Field(
+        default=None,
+        description="The supporting or contradicting sentence; for NOT_ENOUGH_INFO the closest candidate; null when "
+        "no passage had a sentence.",
+    )
+    cited: list[int] = Field(
+        default_factory=list, description="Passage numbers the sentence's `[n]` markers name in `answer`."
+    )
+    written: list[int] = Field(
+        default_factory=list, description="Passage numbers the model's markers named before the check."
+    )
+    repointed: bool = Field(
+        default=False,
+        description="True when the check changed the sentence's markers to the passage that supports it.",
+    )
+    quote: bool = Field(
+        default=False,
+        description="True for a sentence quoted from a passage in an extractive answer (not the model's words).",
+    )
+
+
+class SupportReport(BaseModel):
+    """What the support check found and did to an answer (`SUPPORT_CHECK`, `agent.core.support`)."""
+
+    mode: SupportMode = Field(description="The check's mode for this answer.")
+    sentences: list[SentenceSupport] = Field(
+        default_factory=list, description="Every sentence of `answer`, in order, with its label."
+    )
+    supported: int = Field(default=0, description="Sentences of the model's answer labelled SUPPORT.")
+    unsupported: int = Field(
+        default=0, description="Sentences of the model's answer not labelled SUPPORT (flagged, or removed in strict)."
+    )
+    removed: int = Field(default=0, description="Unsupported sentences removed (`strict`).")
+    repeated: int = Field(default=0, description="Repeated sentences of the model's answer collapsed into one.")
+    repointed: int = Field(default=0, description="Sentences whose markers were changed to their supporting passage.")
+    extractive: bool = Field(
+        default=False,
+        description="True when no sentence of the model's answer was supported and the answer is instead quotes of "
+        "the best evidence sentences, labelled as quotes.",
+    )
+    generated: str = Field(
+        default="",
+        description="The model's answer before the check (equal to `answer` when the check changed nothing).",
+    )
+
+
 class TokenUsage(BaseModel):
     """Tokens the LLM server reported for one answer, all its LLM requests summed (pydantic-ai's `RunUsage`); zeros
     when no LLM request was made (a refusal before the LLM) or the server reported no usage."""
@@ -144,6 +239,11 @@ class AskResult(BaseModel):
         "same first-turn question over the same documents, with its citations; `timings_ms` then has only `cache` "
         "and `total`.",
     )
+    support: SupportReport | None = Field(
+        default=None,
+        description="Per-sentence support labels and sentence-level citations (`SUPPORT_CHECK`); null when the "
+        "check is off, or for a refusal.",
+    )
     usage: TokenUsage = Field(
         default_factory=TokenUsage,
         exclude=True,
@@ -154,5 +254,5 @@ class AskResult(BaseModel):
     def to_json_dict(self) -> dict[str, object]:
         """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title, page, section,
         location, text, span, boxes), dropped_citations, timings_ms, refused, policy, searches, truncated,
-        dropped_passages, cached."""
+        dropped_passages, cached, support."""
         return self.model_dump()

@@ -34,6 +34,7 @@ from agent.core.followup import LLMRewriter
 from agent.core.library import DocumentLibrary, StoreLibrary
 from agent.core.llm import build_model, check_tool_calling, model_settings, served_model
 from agent.core.rag_agent import RagDeps, build_agent
+from agent.core.support import SupportChecker
 from tools.conversations import ConversationLog
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.embedder.reranker import TritonReranker, get_reranker_spec
@@ -255,6 +256,9 @@ class Services:
             memory (a test's `Services`), `build_services` keeps them in Postgres.
         answer_cache: where cached answers live (`agent.core.answer_cache`); None: no answer cache (a test's
             `Services` unless it passes one); `build_services` keeps them in Postgres when `ANSWER_CACHE` is on.
+        support: the per-sentence support check (`agent.core.support`); None: no check (a test's `Services` unless
+            it passes one); `build_services` builds it over the embedder and the verifier on Triton unless
+            `SUPPORT_CHECK=off`.
     """
 
     search: PassageSearch
@@ -266,6 +270,7 @@ class Services:
     context: ContextFitter | None = None
     conversations: ConversationLog = field(default_factory=InMemoryConversations)
     answer_cache: AnswerCacheStore | None = None
+    support: SupportChecker | None = None
 
 
 def build_services(settings: Settings) -> Services:

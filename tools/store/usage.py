@@ -168,4 +168,3 @@ class PostgresUsage:
             )
             for r in rows
         ]
-

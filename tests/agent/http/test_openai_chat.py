@@ -29,18 +29,6 @@ from tools.scope import SearchScope
 KEY = "s3cret-key"
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 @pytest.fixture
 def rig() -> Rig:
     return Rig()
