@@ -19,6 +19,7 @@ from uuid import UUID
 from rich.console import Console
 from rich.text import Text
 
+from agent.cli.support_view import print_support
 from agent.config.settings import Policy
 from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
@@ -52,6 +53,7 @@ def print_sources(console: Console, result: AskResult) -> None:
         console.print("\n[dim]no sources: no retrieved passage is relevant enough[/]")
     else:
         console.print("\n[dim]no sources cited[/]")
+    print_support(console, result)
     timings = ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items())
     if result.cached:
         timings = f"from the answer cache (ANSWER_CACHE): {timings}"

@@ -33,6 +33,7 @@ from agent.cli.chat import print_sources, run_chat
 from agent.cli.ingest import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
 from agent.cli.jobs import jobs_app, worker
 from agent.cli.keys import keys_app
+from agent.cli.support_view import marked_answer
 from agent.cli.up import UpProgress
 from agent.config.settings import Policy, Settings, describe_validation_error
 from agent.core.answer import AnswerRequest
@@ -40,7 +41,7 @@ from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.failures import Failure, describe
 from agent.core.pages import PageError
-from agent.core.results import AskResult
+from agent.core.results import AskResult, SupportMode
 from agent.core.wiring import ingest_files
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
@@ -518,12 +519,19 @@ def ask(
     ] = None,
     filters: FilterOption = None,
     collections: CollectionOption = None,
+    support: Annotated[
+        SupportMode | None,
+        typer.Option("--support", help="Support check: flag, strict or off (default SUPPORT_CHECK)."),
+    ] = None,
 ) -> None:
-    """Answer one question with citations."""
+    """Answer one question with citations; each sentence is labelled against the passages (unsupported ones marked,
+    SUPPORT_CHECK)."""
 
     if not question.strip():
         raise InputError("QUESTION is empty; expected a non-blank question")
-    request = AnswerRequest(question, top_k=top_k, policy=policy, scope=cli_scope(filters, collections))
+    request = AnswerRequest(
+        question, top_k=top_k, policy=policy, scope=cli_scope(filters, collections), support=support
+    )
 
     async def run() -> AskResult:
         async with RagApp() as rag:
@@ -533,7 +541,7 @@ def ask(
     if as_json:
         print_json(result.to_json_dict())
     else:
-        console.print(result.answer, markup=False)
+        console.print(marked_answer(result), highlight=False, soft_wrap=True)
         print_sources(console, result)
 
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agent.config.settings import Policy
 from agent.core.answer import AnswerRequest
-from agent.core.results import AskResult
+from agent.core.results import AskResult, SupportMode
 from agent.http.deps import CALLER, Admitted, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_body, failure_of
 from agent.http.streams import until_disconnected
@@ -67,6 +67,12 @@ class AskRequest(BaseModel):
             "key's).",
         ),
     ] = None
+    support: SupportMode | None = Field(
+        default=None,
+        description="The support check of this answer: `flag` (every sentence labelled, unsupported ones marked), "
+        "`strict` (unsupported sentences removed), `off`; default: SUPPORT_CHECK. The labels are the response's "
+        "`support` (and the stream's `support` event).",
+    )
     conversation_id: UUID | None = Field(
         default=None,
         description="Ask inside this stored conversation (`POST /v1/conversations`): earlier turns are the history, "
@@ -99,7 +105,9 @@ class AskRequest(BaseModel):
 
     def to_request(self) -> AnswerRequest:
         """The `AnswerRequest` of this body."""
-        return AnswerRequest(self.question, top_k=self.top_k, policy=self.policy, scope=self.scope())
+        return AnswerRequest(
+            self.question, top_k=self.top_k, policy=self.policy, scope=self.scope(), support=self.support
+        )
 
 
 class AskResponse(AskResult):

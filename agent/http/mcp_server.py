@@ -41,7 +41,7 @@ from agent.config.settings import Settings
 from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.failures import describe
-from agent.core.results import AskResult, Citation
+from agent.core.results import AskResult, Citation, SupportReport
 from tools.retrieval import RetrievalResult
 from tools.scope import ScopeError, SearchScope
 
@@ -148,6 +148,11 @@ class AnswerOutput(BaseModel):
     citations: list[Citation]
     refused: bool = Field(description="True when the documents do not cover the question (no citations then).")
     truncated: bool = Field(description="True when the answer was cut at the model's output limit.")
+    support: SupportReport | None = Field(
+        default=None,
+        description="Each sentence of `answer` with its label (SUPPORT, CONTRADICT, NOT_ENOUGH_INFO) and the passage "
+        "sentence it rests on (sentence-level citations); null when the service's support check is off.",
+    )
 
 
 def scope_of(filter_spec: Mapping[str, Any] | None, collection: str | None) -> SearchScope:
@@ -224,13 +229,23 @@ def search_text(output: SearchOutput) -> str:
 def answer_output(answer: AskResult) -> AnswerOutput:
     """The `ask` output of an `AskResult`."""
     return AnswerOutput(
-        answer=answer.answer, citations=answer.citations, refused=answer.refused, truncated=answer.truncated
+        answer=answer.answer,
+        citations=answer.citations,
+        refused=answer.refused,
+        truncated=answer.truncated,
+        support=answer.support,
     )
 
 
 def answer_text(output: AnswerOutput) -> str:
-    """The answer, then its sources: `[n] title (doc_id ..., location)` per citation."""
+    """The answer, the sentences the support check did not find supported (with their label), then its sources:
+    `[n] title (doc_id ..., location)` per citation."""
     lines = [output.answer]
+    unsupported = [] if output.support is None else [s for s in output.support.sentences if not s.supported]
+    if unsupported:
+        lines.append("")
+        lines.append("Not supported by the documents:")
+        lines += [f"- {s.label}: {s.text}" for s in unsupported]
     if output.truncated:
         lines.append("(The answer was cut at the model's output limit.)")
     if output.citations:

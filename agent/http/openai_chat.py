@@ -223,6 +223,7 @@ def completion_of(result: AskResult, completion_id: str, created: int, model: st
         usage=usage_of(result),
         citations=result.citations,
         refused=result.refused,
+        support=result.support,
         cached=result.cached,
     )
 
@@ -316,7 +317,9 @@ class ChunkStream:
         if result.answer:
             yield self.chunk([ChunkChoice(delta={"content": result.answer})])
         finished = ChunkChoice(delta={}, finish_reason=_finish(result))
-        yield self.chunk([finished], citations=result.citations, refused=result.refused, cached=result.cached)
+        yield self.chunk(
+            [finished], citations=result.citations, refused=result.refused, cached=result.cached, support=result.support
+        )
         if include_usage:
             yield self.chunk([], usage=usage_of(result))
         yield format_sse_event(data_str="[DONE]")

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent.core.results import Citation
+from agent.core.results import Citation, SupportReport
 
 IGNORED_NOTE = (
     "tools (with tool_choice auto or none), parallel_tool_calls, logit_bias (checked), metadata, store, service_tier, "
@@ -215,11 +215,17 @@ class Extensions(BaseModel):
         default=False,
         description="Extension: true when the answer came from the answer cache (no LLM request: `usage` is zero).",
     )
+    support: SupportReport | None = Field(
+        default=None,
+        description="Extension: per-sentence citations: each sentence of the text with its label (SUPPORT, "
+        "CONTRADICT, NOT_ENOUGH_INFO), its span in the text and the passage sentence it rests on, as in `/v1/ask`; "
+        "null when SUPPORT_CHECK is off.",
+    )
 
 
 class ChatCompletion(Extensions):
-    """The `chat.completion` object of a non-streamed answer, with the extensions `citations`, `refused` and
-    `cached`."""
+    """The `chat.completion` object of a non-streamed answer, with the extensions `citations`, `refused`, `cached`
+    and `support`."""
 
     id: str
     object: Literal["chat.completion"] = "chat.completion"
@@ -241,7 +247,8 @@ class ChunkChoice(BaseModel):
 
 class ChatCompletionChunk(BaseModel):
     """One `chat.completion.chunk` of a streamed answer; the chunk with `finish_reason` also carries the extensions
-    `citations`, `refused` and `cached`, and the usage chunk (`stream_options.include_usage`) has empty `choices`."""
+    `citations`, `refused`, `cached` and `support`, and the usage chunk (`stream_options.include_usage`) has empty
+    `choices`."""
 
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
@@ -252,6 +259,7 @@ class ChatCompletionChunk(BaseModel):
     citations: list[Citation] | None = None
     refused: bool | None = None
     cached: bool | None = None
+    support: SupportReport | None = None
     system_fingerprint: None = None
 
 
