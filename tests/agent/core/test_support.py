@@ -7,14 +7,15 @@ test_support_stack.py."""
 from __future__ import annotations
 
 import pytest
+from pydantic_ai.models.function import FunctionModel
 
 from agent.core.answer import AnswerRequest, answer
 from agent.core.events import AgentEvent, AnswerRestart, SupportChecked, TextDelta
 from agent.core.rag_agent import RagDeps, build_agent
 from agent.core.results import AskResult, SupportMode
 from agent.core.support import EXTRACTIVE_INTRO, SupportChecker, answer_sentences, removed_note, repeat_key
-from tests.agent.core.test_agent_logic import scripted
 from tests.agent_corpus import COVERED, DOCUMENTS
+from tests.scripted_model import ScriptedModel
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_support import HashedEmbedder, LexicalVerifier
 from tools.support import CheckOptions, DecisionRule
@@ -24,7 +25,9 @@ FOLATE = "Folate intake lowers homocysteine levels in adults"
 
 
 async def ask(text: str, mode: SupportMode = "flag", events: list[AgentEvent] | None = None) -> AskResult:
-    agent = build_agent(scripted([text], []), {"max_tokens": 64}, "always")
+    model = ScriptedModel()
+    model.text = text
+    agent = build_agent(FunctionModel(stream_function=model.stream), {"max_tokens": 64}, "always")
     checker = SupportChecker(HashedEmbedder(), LexicalVerifier(), CheckOptions(rule=DecisionRule(0.6, 0.6)))
     deps = RagDeps(InMemoryCollection(DOCUMENTS, mode="hybrid"), 3, 0.3, support=checker)
     on_event = None if events is None else events.append

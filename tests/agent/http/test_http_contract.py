@@ -42,6 +42,7 @@ async def test_ask_returns_the_typed_json_result(served: Served) -> None:
         "truncated",
         "dropped_passages",
         "cached",
+        "support",
         "conversation_id",
     }
     assert body["conversation_id"] is None  # a one-off question: nothing stored

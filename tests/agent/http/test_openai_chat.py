@@ -88,7 +88,7 @@ async def test_off_topic_question_is_the_refusal_without_citations(rig: Rig) -> 
         model="triton-rag", messages=[{"role": "user", "content": OFF_TOPIC}]
     )
     assert completion.choices[0].message.content == REFUSAL and completion.choices[0].finish_reason == "stop"
-    assert completion.model_extra == {"citations": [], "refused": True, "cached": False}
+    assert completion.model_extra == {"citations": [], "refused": True, "cached": False, "support": None}
     assert completion.usage is not None and completion.usage.total_tokens == 0 and not rig.model.seen
 
 
