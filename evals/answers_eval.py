@@ -39,8 +39,10 @@ from agent.config.settings import Settings
 from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.llm import bulk_model_settings
+from agent.core.results import AskResult
 from evals.scifact import SCIFACT_DIR, Split, load_queries
 from tools.stats import percentiles as latency_percentiles
+from tools.support import PassageText
 
 Verdict = Literal["SUPPORT", "CONTRADICT", "NOT_ENOUGH_INFO"]
 STAGES = ("embed", "search", "llm_ttft", "llm", "total")
@@ -79,6 +81,19 @@ class AnswerOutput(BaseModel):
     timings_ms: dict[str, float]
     truncated: bool = False
     """The model stopped at its output limit (`LLM_MAX_TOKENS`): the verdict was parsed from a cut answer."""
+    sentences: int = 0
+    """Sentences of the model's answer the support check labelled (0 when the check is off)."""
+    supported_sentences: int = 0
+    """Of those, the ones labelled SUPPORT."""
+    repeated_sentences: int = 0
+    """Repeats of an earlier sentence in the model's answer (collapsed by the check)."""
+    sentence_cited_doc_ids: list[str] = Field(default_factory=list)
+    """Documents of the evidence sentences of the answer's supported sentences and quotes (sentence-level
+    citations), first-mention order."""
+    label_verdict: Verdict | None = None
+    """The verifier's label of the claim itself against the passages the answer cites (None: check off)."""
+    extractive: bool = False
+    """No sentence of the model's answer was supported: the answer quotes the evidence instead."""
 
 
 AnswerDataset = Dataset[ClaimInputs, AnswerOutput, ClaimMetadata]
@@ -138,7 +153,9 @@ def scifact_dataset(split: Split = "test", root: Path = SCIFACT_DIR, ids: list[s
                 metadata=ClaimMetadata(gold_verdict=verdict, gold_doc_ids=gold_docs),
             )
         )
-    return AnswerDataset(name=f"scifact-{split}", cases=cases, evaluators=[VerdictEvaluator(), CitationEvaluator()])
+    return AnswerDataset(
+        name=f"scifact-{split}", cases=cases, evaluators=[VerdictEvaluator(), CitationEvaluator(), SupportEvaluator()]
+    )
 
 
 def load_cases(path: Path) -> AnswerDataset:
@@ -150,11 +167,13 @@ def load_cases(path: Path) -> AnswerDataset:
     if not path.is_file():
         raise EvalError(f"cases file {path}: no such file")
     try:
-        dataset = AnswerDataset.from_file(path, custom_evaluator_types=[VerdictEvaluator, CitationEvaluator])
+        dataset = AnswerDataset.from_file(
+            path, custom_evaluator_types=[VerdictEvaluator, CitationEvaluator, SupportEvaluator]
+        )
     except ValueError as exc:
         raise EvalError(f"cases file {path}: {exc}") from exc
     if not dataset.evaluators:
-        dataset.evaluators = [VerdictEvaluator(), CitationEvaluator()]
+        dataset.evaluators = [VerdictEvaluator(), CitationEvaluator(), SupportEvaluator()]
     return dataset
 
 
@@ -183,6 +202,31 @@ class CitationEvaluator(Evaluator[ClaimInputs, AnswerOutput, ClaimMetadata]):
         scores = {"citation_recall": len(cited & gold) / len(gold)}
         if cited:
             scores["citation_precision"] = len(cited & gold) / len(cited)
+        return scores
+
+
+@dataclass
+class SupportEvaluator(Evaluator[ClaimInputs, AnswerOutput, ClaimMetadata]):
+    """Scores of the support check, for answers it labelled: `sentence_support_rate` (supported / labelled
+    sentences), `repeated_sentences` (count), `label_verdict_correct` (the verifier's label of the claim against the
+    cited passages equals the gold verdict), and for claims with gold evidence `sentence_citation_precision` /
+    `sentence_citation_recall` over the documents of the supported sentences' evidence."""
+
+    def evaluate(self, ctx: EvaluatorContext[ClaimInputs, AnswerOutput, ClaimMetadata]) -> dict[str, float | bool]:
+        assert ctx.metadata is not None
+        out = ctx.output
+        scores: dict[str, float | bool] = {}
+        if out.label_verdict is not None:
+            scores["label_verdict_correct"] = out.label_verdict == ctx.metadata.gold_verdict
+            scores["repeated_sentences"] = float(out.repeated_sentences)
+        if out.sentences:
+            scores["sentence_support_rate"] = out.supported_sentences / out.sentences
+        gold = set(ctx.metadata.gold_doc_ids)
+        if gold and out.label_verdict is not None:
+            cited = set(out.sentence_cited_doc_ids)
+            scores["sentence_citation_recall"] = len(cited & gold) / len(gold)
+            if cited:
+                scores["sentence_citation_precision"] = len(cited & gold) / len(cited)
         return scores
 
 
@@ -314,6 +358,7 @@ def run_key(settings: Settings, top_k: int | None) -> dict[str, Any]:
         "embedder_model": settings.embedder_model,
         "top_k": top_k or settings.top_k,
         "agent_policy": str(settings.agent_policy),
+        "support_check": settings.support_check,
     }
 
 
@@ -338,7 +383,7 @@ def make_task(app: RagApp, top_k: int | None, journal: AnswerJournal | None = No
         verdict: Verdict = "NOT_ENOUGH_INFO" if refused else parse_verdict(result.answer)
         cited = list(dict.fromkeys(c.doc_id for c in result.citations))
         refused = refused or (verdict == "NOT_ENOUGH_INFO" and not cited)
-        return AnswerOutput(
+        output = AnswerOutput(
             verdict=verdict,
             answer=result.answer,
             cited_doc_ids=cited,
@@ -346,8 +391,35 @@ def make_task(app: RagApp, top_k: int | None, journal: AnswerJournal | None = No
             timings_ms=result.timings_ms,
             truncated=result.truncated,
         )
+        return await with_support(output, result, inputs.claim, app)
 
     return task
+
+
+async def with_support(output: AnswerOutput, result: AskResult, claim: str, app: RagApp) -> AnswerOutput:
+    """`output` with the support check's figures of `result` (unchanged when the check is off): sentences labelled,
+    supported, repeated, the sentence-level cited documents, and the verifier's label of `claim` against the
+    passages the answer cites (`SupportChecker.verdict`)."""
+    report = result.support
+    if report is None:
+        return output
+    checker = app.services.support
+    if checker is None:
+        return output
+    quotes = [s for s in report.sentences if s.quote]
+    sentence_docs = [s.evidence.doc_id for s in report.sentences if s.supported and s.evidence is not None]
+    cited = [PassageText(c.passage, c.text) for c in result.citations if c.text]
+    label, _ = await checker.verdict(claim, cited)
+    return output.model_copy(
+        update={
+            "sentences": report.supported + report.unsupported,
+            "supported_sentences": report.supported,
+            "repeated_sentences": report.repeated,
+            "sentence_cited_doc_ids": list(dict.fromkeys(sentence_docs)),
+            "label_verdict": label,
+            "extractive": report.extractive or bool(quotes),
+        }
+    )
 
 
 def percentiles(values: list[float]) -> dict[str, float | int]:
@@ -412,6 +484,13 @@ def summarize(
         "citation_precision": mean("citation_precision"),
         "citation_recall": mean("citation_recall"),
         "refusal_rate": mean("refused"),
+        "label_verdict_accuracy": mean("label_verdict_correct"),
+        "sentence_support_rate": mean("sentence_support_rate"),
+        "sentence_citation_precision": mean("sentence_citation_precision"),
+        "sentence_citation_recall": mean("sentence_citation_recall"),
+        "repeated_sentences": int(sum(values("repeated_sentences"))),
+        "answers_with_repeats": sum(1 for c in cases if c.output.repeated_sentences),
+        "extractive_answers": sum(1 for c in cases if c.output.extractive),
         "errors": len(report.failures),
         "truncated": sum(1 for c in cases if c.output.truncated),
         "latency_ms": latency,

@@ -7,7 +7,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-SCORE_KEYS = ("verdict_accuracy", "majority_baseline", "citation_precision", "citation_recall", "refusal_rate")
+SCORE_KEYS = (
+    "verdict_accuracy",
+    "majority_baseline",
+    "citation_precision",
+    "citation_recall",
+    "refusal_rate",
+    "label_verdict_accuracy",
+    "sentence_support_rate",
+    "sentence_citation_precision",
+    "sentence_citation_recall",
+)
+"""Scores between 0 and 1 (bars and table rows); the support check's are absent when it was off."""
+
+COUNT_KEYS = ("repeated_sentences", "answers_with_repeats", "extractive_answers", "truncated", "errors", "n")
+"""Counts in the table."""
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -70,7 +84,7 @@ def plot_scores(summary: dict[str, Any], path: Path) -> None:
 def markdown_summary(summary: dict[str, Any]) -> str:
     """Markdown tables of the scores and of latency per stage (p50/p95/p99 with n)."""
     lines = ["| metric | value |", "| --- | --- |"]
-    lines += [f"| {k} | {_fmt(summary.get(k))} |" for k in (*SCORE_KEYS, "errors", "n")]
+    lines += [f"| {k} | {_fmt(summary.get(k))} |" for k in (*SCORE_KEYS, *COUNT_KEYS) if k in summary]
     lines += [f"| throughput (answers/s) | {_fmt(summary.get('throughput_rps'), 3)} |"]
     lines += [f"| wall time (s) | {_fmt(summary.get('wall_s'), 1)} |"]
     lines += ["", "| stage | p50 ms | p95 ms | p99 ms | n |", "| --- | --- | --- | --- | --- |"]

@@ -179,9 +179,23 @@ def answers_scores(summary: dict[str, Any]) -> str:
             f"{summary['citation_precision']:.3f} / {summary['citation_recall']:.3f}",
         ],
         ["refusal rate on claims without evidence (NOT ENOUGH INFO)", f"{summary['refusal_rate']:.3f}"],
-        ["errors", summary["errors"]],
-        ["throughput (answers/s)", f"{summary['throughput_rps']:.2f}"],
     ]
+    if summary.get("sentence_support_rate") is not None:  # runs with the support check (SUPPORT_CHECK)
+        rows += [
+            [
+                "sentence-level citation precision / recall (supported sentences' evidence; targets ≥ 0.80 / ≥ 0.50)",
+                f"**{summary['sentence_citation_precision'] or 0:.3f}** / "
+                f"**{summary['sentence_citation_recall']:.3f}**",
+            ],
+            ["sentences labelled SUPPORT (share)", f"{summary['sentence_support_rate']:.3f}"],
+            [
+                "repeated sentences left in answers (collapsed by the check; answers that had repeats)",
+                f"0 ({summary['repeated_sentences']} collapsed; {summary['answers_with_repeats']} answers)",
+            ],
+            ["answers that became quotes (no sentence supported)", summary["extractive_answers"]],
+            ["verdict of the verifier's labels (claim vs cited passages)", f"{summary['label_verdict_accuracy']:.3f}"],
+        ]
+    rows += [["errors", summary["errors"]], ["throughput (answers/s)", f"{summary['throughput_rps']:.2f}"]]
     return markdown_table(["metric", "value"], rows)
 
 

@@ -190,6 +190,21 @@ class SupportChecker:
             pieces.append(("\n\n" if pieces else "", removed_note(report.removed), None))
         return _assemble(pieces, report)
 
+    async def verdict(self, claim: str, passages: Sequence[PassageText]) -> tuple[SupportLabel, float]:
+        """The label of `claim` itself against `passages`' sentences (e.g. a SciFact claim against the passages its
+        answer cites) and the verifier's probability of it; NOT_ENOUGH_INFO (1.0) without passages.
+
+        Raises:
+            tools.embedder.EmbedderError: the embedder or the verifier failed.
+        """
+        if not passages or not claim.strip():
+            return "NOT_ENOUGH_INFO", 1.0
+        result = await check_claims(
+            [claim], [[p.number for p in passages]], passages, self.embedder, self.classifier, self.options
+        )
+        found = result.verdicts[0]
+        return found.label, found.score
+
     def _extractive(
         self,
         similarity: Sequence[float],
