@@ -56,9 +56,9 @@ class PairClassifier(Protocol):
 
 @dataclass(frozen=True)
 class DecisionRule:
-    """How the three probabilities of a pair become a label: SUPPORT when P(SUPPORT) reaches `support_threshold`
-    and exceeds P(CONTRADICT); else CONTRADICT when P(CONTRADICT) reaches `contradict_threshold`; else
-    NOT_ENOUGH_INFO. The shipped thresholds are chosen on SciFact train folds
+    """How the three probabilities of a pair become a label: SUPPORT when P(SUPPORT) reaches `support_threshold`,
+    CONTRADICT when P(CONTRADICT) reaches `contradict_threshold`, the likelier of the two when both do (SUPPORT on a
+    tie), NOT_ENOUGH_INFO when neither does. The shipped thresholds are chosen on SciFact train folds
     (`evals/results/verifier-training.json`).
 
     Raises:
@@ -77,11 +77,12 @@ class DecisionRule:
     def label(self, probs: npt.NDArray[np.float32]) -> SupportLabel:
         """The label of one pair's `(3,)` probabilities (SUPPORT, CONTRADICT, NOT_ENOUGH_INFO)."""
         support, contradict = float(probs[0]), float(probs[1])
-        if support >= self.support_threshold and support > contradict:
+        supports, contradicts = support >= self.support_threshold, contradict >= self.contradict_threshold
+        if supports and contradicts:
+            return "SUPPORT" if support >= contradict else "CONTRADICT"
+        if supports:
             return "SUPPORT"
-        if contradict >= self.contradict_threshold:
-            return "CONTRADICT"
-        return "NOT_ENOUGH_INFO"
+        return "CONTRADICT" if contradicts else "NOT_ENOUGH_INFO"
 
 
 @dataclass(frozen=True)

@@ -150,5 +150,8 @@ def test_the_decision_rule_needs_its_threshold_and_the_larger_probability() -> N
     assert rule.label(np.array([0.6, 0.3, 0.1], dtype=np.float32)) == "SUPPORT"
     assert rule.label(np.array([0.45, 0.45, 0.1], dtype=np.float32)) == "CONTRADICT"
     assert rule.label(np.array([0.3, 0.3, 0.4], dtype=np.float32)) == "NOT_ENOUGH_INFO"
+    low = DecisionRule(0.3, 0.3)  # both reach their thresholds: the likelier wins
+    assert low.label(np.array([0.4, 0.5, 0.1], dtype=np.float32)) == "CONTRADICT"
+    assert low.label(np.array([0.5, 0.4, 0.1], dtype=np.float32)) == "SUPPORT"
     with pytest.raises(ValueError, match="support_threshold"):
         DecisionRule(1.5, 0.5)
