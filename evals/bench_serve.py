@@ -169,7 +169,9 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-async def send_one(client: httpx.AsyncClient, params: ServeBenchParams, claim: str, phase_start: float) -> Outcome:
+async def send_one(
+    client: httpx.AsyncClient, params: ServeBenchParams, claim: str, phase_start: float
+) -> Outcome:
     """Ask one claim; never raises for the server's or the network's failures (they become the outcome's kind)."""
     body: dict[str, Any] = {"question": claim}
     if params.top_k is not None:
@@ -526,7 +528,9 @@ def phase_label(phase: dict[str, Any]) -> str:
     return f"open, {phase['rate_rps']:.2f} req/s"
 
 
-def run_serve_bench_command(params: ServeBenchParams, as_json: bool, plot: Path, output: Path | None) -> dict[str, Any]:
+def run_serve_bench_command(
+    params: ServeBenchParams, as_json: bool, plot: Path, output: Path | None
+) -> dict[str, Any]:
     """`rag bench serve`: run, write the plot and the JSON report (`output`), print tables or (`as_json`) only the
     JSON object on stdout."""
     log.setLevel(logging.INFO)  # progress through the CLI's stderr handler

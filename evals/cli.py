@@ -444,9 +444,9 @@ def fidelity(
 @bench_app.command("extract")
 def extract(
     docs: Annotated[int, typer.Option(min=1, help="SciFact abstracts rendered as PDF, HTML and DOCX.")] = 200,
-    output: Annotated[Path, typer.Option(help="Results file (the docs read evals/results/extract-bench.json).")] = Path(
-        ".rag/evals/extract-bench.json"
-    ),
+    output: Annotated[
+        Path, typer.Option(help="Results file (the docs read evals/results/extract-bench.json).")
+    ] = Path(".rag/evals/extract-bench.json"),
     ocr_docs: Annotated[int, typer.Option(min=1, help="Of those, abstracts scanned and read back by OCR.")] = 20,
 ) -> None:
     """Extraction libraries on real files: pages/s of pypdfium2 and pypdf on Debian's PDFs and on printed SciFact
@@ -518,9 +518,9 @@ def bench_quota(
     requests: Annotated[int, typer.Option(min=1, help="Refusals measured per phase.")] = 400,
     warmup: Annotated[int, typer.Option(min=0, help="Unmeasured refusals before each phase.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results JSON only.")] = False,
-    out: Annotated[Path, typer.Option(help="Results file (the docs read evals/results/bench-quota.json).")] = Path(
-        ".rag/bench/bench-quota.json"
-    ),
+    out: Annotated[
+        Path, typer.Option(help="Results file (the docs read evals/results/bench-quota.json).")
+    ] = Path(".rag/bench/bench-quota.json"),
 ) -> None:
     """Latency of the 429 `quota_exceeded` refusal of an API key over its requests per minute or tokens per day,
     p50/p95/p99 ms, one client and 16 at once, on /v1/chat/completions and /v1/ask of the real HTTP app (in-memory

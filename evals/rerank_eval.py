@@ -261,3 +261,4 @@ def run_rerank_command(
     report = asyncio.run(run_rerank_eval(tuple(depths or DEPTHS), limit, timed_claims))
     report["plot"] = plot(report, plot_path or RESULTS / "rerank-scifact-test.png").name
     emit_report(report, as_json, output or RESULTS / "rerank-scifact-test.json", render)
+

@@ -178,7 +178,9 @@ def require_free_ports(service: str, ports: Mapping[str, int]) -> None:
         )
 
 
-def spawn(run_dir: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None, nice: int = 0) -> int:
+def spawn(
+    run_dir: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None, nice: int = 0
+) -> int:
     """Start `argv` detached in its own session, output to `<run_dir>/<name>.log`; record and return its PID.
 
     `nice` (0-19) is added to the process's niceness before it runs, so it and every process it starts get the CPU

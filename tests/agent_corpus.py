@@ -17,3 +17,5 @@ COVERED = "Vitamin B12 deficiency and homocysteine levels"
 
 
 OFF_TOPIC = OFF_TOPIC_QUESTIONS[0]  # "Who won the 2018 FIFA World Cup?": no word in common with DOCUMENTS
+
+

@@ -28,3 +28,5 @@ async def statistics(store: VectorStore) -> dict[str, Any]:
         "maintained": (tuple(corpus), [tuple(r) for r in lexicon], [tuple(r) for r in postings]),
         "recount": (tuple(recount), [tuple(r) for r in df], [tuple(r) for r in expected]),
     }
+
+

@@ -64,3 +64,5 @@ def assert_error(response: httpx.Response, status: int, kind: str, needle: str =
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error", "detail"} and body["error"] == kind and needle in body["detail"], body
+
+

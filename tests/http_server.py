@@ -86,3 +86,5 @@ def sse_events(response: httpx.Response) -> list[tuple[str, Any]]:
         if data:
             events.append((name, json.loads("\n".join(data))))
     return events
+
+

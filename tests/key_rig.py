@@ -22,3 +22,5 @@ def scopes_asked(rag: RagApp) -> list[SearchScope | None]:
 
     rag.ask = spy  # type: ignore[method-assign]
     return scopes
+
+

@@ -37,3 +37,5 @@ def text_of(result: CallToolResult) -> str:
     """The text of a result's single text block."""
     assert len(result.content) == 1 and isinstance(result.content[0], TextContent), result.content
     return result.content[0].text
+
+

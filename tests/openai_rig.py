@@ -87,3 +87,5 @@ def assert_openai_error(response: httpx.Response, status: int, code: str, param:
 
 def ask(content: str = COVERED, **extra: Any) -> dict[str, Any]:
     return {"model": "triton-rag", "messages": [{"role": "user", "content": content}]} | extra
+
+

@@ -72,3 +72,5 @@ DENSE = [hit("a#0", "same words", 0.9), hit("b#0", "same words", 0.8), hit("c#0"
 
 
 FULL_TEXT = [hit("b#0", "same words", 3.0), hit("e#0", score=2.0), hit("a#0", "same words", 1.0), hit("f#0", score=0.5)]
+
+

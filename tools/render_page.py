@@ -80,6 +80,7 @@ class RenderedPage:
     pages: int
 
 
+
 def _check_pixels(width: float, height: float, scale: float, page: int, pages: int) -> None:
     """Raise RenderError ("too_large") when a `width` x `height` point page at `scale` is over `MAX_PIXELS`."""
     if width * height * scale * scale > MAX_PIXELS:
@@ -89,7 +90,6 @@ def _check_pixels(width: float, height: float, scale: float, page: int, pages: i
             "too_large",
             pages,
         )
-
 
 def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> RenderedPage:
     """Page `page` (from 1) of the PDF `path` at `scale` pixels per point, `boxes` highlighted; in this process

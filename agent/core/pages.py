@@ -112,3 +112,4 @@ def _render_kept(
             f"document {doc_id!r}, page {page}: its kept original cannot be rendered (the renderer crashed on it; "
             "a malformed PDF)",
         ) from None
+

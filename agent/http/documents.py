@@ -245,7 +245,9 @@ async def document_page_image(
     if chunk is not None and "\x00" in chunk:
         raise InputError("chunk holds a NUL character (\\u0000); expected a chunk id")
     try:
-        rendered = await rag.page_image(doc_id, n, chunk_id=chunk, collections=caller.visible(collection), scale=scale)
+        rendered = await rag.page_image(
+            doc_id, n, chunk_id=chunk, collections=caller.visible(collection), scale=scale
+        )
     except PageError as exc:
         return error_response(Failure(exc.kind, str(exc)))
     return Response(rendered.png, media_type="image/png", headers={"Cache-Control": PAGE_CACHE})

@@ -114,7 +114,9 @@ def assert_all_stopped(pids: dict[str, int], sig: signal.Signals, output: str) -
     assert not left, f"still running after {sig.name}: {left}\n{output[-3000:]}"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"]
+)
 def test_ended_test_run_stops_its_servers(probe: Callable[..., Probe], sig: signal.Signals) -> None:
     run = probe()
     wait_for(run.out.exists, "the stack started (the probe's PID file)", run.run)

@@ -11,7 +11,8 @@ from tools.extract.sniff import Kind
 
 REFUSED: dict[str, str] = {
     "empty": "the file is empty (0 bytes)",
-    "zip": "a ZIP archive, not a document (expected PDF, HTML, DOCX, Markdown, text, JSONL or PNG/JPEG/TIFF content)",
+    "zip": "a ZIP archive, not a document (expected PDF, HTML, DOCX, Markdown, text, JSONL or PNG/JPEG/TIFF "
+    "content)",
     "ole": "an OLE compound file: a password-encrypted Office document or a legacy .doc/.xls; expected an "
     "unencrypted .docx",
     "unsupported": "binary content of an unsupported type (expected PDF, HTML, DOCX, Markdown, text, JSONL or a "

@@ -96,7 +96,8 @@ def decode_text(path: Path, data: bytes) -> str:
         found = detect_encoding(data)
         if found is None:
             raise ExtractError(
-                f"{path}: not text: not UTF-8, and no other text encoding reads it (binary data?); expected a text file"
+                f"{path}: not text: not UTF-8, and no other text encoding reads it (binary data?); expected a text "
+                f"file"
             )
         encoding = found
     # a detected encoding was checked on the first DETECT_BYTES; a stray byte further on becomes U+FFFD

@@ -462,6 +462,7 @@ class PdfExtractor:
                 )
             return self._pool, self._generation
 
+
     def _replace(self, generation: int) -> None:
         """Drop the broken pool of `generation` (once, whichever caller sees it first); the next call starts one."""
         with self._lock:

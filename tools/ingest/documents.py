@@ -65,6 +65,7 @@ class SourceDocument:
             return self.sections
         return tuple(Section(s.start + shift if s.start else 0, s.page, s.path) for s in self.sections)
 
+
     def span_fields(self, start: int, end: int) -> dict[str, object]:
         """The chunk metadata that says where `content[start:end]` lies: `{"span": [start, end]}` (offsets into
         `content`), with `"boxes"` (`tools.highlight.line_boxes`: `[[page, left, bottom, right, top], ...]` in PDF

@@ -148,7 +148,9 @@ async def ingest_documents(
     """
     documents = list({d.doc_id: d for d in documents}.values())
     chunk_tokens, overlap_tokens = options.chunk_tokens, options.overlap_tokens
-    done = await _prepare_batch(documents, embedder, store, chunk_tokens, overlap_tokens, collection=options.collection)
+    done = await _prepare_batch(
+        documents, embedder, store, chunk_tokens, overlap_tokens, collection=options.collection
+    )
     counts = await store_prepared(done.prepared, embedder, store, chunk_tokens, overlap_tokens)
     return IngestCounts(
         added=counts.added + len(done.large_added),
@@ -241,7 +243,9 @@ async def ingest(
             if batch is None:
                 break
             task = asyncio.create_task(
-                _prepare_batch(batch.documents, embedder, store, chunk_tokens, overlap_tokens, on_staged, collection)
+                _prepare_batch(
+                    batch.documents, embedder, store, chunk_tokens, overlap_tokens, on_staged, collection
+                )
             )
             pending.add(task)
             queue.put_nowait((batch, task))

@@ -49,7 +49,9 @@ def _cleaned(extracted: Extracted, where: str) -> tuple[str, tuple[Section, ...]
     return "".join(parts), tuple(sections)
 
 
-def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES, ocr: OcrOptions | None = None) -> FileDocument:
+def read_file_document(
+    inp: InputFile, max_bytes: int = MAX_FILE_BYTES, ocr: OcrOptions | None = None
+) -> FileDocument:
     """The document of a non-JSONL input (None when its text is blank); `ocr` says how pages without a text layer
     and images are read (`OcrOptions()` when None).
 

@@ -40,7 +40,6 @@ class StagingStore(Protocol):
     bm25_k1: float
     bm25_b: float
 
-
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS ingest_staged_chunks (
     collection text NOT NULL DEFAULT 'default',

@@ -385,3 +385,4 @@ async def _rename(conn: Conn, document_id: int, collection: str, doc_id: str, so
             [r["id"] for r in rows],
             [chunk_id(collection, doc_id, r["chunk_index"]) for r in rows],
         )
+

@@ -168,3 +168,4 @@ class PostgresUsage:
             )
             for r in rows
         ]
+

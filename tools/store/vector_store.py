@@ -615,3 +615,4 @@ def _collections(names: Sequence[str] | None) -> list[str] | None:
     for name in names:
         _collection(name)
     return list(names)
+

@@ -133,11 +133,7 @@ async def test_llm_rewriter_sends_a_short_bounded_prompt() -> None:
     prompt = next(p.content for p in parts if isinstance(p, UserPromptPart))
     assert isinstance(prompt, str) and EARLIER[0] in prompt and QUESTION in prompt
     assert settings[0] == {
-        "frequency_penalty": 0.5,
-        "max_tokens": 24,
-        "temperature": 0.0,
-        "timeout": 3.0,
-        "max_retries": 0,
+        "frequency_penalty": 0.5, "max_tokens": 24, "temperature": 0.0, "timeout": 3.0, "max_retries": 0
     }
     with pytest.raises(ValueError, match="max_tokens=0"):
         LLMRewriter(FunctionModel(reply), max_tokens=0, timeout_s=1.0)

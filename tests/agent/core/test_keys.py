@@ -29,6 +29,8 @@ def keyed(keys: InMemoryKeys, **settings: Any) -> Served:
     return served
 
 
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

@@ -19,6 +19,11 @@ from tools.store import VectorStore
 pytestmark = pytest.mark.stack
 
 
+
+
+
+
+
 @pytest.fixture(scope="module")
 def served(llm_settings: Settings, ingested: str) -> Iterator[RagServe]:
     with RagServe(llm_settings) as server:

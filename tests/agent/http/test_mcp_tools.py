@@ -27,6 +27,16 @@ from tests.scripted_model import ScriptedModel as Model
 TOOLS = {"search", "get_document", "ask"}
 
 
+
+
+
+
+
+
+
+
+
+
 @pytest.fixture
 def model() -> Iterator[Model]:
     yield Model()

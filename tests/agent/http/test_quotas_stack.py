@@ -67,13 +67,7 @@ async def test_quotas_and_usage_of_keys_made_with_the_cli(settings: Settings, fr
         # the key's own limit cleared, a token budget that its usage so far has spent
         spent = mine["totals"]["total_tokens"]
         changed = await keys_cli(
-            settings,
-            fresh_db,
-            "update",
-            str(limited["id"]),
-            "--requests-per-minute",
-            "default",
-            "--tokens-per-day",
+            settings, fresh_db, "update", str(limited["id"]), "--requests-per-minute", "default", "--tokens-per-day",
             str(spent),
         )
         assert (changed["requests_per_minute"], changed["tokens_per_day"]) == (None, spent)
@@ -95,14 +89,7 @@ async def test_quotas_and_usage_of_keys_made_with_the_cli(settings: Settings, fr
     assert set(printed) == {"days", "since", "usage", "totals"} and printed["days"] == 2
     assert printed["usage"] == every["usage"] and printed["totals"] == every["totals"]
     assert set(printed["usage"][0]) == {
-        "key_id",
-        "key_name",
-        "day",
-        "requests",
-        "prompt_tokens",
-        "completion_tokens",
-        "total_tokens",
-        "embed_ms",
+        "key_id", "key_name", "day", "requests", "prompt_tokens", "completion_tokens", "total_tokens", "embed_ms",
         "llm_ms",
     }
     assert printed["totals"]["requests"] == 3

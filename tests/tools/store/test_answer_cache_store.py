@@ -103,7 +103,9 @@ async def test_the_schema_set_up_is_idempotent(store: VectorStore, fresh_db: str
         pass
     conn = await asyncpg.connect(fresh_db)
     try:
-        triggers = await conn.fetchval("SELECT count(*) FROM pg_trigger WHERE tgname = 'documents_collection_version'")
+        triggers = await conn.fetchval(
+            "SELECT count(*) FROM pg_trigger WHERE tgname = 'documents_collection_version'"
+        )
     finally:
         await conn.close()
     assert triggers == 1

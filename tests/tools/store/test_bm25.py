@@ -40,6 +40,8 @@ async def small_store(postgres_url: str) -> AsyncIterator[VectorStore]:
         yield store
 
 
+
+
 async def test_statistics_equal_a_recount_after_add_replace_delete(small_store: VectorStore) -> None:
     first = [
         record("a", ["the zebra grazes on the savanna", "zebra stripes confuse flies"]),

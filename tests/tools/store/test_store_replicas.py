@@ -74,7 +74,9 @@ async def test_searches_go_to_the_replica_and_find_a_document_right_after_its_in
         assert await top_doc(other, "doc4") == "doc4" and other.search_targets == {replica.url(DATABASE): 1}
 
 
-async def test_a_lagging_replica_is_skipped_until_it_has_replayed(store: VectorStore, replica: standby.Replica) -> None:
+async def test_a_lagging_replica_is_skipped_until_it_has_replayed(
+    store: VectorStore, replica: standby.Replica
+) -> None:
     async with VectorStore(store.dsn, MODEL, DIM, read_urls=store.read_urls, read_max_lag_s=PAUSED_LAG_S) as lagging:
         await lagging.add_documents([record("before", ["okapi"])])
         lagging.search_targets.clear()
