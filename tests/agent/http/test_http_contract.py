@@ -24,10 +24,6 @@ def served() -> Iterator[Served]:
     yield serve()
 
 
-
-
-
-
 async def test_ask_returns_the_typed_json_result(served: Served) -> None:
     async with served.client() as client:
         response = await client.post("/v1/ask", json={"question": COVERED, "top_k": 2})
