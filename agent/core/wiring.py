@@ -15,7 +15,6 @@ the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
 from __future__ import annotations
 
 import asyncio
-
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack

@@ -1,4 +1,5 @@
-"""The service routes: readiness and health (open), the OpenAPI schema and Swagger UI (behind an API key), the web chat page."""
+"""The service routes: readiness and health (open), the OpenAPI schema and Swagger UI (behind an API key), the web
+chat page."""
 
 from __future__ import annotations
 

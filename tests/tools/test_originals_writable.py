@@ -29,7 +29,7 @@ def test_writable_root_is_created_and_left_clean(tmp_path: Path) -> None:
 
 
 def test_unwritable_root_fails_with_what_to_do(tmp_path: Path) -> None:
-    with pytest.raises(OriginalsNotWritableError, match="KEEP_ORIGINALS is on but ORIGINALS_DIR .* not writable"):
+    with pytest.raises(OriginalsNotWritableError, match=r"KEEP_ORIGINALS is on but ORIGINALS_DIR .* not writable"):
         Originals(unwritable(tmp_path)).check_writable()
 
 
