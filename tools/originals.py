@@ -23,6 +23,10 @@ from tools.scope import check_collection
 log = logging.getLogger(__name__)
 
 
+class OriginalsNotWritableError(OSError):
+    """The originals folder (`ORIGINALS_DIR`) cannot be written by this process: kept files would be silently lost."""
+
+
 class Originals:
     """Original files keyed by (collection, doc id) under `root` (created when first written).
 
@@ -31,6 +35,26 @@ class Originals:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+
+    def check_writable(self) -> None:
+        """Create the root when missing and write, then remove, a probe file in it: a start-up check, so that a
+        folder this user cannot write fails the start with what to do instead of every later keep failing.
+
+        Raises:
+            OriginalsNotWritableError: the root cannot be created or written.
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=self.root)
+            os.close(handle)
+            Path(probe).unlink()
+        except OSError as exc:
+            raise OriginalsNotWritableError(
+                f"KEEP_ORIGINALS is on but ORIGINALS_DIR {self.root} is not writable by uid {os.getuid()} "
+                f"({exc.strerror or exc}): give this user the folder (the production image creates "
+                "/var/lib/rag/originals owned by uid 10001; on Kubernetes fsGroup and the init step of app.yaml), "
+                "point ORIGINALS_DIR at a writable folder, or set KEEP_ORIGINALS=false"
+            ) from exc
 
     def path(self, collection: str, doc_id: str) -> Path:
         """Where the original of (`collection`, `doc_id`) lives (whether or not it is there).

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.wiring import build_embedder, build_originals, build_store, ingest_options
+from agent.core.wiring import build_embedder, build_originals, build_store, check_originals, ingest_options
 from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
@@ -40,7 +40,12 @@ async def open_queue(settings: Settings) -> AsyncIterator[tuple[JobQueue, Vector
 
 
 async def run_workers(settings: Settings, workers: int, stop: asyncio.Event | None = None) -> None:
-    """`workers` worker loops in this process over one ingestion embedder and one store, until `stop` is set."""
+    """`workers` worker loops in this process over one ingestion embedder and one store, until `stop` is set.
+
+    Raises:
+        OriginalsNotWritableError: `KEEP_ORIGINALS` is on and `ORIGINALS_DIR` is not writable (checked first).
+    """
+    check_originals(settings)
     async with (
         open_queue(settings) as (queue, store),
         build_embedder(settings, workload="bulk") as embedder,

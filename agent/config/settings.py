@@ -668,6 +668,13 @@ class Settings(BaseSettings):
         "streams finish, for at most this many seconds; then it cancels what is left, flushes telemetry and exits 0. "
         "Kubernetes' terminationGracePeriodSeconds must exceed preStop + SHUTDOWN_GRACE_S + ~10 s.",
     )
+    health_check_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Bound on each dependency check of `GET /health`, seconds: a check still running then is reported "
+        "failed (`TimeoutError`), so /health answers within it. Keep it below the probes' `timeoutSeconds` (5 s in "
+        "Kubernetes). Readiness (`GET /ready`) runs no dependency check.",
+    )
     llm_context_tokens: int = Field(
         default=4096,
         ge=256,

@@ -316,13 +316,14 @@ class RagApp:
             raise ConversationNotFoundError(conversation_id)
 
     async def health(self) -> dict[str, dict[str, object]]:
-        """Run every dependency's check concurrently (`Services.checks`).
+        """Run every dependency's check concurrently (`Services.checks`), each bounded by `HEALTH_CHECK_TIMEOUT_S`.
 
         Returns:
             `{name: {"ok": bool, "detail": str, "ms": float}}`; never raises.
         """
         names = list(self.services.checks)
-        results = await asyncio.gather(*(run_check(self.services.checks[name]) for name in names))
+        timeout_s = self.settings.health_check_timeout_s
+        results = await asyncio.gather(*(run_check(self.services.checks[name], timeout_s) for name in names))
         return dict(zip(names, results, strict=True))
 
     async def search(self, query: str, top_k: int | None = None, scope: SearchScope | None = None) -> RetrievalResult:

@@ -14,6 +14,7 @@ the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -364,6 +365,18 @@ def build_originals(settings: Settings) -> Originals | None:
     return Originals(settings.originals_root) if settings.keep_originals else None
 
 
+def check_originals(settings: Settings) -> None:
+    """Start-up check of the processes that keep originals (`rag serve`, `rag worker`): with `KEEP_ORIGINALS` on,
+    `ORIGINALS_DIR` must be writable.
+
+    Raises:
+        OriginalsNotWritableError: it is not (the message says what to do).
+    """
+    originals = build_originals(settings)
+    if originals is not None:
+        originals.check_writable()
+
+
 async def ingest_files(
     settings: Settings,
     paths: list[Path],
@@ -406,11 +419,15 @@ async def ingest_files(
     return report, docs, chunks
 
 
-async def run_check(check: HealthCheck) -> dict[str, object]:
-    """`{"ok", "detail", "ms"}` of one health check; never raises (a failure is reported as data)."""
+async def run_check(check: HealthCheck, timeout_s: float | None = None) -> dict[str, object]:
+    """`{"ok", "detail", "ms"}` of one health check; never raises (a failure is reported as data). With `timeout_s`
+    the check is cancelled after that many seconds and reported failed (`TimeoutError`), so one slow dependency
+    cannot hold the caller past its own deadline (a probe's timeout)."""
     start = time.perf_counter()
     try:
-        detail, ok = await check(), True
+        detail, ok = await asyncio.wait_for(check(), timeout_s), True
+    except TimeoutError:
+        detail, ok = f"TimeoutError: no answer within {timeout_s} s (HEALTH_CHECK_TIMEOUT_S)", False
     except Exception as exc:  # noqa: BLE001 - a health check reports any failure as data
         detail, ok = f"{type(exc).__name__}: {exc}", False
     return {"ok": ok, "detail": str(detail), "ms": round((time.perf_counter() - start) * 1000, 1)}

@@ -14,6 +14,7 @@ from agent.core.app import RagApp
 from agent.core.keys import CachedKeys, settings_keys
 from agent.core.quotas import Quotas
 from agent.core.telemetry import configure_tracing, metrics_app
+from agent.core.wiring import check_originals
 from agent.http import ask, conversations, documents, jobs, openai_chat, service, usage
 from agent.http.admission_gate import AdmissionGate
 from agent.http.errors import install_error_handlers
@@ -39,6 +40,8 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if rag is None:  # the real server keeps originals: fail the start now, not every upload later
+            check_originals(settings)
         # a given (test) app runs without the jobs queue, which needs the real store
         job_queue = jobs.serve_jobs(settings) if rag is None else nullcontext(None)
         api_keys = settings_keys(settings) if rag is None else nullcontext(None)  # a test app brings its own keys

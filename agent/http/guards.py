@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agent.config.settings import Settings, SettingsError
 from tools.store.keys import TOKEN_PREFIX, ApiKey
 
-OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page with its script and
 style sheet (the page asks for the key itself)."""
 

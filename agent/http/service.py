@@ -1,4 +1,5 @@
-"""The service routes: health (open), the OpenAPI schema and Swagger UI (behind an API key), the web chat page."""
+"""The service routes: readiness and health (open), the OpenAPI schema and Swagger UI (behind an API key), the web
+chat page."""
 
 from __future__ import annotations
 
@@ -18,9 +19,19 @@ WEB_FILES = {"page.js": "text/javascript", "page.css": "text/css"}
 router = APIRouter()
 
 
+@router.get("/ready", include_in_schema=False)
+async def ready() -> JSONResponse:
+    """Readiness of this process alone (the readiness probe): 200 whenever it serves requests (the server accepts
+    connections only once start-up has opened the app), touching no dependency, so one slow shared dependency cannot
+    take every replica out of the Service at once; `/health` reports the dependencies. While draining the shutdown
+    middleware answers 503 instead. Open without the API key."""
+    return JSONResponse({"ok": True})
+
+
 @router.get("/health")
 async def health(rag: Rag) -> JSONResponse:
-    """Each dependency's check; HTTP 200 when all pass, else 503. Open without the API key."""
+    """Each dependency's check, each bounded by `HEALTH_CHECK_TIMEOUT_S`; HTTP 200 when all pass, else 503. Open
+    without the API key."""
     checks = await rag.health()
     ok = all(bool(c["ok"]) for c in checks.values())
     return JSONResponse({"ok": ok, "checks": checks}, status_code=200 if ok else 503)

@@ -31,6 +31,7 @@ from tritonclient.grpc import model_config_pb2
 
 from agent.config.settings import Settings
 from agent.core.admission import QUEUE_LIMIT_DEADLINES
+from agent.http.app import create_app
 from tests import external_tools
 from tests.conftest import REPO_ROOT
 from tools.embedder.reranker import LOCAL_RERANKER, RERANK_OUTPUT, RERANKER_SPECS, pad_pairs, pair_tokenizer
@@ -38,12 +39,18 @@ from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_sp
 
 PROD_DIR = REPO_ROOT / "infra" / "production"
 MODEL_REPO = REPO_ROOT / "model_repository"
+PROD_MODEL_REPO = PROD_DIR / "model_repository"
+"""Production configs of models whose local directory holds a CPU config (the support verifier): same model file."""
+VERIFIER = "minilm-l6-scifact-verifier"
 COMPOSE_FILE = PROD_DIR / "compose.yaml"
 ENV_TEMPLATE = PROD_DIR / "production.env.example"
 K8S_DIR = PROD_DIR / "k8s"
 BASE_DIR = K8S_DIR / "base"
 KUSTOMIZATIONS = sorted(p.parent.relative_to(K8S_DIR) for p in K8S_DIR.rglob("kustomization.yaml"))
-CRD_KINDS = {"HTTPRoute", "Gateway", "BackendTrafficPolicy", "PrometheusRule"}
+CRD_KINDS = {"HTTPRoute", "Gateway", "BackendTrafficPolicy", "PrometheusRule", "PodMonitor"}
+CONFIGMAP_LIMIT_BYTES = 1024 * 1024
+"""Kubernetes refuses a ConfigMap whose data exceeds 1 MiB."""
+CONFIGMAP_FILES = PROD_DIR / "configmap-files.yaml"
 ADAPTER_VALUES = PROD_DIR / "prometheus-adapter-values.yaml"
 LLM_DIR = MODEL_REPO / "llama-3.1-8b-instruct"
 TRTLLM_REPO = MODEL_REPO / "llama-3.1-8b-instruct-trtllm"
@@ -104,14 +111,28 @@ def load_config(path: Path) -> model_config_pb2.ModelConfig:
 
 
 def config_files() -> list[Path]:
-    """Every model config: the main repository's, and the TensorRT-LLM repository's (one level deeper)."""
-    return sorted([*MODEL_REPO.glob("*/config.pbtxt"), *TRTLLM_REPO.glob("*/config.pbtxt")])
+    """Every model config: the main repository's, the TensorRT-LLM repository's (one level deeper) and the production
+    configs of models served differently on the GPU host (`infra/production/model_repository/`)."""
+    return sorted(
+        [
+            *MODEL_REPO.glob("*/config.pbtxt"),
+            *TRTLLM_REPO.glob("*/config.pbtxt"),
+            *PROD_MODEL_REPO.glob("*/config.pbtxt"),
+        ]
+    )
+
+
+def production_model_dir(name: str) -> Path:
+    """Where the production config of model `name` lives: `infra/production/model_repository/<name>` when there is
+    one, else `model_repository/<name>`."""
+    own = PROD_MODEL_REPO / name
+    return own if (own / "config.pbtxt").is_file() else MODEL_REPO / name
 
 
 def onnx_config_files() -> list[Path]:
-    """ONNX embedder configs (rerankers apart), found by text so that a config that fails to parse fails its own test,
-    not collection."""
-    return [p for p in all_onnx_config_files() if p.parent.name not in RERANKER_SPECS]
+    """ONNX embedder configs (rerankers and the verifier apart), found by text so that a config that fails to parse
+    fails its own test, not collection."""
+    return [p for p in all_onnx_config_files() if p.parent.name not in {*RERANKER_SPECS, VERIFIER}]
 
 
 def all_onnx_config_files() -> list[Path]:
@@ -516,7 +537,12 @@ def compose_models(name: str, compose_data: dict[str, Any] | None = None) -> dic
         source, target = volume.split(":")[:2]
         path = (COMPOSE_FILE.parent / source).resolve()
         if target.startswith(repo + "/"):
-            models[target.removeprefix(repo + "/")] = path
+            # a model folder, or (a production config over the local model file) its config.pbtxt and version folder
+            model, _, inside = target.removeprefix(repo + "/").partition("/")
+            if not inside:
+                models[model] = path
+            elif inside == "config.pbtxt":
+                models[model] = path.parent
         elif target == repo:
             models.update({p.parent.name: p.parent for p in path.glob("*/config.pbtxt")})
     return models
@@ -583,7 +609,7 @@ def test_k8s_images_ship_the_backends_of_their_models() -> None:
         names += [argv[i + 1] for i, a in enumerate(argv) if a == "--load-model"]
         shipped = set(images()["images"][container["image"]]["backends"])
         for name in names:
-            assert backend_of(load_config(MODEL_REPO / name / "config.pbtxt")) in shipped
+            assert backend_of(load_config(production_model_dir(name) / "config.pbtxt")) in shipped
 
 
 def test_every_image_backend_is_named_by_its_source() -> None:
@@ -714,8 +740,12 @@ def test_compose_llm_command_agrees_with_the_profile() -> None:
     assert embedder[0] == "tritonserver" and f"--load-model={profile['EMBEDDER_MODEL']}" in embedder
     assert grpc_host_port(profile["TRITON_GRPC_URL"]) == ("triton-embedder", 8001)
     assert "--grpc-port=8001" in embedder
-    # Each server mounts only its own models from this repository's model_repository/.
-    assert compose_models("triton-embedder") == {profile["EMBEDDER_MODEL"]: MODEL_REPO / profile["EMBEDDER_MODEL"]}
+    # Each server mounts only its own models from this repository's model_repository/ (the verifier under its
+    # production config).
+    assert compose_models("triton-embedder") == {
+        profile["EMBEDDER_MODEL"]: MODEL_REPO / profile["EMBEDDER_MODEL"],
+        VERIFIER: PROD_MODEL_REPO / VERIFIER,
+    }
     assert compose_models("triton-llm") == {profile["LLM_MODEL"]: LLM_DIR}
 
 
@@ -742,9 +772,10 @@ def test_compose_rerank_override_serves_the_production_reranker() -> None:
     merged = rerank_override()
     base_argv = [str(a) for a in service("triton-embedder")["command"]]
     argv = [str(a) for a in merged["services"]["triton-embedder"]["command"]]
-    assert argv == [*base_argv[:4], f"--load-model={settings.reranker_model}", *base_argv[4:]]
+    assert argv == [*base_argv[:5], f"--load-model={settings.reranker_model}", *base_argv[5:]]
     assert compose_models("triton-embedder", merged) == {
         profile["EMBEDDER_MODEL"]: MODEL_REPO / profile["EMBEDDER_MODEL"],
+        VERIFIER: PROD_MODEL_REPO / VERIFIER,
         settings.reranker_model: MODEL_REPO / settings.reranker_model,
     }
     app_volumes = [interpolate(v, env_template()).split(":") for v in merged["services"]["app"]["volumes"]]
@@ -763,9 +794,18 @@ def test_k8s_rerank_overlay_serves_the_production_reranker() -> None:
     triton = only_container(k8s("Deployment", "triton-embedder", "overlays/rerank"))
     base_command = only_container(k8s("Deployment", "triton-embedder"))["command"]
     assert triton["command"] == [*base_command, f"--load-model={model}"]
+    pod = k8s("Deployment", "rag-app", "overlays/rerank")["spec"]["template"]["spec"]
     app = only_container(k8s("Deployment", "rag-app", "overlays/rerank"))
-    mounts = {m["mountPath"] for m in app["volumeMounts"]}
-    assert {TOKENIZER_MOUNT, settings["RERANKER_TOKENIZER"].rsplit("/", 1)[0]} <= mounts
+    folder = settings["RERANKER_TOKENIZER"].rsplit("/", 1)[0]
+    mounts = {m["mountPath"]: m["name"] for m in app["volumeMounts"]}
+    assert TOKENIZER_MOUNT in mounts and folder in mounts
+    # the tokenizer (~17 MB) comes from the model store into an emptyDir, not from a ConfigMap
+    volume = next(v for v in pod["volumes"] if v["name"] == mounts[folder])
+    assert "emptyDir" in volume
+    fetch = next(c for c in pod["initContainers"] if c["name"] == "fetch-reranker-tokenizer")
+    assert f"/{model}/tokenizer.json" in fetch["command"][-1] and settings["RERANKER_TOKENIZER"] in fetch["command"][-1]
+    assert env_of(fetch)["MODEL_REPOSITORY"]["valueFrom"]["configMapKeyRef"]["key"] == "EMBEDDER_MODEL_REPOSITORY"
+    assert pod["serviceAccountName"] == "model-store-reader"
 
 
 def test_compose_start_up_order_and_health_checks() -> None:
@@ -773,7 +813,7 @@ def test_compose_start_up_order_and_health_checks() -> None:
     for name, url in (
         ("triton-embedder", "http://localhost:8000/v2/health/ready"),
         ("triton-llm", f"http://localhost:8000/v2/models/{LLM_DIR.name}/ready"),
-        ("app", "http://localhost:8080/health"),
+        ("app", "http://localhost:8080/ready"),
     ):
         svc = service(name)
         assert url in svc["healthcheck"]["test"], name
@@ -1072,7 +1112,19 @@ def test_hugging_face_token_is_required_where_weights_are_downloaded() -> None:
     assert token == {"name": "rag-secrets", "key": "HF_TOKEN"}, "not optional"
     assert env_of(llm_container())["HF_HUB_OFFLINE"]["value"] == "1"
     assert "HF_TOKEN" not in env_of(llm_container())
-    assert service("triton-llm")["environment"]["HF_TOKEN"].startswith("${HF_TOKEN:?")
+    # compose: vLLM refuses to start without it (its entrypoint), the TensorRT-LLM variant needs none
+    assert service("triton-llm")["environment"]["HF_TOKEN"] == "${HF_TOKEN:-}"
+    check = " ".join(service("triton-llm")["entrypoint"])
+    assert (
+        '[ -n "$$HF_TOKEN" ] ||' in check
+        and "exit 78" in check
+        and 'exec /opt/nvidia/nvidia_entrypoint.sh "$$@"' in check
+    )
+    trtllm = load_yaml(PROD_DIR / "compose.trtllm.yaml")["services"]["triton-llm"]
+    assert "HF_TOKEN" not in " ".join(trtllm["entrypoint"]) and "HF_TOKEN" not in str(trtllm.get("environment", ""))
+    env = {k: v for k, v in env_template().items() if k != "HF_TOKEN"}
+    for file in (COMPOSE_FILE, PROD_DIR / "compose.trtllm.yaml"):  # both interpolate without HF_TOKEN
+        interpolate(file.read_text(encoding="utf-8"), env)
     init = k8s("Deployment", "triton-llm")["spec"]["template"]["spec"]["initContainers"]
     assert [c["name"] for c in init] == ["wait-for-weights"]
     assert "prefetch-complete-meta-llama--Llama-3.1-8B-Instruct" in " ".join(init[0]["command"])
@@ -1245,7 +1297,11 @@ def test_k8s_app_serves_behind_tls_with_secrets_and_the_profile() -> None:
     env = env_of(app)
     for key in SECRET_SETTINGS:
         assert env[key]["valueFrom"]["secretKeyRef"] == {"name": "rag-secrets", "key": key}
-    assert app["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert app["readinessProbe"]["httpGet"]["path"] == "/ready", "shallow: no dependency takes every pod out"
+    assert (
+        float(settings.get("HEALTH_CHECK_TIMEOUT_S", Settings().health_check_timeout_s))
+        < app["readinessProbe"]["timeoutSeconds"]
+    )
     assert container_port(app, app["readinessProbe"]["httpGet"]["port"]) == 8080
     assert TOKENIZER_MOUNT in {m["mountPath"] for m in app["volumeMounts"]}
     ingress = k8s("Ingress", "rag-app")
@@ -1542,3 +1598,297 @@ async def test_search_settings_reach_queries_through_the_shipped_pgbouncer(postg
             proc.kill()
             proc.wait()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- Issue 42: what the local stack serves, production serves ---------------------------------------------------------
+
+WORKLOAD_OVERLAYS = [str(p) for p in KUSTOMIZATIONS if p != Path("monitoring")]
+
+
+def app_route_paths() -> list[str]:
+    """A concrete path for every route of the app's router (`agent.http.create_app`), path parameters filled in;
+    /metrics (cluster-internal) apart."""
+    paths = {getattr(route, "path", "") for route in create_app(Settings()).router.routes}
+    return sorted(re.sub(r"\{[^}]+\}", "x", p) for p in paths if p and not p.startswith("/metrics"))
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/gateway-api"])
+def test_every_public_route_of_the_app_is_routed(overlay: str) -> None:
+    """The Ingress (base) and the HTTPRoute (gateway-api) route every route of the app's router: the page's script
+    and styles under /web/ and /mcp were not, so the page and MCP clients broke behind them."""
+    routes = public_paths(overlay)
+    paths = app_route_paths()
+    assert {"/", "/web/x", "/mcp", "/v1/ask", "/v1/documents/files", "/ready", "/health"} <= set(paths)
+    missing = [p for p in paths if not any(route_matches(p, *r) for r in routes)]
+    assert not missing, f"k8s/{overlay} does not route {missing}"
+
+
+def configmap_names(workload: dict[str, Any]) -> set[str]:
+    """Every ConfigMap a workload's pod mounts or reads (volumes, projected volumes, envFrom, env)."""
+    spec = workload["spec"]
+    pod = (spec.get("jobTemplate", {}).get("spec", spec))["template"]["spec"]
+    names = set()
+    for volume in pod.get("volumes", []):
+        if "configMap" in volume:
+            names.add(volume["configMap"]["name"])
+        for source in volume.get("projected", {}).get("sources", []):
+            if "configMap" in source:
+                names.add(source["configMap"]["name"])
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        names |= {e["configMapRef"]["name"] for e in container.get("envFrom", []) if "configMapRef" in e}
+        for env in container.get("env", []):
+            ref = env.get("valueFrom", {}).get("configMapKeyRef")
+            if ref:
+                names.add(ref["name"])
+    return names
+
+
+@pytest.mark.parametrize("overlay", WORKLOAD_OVERLAYS)
+def test_every_configmap_the_manifests_expect_fits_in_one_mib(overlay: str) -> None:
+    """A ConfigMap over 1 MiB is refused at create (the rerank overlay's 17 MB tokenizer was one): generated ConfigMaps
+    are measured as rendered, hand-made ones from configmap-files.yaml, and any other is an error."""
+    docs = k8s_docs(overlay)
+    generated = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    listed = load_yaml(CONFIGMAP_FILES)["configmaps"]
+    workloads = [d for d in docs if d["kind"] in {"Deployment", "StatefulSet", "Job", "CronJob", "DaemonSet"}]
+    expected = set().union(*(configmap_names(w) for w in workloads))
+    assert expected
+    for name in sorted(expected):
+        if name in generated:
+            data = generated[name]
+            size = sum(len(v.encode()) for v in data.get("data", {}).values())
+            size += sum(len(v) * 3 // 4 for v in data.get("binaryData", {}).values())
+        else:
+            assert name in listed, f"{name}: neither generated nor listed in configmap-files.yaml with its files' sizes"
+            size = sum(int(f["bytes"]) for f in listed[name].values())
+        assert size <= CONFIGMAP_LIMIT_BYTES, f"ConfigMap {name} would hold {size} bytes, over 1 MiB"
+
+
+def test_configmap_files_registry_matches_the_readme_and_refuses_the_reranker_tokenizer() -> None:
+    """Every `kubectl create configmap` of the README is listed (so its size is checked), and the files too large for
+    one are not among them."""
+    readme = (PROD_DIR / "README.md").read_text(encoding="utf-8")
+    registry = load_yaml(CONFIGMAP_FILES)
+    created = set(re.findall(r"create configmap (\S+)", readme))
+    assert created == set(registry["configmaps"]), created
+    for path, entry in registry["not_configmaps"].items():
+        assert int(entry["bytes"]) > CONFIGMAP_LIMIT_BYTES, f"{path} fits a ConfigMap: list it under configmaps"
+    assert "bge-reranker-tokenizer" not in readme and "bge-reranker-tokenizer" not in registry["configmaps"]
+
+
+def backup_container() -> dict[str, Any]:
+    backup = k8s("CronJob", "postgres-backup")
+    container: dict[str, Any] = backup["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def fake_pg_dump(bin_dir: Path, exit_code: int) -> None:
+    """A `pg_dump` that writes part of a dump to its `--file` and exits with `exit_code` (1: a lost connection)."""
+    script = bin_dir / "pg_dump"
+    script.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in --file=*) f="${a#--file=}";; esac; done\n'
+        'echo "PGDMP part" > "$f"\n'
+        f'[ {exit_code} -eq 0 ] || echo "pg_dump: error: connection to server lost" >&2\n'
+        f"exit {exit_code}\n"
+    )
+    script.chmod(0o755)
+
+
+def run_backup(tmp_path: Path, backups: Path) -> subprocess.CompletedProcess[str]:
+    """The Job's command exactly as the manifest renders it, with the fake pg_dump first on PATH."""
+    container = backup_container()
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "BACKUP_DIR": str(backups)}
+    return subprocess.run(container["command"], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_backup_job_fails_when_pg_dump_fails_and_leaves_no_partial(tmp_path: Path) -> None:
+    """`pg_dump ... && mv ...; find ...` under `bash -e` exited 0 when pg_dump failed (a failing command in an `&&`
+    list does not stop `set -e`), so the Job succeeded and PostgresBackupMissing could not fire."""
+    container = backup_container()
+    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "backups")
+    assert env_of(container)["BACKUP_DIR"]["value"] == mount
+    (tmp_path / "bin").mkdir()
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    stale = backups / "rag-20200101T000000Z.dump.partial"  # an earlier run killed mid-dump
+    stale.write_text("half")
+    old = backups / "rag-20200102T000000Z.dump"
+    old.write_text("PGDMP old")
+    nine_days_ago = old.stat().st_mtime - 9 * 86400
+    os.utime(old, (nine_days_ago, nine_days_ago))
+
+    fake_pg_dump(tmp_path / "bin", exit_code=1)
+    failed = run_backup(tmp_path, backups)
+    assert failed.returncode != 0, failed.stdout + failed.stderr
+    assert "connection to server lost" in failed.stderr
+    assert sorted(p.name for p in backups.iterdir()) == [old.name], "no partial left, no dump claimed, none deleted"
+
+    fake_pg_dump(tmp_path / "bin", exit_code=0)
+    done = run_backup(tmp_path, backups)
+    assert done.returncode == 0, done.stderr
+    (dump,) = backups.iterdir()
+    assert re.fullmatch(r"rag-\d{8}T\d{6}Z\.dump", dump.name) and dump.read_text() == "PGDMP part\n"
+    assert "backup written" in done.stdout
+
+
+def embedder_containers(overlay: str) -> dict[str, dict[str, Any]]:
+    deployment = k8s("Deployment", "triton-embedder", overlay)
+    return {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+
+
+def embedder_models(overlay: str) -> list[str]:
+    argv = embedder_containers(overlay)["triton"]["command"]
+    return [a.split("=", 1)[1] for a in argv if a.startswith("--load-model=")]
+
+
+@pytest.mark.parametrize("overlay", WORKLOAD_OVERLAYS)
+def test_engine_cache_publisher_waits_for_every_loaded_model(overlay: str) -> None:
+    """The publisher copied engines once bge-large was ready: with the reranker loaded too, its engine (still being
+    built) was never published, and every new pod rebuilt it."""
+    containers = embedder_containers(overlay)
+    publisher = containers["publish-trt-cache"]
+    assert env_of(publisher)["PUBLISH_AFTER_MODELS"]["value"].split() == embedder_models(overlay)
+    script = publisher["command"][-1]
+    assert "for model in $PUBLISH_AFTER_MODELS" in script and "/v2/models/$model/ready" in script
+
+
+@pytest.mark.parametrize("overlay", WORKLOAD_OVERLAYS)
+def test_embedder_autoscaling_and_alert_watch_every_model_it_serves(overlay: str) -> None:
+    """The embedder HPA's two metrics and the queue alert read every model the embedder's Triton loads (the reranker
+    is most of the GPU's work at RERANK_DEPTH=50; the verifier runs on every answer), per model for the alert."""
+    models = embedder_models(overlay)
+    assert {"bge-large-en-v1.5", VERIFIER} <= set(models)
+    rules = adapter_rules()
+    hpa = hpa_metrics("triton-embedder", overlay)
+    queries = [rules[name]["metricsQuery"] for name in ("embedder_queue_us", "embedder_pending_requests")]
+    assert set(hpa) >= {"embedder_queue_us", "embedder_pending_requests"}
+    alert = next(r for r in alert_rules() if r["alert"] == "TritonEmbedderQueueTimeHigh")
+    assert "sum by (model)" in alert["expr"] and "$labels.model" in alert["annotations"]["summary"]
+    for query in [*queries, alert["expr"]]:
+        for selector in re.findall(r'model=~"([^"]+)"', query) or [""]:
+            unwatched = [m for m in models if not re.fullmatch(selector, m)]
+            assert not unwatched, f"{query!r} ignores {unwatched}"
+
+
+def test_embedder_triton_queues_hold_the_clients_in_flight_limit() -> None:
+    """The client keeps up to TRITON_MAX_IN_FLIGHT (256) requests at Triton: a model whose queue holds fewer (the
+    reranker's held 64) refuses load the client still admits, and answers fail instead of queueing."""
+    in_flight = int(app_profile()["TRITON_MAX_IN_FLIGHT"])
+    for name in embedder_models("overlays/rerank"):
+        config = load_config(production_model_dir(name) / "config.pbtxt")
+        assert config.dynamic_batching.default_queue_policy.max_queue_size >= in_flight, name
+
+
+def test_support_verifier_production_config() -> None:
+    """minilm-l6-scifact-verifier (issue 41) deploys like the other models: a production config over the shipped int8
+    file, loaded by the embedder's Triton in compose and Kubernetes, interactive priority, a bounded queue, CPU
+    instances (dynamic-quantised int8 ops are not TensorRT's), uploaded by the README's steps."""
+    path = PROD_MODEL_REPO / VERIFIER / "config.pbtxt"
+    config = load_config(path)
+    assert config.name == VERIFIER and config.platform == "onnxruntime_onnx"
+    int64 = model_config_pb2.TYPE_INT64
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
+        ("input_ids", int64, [-1]),
+        ("attention_mask", int64, [-1]),
+        ("token_type_ids", int64, [-1]),
+    ]
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [("logits", model_config_pb2.TYPE_FP32, [3])]
+    assert [g.kind for g in config.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_CPU]
+    assert not config.optimization.execution_accelerators.gpu_execution_accelerator, "no TensorRT for int8 ops"
+    batching = config.dynamic_batching
+    assert batching.priority_levels == 2 and batching.default_priority_level == 2
+    assert batching.default_queue_policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+    assert f"model_repository/{VERIFIER}/1/model.onnx" in path.read_text()
+    assert VERIFIER in loaded_models(
+        [str(a) for a in service("triton-embedder")["command"]], compose_models("triton-embedder")
+    )
+    volumes = service("triton-embedder")["volumes"]
+    assert f"../../model_repository/{VERIFIER}/1:/models/{VERIFIER}/1:ro" in volumes
+    assert f"./model_repository/{VERIFIER}/config.pbtxt:/models/{VERIFIER}/config.pbtxt:ro" in volumes
+    assert VERIFIER in embedder_models("base")
+    readme = (PROD_DIR / "README.md").read_text(encoding="utf-8")
+    assert f"infra/production/model_repository/{VERIFIER}/config.pbtxt s3://" in readme
+    assert f"model_repository/{VERIFIER}/1 s3://" in readme
+
+
+def test_originals_folder_is_writable_by_the_app_user() -> None:
+    """Kept originals were silently not written: the volume root was root's and the app runs as uid 10001. The image
+    creates and owns the folder (so compose's empty named volume takes that owner); on Kubernetes fsGroup and a root
+    init step do it for claims whose driver ignores fsGroup."""
+    originals = app_profile()["ORIGINALS_DIR"]
+    lines = (PROD_DIR / "Dockerfile").read_text(encoding="utf-8").splitlines()
+    assert "RUN useradd --create-home --uid 10001 rag" in lines
+    own = f"RUN mkdir -p {originals} && chown -R rag:rag {originals.rsplit('/', 1)[0]}"
+    assert own in lines and lines.index(own) < lines.index("USER rag")
+    assert f"originals:{originals}" in service("app")["volumes"]
+    for name in ("rag-app", "rag-worker"):
+        pod = k8s("Deployment", name)["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == 10001, name
+        claim = next(
+            v["name"] for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == "rag-originals"
+        )
+        init = next(c for c in pod["initContainers"] if c["name"] == "own-originals")
+        assert init["securityContext"]["runAsUser"] == 0 and f"chown 10001:10001 {originals}" in init["command"][-1]
+        assert {(m["name"], m["mountPath"]) for m in init["volumeMounts"]} == {(claim, originals)}
+        main = pod["containers"][0]
+        assert (claim, originals) in {(m["name"], m["mountPath"]) for m in main["volumeMounts"]}, name
+
+
+def test_ingestion_jobs_run_in_the_worker_deployment() -> None:
+    """OCR ran inside the API pods: the rag-worker Deployment runs `rag worker` with OCR_WORKERS from its CPU request
+    and the originals mount, and the API pods run no job worker."""
+    app = only_container(k8s("Deployment", "rag-app"))
+    assert env_of(app)["JOBS_SERVE_WORKERS"]["value"] == "0"
+    worker = only_container(k8s("Deployment", "rag-worker"))
+    assert worker["command"] == ["rag", "worker"] and worker["image"] == app["image"]
+    ref = env_of(worker)["OCR_WORKERS"]["valueFrom"]["resourceFieldRef"]
+    assert ref["resource"] == "requests.cpu" and ref["containerName"] == worker["name"]
+    assert int(worker["resources"]["requests"]["cpu"]) >= 1
+    assert Settings(ocr_workers=int(worker["resources"]["requests"]["cpu"])).ocr_workers
+    assert env_of(worker)["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "rag-secrets", "key": "DATABASE_URL"}
+    assert TOKENIZER_MOUNT in {m["mountPath"] for m in worker["volumeMounts"]}
+    policies = {d["metadata"]["name"]: d for d in k8s_docs() if d["kind"] == "NetworkPolicy"}
+    for name in ("pgbouncer-from-app", "triton-embedder-from-app-and-prometheus"):
+        admitted = {
+            p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name")
+            for r in policies[name]["spec"]["ingress"]
+            for p in r["from"]
+        }
+        assert "rag-worker" in admitted, name
+
+
+def test_compose_restarts_exited_containers_and_labels_autoheal() -> None:
+    """Docker restarts a container whose process exits (restart policy), never one that is only unhealthy: the long-
+    running services have `unless-stopped`, and the ones whose healthcheck means "restart me" carry the autoheal label
+    the README's autoheal container acts on."""
+    for name, svc in compose()["services"].items():
+        assert svc.get("restart") == "unless-stopped", name
+    for name in ("triton-embedder", "triton-llm", "app"):
+        assert service(name)["labels"]["autoheal"] == "true" and "healthcheck" in service(name), name
+    readme = (PROD_DIR / "README.md").read_text(encoding="utf-8")
+    assert "## Restarts and reboots" in readme and "autoheal" in readme
+
+
+def test_prometheus_operator_path_scrapes_what_the_chart_scrapes() -> None:
+    """k8s/monitoring shipped rules but nothing that scrapes: a PodMonitor per annotated workload, same port, path and
+    15 s interval as the annotations the Helm chart follows."""
+    monitors = [d for d in k8s_docs("monitoring") if d["kind"] == "PodMonitor"]
+    annotated = [
+        d
+        for d in k8s_docs()
+        if d["kind"] == "Deployment"
+        and "prometheus.io/scrape" in d["spec"]["template"]["metadata"].get("annotations", {})
+    ]
+    assert {d["metadata"]["name"] for d in annotated} == {"rag-app", "triton-embedder", "triton-llm"}
+    for deployment in annotated:
+        template = deployment["spec"]["template"]
+        annotations = template["metadata"]["annotations"]
+        (monitor,) = [
+            m
+            for m in monitors
+            if m["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+        ]
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        assert container_port(only_container(deployment), endpoint["port"]) == int(annotations["prometheus.io/port"])
+        assert endpoint["path"] == annotations["prometheus.io/path"] and endpoint["interval"] == "15s"

@@ -202,6 +202,38 @@ async def test_health_is_503_unless_every_check_passes() -> None:
     assert down.json()["checks"]["memory"]["detail"] == "ConnectionError: memory is down"
 
 
+async def test_readiness_is_shallow_and_open_while_a_dependency_is_down() -> None:
+    """Readiness (`/ready`, the readiness probe) runs no dependency check: a shared dependency that is down or slow
+    does not take every replica out of the Service; `/health` reports it."""
+    served = serve(checks_ok=False, api_key=SecretStr("s3cret-key"))
+    async with served.client() as client:
+        ready = await client.get("/ready")
+        assert ready.status_code == 200 and ready.json() == {"ok": True}
+        assert (await client.get("/health")).status_code == 503
+
+
+async def test_health_bounds_each_check_below_the_probe_timeout() -> None:
+    """A dependency check that hangs is reported failed after `HEALTH_CHECK_TIMEOUT_S`, so /health answers within
+    the bound (the probes' timeoutSeconds is 5 s) and names the check."""
+    served = serve(health_check_timeout_s=0.2)
+
+    async def hangs() -> str:
+        await asyncio.sleep(60)
+        return "never"
+
+    checks = served.rag.services.checks
+    assert isinstance(checks, dict)
+    checks["slow"] = hangs
+    async with served.client() as client:
+        started = asyncio.get_running_loop().time()
+        down = await client.get("/health")
+        elapsed = asyncio.get_running_loop().time() - started
+    assert down.status_code == 503 and elapsed < 2.0
+    reported = down.json()["checks"]
+    assert reported["slow"]["ok"] is False and "TimeoutError" in reported["slow"]["detail"]
+    assert reported["memory"]["ok"] is True
+
+
 async def test_document_lifecycle(served: Served) -> None:
     doc = {"doc_id": "scratch", "title": "Scratch", "text": "Scratch space lives under /tmp.", "metadata": {"a": 1}}
     async with served.client() as client:

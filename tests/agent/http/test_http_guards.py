@@ -232,6 +232,7 @@ async def test_while_draining_requests_and_health_get_503_and_metrics_still_answ
     async with client(app) as http:
         health = await http.get("/health")
         assert health.status_code == 503 and health.json()["error"] == "shutting_down"
+        assert (await http.get("/ready")).status_code == 503  # the readiness probe takes the pod out of the Service
         assert health.headers["retry-after"] == "1" and health.headers["connection"] == "close"
         assert (await http.delete("/v1/documents/d1")).status_code == 503
         assert (await http.get("/metrics")).status_code == 200
