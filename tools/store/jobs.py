@@ -10,7 +10,9 @@ Schema (created idempotently by `JobQueue.setup`):
 - `kind` (`upload` by default: the rows of earlier versions), `params jsonb` (a sync job's folder and globs) and
   `result jsonb` (a sync job's summary), added to a table made by an earlier version when missing;
 - `ingest_job_files(job_id -> ingest_jobs, idx, name, data bytea)`: the uploaded bytes, so that any worker (any
-  process, any machine) can run any job and a job outlives the process that accepted it.
+  process, any machine) can run any job and a job outlives the process that accepted it. They are deleted when the
+  job ends (`finish`, or failed after `max_attempts` claims) in the same transaction, and `setup` deletes those of
+  jobs that ended before this rule: a finished job keeps its row (status, counts, errors), not its bytes.
 
 Claiming (`claim`): one statement picks the oldest job that is queued, or running with an expired lease (its worker
 died), with `FOR UPDATE SKIP LOCKED`, so concurrent workers never take the same job, and marks it running under a new
@@ -172,6 +174,10 @@ class JobQueue:
         async with self._tx("creating the jobs tables") as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(4244)")
             await conn.execute(SCHEMA_SQL)
+            await conn.execute(  # bytes of jobs that ended under an earlier version, which kept them
+                "DELETE FROM ingest_job_files f USING ingest_jobs j "
+                "WHERE f.job_id = j.id AND j.status IN ('done', 'failed')"
+            )
 
     async def submit(self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION) -> int:
         """Queue a job ingesting `files` into `collection` (document ids: `prefix` + file name); returns its id.
@@ -231,11 +237,15 @@ class JobQueue:
         async with self._tx("claiming a job") as conn:
             await conn.execute(
                 """
-                UPDATE ingest_jobs SET status = 'failed', finished_at = now(), lease_until = NULL,
-                    errors = errors || jsonb_build_array(jsonb_build_object('file', '', 'error', format(
-                        'its worker stopped while running it %s times (a file may crash the process); not retried',
-                        attempts)))
-                WHERE status = 'running' AND lease_until < now() AND attempts >= $1
+                WITH failed AS (
+                    UPDATE ingest_jobs SET status = 'failed', finished_at = now(), lease_until = NULL,
+                        errors = errors || jsonb_build_array(jsonb_build_object('file', '', 'error', format(
+                            'its worker stopped while running it %s times (a file may crash the process); not retried',
+                            attempts)))
+                    WHERE status = 'running' AND lease_until < now() AND attempts >= $1
+                    RETURNING id
+                )
+                DELETE FROM ingest_job_files WHERE job_id IN (SELECT id FROM failed)
                 """,
                 max_attempts,
             )
@@ -302,11 +312,18 @@ class JobQueue:
         attempt: int,
         result: dict[str, Any] | None = None,
     ) -> bool:
-        """Mark job `job_id` `done` or `failed` (with its `result`, e.g. a sync's summary) if it is still `worker`'s
-        claim `attempt`; False (nothing written) otherwise."""
+        """Mark job `job_id` `done` or `failed` (with its `result`, e.g. a sync's summary) and delete its uploaded
+        bytes, in one transaction, if it is still `worker`'s claim `attempt`; False (nothing written) otherwise."""
         assignments = "status = $4, finished_at = now(), lease_until = NULL, timings = $5::jsonb, result = $6::jsonb"
         values = (status, json.dumps(timings), None if result is None else json.dumps(result))
-        return await self._fenced("finishing a job", assignments, job_id, worker, attempt, *values)
+        async with self._tx("finishing a job") as conn:
+            written = await conn.execute(
+                f"UPDATE ingest_jobs SET {assignments} WHERE {_FENCED}", job_id, worker, attempt, *values
+            )
+            if not written.endswith(" 1"):
+                return False
+            await conn.execute("DELETE FROM ingest_job_files WHERE job_id = $1", job_id)
+        return True
 
     async def document_chunks(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> int:
         """Chunks stored for document `doc_id` of `collection` (0 when it is not stored there)."""

@@ -97,3 +97,32 @@ async def test_a_job_whose_worker_keeps_dying_is_failed_after_max_attempts(queue
     state = await queue.get(job_id)
     assert state is not None and state.status == "failed" and state.finished_at is not None
     assert "3 times" in state.errors[-1]["error"] and state.errors[-1]["file"] == ""
+
+
+async def file_rows(queue: JobQueue, job_id: int) -> int:
+    return int(await queue.pool.fetchval("SELECT count(*) FROM ingest_job_files WHERE job_id = $1", job_id))
+
+
+async def test_a_finished_or_abandoned_job_keeps_its_row_but_not_its_uploaded_bytes(queue: JobQueue) -> None:
+    done_id = await queue.submit([JobFile("a.txt", b"Vitamin B12.")])
+    dead_id = await queue.submit([JobFile("b.txt", b"Folate.")])
+    claimed = await queue.claim("A", 600)
+    assert claimed is not None and claimed.id == done_id and await file_rows(queue, done_id) == 1
+    assert await queue.finish(done_id, "A", "done", {}, attempt=claimed.attempts)
+    assert await file_rows(queue, done_id) == 0
+    state = await queue.get(done_id)
+    assert state is not None and state.status == "done"
+    dying = await queue.claim("B", 600, max_attempts=1)  # its worker dies: the lease runs out after 1 claim
+    assert dying is not None and dying.id == dead_id
+    await expire_lease(queue, dead_id)
+    assert await queue.claim("C", 600, max_attempts=1) is None
+    failed = await queue.get(dead_id)
+    assert failed is not None and failed.status == "failed" and await file_rows(queue, dead_id) == 0
+
+
+async def test_setup_deletes_the_bytes_of_jobs_that_ended_before_the_rule(queue: JobQueue) -> None:
+    job_id = await queue.submit([JobFile("a.txt", b"Vitamin B12.")])
+    await queue.pool.execute("UPDATE ingest_jobs SET status = 'done', finished_at = now() WHERE id = $1", job_id)
+    queued = await queue.submit([JobFile("b.txt", b"Folate.")])
+    await queue.setup()
+    assert await file_rows(queue, job_id) == 0 and await file_rows(queue, queued) == 1
