@@ -203,8 +203,10 @@ function clearPageImage() {
 
 // the cited page rendered by the server with the passage's lines highlighted (GET /v1/documents/{id}/pages/{n}):
 // fetched with the API key, shown from an object URL
-async function showPageImage(c, request) {
-  const url = `/v1/documents/${documentPath(c.doc_id)}/pages/${c.page}?chunk=${encodeURIComponent(c.chunk_id)}`;
+async function showPageImage(c, request, evidence = null) {
+  let url = `/v1/documents/${documentPath(c.doc_id)}/pages/${c.page}?chunk=${encodeURIComponent(c.chunk_id)}`;
+  if (evidence && evidence.passage_span) url += `&span=${evidence.passage_span[0]},${evidence.passage_span[1]}`;
+  const what = evidence ? "the supporting sentence" : "the cited passage";
   const figure = $("passage-page");
   figure.hidden = false;
   $("passage-page-note").textContent = `page ${c.page}, loading…`;
@@ -218,37 +220,154 @@ async function showPageImage(c, request) {
   if (request !== pageRequest) return;
   pageImageUrl = URL.createObjectURL(blob);
   const image = $("passage-image");
-  image.alt = `page ${c.page} of ${c.doc_id}, the cited passage highlighted`;
+  image.alt = `page ${c.page} of ${c.doc_id}, ${what} highlighted`;
   image.src = pageImageUrl;
-  $("passage-page-note").textContent = `page ${c.page}, the cited passage highlighted`;
+  $("passage-page-note").textContent = `page ${c.page}, ${what} highlighted`;
 }
 
-function openPassage(c) {
+// the passage of citation `c` in the dialog; with `evidence` (a support sentence's), opened on that sentence: it alone
+// highlighted in the passage text (its `passage_span`) and on the page image (`span=` of the page route)
+function openPassage(c, evidence = null) {
   $("passage-title").textContent = c.title || c.doc_id;
   const where = [`doc ${c.doc_id}`];
   if (c.page !== null && c.page !== undefined) where.push(`page ${c.page}`);
   if (c.section && c.section.length) where.push(`section ${c.section.join(" › ")}`);
   where.push(`passage [${c.passage}]`);
-  if (c.span) where.push(`characters ${c.span[0]}–${c.span[1]}`);
+  const span = evidence ? evidence.span : c.span;
+  if (span) where.push(`characters ${span[0]}–${span[1]}`);
   $("passage-where").textContent = where.join(" · ");
   const text = $("passage-text");
   text.replaceChildren();
-  if (c.text) text.appendChild(el("mark", "passage-span", c.text));  // the cited span, highlighted
+  if (c.text && evidence && evidence.passage_span) {  // the supporting sentence highlighted inside its passage
+    const [start, end] = evidence.passage_span;
+    text.append(c.text.slice(0, start), el("mark", "passage-span sentence-span", c.text.slice(start, end)), c.text.slice(end));
+  } else if (c.text) text.appendChild(el("mark", "passage-span", c.text));  // the cited span, highlighted
   else text.textContent = "(the passage text was not recorded for this answer)";
   dialog.dataset.docId = c.doc_id;
   pageRequest += 1;
   clearPageImage();
-  if (c.boxes && c.boxes.length && c.page !== null && c.page !== undefined) {
-    showPageImage(c, pageRequest).catch((error) => {
+  const boxes = evidence ? evidence.boxes : c.boxes;
+  if (boxes && boxes.length && c.page !== null && c.page !== undefined) {
+    showPageImage(c, pageRequest, evidence).catch((error) => {
       $("passage-page-note").textContent = `page image unavailable (${error.message})`;
     });
   }
   dialog.showModal();
+  text.focus();  // not the close button: the key that opened the dialog must not close it
+  const mark = text.querySelector(".sentence-span");
+  if (mark) mark.scrollIntoView({ block: "nearest" });
+}
+
+// a control that acts on a click, Enter and Space (the keys never reach the dialog it opens)
+function activate(node, action) {
+  node.addEventListener("click", (event) => { event.stopPropagation(); action(); });
+  node.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      event.stopPropagation();
+      action();
+    }
+  });
+}
+
+const MARKER = /\[(\d+)\]/g;
+
+// `text` into `parent` with each `[n]` marker of a cited passage as a chip that opens it (on `evidence` when it is that
+// passage's). Inside a focusable sentence the chips are not focusable themselves (the sentence is the control).
+function appendMarked(parent, text, ctx, evidence = null, inSentence = false) {
+  let at = 0;
+  for (const match of text.matchAll(MARKER)) {
+    const c = ctx.byNumber.get(Number(match[1]));
+    if (!c) continue;
+    if (match.index > at) parent.append(text.slice(at, match.index));
+    const opensOn = evidence && evidence.passage === c.passage ? evidence : null;
+    const chip = el(inSentence ? "span" : "button", "chip", match[0]);
+    if (!inSentence) chip.type = "button";
+    chip.dataset.passage = c.passage;
+    chip.title = `open passage ${match[0]}: ${c.title || c.doc_id}`;
+    if (!inSentence) chip.setAttribute("aria-label", chip.title);
+    activate(chip, () => openPassage(c, opensOn));
+    parent.appendChild(chip);
+    at = match.index + match[0].length;
+  }
+  if (at < text.length) parent.append(text.slice(at));
+}
+
+const LABELS = { SUPPORT: "supported", CONTRADICT: "contradicted", NOT_ENOUGH_INFO: "unsupported" };
+
+// what a sentence's mark says (its tooltip and accessible name)
+function sentenceNote(s) {
+  const passage = s.evidence ? ` [${s.evidence.passage}]` : "";
+  if (s.quote) return `quoted from the documents${passage}`;
+  if (s.label === "CONTRADICT") return `contradicted by${passage || " the documents"}`;
+  if (s.label === "NOT_ENOUGH_INFO") return "not supported by the documents";
+  return `supported by${passage || " the documents"}`;
+}
+
+// one sentence of the answer, marked with its support label; with evidence, it opens the dialog on that sentence
+function sentenceNode(text, s, ctx) {
+  const node = el("span", `sentence ${LABELS[s.label] || ""}${s.quote ? " quote" : ""}`);
+  node.dataset.label = s.label;
+  const note = sentenceNote(s);
+  node.title = note;
+  const c = s.evidence ? ctx.byNumber.get(s.evidence.passage) : null;
+  appendMarked(node, text, ctx, s.evidence, Boolean(c));
+  if (c) {
+    node.tabIndex = 0;
+    node.setAttribute("role", "button");
+    node.setAttribute("aria-label", `${text.replace(MARKER, "").trim()} (${note}; open the evidence)`);
+    activate(node, () => openPassage(c, s.evidence));
+  } else if (s.label !== "SUPPORT") {
+    node.appendChild(el("span", "sr-only", ` (${note})`));
+  }
+  return node;
+}
+
+// "3 of 4 sentences supported", with contradictions, removals, repeats and quotes
+function supportSummary(report) {
+  const sentences = report.sentences;
+  if (report.extractive) {
+    return `no sentence of the generated answer is supported: ${sentences.filter((s) => s.quote).length} quote(s) from the documents instead`;
+  }
+  const supported = sentences.filter((s) => s.supported).length;
+  const parts = [`${supported} of ${sentences.length} sentence${sentences.length === 1 ? "" : "s"} supported`];
+  const contradicted = sentences.filter((s) => s.label === "CONTRADICT").length;
+  if (contradicted) parts.push(`${contradicted} contradicted`);
+  if (report.removed) parts.push(`${report.removed} unsupported removed`);
+  if (report.repeated) parts.push(`${report.repeated} repeated collapsed`);
+  if (report.repointed) parts.push(`${report.repointed} citation(s) re-pointed`);
+  return parts.join(", ");
+}
+
+// the answer: its sentences marked by the support report when there is one, its `[n]` markers as chips
+function renderAnswer(answer, result) {
+  answer.replaceChildren();
+  const ctx = { byNumber: new Map((result.citations || []).map((c) => [c.passage, c])) };
+  const text = result.answer;
+  const report = result.support;
+  if (!report || !report.sentences || !report.sentences.length) {
+    appendMarked(answer, text, ctx);
+    return;
+  }
+  let at = 0;
+  for (const s of report.sentences) {
+    const [start, end] = s.span;
+    if (start < at || end > text.length) continue;  // not an offset of this text: leave it unmarked
+    if (start > at) appendMarked(answer, text.slice(at, start), ctx);
+    answer.appendChild(sentenceNode(text.slice(start, end), s, ctx));
+    at = end;
+  }
+  if (at < text.length) appendMarked(answer, text.slice(at), ctx);
 }
 
 function showResult(turn, answer, result) {
-  answer.textContent = result.answer;
+  renderAnswer(answer, result);
   if (result.refused) answer.classList.add("refused");
+  if (result.support && result.support.sentences && result.support.sentences.length) {
+    const summary = el("div", "support-summary", supportSummary(result.support));
+    summary.dataset.supported = result.support.sentences.filter((s) => s.supported).length;
+    answer.after(summary);
+  }
   if (result.truncated) turn.appendChild(el("div", "meta truncated", "answer cut short: the model reached its output limit"));
   if (result.dropped_passages && result.dropped_passages.length)
     turn.appendChild(el("div", "meta", `${result.dropped_passages.length} lower-ranked passages left out to fit the model's context window`));
@@ -261,8 +380,7 @@ function showResult(turn, answer, result) {
       item.dataset.docId = c.doc_id;
       item.tabIndex = 0;
       item.title = "show the cited passage";
-      item.addEventListener("click", () => openPassage(c));
-      item.addEventListener("keydown", (event) => { if (event.key === "Enter") openPassage(c); });
+      activate(item, () => openPassage(c));
       list.appendChild(item);
     }
     turn.appendChild(list);
