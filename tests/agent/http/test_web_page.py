@@ -77,9 +77,18 @@ async def test_past_conversations_are_listed_opened_continued_and_deleted() -> N
         await expect(page.locator(".turn").nth(1).locator(".citation")).to_have_count(1)
 
         await titled(page, COVERED).locator(".delete-conversation").click()
+        confirm = page.locator("dialog#confirm")
+        await expect(confirm.locator("#confirm-ok")).to_have_text("Delete conversation")
+        await expect(confirm.locator("#confirm-cancel")).to_be_focused()
+        await page.keyboard.press("Enter")  # a key typed on by mistake: the focused Cancel, nothing deleted
+        await expect(confirm).to_be_hidden()
+        await expect(items).to_have_count(2)
+        await titled(page, COVERED).locator(".delete-conversation").click()
+        await confirm.locator("#confirm-ok").click()
         await expect(items).to_have_count(1)
         await expect(page.locator(".turn")).to_have_count(2)  # another conversation's deletion leaves the open one
         await first.locator(".delete-conversation").click()  # the open one: the log empties
+        await confirm.locator("#confirm-ok").click()
         await expect(items).to_have_count(0)
         await expect(page.locator(".turn")).to_have_count(0)
         await page.reload()
@@ -116,6 +125,7 @@ async def test_the_document_list_pages_to_the_last_document_and_finds_one_by_id_
     rag, _, _ = rag_app([*MANY, LAST])
     async with browser_page(rag) as page:
         await page.goto("/")
+        await page.click("#open-library")
         rows = page.locator("tr.doc")
         await expect(rows).to_have_count(50)
         await expect(page.locator("#page-info")).to_contain_text("1–50 of 121 (page 1/3)")
