@@ -511,10 +511,10 @@ function sentenceNode(text, s, ctx, first) {
   node.title = note;
   const c = s.evidence ? ctx.byNumber.get(s.evidence.passage) : null;
   appendInline(node, text, ctx, s.evidence, Boolean(c) && first);
-  if (c && first) {
+  if (c && first) {  // named by its own text and the note (read by screen readers, drawn by ::after for the eye)
     node.tabIndex = 0;
     node.setAttribute("role", "button");
-    node.setAttribute("aria-label", `${s.text.replace(MARKER, "").trim()} (${note}; open the evidence)`);
+    node.appendChild(el("span", "sr-only", ` (${note}; open the evidence)`));
     activate(node, () => openPassage(c, s.evidence));
   } else if (s.label !== "SUPPORT" && first) {
     node.appendChild(el("span", "sr-only", ` (${note})`));
