@@ -15,6 +15,13 @@ if [ ! -x /usr/bin/chromium ]; then
   echo "== installing Debian chromium for the browser test"
   apt_get update -qq && apt_get install -y -qq chromium >/dev/null
 fi
+# The web page's accessibility check (tests/agent/http/test_web_accessibility.py) injects axe-core into Chromium: the
+# npm package, pinned, installed into .tools/ (not vendored: 650 KB of minified script).
+if [ ! -f .tools/node_modules/axe-core/axe.min.js ]; then
+  echo "== installing axe-core (npm) for the web page's accessibility test"
+  if ! command -v npm >/dev/null; then apt_get update -qq && apt_get install -y -qq npm >/dev/null; fi
+  npm install --silent --no-save --no-audit --no-fund --prefix .tools axe-core@4.14.1 >/dev/null
+fi
 # OCR (tools/extract/ocr.py) runs Debian's tesseract with its English data (tesseract-ocr pulls tesseract-ocr-eng).
 if ! command -v tesseract >/dev/null; then
   echo "== installing Debian tesseract-ocr for the OCR tests"

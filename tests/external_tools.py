@@ -1,5 +1,6 @@
 """The command-line tools that only the test command installs (`bash infra/test.sh`: Debian's `chromium`,
-`tesseract` and `kubectl`, `promtool` and `pgbouncer` unpacked into `.tools/`), found for the tests that run them.
+`tesseract` and `kubectl`, `promtool` and `pgbouncer` unpacked into `.tools/`, npm's axe-core installed there),
+found for the tests that run them.
 
 After `bash infra/quickstart.sh` alone they are missing, and a test that needs one is skipped with the reason. Under
 CI (`CI=true`, as `.ci/run` runs), where infra/test.sh has installed them, a missing tool fails the test instead:
@@ -66,3 +67,17 @@ def pgbouncer() -> str:
     CI)."""
     install = "unpacked from Debian's pgbouncer package into .tools/"
     return require_tool("pgbouncer", install, Path("/usr/sbin"), TOOLS_DIR / "usr" / "sbin")
+
+
+AXE_CORE = TOOLS_DIR / "node_modules" / "axe-core" / "axe.min.js"
+"""axe-core's browser script (npm `axe-core`, installed into .tools/ by infra/test.sh): the accessibility check."""
+
+
+def axe_core() -> Path:
+    """The path of axe-core's `axe.min.js`, or skip (fail under CI)."""
+    if AXE_CORE.is_file():
+        return AXE_CORE
+    message = f"no {AXE_CORE}: npm install --prefix .tools axe-core@4.14.1"
+    if under_ci():
+        pytest.fail(f"{message} (CI=true: infra/test.sh should have installed it)", pytrace=False)
+    pytest.skip(f"{message}; `bash infra/test.sh` installs it (under CI=true a missing tool fails)")

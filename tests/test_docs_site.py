@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,20 @@ def test_the_nav_holds_every_page_and_a_broken_link_fails_the_strict_build() -> 
         "anchors": "warn",
     }
     assert config["strict"] is True
+
+
+def test_the_own_llm_page_s_env_names_only_settings_and_loads() -> None:
+    from agent.config.settings import Settings
+
+    page = (ROOT / "docs" / "own-llm-and-documents.md").read_text(encoding="utf-8")
+    block = re.search(r"```dotenv\n(.*?)```", page, re.S)
+    assert block is not None, "the page shows no .env block"
+    lines = [line for line in block[1].splitlines() if line.strip() and not line.startswith("#")]
+    names = [line.split("=", 1)[0] for line in lines]
+    assert {"LLM_BASE_URL", "LLM_MODEL", "LLM_API_KEY", "SERVICES"} <= set(names)
+    assert [n for n in names if n.lower() not in Settings.model_fields] == []
+    env = dict(line.split("=", 1) for line in lines)
+    loaded = Settings.model_validate({k.lower(): json.loads(v) if v.startswith("[") else v for k, v in env.items()})
+    assert loaded.services == ("postgres", "triton") and loaded.llm_api_key == env["LLM_API_KEY"]
+    readme_first_screen = "\n".join((ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:40])
+    assert "(docs/own-llm-and-documents.md)" in readme_first_screen

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from tools.ingest import SourceDocument
 from tools.retrieval import CandidateLists, Passage, RetrievalMode, RetrievalResult, rank_candidates
 from tools.scope import DEFAULT_COLLECTION, Scalar, SearchScope, check_collection
-from tools.store import ChunkHit, DocumentPage, IngestCounts, StoredDocument
+from tools.store import ChunkHit, DocumentPage, IngestCounts, StoredChunk, StoredDocument
 from tools.store.listing import decode_cursor, encode_cursor
 from tools.store.records import chunk_id
 
@@ -243,13 +243,13 @@ class InMemoryCollection:
 
     async def chunk_metadata(
         self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
-    ) -> tuple[str, dict[str, object]] | None:
-        """(collection, metadata) of the one chunk of `doc_id` in `collections` (None: all) whose id is `chunk_id`:
-        its span over the whole content (no layout here)."""
+    ) -> StoredChunk | None:
+        """(collection, metadata, text) of the one chunk of `doc_id` in `collections` (None: all) whose id is
+        `chunk_id`: its span over the whole content (no layout here)."""
         for key in self._keys(collections):
             entry = self._entries[key]
             if key[0] == doc_id and entry.hit.chunk_id == chunk_id:
-                return entry.collection, {"span": [0, len(entry.document.content)]}
+                return StoredChunk(entry.collection, {"span": [0, len(entry.document.content)]}, entry.hit.text)
         return None
 
 

@@ -455,12 +455,13 @@ class RagApp:
         page: int,
         *,
         chunk_id: str | None = None,
+        sentence: tuple[int, int] | None = None,
         collections: Sequence[str] | None = None,
         scale: float = 2.0,
     ) -> RenderedPage:
         """Page `page` of the stored document `doc_id` (in `collections`; None: any) as a PNG, rendered from its kept
         original at `scale` pixels per PDF point, with chunk `chunk_id`'s lines on it highlighted
-        (`agent.core.pages.page_image`).
+        (`agent.core.pages.page_image`); with `sentence` (offsets into the chunk's text) only that sentence's lines.
 
         Raises:
             agent.core.pages.PageError: no such chunk of the document, no original kept, not a PDF, no such page.
@@ -472,6 +473,7 @@ class RagApp:
             doc_id,
             page,
             chunk_id=chunk_id,
+            sentence=sentence,
             collections=collections,
             scale=scale,
         )

@@ -13,7 +13,7 @@ from typing import Protocol
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions, SourceDocument, ingest_documents
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import DocumentPage, IngestCounts, StoredDocument, VectorStore
+from tools.store import DocumentPage, IngestCounts, StoredChunk, StoredDocument, VectorStore
 
 
 class DocumentLibrary(Protocol):
@@ -68,8 +68,8 @@ class DocumentLibrary(Protocol):
 
     async def chunk_metadata(
         self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
-    ) -> tuple[str, dict[str, object]] | None:
-        """(collection, metadata) of chunk `chunk_id` of document `doc_id` in `collections`; None when none is
+    ) -> StoredChunk | None:
+        """(collection, metadata, text) of chunk `chunk_id` of document `doc_id` in `collections`; None when none is
         stored there."""
         ...
 
@@ -164,6 +164,6 @@ class StoreLibrary:
 
     async def chunk_metadata(
         self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
-    ) -> tuple[str, dict[str, object]] | None:
-        """(collection, metadata) of chunk `chunk_id` of document `doc_id` in `collections` (None: all)."""
+    ) -> StoredChunk | None:
+        """(collection, metadata, text) of chunk `chunk_id` of document `doc_id` in `collections` (None: all)."""
         return await self.store.chunk_metadata(doc_id, chunk_id, collections=collections)

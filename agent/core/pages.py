@@ -16,6 +16,7 @@ from agent.core.errors import InputError
 from agent.core.library import DocumentLibrary
 from agent.core.results import location_fields
 from tools.extract import ExtractError, sniff
+from tools.highlight import sentence_boxes
 from tools.originals import Originals
 from tools.render_page import Box, RenderedPage, RenderError, in_render_thread, render_page
 
@@ -40,6 +41,7 @@ async def page_image(
     page: int,
     *,
     chunk_id: str | None = None,
+    sentence: tuple[int, int] | None = None,
     collections: Sequence[str] | None = None,
     scale: float = 2.0,
 ) -> RenderedPage:
@@ -47,12 +49,17 @@ async def page_image(
     lines of chunk `chunk_id` on that page highlighted (none when no chunk is given, or it lies on other pages).
 
     Args:
+        sentence: `(start, end)` offsets into the chunk's text (a support check's `passage_span`): only the chunk's
+            lines that hold those characters are highlighted (`tools.highlight.sentence_boxes`).
         collections: where the document may be (the caller's; None: every collection).
 
     Raises:
         PageError: see its kinds.
-        agent.core.errors.InputError: `scale` outside the bounds of `tools.render_page`, or a page too large at it.
+        agent.core.errors.InputError: `scale` outside the bounds of `tools.render_page`, or a page too large at it;
+            `sentence` without a chunk, or outside the chunk's text.
     """
+    if sentence is not None and chunk_id is None:
+        raise InputError("span needs chunk: it names characters of the chunk to highlight (`span=<start>,<end>`)")
     boxes: list[Box] = []
     if chunk_id is not None:
         found = await library.chunk_metadata(doc_id, chunk_id, collections=collections)
@@ -62,8 +69,17 @@ async def page_image(
                 f"chunk {chunk_id!r} is not a stored chunk of document {doc_id!r} (chunk ids are "
                 "`<doc_id>#<index>` as citations give them)",
             )
-        collection, metadata = found
-        boxes = [(b[1], b[2], b[3], b[4]) for b in location_fields(metadata).get("boxes", []) if b[0] == page]
+        collection, metadata, text = found
+        lines = [list(b) for b in location_fields(metadata).get("boxes", [])]
+        if sentence is not None:
+            start, end = sentence
+            if not 0 <= start <= end <= len(text):
+                raise InputError(
+                    f"span {start},{end} is outside chunk {chunk_id!r} ({len(text)} characters): expected "
+                    "`<start>,<end>` with 0 <= start <= end <= its length (a sentence's `passage_span`)"
+                )
+            lines = sentence_boxes(text, lines, start, end)
+        boxes = [(b[1], b[2], b[3], b[4]) for b in lines if b[0] == page]
         candidates: Sequence[str] = [collection]
     else:
         stored = await library.find_documents(doc_id, collections=collections)

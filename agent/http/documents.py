@@ -211,7 +211,7 @@ may change the page)."""
         422: {
             "model": ErrorBody,
             "description": "`not_a_pdf` (neither a PDF nor an image, or unreadable), or `bad_request` (a scale out of "
-            "bounds).",
+            "bounds, a malformed `span`, a `span` without `chunk` or outside the chunk's text).",
         },
     },
 )
@@ -226,6 +226,15 @@ async def document_page_image(
             max_length=2000,
             description="The chunk to highlight (a citation's `chunk_id`); it must be a chunk of this document. "
             "Default: the page without highlights.",
+        ),
+    ] = None,
+    span: Annotated[
+        str | None,
+        Query(
+            max_length=40,
+            pattern=r"^[0-9]{1,9},[0-9]{1,9}$",
+            description="`<start>,<end>`: characters of the chunk's text (a support sentence's `passage_span`) whose "
+            "lines alone are highlighted. Needs `chunk`. Default: every line of the chunk.",
         ),
     ] = None,
     collection: CollectionQuery = None,
@@ -244,9 +253,13 @@ async def document_page_image(
     them). A document outside the key's collections reads like a missing one."""
     if chunk is not None and "\x00" in chunk:
         raise InputError("chunk holds a NUL character (\\u0000); expected a chunk id")
+    sentence = None
+    if span is not None:
+        start, end = (int(part) for part in span.split(","))
+        sentence = (start, end)
     try:
         rendered = await rag.page_image(
-            doc_id, n, chunk_id=chunk, collections=caller.visible(collection), scale=scale
+            doc_id, n, chunk_id=chunk, sentence=sentence, collections=caller.visible(collection), scale=scale
         )
     except PageError as exc:
         return error_response(Failure(exc.kind, str(exc)))

@@ -132,6 +132,7 @@ async def test_a_chunk_is_found_by_id_only_within_its_document_and_collections(d
     found = await library.chunk_metadata("otters", "otters#0")
     assert found is not None and found[0] == "default"
     assert found[1]["span"] == [0, len(OTTERS.content)]  # one chunk: the whole content
+    assert found.text.endswith(OTTERS.text)  # the chunk's text, which a support sentence's passage_span indexes
     assert await library.chunk_metadata("bees", "zoo::bees#0", collections=["zoo"]) is not None
     assert await library.chunk_metadata("bees", "zoo::bees#0", collections=["default"]) is None
     assert await library.chunk_metadata("herons", "otters#0") is None  # another document's chunk

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tools.extract import MAX_FILE_BYTES, Extracted, ExtractError, Section, extract
 from tools.extract.ocr import OcrOptions
@@ -77,9 +77,12 @@ def read_file_document(
     metadata: dict[str, object] = {"format": inp.kind}
     if extracted.pages:
         metadata["pages"] = extracted.pages
+    title = extracted.title
+    if title == inp.path.stem:  # the extractor fell back to the file's name: the document's own (an upload's staged
+        title = PurePosixPath(inp.doc_id).stem  # file is named 000001.txt; its doc id keeps the name it was sent as)
     document = SourceDocument(
         inp.doc_id,
-        clean_text(extracted.title, where),
+        clean_text(title, where),
         text,
         where,
         metadata if structured else {},

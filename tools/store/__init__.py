@@ -22,6 +22,7 @@ from tools.store.records import (
     FullTextMatch,
     FullTextRank,
     IngestCounts,
+    StoredChunk,
     StoredDocument,
     TermVectors,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "StoreError",
     "StoreQueryError",
     "StoreUnavailableError",
+    "StoredChunk",
     "StoredDocument",
     "TermVectors",
     "VectorStore",

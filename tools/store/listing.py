@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from tools.scope import DEFAULT_COLLECTION
 from tools.store.errors import StoreError
-from tools.store.records import Conn, DocumentPage, StoredDocument
+from tools.store.records import Conn, DocumentPage, StoredChunk, StoredDocument
 
 _DOCUMENT_COLUMNS = """
 d.doc_id, d.title, d.source, d.content_hash, d.ingested_at, d.collection,
@@ -229,12 +229,12 @@ async def find(conn: Conn, doc_id: str, collections: Sequence[str] | None = None
 
 async def chunk_metadata(
     conn: Conn, doc_id: str, chunk_id: str, collections: Sequence[str] | None = None
-) -> tuple[str, dict[str, object]] | None:
-    """(collection, metadata) of the chunk `chunk_id` when it belongs to the document `doc_id` of `collections`
-    (None: all); None otherwise (missing, another document's, outside those collections)."""
+) -> StoredChunk | None:
+    """(collection, metadata, text) of the chunk `chunk_id` when it belongs to the document `doc_id` of
+    `collections` (None: all); None otherwise (missing, another document's, outside those collections)."""
     row = await conn.fetchrow(
         """
-        SELECT d.collection, c.metadata FROM chunks c JOIN documents d ON d.id = c.document_id
+        SELECT d.collection, c.metadata, c.text FROM chunks c JOIN documents d ON d.id = c.document_id
         WHERE c.chunk_id = $1 AND d.doc_id = $2 AND ($3::text[] IS NULL OR d.collection = ANY($3::text[]))
         """,
         chunk_id,
@@ -244,4 +244,4 @@ async def chunk_metadata(
     if row is None:
         return None
     metadata = json.loads(row["metadata"])
-    return str(row["collection"]), metadata if isinstance(metadata, dict) else {}
+    return StoredChunk(str(row["collection"]), metadata if isinstance(metadata, dict) else {}, str(row["text"]))

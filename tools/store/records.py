@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import asyncpg
 import numpy as np
@@ -74,6 +74,15 @@ class IngestCounts:
     skipped: int = 0
     chunks: int = 0
     missing: tuple[str, ...] = ()
+
+
+class StoredChunk(NamedTuple):
+    """One stored chunk as a page render reads it: its collection, its metadata (span, page, line boxes) and its
+    text (which a sentence's offsets, `passage_span`, index)."""
+
+    collection: str
+    metadata: dict[str, object]
+    text: str
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from tools.store.records import (
     FullTextMatch,
     FullTextRank,
     IngestCounts,
+    StoredChunk,
     StoredDocument,
     TermVectors,
 )
@@ -403,8 +404,8 @@ class VectorStore:
 
     async def chunk_metadata(
         self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
-    ) -> tuple[str, dict[str, object]] | None:
-        """(collection, metadata) of chunk `chunk_id` of document `doc_id` in `collections` (None: all); None when
+    ) -> StoredChunk | None:
+        """(collection, metadata, text) of chunk `chunk_id` of document `doc_id` in `collections` (None: all); None when
         no such chunk is stored there."""
         async with pools.transaction(self.pool, self.acquire_timeout_s, "reading a chunk", READ) as conn:
             return await listing.chunk_metadata(conn, doc_id, chunk_id, _collections(collections))

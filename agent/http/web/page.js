@@ -1,13 +1,15 @@
 // The web page of `rag serve`: past conversations (side list), a collection picker limited to the API key's
-// collections, the streamed answer with citations that open their passage, and the document library (paged,
-// searchable, uploads with per-file progress). Plain script, no build step; text from the server is only ever set
-// with textContent (answers, titles and passages are untrusted).
+// collections, the streamed answer (Markdown, sanitised: built node by node, never from HTML) with its support labels
+// and `[n]` chips that open their passage, and the document library (a drawer: paged, searchable, uploads with
+// per-file progress, deletes confirmed). Plain script, no build step; text from the server is only ever set with
+// textContent (answers, titles and passages are untrusted).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const form = $("ask-form");
 const input = $("question");
 const button = $("send");
+const stopButton = $("stop");
 const log = $("log");
 const conversationLabel = $("conversation");
 const conversationList = $("conversations");
@@ -17,32 +19,97 @@ const picker = $("collection");
 const KEY_ITEM = "triton-rag-api-key";
 // the stored conversation this page asks in (POST /v1/conversations); kept across reloads, dropped by "New conversation"
 const CONVERSATION_ITEM = "triton-rag-conversation";
+const COLLECTIONS_ITEM = "triton-rag-conversation-collections";  // conversation id -> the collection it searched
+const CREATED_ITEM = "triton-rag-created-collections";  // collections made on this page, not yet holding a document
+const DEVELOPER_ITEM = "triton-rag-developer";
 const PAGE_SIZE = 50;
 
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;  // never innerHTML: answers and passages are untrusted text
+  return node;
+}
+
+function readJson(storage, item, fallback) {
+  try { return JSON.parse(storage.getItem(item)) || fallback; } catch (_) { return fallback; }
+}
+
+// --- the API key: a sign-in panel (masked), kept for this tab's session ---
 function authHeaders(headers) {
   const key = sessionStorage.getItem(KEY_ITEM);
   if (key) headers["Authorization"] = `Bearer ${key}`;
   return headers;
 }
 
-// one prompt for the key however many requests were refused at once
-let keyPrompt = null;
-function askForKey() {
-  if (!keyPrompt) {
-    keyPrompt = Promise.resolve().then(() => {
-      const key = window.prompt("This server needs an API key:");
-      if (key) sessionStorage.setItem(KEY_ITEM, key);
-      return Boolean(key);
-    }).finally(() => { setTimeout(() => { keyPrompt = null; }, 0); });
-  }
-  return keyPrompt;
+const signIn = $("sign-in");
+const keyInput = $("api-key");
+const signInMessage = $("sign-in-message");
+const account = $("account");
+let signInWait = null;  // one panel however many requests were refused at once: resolves true when a key was accepted
+
+function showAccount() {
+  account.textContent = sessionStorage.getItem(KEY_ITEM) ? "Sign out" : "Sign in";
 }
 
+// the panel; resolves true once the server accepted the key typed, false when dismissed
+function askForKey(message = "") {
+  if (!signInWait) {
+    signInWait = new Promise((resolve) => {
+      signInMessage.textContent = message;
+      keyInput.value = "";
+      const finish = (accepted) => {
+        signIn.removeEventListener("close", onClose);
+        if (signIn.open) signIn.close();
+        signInWait = null;
+        showAccount();
+        resolve(accepted);
+      };
+      const onClose = () => finish(false);
+      signIn.addEventListener("close", onClose);
+      $("sign-in-form").onsubmit = async (event) => {
+        event.preventDefault();
+        const key = keyInput.value.trim();
+        if (!key) return;
+        signInMessage.textContent = "Checking the key…";
+        let response;
+        try {
+          response = await fetch("/v1/collections", { headers: { Authorization: `Bearer ${key}` } });
+        } catch (_) {
+          signInMessage.textContent = "The server cannot be reached; try again.";
+          return;
+        }
+        if (response.status === 401) {
+          signInMessage.textContent = "That key was not accepted. Check it (keys are case-sensitive) and try again.";
+          keyInput.select();
+          return;
+        }
+        sessionStorage.setItem(KEY_ITEM, key);
+        finish(true);
+      };
+      $("sign-in-cancel").onclick = () => finish(false);
+      signIn.showModal();
+      keyInput.focus();
+    });
+  }
+  return signInWait;
+}
+
+account.addEventListener("click", async () => {
+  if (sessionStorage.getItem(KEY_ITEM)) {
+    sessionStorage.removeItem(KEY_ITEM);
+    showAccount();
+    location.reload();
+  } else if (await askForKey()) reloadAll();
+});
+
 // after a 401 of a request sent with `sentWith` (the key stored then, or null): retry at once with a key stored since
-// (another refused request's prompt answered it), else ask for one
+// (another refused request's panel got one), else open the panel
 async function keyForRetry(sentWith) {
   const stored = sessionStorage.getItem(KEY_ITEM);
-  return (stored !== null && stored !== sentWith) || askForKey();
+  if (stored !== null && stored !== sentWith) return true;
+  if (sentWith) sessionStorage.removeItem(KEY_ITEM);
+  return askForKey(sentWith ? "The key of this tab is no longer accepted: sign in again." : "");
 }
 
 // fetch with the API key; on a 401 (the server has an API key) ask for it once, keep it for this tab's session, retry
@@ -54,49 +121,111 @@ async function apiFetch(url, init = {}) {
   return response;
 }
 
+// a refusal as a sentence: the server's error kind and detail, never raw JSON
 async function errorText(response) {
   const text = await response.text();
   try {
     const body = JSON.parse(text);
-    if (response.status === 401) sessionStorage.removeItem(KEY_ITEM);
-    return `${body.error}: ${body.detail}`;
+    if (response.status === 401) return "this server needs an API key: sign in";
+    return `${body.detail || body.error}`;
   } catch (_) {
-    return text;  // not JSON: show as is
+    return text.slice(0, 300);
   }
 }
 
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;  // never innerHTML: answers and passages are untrusted text
-  return node;
-}
+// --- developer detail (tool calls, timings, ids, scores): behind a toggle, remembered ---
+const developer = $("developer");
+function showDeveloper() { document.body.classList.toggle("dev", developer.checked); }
+developer.checked = localStorage.getItem(DEVELOPER_ITEM) === "true";
+showDeveloper();
+developer.addEventListener("change", () => { localStorage.setItem(DEVELOPER_ITEM, String(developer.checked)); showDeveloper(); });
 
-// --- collections: only the key's (GET /v1/collections) ---
+// --- collections: only the key's (GET /v1/collections), and those created here until they hold a document ---
+let serverCollections = new Set();
 async function loadCollections() {
   const response = await apiFetch("/v1/collections");
   if (!response.ok) return;
   const body = await response.json();
-  picker.querySelectorAll("option[value]:not([value=''])").forEach((o) => o.remove());
-  for (const c of body.collections) {
-    const option = el("option", "", `${c.name} (${c.documents})`);
-    option.value = c.name;
+  const chosen = picker.value;
+  serverCollections = new Set(body.collections.map((c) => c.name));
+  const created = readJson(localStorage, CREATED_ITEM, []).filter((name) => !serverCollections.has(name));
+  localStorage.setItem(CREATED_ITEM, JSON.stringify(created));
+  picker.querySelectorAll("option:not([value=''])").forEach((o) => o.remove());
+  const entries = [...body.collections.map((c) => [c.name, `${c.name} (${c.documents})`]), ...created.map((n) => [n, `${n} (new)`])];
+  entries.sort((a, b) => a[0].localeCompare(b[0]));
+  for (const [name, label] of entries) {
+    const option = el("option", "", label);
+    option.value = name;
     picker.appendChild(option);
   }
   picker.firstElementChild.textContent = body.scoped ? "all my collections" : "all collections";
+  if (chosen && entries.some(([name]) => name === chosen)) picker.value = chosen;
+  showTarget();
 }
 
-picker.addEventListener("change", () => { docState.offset = 0; refreshDocuments(); });
+function showTarget() {
+  $("target-name").textContent = picker.value || "default";
+}
 
-// --- conversations: the side list (GET /v1/conversations), open, continue, delete ---
+function rememberCollection() {
+  const id = currentConversation();
+  if (!id) return;
+  const map = readJson(localStorage, COLLECTIONS_ITEM, {});
+  map[id] = picker.value;
+  localStorage.setItem(COLLECTIONS_ITEM, JSON.stringify(map));
+}
+
+picker.addEventListener("change", () => {
+  docState.offset = 0;
+  showTarget();
+  rememberCollection();
+  refreshDocuments();
+});
+
+$("new-collection-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const field = $("new-collection");
+  const name = field.value.trim();
+  if (!/^[a-z0-9][a-z0-9_.-]{0,62}$/.test(name)) {
+    field.setCustomValidity("1-63 characters of a-z, 0-9, _ . -, starting with a letter or digit");
+    field.reportValidity();
+    return;
+  }
+  field.setCustomValidity("");
+  const created = readJson(localStorage, CREATED_ITEM, []);
+  if (!created.includes(name) && !serverCollections.has(name)) created.push(name);
+  localStorage.setItem(CREATED_ITEM, JSON.stringify(created));
+  field.value = "";
+  loadCollections().then(() => {
+    picker.value = name;
+    picker.dispatchEvent(new Event("change"));
+  });
+});
+$("new-collection").addEventListener("input", (event) => event.target.setCustomValidity(""));
+
+// --- conversations: the side list (GET /v1/conversations), open, continue, delete (confirmed) ---
 function currentConversation() { return localStorage.getItem(CONVERSATION_ITEM); }
 
 function showConversation(conversation) {
-  conversationLabel.textContent = conversation ? `conversation: ${conversation.title || "(new)"}` : "";
+  conversationLabel.textContent = conversation ? `Conversation: ${conversation.title || "(new)"}` : "";
   conversationLabel.dataset.id = conversation ? conversation.id : "";
   conversationLabel.dataset.title = conversation ? conversation.title : "";
   for (const item of conversationList.children)
     item.classList.toggle("current", Boolean(conversation) && item.dataset.id === conversation.id);
+}
+
+// a confirmation for something that cannot be undone; resolves true only on the button named after it
+const confirmDialog = $("confirm");
+function confirmDelete(title, text, action) {
+  $("confirm-title").textContent = title;
+  $("confirm-text").textContent = text;
+  $("confirm-ok").textContent = action;
+  confirmDialog.returnValue = "";
+  return new Promise((resolve) => {
+    confirmDialog.addEventListener("close", () => resolve(confirmDialog.returnValue === "ok"), { once: true });
+    confirmDialog.showModal();
+    $("confirm-cancel").focus();  // Enter or Space typed on by mistake cancels
+  });
 }
 
 let conversationCursor = null;
@@ -108,12 +237,15 @@ function conversationItem(c) {
   const open = el("button", "open", c.title || "(untitled)");
   open.type = "button";
   open.title = `${c.title} — ${c.turn_count} turn(s), ${new Date(c.updated_at).toLocaleString()}`;
-  open.addEventListener("click", () => openConversation(c.id));
+  open.addEventListener("click", () => { openConversation(c.id); document.body.classList.remove("sidebar-open"); });
   const remove = el("button", "delete-conversation", "×");
   remove.type = "button";
-  remove.title = "delete this conversation";
-  remove.setAttribute("aria-label", `delete conversation ${c.title}`);
-  remove.addEventListener("click", () => deleteConversation(c.id));
+  remove.title = `Delete conversation “${c.title}”`;
+  remove.setAttribute("aria-label", `Delete conversation “${c.title}”`);
+  remove.addEventListener("click", async () => {
+    const ok = await confirmDelete("Delete this conversation?", `“${c.title || "(untitled)"}” and its ${c.turn_count} turn(s) will be deleted. This cannot be undone.`, "Delete conversation");
+    if (ok) await deleteConversation(c.id);
+  });
   item.append(open, remove);
   return item;
 }
@@ -129,6 +261,7 @@ async function loadConversations(more = false) {
   conversationCursor = body.next_cursor;
   moreConversations.hidden = !body.next_cursor;
   conversationList.dataset.total = body.total;
+  $("no-conversations").hidden = conversationList.children.length > 0;
 }
 moreConversations.addEventListener("click", () => loadConversations(true));
 
@@ -142,13 +275,22 @@ async function openConversation(id) {
   if (!response.ok) return;
   const conversation = await response.json();
   localStorage.setItem(CONVERSATION_ITEM, conversation.id);
-  log.replaceChildren();
+  clearLog();
   showConversation(conversation);
-  for (const stored of conversation.turns) {
-    const { turn, answer } = newTurn(stored.question);
-    turn.classList.add("stored");
-    showResult(turn, answer, stored);
+  const remembered = readJson(localStorage, COLLECTIONS_ITEM, {})[conversation.id];
+  if (remembered !== undefined && remembered !== picker.value &&
+      (remembered === "" || [...picker.options].some((o) => o.value === remembered))) {
+    picker.value = remembered;
+    showTarget();
+    docState.offset = 0;
+    refreshDocuments();
   }
+  for (const stored of conversation.turns) {
+    const parts = newTurn(stored.question);
+    parts.turn.classList.add("stored");
+    showResult(parts, stored);
+  }
+  scrollToEnd(true);
   input.focus();
 }
 
@@ -159,32 +301,58 @@ async function deleteConversation(id) {
   await loadConversations();
 }
 
+function clearLog() {
+  log.querySelectorAll(".turn").forEach((t) => t.remove());
+  $("empty-chat").hidden = false;
+}
+
 function startAfresh() {
   localStorage.removeItem(CONVERSATION_ITEM);
-  log.replaceChildren();
+  clearLog();
   showConversation(null);
 }
 
 $("new-conversation").addEventListener("click", () => { startAfresh(); input.focus(); });
+$("toggle-sidebar").addEventListener("click", (event) => {
+  const open = document.body.classList.toggle("sidebar-open");
+  event.currentTarget.setAttribute("aria-expanded", String(open));
+});
 
 // the id of the page's conversation, created on the first question
 async function conversationId() {
   const stored = currentConversation();
   if (stored) return stored;
   const response = await apiFetch("/v1/conversations", { method: "POST" });
-  if (!response.ok) throw new Error(`cannot start a conversation: HTTP ${response.status} ${await response.text()}`);
+  if (!response.ok) throw new Error(`cannot start a conversation: ${await errorText(response)}`);
   const conversation = await response.json();
   localStorage.setItem(CONVERSATION_ITEM, conversation.id);
+  rememberCollection();
   showConversation(conversation);
   return conversation.id;
 }
 
-// --- answers and citations ---
+// --- the log: follows a streaming answer while the reader is at the bottom, stops when they scroll up ---
+let following = true;
+const jump = $("jump");
+function atBottom() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }
+log.addEventListener("scroll", () => {
+  following = atBottom();
+  jump.hidden = following;
+});
+function scrollToEnd(force = false) {
+  if (force) following = true;
+  if (following) log.scrollTop = log.scrollHeight;
+  jump.hidden = following;
+}
+jump.addEventListener("click", () => { scrollToEnd(true); });
+
+// --- the citation dialog: the passage, its sentence highlighted, and its page image ---
 const dialog = $("passage");
 dialog.addEventListener("close", () => { pageRequest += 1; clearPageImage(); });
 
 let pageImageUrl = null;  // the object URL of the page image shown, revoked when another replaces it
 let pageRequest = 0;  // the latest citation opened: an image that arrives for an earlier one is dropped
+let zoom = 1;
 
 // the doc id as one path segment, "/" sent as %2F (the server decodes it): a doc id with "." or ".." segments
 // ("a/../b.pdf") would otherwise be resolved by the browser into another document's path
@@ -192,19 +360,31 @@ function documentPath(docId) {
   return encodeURIComponent(docId);
 }
 
+function setZoom(value) {
+  zoom = Math.min(4, Math.max(0.5, value));
+  $("passage-image").style.setProperty("--zoom", String(zoom));
+}
+$("zoom-in").addEventListener("click", () => setZoom(zoom * 1.25));
+$("zoom-out").addEventListener("click", () => setZoom(zoom / 1.25));
+$("zoom-fit").addEventListener("click", () => setZoom(1));
+
 function clearPageImage() {
   const figure = $("passage-page");
   figure.hidden = true;
   $("passage-image").removeAttribute("src");
+  $("open-page").removeAttribute("href");
   $("passage-page-note").textContent = "";
   if (pageImageUrl) URL.revokeObjectURL(pageImageUrl);
   pageImageUrl = null;
+  setZoom(1);
 }
 
-// the cited page rendered by the server with the passage's lines highlighted (GET /v1/documents/{id}/pages/{n}):
-// fetched with the API key, shown from an object URL
-async function showPageImage(c, request) {
-  const url = `/v1/documents/${documentPath(c.doc_id)}/pages/${c.page}?chunk=${encodeURIComponent(c.chunk_id)}`;
+// the cited page rendered by the server with the passage's (or only the supporting sentence's) lines highlighted
+// (GET /v1/documents/{id}/pages/{n}, `span=` for a sentence): fetched with the API key, shown from an object URL
+async function showPageImage(c, request, evidence = null) {
+  let url = `/v1/documents/${documentPath(c.doc_id)}/pages/${c.page}?chunk=${encodeURIComponent(c.chunk_id)}`;
+  if (evidence && evidence.passage_span) url += `&span=${evidence.passage_span[0]},${evidence.passage_span[1]}`;
+  const what = evidence ? "the supporting sentence" : "the cited passage";
   const figure = $("passage-page");
   figure.hidden = false;
   $("passage-page-note").textContent = `page ${c.page}, loading…`;
@@ -218,69 +398,329 @@ async function showPageImage(c, request) {
   if (request !== pageRequest) return;
   pageImageUrl = URL.createObjectURL(blob);
   const image = $("passage-image");
-  image.alt = `page ${c.page} of ${c.doc_id}, the cited passage highlighted`;
+  image.alt = `page ${c.page} of ${c.doc_id}, ${what} highlighted`;
   image.src = pageImageUrl;
-  $("passage-page-note").textContent = `page ${c.page}, the cited passage highlighted`;
+  $("open-page").href = pageImageUrl;
+  $("passage-page-note").textContent = `page ${c.page}, ${what} highlighted`;
 }
 
-function openPassage(c) {
+// the passage of citation `c` in the dialog; with `evidence` (a support sentence's), opened on that sentence: it alone
+// highlighted in the passage text (its `passage_span`) and on the page image (`span=` of the page route)
+function openPassage(c, evidence = null) {
   $("passage-title").textContent = c.title || c.doc_id;
   const where = [`doc ${c.doc_id}`];
   if (c.page !== null && c.page !== undefined) where.push(`page ${c.page}`);
   if (c.section && c.section.length) where.push(`section ${c.section.join(" › ")}`);
   where.push(`passage [${c.passage}]`);
-  if (c.span) where.push(`characters ${c.span[0]}–${c.span[1]}`);
+  const span = evidence ? evidence.span : c.span;
+  if (span) where.push(`characters ${span[0]}–${span[1]}`);
   $("passage-where").textContent = where.join(" · ");
   const text = $("passage-text");
   text.replaceChildren();
-  if (c.text) text.appendChild(el("mark", "passage-span", c.text));  // the cited span, highlighted
+  if (c.text && evidence && evidence.passage_span) {  // the supporting sentence highlighted inside its passage
+    const [start, end] = evidence.passage_span;
+    text.append(c.text.slice(0, start), el("mark", "passage-span sentence-span", c.text.slice(start, end)), c.text.slice(end));
+  } else if (c.text) text.appendChild(el("mark", "passage-span", c.text));  // the cited span, highlighted
   else text.textContent = "(the passage text was not recorded for this answer)";
   dialog.dataset.docId = c.doc_id;
   pageRequest += 1;
   clearPageImage();
-  if (c.boxes && c.boxes.length && c.page !== null && c.page !== undefined) {
-    showPageImage(c, pageRequest).catch((error) => {
+  const boxes = evidence ? evidence.boxes : c.boxes;
+  if (boxes && boxes.length && c.page !== null && c.page !== undefined) {
+    showPageImage(c, pageRequest, evidence).catch((error) => {
       $("passage-page-note").textContent = `page image unavailable (${error.message})`;
     });
   }
   dialog.showModal();
+  text.focus();  // not the close button: the key that opened the dialog must not close it
+  const mark = text.querySelector(".sentence-span");
+  if (mark) mark.scrollIntoView({ block: "nearest" });
 }
 
-function showResult(turn, answer, result) {
-  answer.textContent = result.answer;
+// a control that acts on a click, Enter and Space (the keys never reach the dialog it opens)
+function activate(node, action) {
+  node.addEventListener("click", (event) => { event.stopPropagation(); action(); });
+  node.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      event.stopPropagation();
+      action();
+    }
+  });
+}
+
+// --- answers: Markdown (a safe subset, built as DOM nodes), support labels, `[n]` chips ---
+const MARKER = /\[(\d+)\]/g;
+const INLINE = /(\*\*[^*\n]+?\*\*|__[^_\n]+?__|\*[^*\s][^*\n]*?\*|`[^`\n]+`|\[\d+\])/g;
+
+// `text` into `parent`: **bold**, *italic*, `code`, and each `[n]` marker of a cited passage as a chip that opens it
+// (on `evidence` when it is that passage's). Inside a focusable sentence the chips are not focusable themselves (the
+// sentence is the control). Everything else is text.
+function appendInline(parent, text, ctx, evidence = null, inSentence = false) {
+  let at = 0;
+  for (const match of text.matchAll(INLINE)) {
+    const token = match[0];
+    let node = null;
+    if (token.startsWith("[")) {
+      const c = ctx.byNumber.get(Number(token.slice(1, -1)));
+      if (c) node = chip(c, token, evidence && evidence.passage === c.passage ? evidence : null, inSentence);
+    } else if (token.startsWith("`")) node = el("code", "", token.slice(1, -1));
+    else if (token.startsWith("**") || token.startsWith("__")) {
+      node = el("strong");
+      appendInline(node, token.slice(2, -2), ctx, evidence, inSentence);
+    } else {
+      node = el("em");
+      appendInline(node, token.slice(1, -1), ctx, evidence, inSentence);
+    }
+    if (!node) continue;
+    if (match.index > at) parent.append(text.slice(at, match.index));
+    parent.appendChild(node);
+    at = match.index + token.length;
+  }
+  if (at < text.length) parent.append(text.slice(at));
+}
+
+function chip(c, token, opensOn, inSentence) {
+  const node = el(inSentence ? "span" : "button", "chip", token);
+  if (!inSentence) node.type = "button";
+  node.dataset.passage = c.passage;
+  node.title = `open passage ${token}: ${c.title || c.doc_id}`;
+  if (!inSentence) node.setAttribute("aria-label", node.title);
+  activate(node, () => openPassage(c, opensOn));
+  return node;
+}
+
+const LABELS = { SUPPORT: "supported", CONTRADICT: "contradicted", NOT_ENOUGH_INFO: "unsupported" };
+
+// what a sentence's mark says (its tooltip and accessible name)
+function sentenceNote(s) {
+  const passage = s.evidence ? ` [${s.evidence.passage}]` : "";
+  if (s.quote) return `quoted from the documents${passage}`;
+  if (s.label === "CONTRADICT") return `contradicted by${passage || " the documents"}`;
+  if (s.label === "NOT_ENOUGH_INFO") return "not supported by the documents";
+  return `supported by${passage || " the documents"}`;
+}
+
+// one sentence (or the part of it inside one Markdown block), marked with its support label; the first part of a
+// sentence with evidence opens the dialog on that sentence
+function sentenceNode(text, s, ctx, first) {
+  const node = el("span", `sentence ${LABELS[s.label] || ""}${s.quote ? " quote" : ""}`);
+  node.dataset.label = s.label;
+  node.dataset.index = s.index;
+  const note = sentenceNote(s);
+  node.title = note;
+  const c = s.evidence ? ctx.byNumber.get(s.evidence.passage) : null;
+  appendInline(node, text, ctx, s.evidence, Boolean(c) && first);
+  if (c && first) {  // named by its own text and the note (read by screen readers, drawn by ::after for the eye)
+    node.tabIndex = 0;
+    node.setAttribute("role", "button");
+    node.appendChild(el("span", "sr-only", ` (${note}; open the evidence)`));
+    activate(node, () => openPassage(c, s.evidence));
+  } else if (s.label !== "SUPPORT" && first) {
+    node.appendChild(el("span", "sr-only", ` (${note})`));
+  }
+  return node;
+}
+
+// the characters [a, b) of the answer into `parent`, cut by the support report's sentences
+function appendRange(parent, text, a, b, ctx) {
+  let at = a;
+  for (const s of ctx.sentences) {
+    const start = Math.max(s.span[0], a);
+    const end = Math.min(s.span[1], b);
+    if (end <= start || start < at) continue;
+    if (start > at) appendInline(parent, text.slice(at, start), ctx);
+    const first = !ctx.shown.has(s.index);
+    ctx.shown.add(s.index);
+    parent.appendChild(sentenceNode(text.slice(start, end), s, ctx, first));
+    at = end;
+  }
+  if (at < b) appendInline(parent, text.slice(at, b), ctx);
+}
+
+// the answer's Markdown blocks: paragraphs, headings, bullet and numbered lists, fenced code; each with the offsets
+// of its text in the answer (so that support spans still point into it)
+function blocks(text) {
+  const out = [];
+  let paragraph = null;
+  let code = null;
+  let at = 0;
+  for (const line of text.split("\n")) {
+    const start = at;
+    const end = at + line.length;
+    at = end + 1;
+    if (code) {
+      if (/^\s*```/.test(line)) { out.push(code); code = null; } else code.lines.push(line);
+      continue;
+    }
+    if (/^\s*```/.test(line)) { paragraph = null; code = { type: "code", lines: [] }; continue; }
+    if (!line.trim()) { paragraph = null; continue; }
+    let m;
+    if ((m = /^(#{1,6})\s+/.exec(line))) {
+      paragraph = null;
+      out.push({ type: "h", start: start + m[0].length, end });
+    } else if ((m = /^\s*([-*+]|\d{1,3}[.)])\s+/.exec(line))) {
+      paragraph = null;
+      const type = /\d/.test(m[1]) ? "ol" : "ul";
+      const last = out[out.length - 1];
+      const item = { start: start + m[0].length, end, number: parseInt(m[1], 10) };
+      if (last && last.type === type && last.open) last.items.push(item);
+      else out.push({ type, open: true, items: [item] });
+    } else if (paragraph) {
+      paragraph.end = end;
+    } else {
+      const last = out[out.length - 1];
+      if (last && (last.type === "ul" || last.type === "ol") && last.open && /^\s+/.test(line)) {
+        last.items[last.items.length - 1].end = end;  // a list item's continuation line
+        continue;
+      }
+      if (last) last.open = false;
+      paragraph = { type: "p", start, end };
+      out.push(paragraph);
+    }
+  }
+  if (code) out.push(code);
+  return out;
+}
+
+// the answer: Markdown blocks, its sentences marked by the support report when there is one, `[n]` markers as chips
+function renderAnswer(answer, result) {
+  answer.replaceChildren();
+  answer.classList.remove("streaming");
+  const report = result.support;
+  const text = result.answer || "";
+  const ctx = {
+    byNumber: new Map((result.citations || []).map((c) => [c.passage, c])),
+    sentences: report && report.sentences ? report.sentences.filter((s) => s.span[1] <= text.length) : [],
+    shown: new Set(),
+  };
+  for (const block of blocks(text)) {
+    if (block.type === "code") {
+      const pre = el("pre");
+      pre.appendChild(el("code", "", block.lines.join("\n")));
+      answer.appendChild(pre);
+    } else if (block.type === "ul" || block.type === "ol") {
+      const list = el(block.type);
+      if (block.type === "ol" && block.items[0].number > 1) list.start = block.items[0].number;
+      for (const item of block.items) {
+        const li = el("li");
+        appendRange(li, text, item.start, item.end, ctx);
+        list.appendChild(li);
+      }
+      answer.appendChild(list);
+    } else {
+      const node = el(block.type === "h" ? "h4" : "p");
+      appendRange(node, text, block.start, block.end, ctx);
+      answer.appendChild(node);
+    }
+  }
+}
+
+// "3 of 4 sentences supported", with contradictions, removals, repeats and quotes
+function supportSummary(report) {
+  const sentences = report.sentences;
+  if (report.extractive) {
+    return `no sentence of the generated answer is supported: ${sentences.filter((s) => s.quote).length} quote(s) from the documents instead`;
+  }
+  const supported = sentences.filter((s) => s.supported).length;
+  const parts = [`${supported} of ${sentences.length} sentence${sentences.length === 1 ? "" : "s"} supported`];
+  const contradicted = sentences.filter((s) => s.label === "CONTRADICT").length;
+  if (contradicted) parts.push(`${contradicted} contradicted`);
+  if (report.removed) parts.push(`${report.removed} unsupported removed`);
+  if (report.repeated) parts.push(`${report.repeated} repeated collapsed`);
+  if (report.repointed) parts.push(`${report.repointed} citation(s) re-pointed`);
+  return parts.join(", ");
+}
+
+// the sources: one line per document (in order of first citation), its passages as chips that open them
+function sourcesList(citations) {
+  const list = el("ul", "sources");
+  list.setAttribute("aria-label", "Sources");
+  const byDoc = new Map();
+  for (const c of citations) {
+    if (!byDoc.has(c.doc_id)) byDoc.set(c.doc_id, []);
+    byDoc.get(c.doc_id).push(c);
+  }
+  for (const [docId, passages] of byDoc) {
+    const item = el("li", "source");
+    item.dataset.docId = docId;
+    item.appendChild(el("span", "source-title", passages[0].title || docId));
+    const pages = [...new Set(passages.map((c) => c.page).filter((p) => p !== null && p !== undefined))];
+    if (pages.length) item.appendChild(el("span", "where", `p. ${pages.join(", ")}`));
+    for (const c of passages) {
+      const button = el("button", "citation", `[${c.passage}]`);
+      button.type = "button";
+      button.dataset.docId = c.doc_id;
+      button.dataset.passage = c.passage;
+      button.setAttribute("aria-label", `open passage [${c.passage}] of ${c.title || c.doc_id}`);
+      activate(button, () => openPassage(c));
+      item.appendChild(button);
+      const score = typeof c.score === "number" ? ` score ${c.score.toFixed(3)}` : "";
+      item.appendChild(el("span", "meta dev-only", `${c.chunk_id}${score}`));
+    }
+    item.appendChild(el("span", "sr-only dev-only", `doc ${docId}`));
+    list.appendChild(item);
+  }
+  return list;
+}
+
+async function copyText(text, note) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (_) {  // no clipboard permission (an insecure origin): a hidden text area and the copy command
+    const area = el("textarea");
+    area.value = text;
+    area.setAttribute("aria-hidden", "true");
+    area.style.position = "fixed";
+    area.style.opacity = "0";
+    document.body.appendChild(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  note.textContent = "Copied";
+  setTimeout(() => { note.textContent = "Copy"; }, 1500);
+}
+
+function showResult(parts, result) {
+  const { turn, answer } = parts;
+  renderAnswer(answer, result);
   if (result.refused) answer.classList.add("refused");
+  if (result.support && result.support.sentences && result.support.sentences.length) {
+    const summary = el("div", "support-summary", supportSummary(result.support));
+    summary.dataset.supported = result.support.sentences.filter((s) => s.supported).length;
+    answer.after(summary);
+  }
   if (result.truncated) turn.appendChild(el("div", "meta truncated", "answer cut short: the model reached its output limit"));
   if (result.dropped_passages && result.dropped_passages.length)
     turn.appendChild(el("div", "meta", `${result.dropped_passages.length} lower-ranked passages left out to fit the model's context window`));
-  if (result.citations.length) {
-    const list = el("ol", "citations");
-    for (const c of result.citations) {
-      const where = c.location ? ` — ${c.location}` : "";
-      const score = typeof c.score === "number" ? `, score ${c.score.toFixed(4)}` : "";
-      const item = el("li", "citation", `[${c.passage}] doc ${c.doc_id} (${c.chunk_id}${score}) ${c.title}${where}`);
-      item.dataset.docId = c.doc_id;
-      item.tabIndex = 0;
-      item.title = "show the cited passage";
-      item.addEventListener("click", () => openPassage(c));
-      item.addEventListener("keydown", (event) => { if (event.key === "Enter") openPassage(c); });
-      list.appendChild(item);
-    }
-    turn.appendChild(list);
-  } else {
-    turn.appendChild(el("div", "meta", result.refused ? "no sources: the documents do not cover this" : "no sources cited"));
-  }
+  if (result.citations.length) turn.appendChild(sourcesList(result.citations));
+  else turn.appendChild(el("div", "meta", result.refused ? "no sources: the documents do not cover this" : "no sources cited"));
+  const actions = el("div", "turn-actions");
+  const copy = el("button", "copy", "Copy");
+  copy.type = "button";
+  copy.setAttribute("aria-label", "Copy the answer");
+  copy.addEventListener("click", () => copyText(result.answer, copy));
+  const again = el("button", "regenerate", "Regenerate");
+  again.type = "button";
+  again.setAttribute("aria-label", "Regenerate the answer");
+  again.addEventListener("click", () => submit(parts.question));
+  actions.append(copy, again);
+  turn.appendChild(actions);
   const t = result.timings_ms;
-  if (t) turn.appendChild(el("div", "meta", Object.keys(t).map((k) => `${k} ${Math.round(t[k])} ms`).join(", ")));
+  const ids = result.conversation_id ? ` · conversation ${result.conversation_id}` : "";
+  if (t) turn.appendChild(el("div", "meta timings dev-only", Object.keys(t).map((k) => `${k} ${Math.round(t[k])} ms`).join(", ") + ids));
 }
 
 function newTurn(question) {
+  $("empty-chat").hidden = true;
   const turn = el("div", "turn");
   turn.appendChild(el("div", "question", question));
-  const activity = el("div", "activities");
+  const activity = el("div", "activities dev-only");
   const answer = el("div", "answer");
   turn.append(activity, answer);
   log.appendChild(turn);
-  return { turn, activity, answer };
+  return { turn, activity, answer, question };
 }
 
 // after a reload: the stored turns of the page's conversation (question, answer, sources)
@@ -289,26 +729,10 @@ async function restoreConversation() {
   if (id) await openConversation(id);
 }
 
-async function ask(question, policy) {
-  const { turn, activity, answer } = newTurn(question);
-  const body = { question, conversation_id: await conversationId() };
-  if (policy) body.policy = policy;
-  if (picker.value) body.collections = [picker.value];
-  const send = () => apiFetch("/v1/ask/stream", {
-    method: "POST",
-    headers: { "Content-Type": "application/json", "Accept": "text/event-stream" },
-    body: JSON.stringify(body),
-  });
-  let response = await send();
-  if (response.status === 404) {  // the conversation was deleted elsewhere: go on in a new one
-    localStorage.removeItem(CONVERSATION_ITEM);
-    body.conversation_id = await conversationId();
-    response = await send();
-  }
-  if (!response.ok) {
-    answer.appendChild(el("div", "error", `error: HTTP ${response.status} ${await errorText(response)}`));
-    return;
-  }
+let running = null;  // the AbortController of the answer streaming now
+
+// blocks of a `text/event-stream` body as (event, payload) pairs
+async function* events(response) {
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
@@ -326,40 +750,118 @@ async function ask(question, policy) {
         if (line.startsWith("event:")) event = line.slice(6).trim();
         else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
       }
-      if (!data.length) continue;
-      const payload = JSON.parse(data.join("\n"));
-      if (event === "text") answer.textContent += payload.text;
-      else if (event === "restart") answer.textContent = "";
+      if (data.length) yield [event, JSON.parse(data.join("\n"))];
+    }
+  }
+}
+
+async function ask(question, policy, signal) {
+  const parts = newTurn(question);
+  const { turn, activity, answer } = parts;
+  scrollToEnd(true);
+  const body = { question, conversation_id: await conversationId() };
+  if (policy) body.policy = policy;
+  if (picker.value) body.collections = [picker.value];
+  const send = () => apiFetch("/v1/ask/stream", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "Accept": "text/event-stream" },
+    body: JSON.stringify(body),
+    signal,
+  });
+  let response;
+  try {
+    response = await send();
+    if (response.status === 404) {  // the conversation was deleted elsewhere: go on in a new one
+      localStorage.removeItem(CONVERSATION_ITEM);
+      body.conversation_id = await conversationId();
+      response = await send();
+    }
+    if (!response.ok) {
+      answer.appendChild(el("div", "error", `The server refused the question: ${await errorText(response)}`));
+      return;
+    }
+    let streamed = "";
+    answer.classList.add("streaming");
+    for await (const [event, payload] of events(response)) {
+      if (event === "text") { streamed += payload.text; answer.textContent = streamed; }
+      else if (event === "restart") { streamed = ""; answer.textContent = ""; }
       else if (event === "tool_call") activity.appendChild(el("div", "activity", `→ ${payload.tool} ${JSON.stringify(payload.args)}`));
       else if (event === "tool_result") activity.appendChild(el("div", "activity", `← ${payload.tool}: ${payload.summary}`));
       else if (event === "result") {
-        showResult(turn, answer, payload);
+        showResult(parts, payload);
         if (!conversationLabel.dataset.title)  // the server names a new conversation after its first question
           showConversation({ id: payload.conversation_id, title: question.slice(0, 80) });
         loadConversations();
       }
       else if (event === "error") answer.appendChild(el("div", "error", `error (${payload.error}): ${payload.detail}`));
+      scrollToEnd();
     }
+  } catch (err) {
+    if (err.name !== "AbortError") throw err;
+    answer.classList.remove("streaming");
+    turn.classList.add("stopped-turn");
+    turn.appendChild(el("div", "stopped", "Stopped: the answer was cancelled."));
+    const actions = el("div", "turn-actions");
+    const again = el("button", "regenerate", "Regenerate");
+    again.type = "button";
+    again.addEventListener("click", () => submit(question));
+    actions.appendChild(again);
+    turn.appendChild(actions);
+  }
+  scrollToEnd();
+}
+
+async function submit(question) {
+  if (running || !question) return;
+  running = new AbortController();
+  button.hidden = true;
+  stopButton.hidden = false;
+  try {
+    await ask(question, $("policy").value, running.signal);
+  } catch (err) {
+    log.appendChild(el("div", "turn error", `error: ${err.message || err}`));
+  } finally {
+    running = null;
+    stopButton.hidden = true;
+    button.hidden = false;
+    input.focus();
   }
 }
 
-form.addEventListener("submit", async (event) => {
+stopButton.addEventListener("click", () => { if (running) running.abort(); });
+form.addEventListener("submit", (event) => {
   event.preventDefault();
   const question = input.value.trim();
-  if (!question) return;
+  if (!question || running) return;
   input.value = "";
-  button.disabled = true;
-  try {
-    await ask(question, $("policy").value);
-  } catch (err) {
-    log.appendChild(el("div", "turn error", `error: ${err}`));
-  } finally {
-    button.disabled = false;
-    input.focus();
+  fitQuestion();
+  submit(question);
+});
+// Enter asks, Shift+Enter starts a new line; the box grows with its text
+input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    form.requestSubmit();
   }
 });
+function fitQuestion() {
+  input.style.height = "auto";
+  input.style.height = `${input.scrollHeight + 2}px`;
+}
+input.addEventListener("input", fitQuestion);
 
-// --- documents: paged (50 a page) and searchable by title or id, with delete ---
+// --- documents: a drawer, paged (50 a page) and searchable by title or id, deletes confirmed ---
+const library = $("library");
+const openLibrary = $("open-library");
+function showLibrary(open) {
+  library.hidden = !open;
+  openLibrary.setAttribute("aria-expanded", String(open));
+  if (open) $("close-library").focus(); else openLibrary.focus();
+}
+openLibrary.addEventListener("click", () => showLibrary(library.hidden));
+$("close-library").addEventListener("click", () => showLibrary(false));
+library.addEventListener("keydown", (event) => { if (event.key === "Escape") showLibrary(false); });
+
 const docsBody = document.querySelector("#docs tbody");
 const search = $("doc-search");
 const pageInfo = $("page-info");
@@ -373,6 +875,19 @@ function documentsUrl() {
   return `/v1/documents?${params}`;
 }
 
+async function deleteDocument(d) {
+  const title = d.title || d.doc_id;
+  const ok = await confirmDelete(
+    "Delete this document?",
+    `“${title}” (${d.doc_id}) will be deleted from collection ${d.collection} for everyone who searches it, with its ${d.chunks} chunk(s). This cannot be undone.`,
+    "Delete document",
+  );
+  if (!ok) return;
+  const params = new URLSearchParams({ collection: d.collection });
+  await apiFetch(`/v1/documents/${encodeURIComponent(d.doc_id)}?${params}`, { method: "DELETE" });
+  await Promise.all([refreshDocuments(), loadCollections()]);
+}
+
 async function refreshDocuments() {
   const mine = ++docsRequest;  // a slower earlier answer never overwrites a later one
   const response = await apiFetch(documentsUrl());
@@ -384,25 +899,26 @@ async function refreshDocuments() {
     docState.offset = Math.max(0, Math.floor((body.total - 1) / PAGE_SIZE) * PAGE_SIZE);
     return refreshDocuments();
   }
-  docsBody.replaceChildren();
+  const rows = document.createDocumentFragment();
   for (const d of body.documents) {
     const row = document.createElement("tr");
     row.className = "doc";
     row.dataset.docId = d.doc_id;
+    row.appendChild(el("td", "doc-title", d.title || d.doc_id));
     row.appendChild(el("td", "doc-id", d.doc_id));
-    row.appendChild(el("td", "doc-title", d.title));
-    row.appendChild(el("td", "", `${d.chunks} chunks`));
+    row.appendChild(el("td", "chunks", String(d.chunks)));
     const cell = document.createElement("td");
-    const remove = el("button", "delete", "Delete");
-    remove.addEventListener("click", async () => {
-      const params = new URLSearchParams({ collection: d.collection });
-      await apiFetch(`/v1/documents/${encodeURIComponent(d.doc_id)}?${params}`, { method: "DELETE" });
-      await refreshDocuments();
-    });
+    const remove = el("button", "delete", "Delete…");
+    remove.type = "button";
+    remove.setAttribute("aria-label", `Delete document “${d.title || d.doc_id}”`);
+    remove.addEventListener("click", () => deleteDocument(d));
     cell.appendChild(remove);
     row.appendChild(cell);
-    docsBody.appendChild(row);
+    rows.appendChild(row);
   }
+  docsBody.replaceChildren(rows);
+  $("no-documents").hidden = body.total > 0;
+  $("no-documents").textContent = docState.q ? `No document matches “${docState.q}”.` : "No documents here yet: drop files above to add some.";
   const pages = Math.max(1, Math.ceil(body.total / PAGE_SIZE));
   const page = Math.floor(docState.offset / PAGE_SIZE) + 1;
   const first = body.total ? docState.offset + 1 : 0;
@@ -428,7 +944,7 @@ search.addEventListener("input", () => {
   searchTimer = setTimeout(() => { docState.q = search.value.trim(); goToOffset(0); }, 200);
 });
 
-// --- uploads: one ingestion job per drop or pick, its progress and each file's result ---
+// --- uploads: one ingestion job per drop or pick, its progress and each file's result; running jobs after a reload ---
 const drop = $("drop");
 const filePicker = $("files");
 const jobs = $("jobs");
@@ -452,7 +968,8 @@ function sendFiles(data, onProgress) {  // XMLHttpRequest: fetch reports no uplo
 
 function describeJob(job) {
   const errors = job.errors.map((e) => `${e.file}: ${e.error}`).join("; ");
-  return `job ${job.id}: ${job.status}, ${job.files_done}/${job.files_total} files, ${job.chunks} chunks` +
+  const into = job.collection ? ` into ${job.collection}` : "";
+  return `job ${job.id}${into}: ${job.status}, ${job.files_done}/${job.files_total} files, ${job.chunks} chunks` +
     (errors ? ` — errors: ${errors}` : "");
 }
 
@@ -460,7 +977,7 @@ function describeJob(job) {
 function showFiles(list, names, job) {
   const finished = job.status === "done" || job.status === "failed";
   names.forEach((name, i) => {
-    const item = list.children[i];
+    const item = list.children[i] || list.appendChild(el("li", "job-file"));
     const error = job.errors.find((e) => e.file === name || name.endsWith(`/${e.file}`) || name === `${job.prefix}${e.file}`);
     let state = "queued";
     if (error) state = "error";
@@ -472,56 +989,81 @@ function showFiles(list, names, job) {
   });
 }
 
+function jobBox(text) {
+  const box = el("div", "job");
+  const line = el("div", "job-line", text);
+  const bar = el("progress", "job-progress");
+  bar.max = 1;
+  bar.value = 0;
+  bar.setAttribute("aria-label", "progress");
+  const list = el("ul", "job-files");
+  box.append(line, bar, list);
+  jobs.prepend(box);
+  return { box, line, bar, list };
+}
+
+// polls a job until it ends, drawing its progress into `view`
+async function follow(view, statusUrl, names) {
+  for (;;) {
+    const reply = await apiFetch(statusUrl);
+    if (reply.ok) {
+      const status = await reply.json();
+      view.line.textContent = describeJob(status);
+      view.box.dataset.status = status.status;
+      view.box.dataset.job = status.id;
+      view.bar.max = Math.max(1, status.files_total);
+      view.bar.value = status.files_done;
+      if (names) showFiles(view.list, names, status);
+      if (status.status === "done" || status.status === "failed") break;
+    } else if (reply.status === 404) break;
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  await Promise.all([refreshDocuments(), loadCollections()]);
+}
+
 async function upload(fileList) {
   const files = Array.from(fileList);
   if (!files.length) return;
   const data = new FormData();
   for (const f of files) data.append("files", f, f.name);
   if (picker.value) data.append("collection", picker.value);
-  const box = el("div", "job");
-  const line = el("div", "job-line", `uploading ${files.length} file(s)…`);
-  const bar = el("progress", "job-progress");
-  bar.max = 1;
-  bar.value = 0;
-  const list = el("ul", "job-files");
+  const view = jobBox(`uploading ${files.length} file(s) to ${picker.value || "default"}…`);
   for (const f of files) {
     const item = el("li", "job-file", `${f.name}: uploading`);
     item.dataset.state = "uploading";
-    list.appendChild(item);
+    view.list.appendChild(item);
   }
-  box.append(line, bar, list);
-  jobs.prepend(box);
   let response;
   const sentWith = sessionStorage.getItem(KEY_ITEM);
   try {
-    response = await sendFiles(data, (fraction) => { bar.value = fraction * 0.1; });
+    response = await sendFiles(data, (fraction) => { view.bar.value = fraction * 0.1; });
   } catch (err) {
-    box.classList.add("error");
-    line.textContent = `upload failed: ${err.message}`;
+    view.box.classList.add("error");
+    view.line.textContent = `upload failed: ${err.message}`;
     return;
   }
   if (response.status === 401 && await keyForRetry(sentWith)) response = await sendFiles(data, () => {});
   if (response.status !== 202) {
-    box.classList.add("error");
-    box.dataset.status = "refused";
-    line.textContent = `upload refused: HTTP ${response.status} ${response.body.detail || ""}`;
+    view.box.classList.add("error");
+    view.box.dataset.status = "refused";
+    view.line.textContent = `upload refused: ${response.body.detail || `HTTP ${response.status}`}`;
     return;
   }
-  const accepted = response.body;
-  for (;;) {
-    const reply = await apiFetch(accepted.status_url);
-    if (reply.ok) {
-      const status = await reply.json();
-      line.textContent = describeJob(status);
-      box.dataset.status = status.status;
-      bar.max = Math.max(1, status.files_total);
-      bar.value = status.files_done;
-      showFiles(list, accepted.files, status);
-      if (status.status === "done" || status.status === "failed") break;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 500));
+  await follow(view, response.body.status_url, response.body.files);
+}
+
+// after a reload: the jobs still queued or running (GET /v1/jobs), followed to their end
+async function resumeJobs() {
+  const response = await apiFetch("/v1/jobs?limit=20");
+  if (!response.ok) return;
+  const body = await response.json();
+  for (const job of (body.jobs || []).reverse()) {
+    if (job.status !== "queued" && job.status !== "running") continue;
+    if (jobs.querySelector(`.job[data-job="${CSS.escape(String(job.id))}"]`)) continue;
+    const view = jobBox(describeJob(job));
+    view.box.dataset.job = job.id;
+    follow(view, `/v1/jobs/${job.id}`, null);
   }
-  await Promise.all([refreshDocuments(), loadCollections()]);
 }
 
 filePicker.addEventListener("change", () => { upload(filePicker.files); filePicker.value = ""; });
@@ -533,10 +1075,17 @@ drop.addEventListener("drop", (event) => {
   upload(event.dataTransfer.files);
 });
 
+function reloadAll() {
+  return Promise.all([loadCollections(), loadConversations(), refreshDocuments(), restoreConversation()]);
+}
+
+showAccount();
 // settled: every first read answered and drawn (the page-settle benchmark reads `window.pageSettledMs`)
-Promise.all([loadCollections(), loadConversations(), refreshDocuments(), restoreConversation()])
+const collectionsLoaded = loadCollections();
+Promise.all([collectionsLoaded, loadConversations(), refreshDocuments(), collectionsLoaded.then(restoreConversation)])
   .catch(() => {})
   .finally(() => {
     window.pageSettledMs = performance.now();
     document.body.dataset.settled = "true";
+    resumeJobs().catch(() => {});
   });

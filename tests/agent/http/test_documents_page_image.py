@@ -104,6 +104,9 @@ async def test_a_page_comes_back_as_a_png_of_the_page_size_at_the_scale(
     for encoded in ("scan%2Freport.pdf", "scans%2F..%2Freport.pdf"):  # the web page sends the id whole, "/" as %2F
         whole = await get(client, tokens["manuals"], f"/v1/documents/{encoded}/pages/1?scale=1")
         assert whole.status_code == 200 and Image.open(io.BytesIO(whole.content)).size == (200, 100), whole.text
+    sentence = "/v1/documents/scan/report.pdf/pages/1?chunk=manuals::scan/report.pdf%230&span=4,16&scale=1"
+    narrowed = await get(client, tokens["manuals"], sentence)  # a sentence of the chunk (its `passage_span`)
+    assert narrowed.status_code == 200 and Image.open(io.BytesIO(narrowed.content)).size == (200, 100), narrowed.text
     image = await get(client, tokens["manuals"], "/v1/documents/scan.tiff/pages/2?scale=1.5")  # an image's frame
     assert image.status_code == 200, image.text
     frame = Image.open(io.BytesIO(image.content))
@@ -137,6 +140,25 @@ async def test_another_collection_s_key_reads_the_document_as_missing(
         ("/v1/documents/deleted.pdf/pages/1?collection=manuals", 404, "document_not_found", "not stored"),
         ("/v1/documents/scan/report.pdf/pages/1?scale=9", 422, "bad_request", "scale"),
         ("/v1/documents/scan/report.pdf/pages/0", 422, "bad_request", "n"),
+        (
+            "/v1/documents/scan/report.pdf/pages/1?chunk=manuals::scan/report.pdf%230&span=4-9",
+            422,
+            "bad_request",
+            "query.span",
+        ),
+        (
+            "/v1/documents/scan/report.pdf/pages/1?chunk=manuals::scan/report.pdf%230&span=9,4",
+            422,
+            "bad_request",
+            "span 9,4 is outside",
+        ),
+        (
+            "/v1/documents/scan/report.pdf/pages/1?chunk=manuals::scan/report.pdf%230&span=4,34",
+            422,
+            "bad_request",
+            "(33 characters)",
+        ),
+        ("/v1/documents/scan/report.pdf/pages/1?span=0,4", 422, "bad_request", "span needs chunk"),
     ],
 )
 async def test_each_refusal_names_its_cause(

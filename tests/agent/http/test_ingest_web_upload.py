@@ -58,8 +58,13 @@ async def test_files_picked_or_dropped_are_ingested_listed_and_deleted(served: R
             dropped = page.locator(".job").first
             await expect(dropped).to_contain_text("1/1 files", timeout=JOB_TIMEOUT_MS)
             await expect(rows).to_have_count(3)
+            title = page.locator("tr.doc[data-doc-id='readme.txt'] .doc-title")
+            await expect(title).to_have_text("readme")  # its file's name, not the worker's staged 000001
 
+            await page.click("#open-library")
             await page.locator("tr.doc[data-doc-id='notes.md'] button.delete").click()
+            await expect(page.locator("#confirm-ok")).to_have_text("Delete document")
+            await page.click("#confirm-ok")
             await expect(rows).to_have_count(2)
             await expect(page.locator("tr.doc[data-doc-id='notes.md']")).to_have_count(0)
         finally:

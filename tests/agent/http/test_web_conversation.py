@@ -49,7 +49,7 @@ async def test_the_page_keeps_the_conversation_across_turns_and_reloads() -> Non
                 await expect(turns.nth(0).locator(".question")).to_have_text(SUBJECT)
                 await expect(turns.nth(1).locator(".question")).to_have_text(FOLLOW_UP)
                 await expect(turns.nth(1).locator(".answer")).to_have_text("It raises homocysteine [1].")
-                await expect(turns.nth(1).locator(".citation")).to_contain_text("doc b12")
+                await expect(turns.nth(1).locator(".source")).to_contain_text("Vitamin B12")
                 await expect(page.locator("#conversation")).to_contain_text(SUBJECT)
 
                 await page.click("#new-conversation")

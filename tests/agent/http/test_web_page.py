@@ -8,10 +8,7 @@ needs Chromium, not a server)."""
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -20,13 +17,9 @@ from agent.config.settings import Settings
 from agent.core.app import RagApp
 from agent.core.keys import InMemoryKeys
 from agent.core.wiring import Services
-from agent.http import create_app
-from agent.http.deps import get_keys
-from tests import external_tools
 from tests.agent_corpus import COVERED, DOCUMENTS
-from tests.chromium import CHROMIUM, CHROMIUM_ARGS
+from tests.browser_rig import browser_page
 from tests.conversation_rig import FOLLOW_UP, SUBJECT, Model
-from tests.fake_openai import ThreadedServer
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
 from tools.ingest import SourceDocument
@@ -44,28 +37,6 @@ def rag_app(documents: list[SourceDocument] = DOCUMENTS) -> tuple[RagApp, InMemo
     conversations = InMemoryConversations()
     rag = RagApp(settings, Services(collection, collection, Model(REPLY).model, conversations=conversations))
     return rag, collection, conversations
-
-
-@asynccontextmanager
-async def browser_page(rag: RagApp, keys: InMemoryKeys | None = None, token: str = "") -> AsyncIterator[Any]:
-    """A Chromium page on the served app (with `keys`, and `token` as the page's stored API key), not yet opened."""
-    external_tools.chromium()
-    from playwright.async_api import async_playwright
-
-    app = create_app(rag.settings, rag)
-    with ThreadedServer(app) as server:
-        if keys is not None:  # after the lifespan, which opens no keys for a given app
-            app.state.keys = keys
-            app.dependency_overrides[get_keys] = lambda: keys
-        async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                context = await browser.new_context(base_url=server.url)
-                if token:
-                    await context.add_init_script(f"sessionStorage.setItem('triton-rag-api-key', {json.dumps(token)})")
-                yield await context.new_page()
-            finally:
-                await browser.close()
 
 
 def titled(page: Any, title: str) -> Any:
@@ -106,9 +77,18 @@ async def test_past_conversations_are_listed_opened_continued_and_deleted() -> N
         await expect(page.locator(".turn").nth(1).locator(".citation")).to_have_count(1)
 
         await titled(page, COVERED).locator(".delete-conversation").click()
+        confirm = page.locator("dialog#confirm")
+        await expect(confirm.locator("#confirm-ok")).to_have_text("Delete conversation")
+        await expect(confirm.locator("#confirm-cancel")).to_be_focused()
+        await page.keyboard.press("Enter")  # a key typed on by mistake: the focused Cancel, nothing deleted
+        await expect(confirm).to_be_hidden()
+        await expect(items).to_have_count(2)
+        await titled(page, COVERED).locator(".delete-conversation").click()
+        await confirm.locator("#confirm-ok").click()
         await expect(items).to_have_count(1)
         await expect(page.locator(".turn")).to_have_count(2)  # another conversation's deletion leaves the open one
         await first.locator(".delete-conversation").click()  # the open one: the log empties
+        await confirm.locator("#confirm-ok").click()
         await expect(items).to_have_count(0)
         await expect(page.locator(".turn")).to_have_count(0)
         await page.reload()
@@ -145,6 +125,7 @@ async def test_the_document_list_pages_to_the_last_document_and_finds_one_by_id_
     rag, _, _ = rag_app([*MANY, LAST])
     async with browser_page(rag) as page:
         await page.goto("/")
+        await page.click("#open-library")
         rows = page.locator("tr.doc")
         await expect(rows).to_have_count(50)
         await expect(page.locator("#page-info")).to_contain_text("1–50 of 121 (page 1/3)")
