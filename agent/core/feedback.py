@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from datetime import date, datetime
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, date, datetime
 from uuid import UUID
 
 from prometheus_client import REGISTRY, Counter
@@ -27,6 +28,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.answer_cache import PROMPT_VERSION, answer_settings
 from agent.core.errors import AgentError, InputError
 from agent.core.results import AskResult
+from agent.core.wiring import build_store
 from tools.feedback import (
     MAX_COMMENT_CHARS,
     MAX_LIST,
@@ -39,7 +41,10 @@ from tools.feedback import (
     Rated,
     Rating,
 )
+from tools.model_specs import get_spec
 from tools.scope import DEFAULT_COLLECTION
+from tools.store import VectorStore
+from tools.store.feedback import PostgresFeedback
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +101,21 @@ def check_text(value: str | None, name: str, limit: int) -> str | None:
     if len(value) > limit:
         raise InputError(f"{name} has {len(value)} characters; expected at most {limit}")
     return value.strip() or None
+
+
+def parse_since(raw: str | None, option: str = "--since") -> datetime | None:
+    """A `since` filter given as text: an ISO 8601 date or time, naive ones in UTC; None for None.
+
+    Raises:
+        InputError: not ISO 8601 (the message names `option`).
+    """
+    if raw is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InputError(f"{option} {raw!r}; expected an ISO 8601 date or time, e.g. 2026-12-01") from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _collection_of(chunk_id: str) -> str:
@@ -273,3 +293,16 @@ class FeedbackDesk:
     async def counts(self, owner: str | None = None, since: date | None = None) -> list[DayCount]:
         """Ratings per UTC day from `since` (default: every day kept), oldest first."""
         return await self.log.counts(owner, since or date.min)
+
+
+@asynccontextmanager
+async def stored_feedback(settings: Settings) -> AsyncIterator[tuple[FeedbackDesk, VectorStore]]:
+    """The feedback of the configured database (`rag feedback`, `rag eval export-feedback`) and its store (for the
+    documents' texts), opened without Triton or the LLM.
+
+    Raises:
+        StoreError (`tools.store.errors`): Postgres is unreachable.
+    """
+    spec = get_spec(settings.embedder_model)
+    async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
+        yield FeedbackDesk(PostgresFeedback(store), settings), store
