@@ -10,6 +10,12 @@ contradict it, citing abstracts. Scores per case (pydantic-evals evaluators):
 Latency per stage comes from the answer's `timings_ms`; percentiles are numpy's `percentile(method="linear")`
 (Hyndman & Fan type 7: p95 of one sample is that sample, never above the maximum), each reported with its n.
 
+Cases from feedback (`rag eval export-feedback`, `evals.feedback_export`): a case with `inputs.question` is a user's
+question, asked as written (searched with its recorded `retrieval_query`); its gold documents are the sources the
+rating names (the up-voted answer's cited documents, or the "right source"), it has no gold verdict, and its metadata
+carries the rated answer (`RatedAnswer`): each case's record then says what changed since (`changed_since_rated`:
+retrieved and cited ids added and removed, refusal then and now), scored by `RatedAnswerEvaluator`.
+
 Resuming: every answered case is appended to a journal (`AnswerJournal`, `answered.jsonl` in the run directory) as
 soon as it is scored, so an interrupted run keeps what it answered; the same command run again asks the agent only
 about the cases the journal lacks (failed cases are asked again) and scores the journal's answers as they were.
@@ -59,16 +65,42 @@ class EvalError(ValueError):
 
 
 class ClaimInputs(BaseModel):
-    """A case's input: the claim text."""
+    """A case's input: the claim text, or (a case from feedback) a question asked as written."""
 
     claim: str
+    question: str | None = None
+    """A user's question, asked verbatim instead of `QUESTION_TEMPLATE` around the claim (feedback cases)."""
+    retrieval_query: str | None = None
+    """What the question's answer searched with, when it differed from the question (a follow-up's query)."""
+
+
+class RatedAnswer(BaseModel):
+    """The rated answer a feedback case was made from (no API key, no token)."""
+
+    answer_id: str
+    rating: Literal["up", "down"]
+    comment: str | None = None
+    right_source: str | None = None
+    what_was_wrong: str | None = None
+    """For a down-vote: the comment, the right source, the refusal, in words."""
+    answer: str = ""
+    refused: bool = False
+    cited_doc_ids: list[str] = Field(default_factory=list)
+    cited_chunk_ids: list[str] = Field(default_factory=list)
+    retrieved_chunk_ids: list[str] = Field(default_factory=list)
+    rated_at: str = ""
+    llm_model: str = ""
+    corpus_version: dict[str, int] | None = None
 
 
 class ClaimMetadata(BaseModel):
     """Gold labels of a claim: its verdict and the abstracts holding its evidence."""
 
-    gold_verdict: Verdict
+    gold_verdict: Verdict | None = None
+    """None for a case from feedback (a question, not a claim)."""
     gold_doc_ids: list[str] = Field(default_factory=list)
+    rated: RatedAnswer | None = None
+    """The rated answer of a case from feedback."""
 
 
 class AnswerOutput(BaseModel):
@@ -94,6 +126,10 @@ class AnswerOutput(BaseModel):
     """The verifier's label of the claim itself against the passages the answer cites (None: check off)."""
     extractive: bool = False
     """No sentence of the model's answer was supported: the answer quotes the evidence instead."""
+    cited_chunk_ids: list[str] = Field(default_factory=list)
+    """Chunk ids of the citations, in passage order."""
+    retrieved_chunk_ids: list[str] = Field(default_factory=list)
+    """Chunk ids of every passage retrieved, cited or not, by passage number."""
 
 
 AnswerDataset = Dataset[ClaimInputs, AnswerOutput, ClaimMetadata]
@@ -168,12 +204,13 @@ def load_cases(path: Path) -> AnswerDataset:
         raise EvalError(f"cases file {path}: no such file")
     try:
         dataset = AnswerDataset.from_file(
-            path, custom_evaluator_types=[VerdictEvaluator, CitationEvaluator, SupportEvaluator]
+            path,
+            custom_evaluator_types=[VerdictEvaluator, CitationEvaluator, SupportEvaluator, RatedAnswerEvaluator],
         )
     except ValueError as exc:
         raise EvalError(f"cases file {path}: {exc}") from exc
     if not dataset.evaluators:
-        dataset.evaluators = [VerdictEvaluator(), CitationEvaluator(), SupportEvaluator()]
+        dataset.evaluators = [VerdictEvaluator(), CitationEvaluator(), SupportEvaluator(), RatedAnswerEvaluator()]
     return dataset
 
 
@@ -183,6 +220,8 @@ class VerdictEvaluator(Evaluator[ClaimInputs, AnswerOutput, ClaimMetadata]):
 
     def evaluate(self, ctx: EvaluatorContext[ClaimInputs, AnswerOutput, ClaimMetadata]) -> dict[str, bool]:
         assert ctx.metadata is not None
+        if ctx.metadata.gold_verdict is None:
+            return {}
         result = {"verdict_correct": ctx.output.verdict == ctx.metadata.gold_verdict}
         if ctx.metadata.gold_verdict == "NOT_ENOUGH_INFO":
             result["refused"] = ctx.output.refused
@@ -216,7 +255,7 @@ class SupportEvaluator(Evaluator[ClaimInputs, AnswerOutput, ClaimMetadata]):
         assert ctx.metadata is not None
         out = ctx.output
         scores: dict[str, float | bool] = {}
-        if out.label_verdict is not None:
+        if out.label_verdict is not None and ctx.metadata.gold_verdict is not None:
             scores["label_verdict_correct"] = out.label_verdict == ctx.metadata.gold_verdict
             scores["repeated_sentences"] = float(out.repeated_sentences)
         if out.sentences:
@@ -227,6 +266,53 @@ class SupportEvaluator(Evaluator[ClaimInputs, AnswerOutput, ClaimMetadata]):
             scores["sentence_citation_recall"] = len(cited & gold) / len(gold)
             if cited:
                 scores["sentence_citation_precision"] = len(cited & gold) / len(cited)
+        return scores
+
+
+def _diff(then: list[str], now: list[str]) -> dict[str, list[str]]:
+    return {"added": [i for i in now if i not in then], "removed": [i for i in then if i not in now]}
+
+
+def changed_since_rated(rated: RatedAnswer, output: AnswerOutput) -> dict[str, Any]:
+    """What changed between the rated answer and this run's: retrieved and cited chunk ids and cited documents
+    (added, removed), the refusal (then, now), and whether anything did (`changed`)."""
+    changes: dict[str, Any] = {
+        "retrieved_chunk_ids": _diff(rated.retrieved_chunk_ids, output.retrieved_chunk_ids),
+        "cited_chunk_ids": _diff(rated.cited_chunk_ids, output.cited_chunk_ids),
+        "cited_doc_ids": _diff(rated.cited_doc_ids, output.cited_doc_ids),
+        "refused": {"then": rated.refused, "now": output.refused},
+    }
+    changes["changed"] = rated.refused != output.refused or any(
+        v["added"] or v["removed"] for k, v in changes.items() if k != "refused"
+    )
+    return changes
+
+
+@dataclass
+class RatedAnswerEvaluator(Evaluator[ClaimInputs, AnswerOutput, ClaimMetadata]):
+    """For cases from feedback: `same_refusal` (the answer refuses, or not, as the rated one did), `unchanged` (the
+    same retrieved and cited ids and refusal), `cited_kept` (share of the rated answer's cited documents cited
+    again) for up-votes, and `right_source_cited` / `right_source_retrieved` when the rating names the right
+    source."""
+
+    def evaluate(self, ctx: EvaluatorContext[ClaimInputs, AnswerOutput, ClaimMetadata]) -> dict[str, float | bool]:
+        assert ctx.metadata is not None
+        rated = ctx.metadata.rated
+        if rated is None:
+            return {}
+        out = ctx.output
+        scores: dict[str, float | bool] = {
+            "same_refusal": rated.refused == out.refused,
+            "unchanged": not changed_since_rated(rated, out)["changed"],
+        }
+        if rated.rating == "up" and rated.cited_doc_ids:
+            scores["cited_kept"] = len(set(rated.cited_doc_ids) & set(out.cited_doc_ids)) / len(rated.cited_doc_ids)
+        if rated.right_source:
+            source = rated.right_source
+            scores["right_source_cited"] = source in out.cited_doc_ids or source in out.cited_chunk_ids
+            scores["right_source_retrieved"] = source in out.retrieved_chunk_ids or any(
+                chunk.split("#")[0].split("::")[-1] == source for chunk in out.retrieved_chunk_ids
+            )
         return scores
 
 
@@ -371,12 +457,11 @@ def make_task(app: RagApp, top_k: int | None, journal: AnswerJournal | None = No
             return entry.output
         # Retrieval (and the refusal threshold calibrated on claims) sees the bare claim; the LLM sees the question.
         # An evaluation is bulk work: its LLM requests are scheduled after questions' (LLM_BULK_PRIORITY).
+        question = inputs.question or QUESTION_TEMPLATE.format(claim=inputs.claim)
+        query = inputs.retrieval_query if inputs.question else inputs.claim
         result = await app.ask(
             AnswerRequest(
-                QUESTION_TEMPLATE.format(claim=inputs.claim),
-                top_k=top_k,
-                retrieval_query=inputs.claim,
-                model_settings=bulk_model_settings(app.settings),
+                question, top_k=top_k, retrieval_query=query, model_settings=bulk_model_settings(app.settings)
             )
         )
         refused = result.refused
@@ -390,6 +475,8 @@ def make_task(app: RagApp, top_k: int | None, journal: AnswerJournal | None = No
             refused=refused,
             timings_ms=result.timings_ms,
             truncated=result.truncated,
+            cited_chunk_ids=[c.chunk_id for c in result.citations],
+            retrieved_chunk_ids=[p.chunk_id for p in result.retrieved],
         )
         return await with_support(output, result, inputs.claim, app)
 
@@ -431,6 +518,8 @@ def percentiles(values: list[float]) -> dict[str, float | int]:
 def applicable_scores(metadata: ClaimMetadata) -> tuple[str, ...]:
     """The scores a case with these gold labels gets: `verdict_correct` always; `citation_precision` and
     `citation_recall` for claims with gold evidence; `refused` for claims without (NOT_ENOUGH_INFO)."""
+    if metadata.gold_verdict is None:  # a case from feedback: scored on what changed, not a verdict
+        return ("citation_precision", "citation_recall") if metadata.gold_doc_ids else ()
     if metadata.gold_verdict == "NOT_ENOUGH_INFO":
         return ("verdict_correct", "refused")
     if metadata.gold_doc_ids:
@@ -455,8 +544,8 @@ def summarize(
     every case) per second of `wall_s`.
     """
     cases = report.cases
-    golds = [c.metadata.gold_verdict for c in cases if c.metadata is not None]
-    golds += [f.metadata.gold_verdict for f in report.failures if f.metadata is not None]
+    golds = [c.metadata.gold_verdict for c in cases if c.metadata is not None and c.metadata.gold_verdict]
+    golds += [f.metadata.gold_verdict for f in report.failures if f.metadata is not None and f.metadata.gold_verdict]
     majority = Counter(golds).most_common(1)[0][1] / len(golds) if golds else None
 
     def values(name: str) -> list[float]:
@@ -484,6 +573,8 @@ def summarize(
         "citation_precision": mean("citation_precision"),
         "citation_recall": mean("citation_recall"),
         "refusal_rate": mean("refused"),
+        "same_refusal_rate": mean("same_refusal"),
+        "unchanged_rate": mean("unchanged"),
         "label_verdict_accuracy": mean("label_verdict_correct"),
         "sentence_support_rate": mean("sentence_support_rate"),
         "sentence_citation_precision": mean("sentence_citation_precision"),
@@ -512,17 +603,18 @@ def case_records(report: EvaluationReport[ClaimInputs, AnswerOutput, ClaimMetada
     records: list[dict[str, Any]] = []
     for c in report.cases:
         scores = {k: v.value for k, v in {**c.scores, **c.assertions}.items()}
-        records.append(
-            {
-                "name": c.name,
-                "inputs": c.inputs.model_dump(),
-                "gold": c.metadata.model_dump() if c.metadata else None,
-                "output": c.output.model_dump(),
-                "scores": scores,
-                "task_duration_s": round(c.task_duration, 3),
-                "error": None,
-            }
-        )
+        record = {
+            "name": c.name,
+            "inputs": c.inputs.model_dump(),
+            "gold": c.metadata.model_dump() if c.metadata else None,
+            "output": c.output.model_dump(),
+            "scores": scores,
+            "task_duration_s": round(c.task_duration, 3),
+            "error": None,
+        }
+        if c.metadata is not None and c.metadata.rated is not None:
+            record["changed_since_rated"] = changed_since_rated(c.metadata.rated, c.output)
+        records.append(record)
     for f in report.failures:
         records.append(
             {

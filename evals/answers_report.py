@@ -94,6 +94,23 @@ def markdown_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _change_line(record: dict[str, Any]) -> str:
+    """One case from feedback: its rating and what changed (retrieved, cited, refusal), for `report.md`."""
+    changes = record["changed_since_rated"]
+    rating = (record.get("gold") or {}).get("rated", {}).get("rating", "?")
+    if not changes["changed"]:
+        return f"- `{record['name']}` ({rating}): unchanged"
+    parts = []
+    for key in ("retrieved_chunk_ids", "cited_doc_ids"):
+        diff = changes[key]
+        if diff["added"] or diff["removed"]:
+            parts.append(f"{key.split('_')[0]} +{diff['added']} -{diff['removed']}")
+    refused = changes["refused"]
+    if refused["then"] != refused["now"]:
+        parts.append(f"refused {refused['then']} → {refused['now']}")
+    return f"- `{record['name']}` ({rating}): " + "; ".join(parts)
+
+
 def write_report(out_dir: Path, summary: dict[str, Any], records: list[dict[str, Any]]) -> Path:
     """Write `latency_cdf.png`, `scores.png` and `report.md` into `out_dir`; return the report's path."""
     plot_latency_cdf(records, out_dir / "latency_cdf.png")
@@ -113,6 +130,9 @@ def write_report(out_dir: Path, summary: dict[str, Any], records: list[dict[str,
         "![scores](scores.png)",
         "",
     ]
+    rated = [r for r in records if "changed_since_rated" in r]
+    if rated:
+        text += ["## What changed since the rated answers", ""] + [_change_line(r) for r in rated] + [""]
     if failed:
         text += ["## Failed cases", ""] + [f"- `{r['name']}`: {r['error']}" for r in failed] + [""]
     path = out_dir / "report.md"

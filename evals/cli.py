@@ -130,6 +130,44 @@ def answers(
     run_answers_command(cast(Split, split), cases, ids, limit, concurrency, top_k, out, as_json)
 
 
+@eval_app.command("export-feedback")
+def export_feedback(
+    out: Annotated[Path, typer.Argument(help="Folder to write: corpus.jsonl, queries.jsonl, qrels/, cases.yaml.")],
+    rating: Annotated[str | None, typer.Option(help="Only `up` or only `down` ratings.")] = None,
+    since: Annotated[str | None, typer.Option(help="Only ratings from this ISO 8601 date or time (UTC) on.")] = None,
+    collection: Annotated[
+        list[str] | None, typer.Option("--collection", help="Only answers over this collection (repeatable).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the export's summary JSON only.")] = False,
+) -> None:
+    """Rated answers as regression tests (docs/feedback.md): a BEIR folder for `rag eval retrieval --dataset OUT`
+    (queries from rated questions, qrels from up-voted answers' cited documents and "right source" corrections,
+    the documents involved read from the store) and `OUT/cases.yaml` for `rag eval answers --cases` (question,
+    expected sources, the rated answer and what was wrong). No API key or token is exported."""
+    import asyncio
+    import json
+
+    from agent.config.settings import Settings
+    from agent.core.errors import InputError
+    from agent.core.feedback import parse_since
+    from evals.feedback_export import export_from_store
+
+    if rating not in (None, "up", "down"):
+        raise InputError(f"--rating {rating!r}; expected up or down")
+    summary = asyncio.run(
+        export_from_store(out, Settings(), cast(Literal["up", "down"] | None, rating), parse_since(since), collection)
+    )
+    if as_json:
+        print(json.dumps(summary))
+        return
+    typer.echo(
+        f"{summary['ratings']} ratings ({summary['up']} up, {summary['down']} down) → {out}: {summary['queries']} "
+        f"queries ({summary['judged_queries']} judged), {summary['documents']} documents"
+        + (f", {len(summary['missing_documents'])} no longer stored" if summary["missing_documents"] else "")
+    )
+    typer.echo(f"next: rag eval retrieval --dataset {out}; rag eval answers --cases {out / 'cases.yaml'}")
+
+
 @eval_app.command("followups")
 def followups(
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N follow-up pairs (all: 231).")] = 150,

@@ -8,6 +8,10 @@ markers removed), a follow-up is searched with `agent.core.followup.search_query
 stored. Ctrl-C cancels the answer being written (nothing is stored), not the session; an empty line or Ctrl-D ends
 it. Errors of one answer (a hit limit, an unreachable LLM or Postgres) are printed as one readable line and the
 session goes on. Model and document text is printed as plain text (never parsed as Rich markup).
+
+Rating the last answer (`agent.core.feedback`): `/up [comment]`, `/down [comment]`, `/source <doc_id or chunk_id>`
+(the source that should have answered; a down-vote unless the answer was rated up); the rating replaces an earlier one
+of the same answer and keeps its comment and source unless new ones are given.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.events import AgentEvent, AnswerRestart, TextDelta, ToolCall, ToolResult
 from agent.core.failures import describe
+from agent.core.feedback import AnswerNotFoundError
 from agent.core.results import AskResult
 from tools.conversations import Conversation
 from tools.scope import SearchScope
@@ -126,6 +131,43 @@ async def next_turn_conversation(rag: RagApp, console: Console, conversation_id:
     return await rag.conversation(conversation_id, last_turns=rag.settings.chat_history_turns)
 
 
+RATE_HELP = "/up [comment], /down [comment], /source <doc_id> rate the last answer"
+
+
+async def rate_command(rag: RagApp, console: Console, line: str, last: AskResult | None) -> bool:
+    """Handle a rating command (`/up`, `/down`, `/source`, module docstring) about `last`; False when `line` is not
+    one (it is a question)."""
+    command, _, rest = line.strip().partition(" ")
+    if command not in ("/up", "/down", "/source"):
+        return False
+    rest = rest.strip()
+    if last is None:
+        console.print("[dim]no answer to rate yet[/]")
+        return True
+    if command == "/source" and not rest:
+        console.print("[dim]usage: /source <doc_id or chunk_id>[/]")
+        return True
+    try:
+        if command == "/source":
+            earlier = None
+            try:
+                earlier = (await rag.feedback.rating(last.answer_id)).rating
+            except AnswerNotFoundError:
+                earlier = None
+            rated = await rag.rate(last.answer_id, earlier or "down", right_source=rest)
+        else:
+            rated = await rag.rate(last.answer_id, "up" if command == "/up" else "down", comment=rest or None)
+    except Exception as exc:
+        failure = describe(exc)
+        if failure is None:
+            raise
+        console.print(Text.assemble(("error: ", "bold red"), failure.message), highlight=False, soft_wrap=True)
+        return True
+    note = f"rated {rated.rating}" + (f", right source {rated.right_source}" if rated.right_source else "")
+    console.print(Text(f"{note} (answer {rated.answer_id})", style="dim"), highlight=False, soft_wrap=True)
+    return True
+
+
 async def run_chat(
     rag: RagApp,
     console: Console,
@@ -148,7 +190,8 @@ async def run_chat(
     if conversation_id is not None:
         resumed = await rag.conversation(conversation_id, last_turns=rag.settings.chat_history_turns)
         show_earlier_turns(console, resumed)
-    console.print(f"[dim]policy {chosen}; empty line or Ctrl-D quits, Ctrl-C cancels an answer[/]")
+    console.print(f"[dim]policy {chosen}; empty line or Ctrl-D quits, Ctrl-C cancels an answer; {RATE_HELP}[/]")
+    last: AskResult | None = None
     while True:
         try:
             question = await asyncio.to_thread(console.input, "\n[bold cyan]you>[/] ")
@@ -156,10 +199,12 @@ async def run_chat(
             return conversation_id
         if not question.strip():
             return conversation_id
+        if await rate_command(rag, console, question, last):
+            continue
         try:
             conversation = await next_turn_conversation(rag, console, conversation_id)
             conversation_id = conversation.id
-            await turn(rag, console, conversation, question, top_k, policy, scope)
+            last = await turn(rag, console, conversation, question, top_k, policy, scope) or last
         except Exception as exc:
             failure = describe(exc)
             if failure is None:

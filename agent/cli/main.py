@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.cli.chat import print_sources, run_chat
+from agent.cli.feedback import feedback_app
 from agent.cli.ingest import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
 from agent.cli.jobs import jobs_app, worker
 from agent.cli.keys import keys_app
@@ -88,6 +89,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(docs_app, name="docs")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(keys_app, name="keys")
+app.add_typer(feedback_app, name="feedback")
 app.command("worker")(worker)
 
 

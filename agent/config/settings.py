@@ -590,6 +590,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Most entries the answer cache keeps; storing one more evicts the oldest.",
     )
+    feedback_retention_days: int = Field(
+        default=90,
+        ge=0,
+        description="Days the record of each answer (question, searches, retrieved and cited passages, support "
+        "labels, scope, corpus version, model, settings) and its rating are kept, counted from the answer; 0 keeps "
+        "no records, so answers cannot be rated (docs/feedback.md).",
+    )
 
     keep_originals: bool = Field(
         default=True,

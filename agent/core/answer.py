@@ -47,7 +47,7 @@ from agent.core.followup import FollowUpQuery, search_query
 from agent.core.llm_finish import is_truncated, rate_limit_error, require_finish_reason
 from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
 from agent.core.rag_agent import TOOLS_TEXT, RagDeps, search_passages
-from agent.core.results import AskResult, Citation, SupportMode, SupportReport, TokenUsage
+from agent.core.results import AskResult, Citation, RetrievedPassage, SupportMode, SupportReport, TokenUsage
 from tools.scope import SearchScope
 
 # pydantic-ai warns, as a raw Python warning with its site-packages path, on every run whose LLM server sent no token
@@ -79,6 +79,10 @@ class AnswerRequest:
             pydantic-ai `ModelSettings`, merged key by key over the agent's); None: the app's alone.
         support: the support check's mode for this answer (`flag`, `strict`, `off`); None: the app's
             `SUPPORT_CHECK`.
+        answer_id: the id the answer gets (`AskResult.answer_id`, e.g. the one inside an OpenAI completion id);
+            None: a fresh one.
+        owner: the API key id asking (as text; None: no key, or the admin): the owner of the answer's feedback
+            record, the only key that may rate it (`agent.core.feedback`).
 
     Raises:
         agent.core.errors.InputError: blank question or top_k < 1.
@@ -93,6 +97,8 @@ class AnswerRequest:
     scope: SearchScope | None = None
     model_settings: ModelSettings | None = None
     support: SupportMode | None = None
+    answer_id: str | None = None
+    owner: str | None = None
     on_event: Callable[[AgentEvent], None] | None = field(default=None, compare=False)
     on_text: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -209,6 +215,10 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
             dropped_passages=deps.state.left_out,
             usage=usage,
             support=support,
+            retrieved=[
+                RetrievedPassage(chunk_id=p.chunk_id, doc_id=p.doc_id, score=p.score, passage=p.number, title=p.title)
+                for p in deps.state.passages
+            ],
         )
 
     history = list(request.history)

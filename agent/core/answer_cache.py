@@ -231,7 +231,8 @@ class AnswerCache:
         if looked.key is None or result.truncated or result.cached:
             return
         try:
-            await self.entries.store(looked.key, result.model_dump(mode="json"))
+            stored = result.model_dump(mode="json") | {"retrieved": [p.model_dump() for p in result.retrieved]}
+            await self.entries.store(looked.key, stored)
         except StoreError:
             log.warning("could not store an answer in the answer cache", exc_info=True)
             return

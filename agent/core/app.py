@@ -30,9 +30,10 @@ from agent.core.answer_cache import BYPASS, AnswerCache
 from agent.core.conversations import ConversationNotFoundError, follow_up
 from agent.core.errors import InputError
 from agent.core.events import AgentEvent, Queued, TextDelta
+from agent.core.feedback import FeedbackDesk
 from agent.core.quotas import meter_answer
 from agent.core.rag_agent import RagDeps
-from agent.core.results import AskResult
+from agent.core.results import AskResult, new_answer_id
 from agent.core.telemetry import answer_span
 from agent.core.wiring import Services, answer_limits, build_agents, build_rewriter, build_services, run_check
 from agent.core.wiring import build_embedder as build_embedder  # the factories' home is agent.core.wiring; re-exported
@@ -41,6 +42,7 @@ from agent.core.wiring import build_store as build_store
 from tools.conversations import MAX_PAGE as MAX_CONVERSATION_PAGE
 from tools.conversations import MAX_TITLE_CHARS, Conversation, ConversationLog, ConversationPage
 from tools.conversations import decode_cursor as decode_conversation_cursor
+from tools.feedback import Rated, Rating
 from tools.ingest import SourceDocument
 from tools.originals import Originals
 from tools.render_page import RenderedPage
@@ -98,6 +100,7 @@ class RagApp:
         self.answer_cache = (
             AnswerCache(cache_store, self.settings) if cache_store is not None and self.settings.answer_cache else None
         )
+        self.feedback = FeedbackDesk(self.services.feedback, self.settings)
         self._tools_checked = self.services.tool_check is None
         self._tools_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
@@ -119,7 +122,10 @@ class RagApp:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
+        try:
+            await self.feedback.settled()  # the answer records still being written, before the pool closes
+        finally:
+            await self._stack.aclose()
 
     async def _check_tools(self) -> None:
         async with self._tools_lock:
@@ -194,7 +200,7 @@ class RagApp:
             if admission is not None:
                 admission.close()
             _show(request, looked.hit)
-            return looked.hit
+            return self._identified(request, looked.hit)
         ticket = admission or self.admission.enter()
         on_event = request.on_event
         on_position = None if on_event is None else (lambda position: on_event(Queued(position=position)))
@@ -206,10 +212,41 @@ class RagApp:
                 results.append(
                     await answer(self.agents[policy], self.deps, replace(request, policy=policy), self.limits)
                 )
-        meter_answer(results[0])  # the caller's key's usage (agent.core.quotas), when the request is metered
+        result = self._identified(request, results[0])
+        meter_answer(result)  # the caller's key's usage (agent.core.quotas), when the request is metered
         if self.answer_cache is not None:
-            await self.answer_cache.store(looked, results[0])
-        return results[0]
+            await self.answer_cache.store(looked, result)
+        return result
+
+    def _identified(self, request: AnswerRequest, result: AskResult) -> AskResult:
+        """`result` with its answer id (`request.answer_id`, else a fresh one: a cached answer gets its own per
+        response), its record written in the background (`agent.core.feedback`)."""
+        result = result.model_copy(update={"answer_id": request.answer_id or new_answer_id()})
+        self.feedback.remember(request, result)
+        return result
+
+    async def rate(
+        self,
+        answer_id: str,
+        rating: Rating,
+        *,
+        comment: str | None = None,
+        right_source: str | None = None,
+        owner: str | None = None,
+    ) -> Rated:
+        """Rate an answer (`AskResult.answer_id`, or a completion id `chatcmpl-<answer id>`): `up` or `down`, with an
+        optional comment and the document or chunk id that should have answered (`right_source`); a second rating
+        replaces the first (keeping its comment and source unless new ones are given). See
+        `agent.core.feedback.FeedbackDesk.rate`.
+
+        Args:
+            owner: the API key id rating (None: the admin, any answer); a key rates only the answers it asked.
+
+        Raises:
+            agent.core.errors.InputError: a bad id or rating, a comment over 2000 characters, a NUL character.
+            agent.core.feedback.AnswerNotFoundError: no such answer for `owner` (or `FEEDBACK_RETENTION_DAYS=0`).
+        """
+        return await self.feedback.rate(answer_id, rating, comment=comment, right_source=right_source, owner=owner)
 
     async def _store_turn(self, conversation_id: UUID, turn: int, result: AskResult) -> None:
         citations = [c.model_dump(mode="json") for c in result.citations]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from posixpath import basename
 from typing import Literal, TypedDict
+from uuid import uuid4
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -190,6 +191,22 @@ class SupportReport(BaseModel):
     )
 
 
+class RetrievedPassage(BaseModel):
+    """A passage retrieved for an answer, cited or not: what a rating of the answer records
+    (`agent.core.feedback`)."""
+
+    chunk_id: str = Field(description="Chunk id, as in `Citation.chunk_id`.")
+    doc_id: str = Field(description="Document id.")
+    score: float = Field(description="Retrieval score of the chunk.")
+    passage: int = Field(description="Passage number in the answer's prompt, from 1.")
+    title: str = Field(default="", description="Document title.")
+
+
+def new_answer_id() -> str:
+    """A fresh answer id: a random UUID as text (`AskResult.answer_id`)."""
+    return str(uuid4())
+
+
 class TokenUsage(BaseModel):
     """Tokens the LLM server reported for one answer, all its LLM requests summed (pydantic-ai's `RunUsage`); zeros
     when no LLM request was made (a refusal before the LLM) or the server reported no usage."""
@@ -210,6 +227,12 @@ class AskResult(BaseModel):
 
     answer: str
     citations: list[Citation]
+    answer_id: str = Field(
+        default_factory=new_answer_id,
+        description="This response's id (a UUID): what a rating refers to (`POST /v1/feedback`). Every response has "
+        "its own, an answer from the answer cache included; the OpenAI-compatible route's completion id is "
+        "`chatcmpl-<answer_id>`.",
+    )
     dropped_citations: list[str] = Field(
         default_factory=list,
         description="Citation markers the model wrote that name no passage or document retrieved for this answer, "
@@ -244,6 +267,12 @@ class AskResult(BaseModel):
         description="Per-sentence support labels and sentence-level citations (`SUPPORT_CHECK`); null when the "
         "check is off, or for a refusal.",
     )
+    retrieved: list[RetrievedPassage] = Field(
+        default_factory=list,
+        exclude=True,
+        description="Every passage retrieved for the answer, cited or not, by passage number; for the Python API and "
+        "the feedback record (`agent.core.feedback`), left out of the `/v1/ask` and `rag ask --json` object.",
+    )
     usage: TokenUsage = Field(
         default_factory=TokenUsage,
         exclude=True,
@@ -253,6 +282,6 @@ class AskResult(BaseModel):
 
     def to_json_dict(self) -> dict[str, object]:
         """The `rag ask --json` object: answer, citations (doc_id, chunk_id, score, passage, title, page, section,
-        location, text, span, boxes), dropped_citations, timings_ms, refused, policy, searches, truncated,
+        location, text, span, boxes), answer_id, dropped_citations, timings_ms, refused, policy, searches, truncated,
         dropped_passages, cached, support."""
         return self.model_dump()

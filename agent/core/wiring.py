@@ -40,8 +40,10 @@ from tools.conversations import ConversationLog
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.embedder.reranker import TritonReranker, get_reranker_spec
 from tools.extract.ocr import OcrOptions, default_workers
+from tools.feedback import FeedbackLog
 from tools.fusion import Rm3Params
 from tools.in_memory_conversations import InMemoryConversations
+from tools.in_memory_feedback import InMemoryFeedback
 from tools.ingest import IngestOptions, IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
 from tools.originals import Originals
@@ -50,6 +52,7 @@ from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
 from tools.store.answer_cache import PostgresAnswerCache
 from tools.store.conversations import ConversationStore
+from tools.store.feedback import PostgresFeedback
 
 HealthCheck = Callable[[], Awaitable[str]]
 """One dependency's check: returns a one-line detail, raises when the dependency is unusable."""
@@ -260,6 +263,8 @@ class Services:
         support: the per-sentence support check (`agent.core.support`); None: no check (a test's `Services` unless
             it passes one); `build_services` builds it over the embedder and the verifier on Triton unless
             `SUPPORT_CHECK=off`.
+        feedback: records of answers and their ratings (`tools.feedback`); default: in this process' memory (a
+            test's `Services`), `build_services` keeps them in Postgres.
     """
 
     search: PassageSearch
@@ -272,6 +277,7 @@ class Services:
     conversations: ConversationLog = field(default_factory=InMemoryConversations)
     answer_cache: AnswerCacheStore | None = None
     support: SupportChecker | None = None
+    feedback: FeedbackLog = field(default_factory=InMemoryFeedback)
 
 
 def build_services(settings: Settings) -> Services:
@@ -326,6 +332,7 @@ def build_services(settings: Settings) -> Services:
             if settings.answer_cache
             else None
         ),
+        feedback=PostgresFeedback(store),
     )
 
 

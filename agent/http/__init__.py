@@ -14,6 +14,11 @@
   answer, citations, refused, created_at); `DELETE /v1/conversations/{id}` → `{"deleted": id}`; 404
   `conversation_not_found` for an unknown id or another API key's conversation (each belongs to the key that
   created it; the admin key sees all).
+- `feedback` (`agent.http.feedback`): `POST /v1/feedback` `{"answer_id" | "response_id", "rating": "up" | "down",
+  "comment"?, "right_source"?}` → the rating with what it rates; `POST /v1/chat/completions/{id}/feedback` (the same
+  for an OpenAI completion); `GET /v1/feedback?rating=&since=&collection=&limit=` → `{"feedback": [...]}`;
+  `GET /v1/feedback/counts?days=7`; `GET` / `DELETE /v1/feedback/{answer_id}`; 404 `answer_not_found` for an unknown
+  id or another API key's answer.
 - `documents` (`agent.http.documents`): `GET /v1/documents?limit=100&cursor=` → `{"documents": [{doc_id, title,
   source, chunks, content_hash, ingested_at}], "total", "next_cursor"}` (keyset pages by doc id);
   `DELETE /v1/documents/{doc_id}` → `{"deleted": [doc_id]}` (404 when not stored); `POST /v1/documents`

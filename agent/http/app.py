@@ -15,7 +15,7 @@ from agent.core.keys import CachedKeys, settings_keys
 from agent.core.quotas import Quotas
 from agent.core.telemetry import configure_tracing, metrics_app
 from agent.core.wiring import check_originals
-from agent.http import ask, conversations, documents, jobs, openai_chat, service, usage
+from agent.http import ask, conversations, documents, feedback, jobs, openai_chat, service, usage
 from agent.http.admission_gate import AdmissionGate
 from agent.http.errors import install_error_handlers
 from agent.http.guards import install_guards
@@ -82,6 +82,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)
     app.include_router(conversations.router)
+    app.include_router(feedback.router)
     app.include_router(documents.router)
     app.include_router(jobs.router)
     app.include_router(service.router)

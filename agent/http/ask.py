@@ -180,7 +180,7 @@ async def ask(
     """Answer one question from the caller's collections; the JSON `AskResult` (answer, citations, timings_ms,
     refused, policy, searches) and the `conversation_id` it was stored in (null without one)."""
     asked = body.to_request()
-    scoped = replace(asked, scope=caller.narrow(asked.scope))
+    scoped = replace(asked, scope=caller.narrow(asked.scope), owner=caller.owner)
     result = await cancelled_on_disconnect(request, rag.ask(scoped, admission=ticket, conversation=conversation))
     return result if isinstance(result, Response) else response_of(result, conversation)
 
@@ -194,7 +194,7 @@ async def ask_stream(
     closing the stream, or the client going away, cancels the answer."""
     try:
         asked = body.to_request()
-        scoped = replace(asked, scope=caller.narrow(asked.scope))
+        scoped = replace(asked, scope=caller.narrow(asked.scope), owner=caller.owner)
     except ApiError as exc:  # a collection outside the caller's key
         yield ServerSentEvent(event="error", data=ErrorBody(error=exc.kind, detail=str(exc.detail)).model_dump())
         return

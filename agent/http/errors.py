@@ -25,6 +25,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "not_found": 404,
     "document_not_found": 404,
     "conversation_not_found": 404,
+    "answer_not_found": 404,
     "chunk_not_found": 404,
     "original_not_kept": 404,
     "page_not_found": 404,

@@ -147,6 +147,7 @@ CALLER_PATHS = (
     "/v1/models",
     "/v1/conversations",
     "/v1/usage",
+    "/v1/feedback",
     "/mcp",
     "/openapi.json",
     "/docs",

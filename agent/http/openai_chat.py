@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Literal
 
@@ -39,7 +38,8 @@ from pydantic_ai.settings import ModelSettings
 from agent.config.settings import Policy, Settings
 from agent.core.answer import AnswerRequest
 from agent.core.citations import CITATION_MARKER
-from agent.core.results import AskResult
+from agent.core.feedback import COMPLETION_PREFIX
+from agent.core.results import AskResult, new_answer_id
 from agent.http.ask import cancelled_on_disconnect, no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, CallerIdentity, Rag
 from agent.http.openai_errors import OpenAIError, OpenAIRoute, openai_error_of
@@ -204,6 +204,8 @@ def answer_request(body: ChatCompletionRequest, settings: Settings, caller: Call
         earlier_questions=tuple(earlier),
         scope=scope_of(body, caller),
         model_settings=llm_settings(body, settings),
+        answer_id=new_answer_id(),
+        owner=caller.owner,
     )
 
 
@@ -255,7 +257,8 @@ async def chat_completions(
     The whole request is checked (body, model, conversation, scope) before it takes a place in admission control,
     so that a bad request is a 4xx even when the server is full."""
     question = answer_request(body, settings, caller)
-    completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    # the completion id names the answer, so that a rating can refer to it (`POST /v1/feedback`)
+    completion_id, created = f"{COMPLETION_PREFIX}{question.answer_id}", int(time.time())
     ticket = rag.admission.enter()  # OverloadedError: 503 with Retry-After, before the response starts
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage

@@ -15,13 +15,16 @@ from evals.retrieval_eval import ensure_database
 from tests.contracts.ports import Documents
 from tools.conversations import ConversationLog
 from tools.embedder import TritonEmbedder
+from tools.feedback import FeedbackLog
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
+from tools.in_memory_feedback import InMemoryFeedback
 from tools.in_memory_sink import InMemorySink
 from tools.ingest import ChunkSink, IngestOptions
 from tools.model_specs import get_spec
 from tools.store import VectorStore
 from tools.store.conversations import ConversationStore
+from tools.store.feedback import PostgresFeedback
 
 IMPLEMENTATIONS = ["in_memory", pytest.param("postgres", marks=pytest.mark.stack)]
 """The params of every contract fixture: the double, then the real implementation (stack tier)."""
@@ -36,6 +39,7 @@ async def empty_store(postgres_url: str, database: str, settings: Settings) -> V
     conn = await asyncpg.connect(url)
     try:
         await conn.execute("DELETE FROM conversations")
+        await conn.execute("DELETE FROM answer_records")
         await conn.execute("DELETE FROM documents")
         await conn.execute("DROP TABLE IF EXISTS ingest_staged_chunks")  # made again by the first resume_point
     finally:
@@ -60,6 +64,19 @@ async def conversation_log(real_servers: tuple[str, Settings] | None) -> AsyncIt
     store = await empty_store(real_servers[0], "test_contract_conversations", real_servers[1])
     try:
         yield ConversationStore(store)
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def feedback_log(real_servers: tuple[str, Settings] | None) -> AsyncIterator[FeedbackLog]:
+    """`InMemoryFeedback`, or `PostgresFeedback` over Postgres."""
+    if real_servers is None:
+        yield InMemoryFeedback()
+        return
+    store = await empty_store(real_servers[0], "test_contract_feedback", real_servers[1])
+    try:
+        yield PostgresFeedback(store)
     finally:
         await store.close()
 

@@ -12,7 +12,9 @@
   `tools.store.conversations`;
 - the corpus versions and the answer cache (`ANSWER_CACHE_SQL`): `collection_versions(collection, version,
   changed_at)`, bumped by a trigger on `documents` for every inserted, updated or deleted row, and
-  `answer_cache(key, answer jsonb, created_at, hits)`, read and written by `tools.store.answer_cache`.
+  `answer_cache(key, answer jsonb, created_at, hits)`, read and written by `tools.store.answer_cache`;
+- the answer records and their ratings (`FEEDBACK_SQL`: `answer_records`, `feedback`), read and written by
+  `tools.store.feedback`.
 """
 
 from __future__ import annotations
@@ -59,6 +61,27 @@ END $$;
 `tools.store.conversations`). `owner` is the API key id (nullable) that the HTTP API's caller identity scopes
 conversations by."""
 
+
+FEEDBACK_SQL = """
+CREATE TABLE IF NOT EXISTS answer_records (
+    answer_id uuid PRIMARY KEY,
+    owner text,  -- the API key id that asked; NULL: no key or the admin key (tenancy scopes by it)
+    collections text[] NOT NULL DEFAULT '{}',
+    record jsonb NOT NULL,  -- tools.feedback.AnswerRecord
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS answer_records_created ON answer_records (created_at);
+CREATE TABLE IF NOT EXISTS feedback (
+    answer_id uuid PRIMARY KEY REFERENCES answer_records (answer_id) ON DELETE CASCADE,
+    rating text NOT NULL CHECK (rating IN ('up', 'down')),
+    comment text,
+    right_source text,
+    rated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS feedback_rated ON feedback (rated_at DESC);
+"""
+"""What the service answered and how it was rated (`tools.store.feedback`); idempotent, run at every connect after
+`ANSWER_CACHE_SQL` (the records read `collection_versions`)."""
 
 ANSWER_CACHE_SQL = """
 CREATE TABLE IF NOT EXISTS collection_versions (
@@ -142,7 +165,7 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
     """Bring a store made by an earlier version up to this schema (inside `set_up`'s locked transaction): the
     `ingested_at` column, the chunks' `metadata` column, the `source` index, the documents' `collection` column
     (`tools.scope.DEFAULT_COLLECTION` for every stored document) and its index, the BM25 tables (built from the
-    stored chunks when new), the conversation tables, the corpus versions and the answer cache."""
+    stored chunks when new), the conversation tables, the corpus versions, the answer cache and the feedback tables."""
     has_ingested_at = await conn.fetchval(
         "SELECT 1 FROM pg_attribute WHERE attrelid = 'documents'::regclass AND attname = 'ingested_at'"
     )
@@ -161,6 +184,7 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
         await bm25.rebuild(conn, k1, b)
     await conn.execute(CONVERSATIONS_SQL)
     await conn.execute(ANSWER_CACHE_SQL)
+    await conn.execute(FEEDBACK_SQL)
 
 
 async def _unique_per_collection(conn: Conn) -> None:

@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections.abc import Iterator, MutableMapping
 from typing import Any
+from uuid import UUID
 
 import pytest
 from pydantic import SecretStr
@@ -34,6 +35,7 @@ async def test_ask_returns_the_typed_json_result(served: Served) -> None:
     assert set(body) == {
         "answer",
         "citations",
+        "answer_id",
         "dropped_citations",
         "timings_ms",
         "refused",
@@ -46,6 +48,7 @@ async def test_ask_returns_the_typed_json_result(served: Served) -> None:
         "conversation_id",
     }
     assert body["conversation_id"] is None  # a one-off question: nothing stored
+    assert str(UUID(body["answer_id"])) == body["answer_id"]  # what a rating refers to (POST /v1/feedback)
     assert set(body["timings_ms"]) == {"embed", "search", "llm", "llm_ttft", "total"}
 
 

@@ -69,6 +69,9 @@ async def test_completion_is_a_chat_completion_with_citations_and_usage(rig: Rig
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert [c["doc_id"] for c in body["citations"]] == ["b12"] and body["citations"][0]["passage"] == 1
     assert body["refused"] is False
+    # the completion id names the answer: `chatcmpl-<answer_id>`, the key a rating refers to (POST /v1/feedback)
+    record = await rig.rag.feedback.record(body["id"])
+    assert f"chatcmpl-{record.answer_id}" == body["id"] and record.question == COVERED
     completion = await rig.sdk().chat.completions.create(
         model="triton-rag", messages=[{"role": "user", "content": COVERED}]
     )
@@ -106,6 +109,7 @@ async def test_stream_frames_role_text_finish_usage_then_done(rig: Rig) -> None:
     role, text, finish, usage = events[:-1]
     ids = {e["id"] for e in events[:-1]}
     assert len(ids) == 1 and ids.pop().startswith("chatcmpl-")
+    assert (await rig.rag.feedback.record(role["id"])).answer_id == role["id"].removeprefix("chatcmpl-")
     assert {e["object"] for e in events[:-1]} == {"chat.completion.chunk"}
     assert {e["model"] for e in events[:-1]} == {"triton-rag"}
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
