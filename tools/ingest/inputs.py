@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from tools.extract import DOCUMENT_KINDS, Kind, sniff
@@ -55,10 +55,28 @@ def _matches(relative: str, patterns: Sequence[str]) -> bool:
     return any(pure.match(p) or fnmatch.fnmatch(relative, p) for p in patterns)
 
 
-def walk(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
-    """Files under `folder`, recursively, in name order, filtered by the globs (see the module docstring)."""
-    found: list[Path] = []
-    for top, dirs, files in os.walk(folder):
+@dataclass
+class Listing:
+    """What walking a folder found (`walk_folder`): the files kept by the globs, the folders that could not be listed
+    (with the error: permissions, I/O) and the folders that hold no entry at all (an unmounted mount point looks like
+    one). Paths are under the folder walked, the folder itself included."""
+
+    files: list[Path] = field(default_factory=list)
+    unlisted: list[tuple[Path, OSError]] = field(default_factory=list)
+    empty: list[Path] = field(default_factory=list)
+
+
+def walk_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Listing:
+    """Files under `folder`, recursively, in name order, filtered by the globs (see the module docstring), and the
+    folders that could not be listed or were empty."""
+    listing = Listing()
+
+    def unlisted(error: OSError) -> None:
+        listing.unlisted.append((Path(error.filename) if error.filename else folder, error))
+
+    for top, dirs, files in os.walk(folder, onerror=unlisted):
+        if not dirs and not files:
+            listing.empty.append(Path(top))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if name.startswith("."):
@@ -69,8 +87,13 @@ def walk(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ())
                 continue
             if exclude and _matches(relative, exclude):
                 continue
-            found.append(path)
-    return found
+            listing.files.append(path)
+    return listing
+
+
+def walk(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
+    """The files of `walk_folder`."""
+    return walk_folder(folder, include, exclude).files
 
 
 def expand(paths: Sequence[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:

@@ -159,7 +159,9 @@ async def plan_folder(
 
     def scan() -> SyncPlan:
         scanned = scan_folder(folder, request.include, request.exclude)
-        plan = plan_sync(scanned.files, recorded, doc_id_of, file_hash_and_kind, racy_since_ns)
+        plan = plan_sync(
+            scanned.files, recorded, doc_id_of, file_hash_and_kind, racy_since_ns, scanned.unreadable, scanned.empty
+        )
         plan.outside = scanned.outside
         return plan
 

@@ -8,6 +8,11 @@ from the folder is removed, unless a new path has the same bytes: that pair is a
 order pairs with the first new one). A file whose document id changed (another `--prefix` or `--root`) with the same
 bytes is a move too.
 
+What the sync cannot see it does not remove: a recorded file under a folder that could not be listed (permissions,
+I/O errors), or whose stat failed, keeps its document and the sync fails with the cause; so does a recorded file
+under a subfolder that is now empty, with no entry at all (what an unmounted mount point looks like): delete the
+subfolder itself to remove its documents. (The synced folder itself emptied is taken as every file deleted.)
+
 Racy files (as git handles them): a file modified within `RACY_WINDOW_NS` of the sync's start may be written again
 within the filesystem's mtime granularity after it was read, keeping its size and mtime; its state is recorded with
 the mtime `RACY_MTIME_NS`, which no file has, so the next sync hashes it again (and then records its real stat).
@@ -17,13 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tools.extract import Kind, sniff
-from tools.ingest.inputs import walk
+from tools.ingest.inputs import walk_folder
 from tools.ingest.report import FileError
 from tools.store.sync_state import FileState, FileStatus
 
@@ -89,19 +94,30 @@ class SyncPlan:
 
 @dataclass
 class FolderScan:
-    """The files of a synced folder (`scan_folder`) and the ones left out because they are symbolic links to a file
-    outside the folder (skipped, with the cause)."""
+    """The files of a synced folder (`scan_folder`), the ones left out because they are symbolic links to a file
+    outside the folder (skipped, with the cause), the paths that could not be seen (rel path, POSIX, "" for the
+    folder itself -> why: a folder that could not be listed, a file whose stat failed) and the folders with no
+    entry at all (rel paths; the folder itself is never listed: emptied, its files were deleted)."""
 
     files: list[SeenFile] = field(default_factory=list)
     outside: list[FileError] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    empty: list[str] = field(default_factory=list)
 
 
 def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> FolderScan:
-    """The files under `folder` (absolute, resolved) as `tools.ingest.inputs.walk` finds them (globs, hidden entries
-    left out), with their stat; a file that vanishes while scanned is left out, and a symbolic link whose target is
-    outside `folder` is skipped (a sync reads only what is inside the folder it was given, e.g. under `SYNC_ROOTS`)."""
+    """The files under `folder` (absolute, resolved) as `tools.ingest.inputs.walk_folder` finds them (globs, hidden
+    entries left out), with their stat; a file that vanishes while scanned is left out, and a symbolic link whose
+    target is outside `folder` is skipped (a sync reads only what is inside the folder it was given, e.g. under
+    `SYNC_ROOTS`). Folders that could not be listed, files whose stat failed and empty folders are listed too."""
     scan = FolderScan()
-    for path in walk(folder, include, exclude):
+    listing = walk_folder(folder, include, exclude)
+    for path, error in listing.unlisted:
+        scan.unreadable[_rel(path, folder)] = (
+            f"{path}: the folder cannot be listed ({error.strerror or error}); nothing under it is removed"
+        )
+    scan.empty = [rel for path in listing.empty if (rel := _rel(path, folder))]  # the folder itself: files deleted
+    for path in listing.files:
         try:
             if path.is_symlink() and not (target := path.resolve()).is_relative_to(folder):
                 why = f"{path}: a symbolic link to {target}, outside the synced folder; skipped"
@@ -110,8 +126,24 @@ def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str
             stat = path.stat()
         except (FileNotFoundError, RuntimeError):  # vanished, or a symbolic link loop
             continue
+        except OSError as exc:
+            scan.unreadable[_rel(path, folder)] = (
+                f"{path}: cannot be read ({exc.strerror or exc}); its document is kept"
+            )
+            continue
         scan.files.append(SeenFile(path, path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
     return scan
+
+
+def _rel(path: Path, folder: Path) -> str:
+    """`path` relative to `folder` (POSIX; "" for the folder itself)."""
+    rel = path.relative_to(folder).as_posix()
+    return "" if rel == "." else rel
+
+
+def _under(rel_path: str, folder: str) -> bool:
+    """Whether `rel_path` is `folder` or lies under it ("" holds everything)."""
+    return folder == "" or rel_path == folder or rel_path.startswith(folder + "/")
 
 
 HashFn = Callable[[Path], tuple[str, Kind]]
@@ -124,11 +156,17 @@ def plan_sync(
     doc_id_of: Callable[[str], str],
     hash_file: HashFn,
     racy_since_ns: int | None = None,
+    unreadable: Mapping[str, str] | None = None,
+    empty: Sequence[str] = (),
 ) -> SyncPlan:
     """The plan (see the module docstring) of the files `seen` against the `recorded` states (rel path -> state);
     `doc_id_of` names a rel path's document, `hash_file` reads a file (only those the stat does not settle). A file
     read whose mtime is `racy_since_ns` or later (ns since the epoch: the sync's start less `RACY_WINDOW_NS`; None:
-    none is racy) is planned with the mtime `RACY_MTIME_NS`, so its recorded state makes the next sync read it."""
+    none is racy) is planned with the mtime `RACY_MTIME_NS`, so its recorded state makes the next sync read it.
+
+    A recorded path not seen is removed, except under an `unreadable` path (rel path -> why: a folder that could not
+    be listed, a file whose stat failed) or an `empty` folder (rel paths: no entry at all) holding recorded documents:
+    those stay (`unchanged`) and the cause is a failure (`failed`, once per path)."""
     plan = SyncPlan()
     fresh: list[Candidate] = []
     present: set[str] = set()
@@ -160,7 +198,9 @@ def plan_sync(
             plan.moved.append((old, candidate))
         else:
             plan.updated.append((old, candidate))
-    gone = [state for rel, state in sorted(recorded.items()) if rel not in present]
+    gone = _held_back(
+        [state for rel, state in sorted(recorded.items()) if rel not in present], unreadable or {}, empty, plan
+    )
     by_hash: dict[str, list[FileState]] = {}
     for state in gone:
         if state.status == "stored":
@@ -176,6 +216,36 @@ def plan_sync(
             plan.added.append(candidate)
     plan.removed = [s for s in gone if s.rel_path not in paired]
     return plan
+
+
+def _held_back(
+    gone: list[FileState], unreadable: Mapping[str, str], empty: Sequence[str], plan: SyncPlan
+) -> list[FileState]:
+    """The states of `gone` that are really gone: those under an unreadable path or an empty folder are kept in
+    `plan.unchanged`; each unreadable path and each such empty folder is a failure (`plan.failed`)."""
+    gone_for_good: list[FileState] = []
+    failed = dict(unreadable)
+    for state in gone:
+        if any(_under(state.rel_path, p) for p in unreadable):
+            pass
+        elif (
+            state.status == "stored"
+            and (where := next((p for p in empty if _under(state.rel_path, p)), None)) is not None
+        ):
+            held = sum(1 for s in gone if _under(s.rel_path, where) and s.status == "stored")
+            failed.setdefault(
+                where,
+                (
+                    f"{where or '.'}: an empty folder where {held} synced documents were (an unmounted mount point?); "
+                    "they are kept: delete the folder itself to remove them"
+                ),
+            )
+        else:
+            gone_for_good.append(state)
+            continue
+        plan.unchanged.append(state.rel_path)
+    plan.failed += [FileError(where, "unknown", why) for where, why in failed.items()]
+    return gone_for_good
 
 
 @dataclass

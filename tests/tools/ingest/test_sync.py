@@ -5,9 +5,11 @@ does nothing; an interrupted sync converges when run again; documents the sync d
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -340,3 +342,33 @@ async def test_a_renamed_pdf_is_moved_without_being_read_again(
     report = await sync_folder(request, embedder, store, replace(options, max_file_bytes=10))
     assert (report.moved, report.failed, report.embed_calls) == ([("guide.pdf", "manual.pdf")], [], 0)
     assert set(await store.stored_versions(["guide.pdf", "manual.pdf"], "synced")) == {"manual.pdf"}
+
+
+async def test_a_folder_that_cannot_be_listed_removes_nothing(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A synced subfolder whose listing fails (`chmod 000` for a user other than root; the tests run as root, so the
+    failure is injected into `os.scandir`, which `os.walk` lists folders with) fails the sync and removes none of
+    its documents, in a dry run too; a subfolder emptied (an unmounted mount point) keeps its documents too."""
+    folder = (tmp_path / "folder").resolve()
+    for rel in ["a.md", "locked/b.md", "mount/c.md"]:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(f"# {rel}\n\nHerons and otters share the river {rel}.\n")
+    request = SyncRequest(folder, collection="synced")
+    first = await sync_folder(request, embedder, store, ingest_options(settings))
+    assert sorted(first.added) == ["a.md", "locked/b.md", "mount/c.md"]
+    (folder / "mount" / "c.md").unlink()
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == folder / "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    for dry_run in (True, False):
+        report = await sync_folder(request, embedder, store, ingest_options(settings), dry_run=dry_run)
+        assert report.removed == [] and report.any_failed
+        assert [e.reason.split(":")[0] for e in report.failed] == [str(folder / "locked"), "mount"]
+    stored = await store.stored_versions(["a.md", "locked/b.md", "mount/c.md"], "synced")
+    assert sorted(stored) == ["a.md", "locked/b.md", "mount/c.md"]

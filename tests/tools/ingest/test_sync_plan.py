@@ -4,7 +4,11 @@ new path is a move, an unreadable file keeps its document, and the report's summ
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tools.extract import Kind
 from tools.ingest.report import FileError
@@ -133,3 +137,78 @@ def test_a_file_modified_just_before_the_sync_is_recorded_to_be_read_again() -> 
     assert hashes.read == ["a.md", "b.md", "a.md"] and second.changes == 0
     assert [(t.rel_path, t.mtime_ns) for t in second.touched] == [("a.md", 100)]
     assert second.unchanged == ["a.md", "b.md"]
+
+
+def by_name(path: Path) -> tuple[str, Kind]:
+    """A `HashFn` over real files: the file's name as its hash."""
+    return path.name, "markdown"
+
+
+def test_a_folder_that_cannot_be_listed_keeps_its_documents_and_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subfolder whose listing fails (what `chmod 000` gives a user other than root; the tests run as root, whom
+    it does not stop, so the failure is injected into `os.scandir`, which `os.walk` lists folders with) is reported,
+    and the recorded files under it are kept, not removed; a file really gone beside it is removed."""
+    folder = tmp_path.resolve()
+    for rel in ["a.md", "locked/b.md", "locked/deep/c.md"]:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(rel)
+    locked = folder / "locked"
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    scan = scan_folder(folder)
+    assert [f.rel_path for f in scan.files] == ["a.md"]
+    assert list(scan.unreadable) == ["locked"]
+    recorded = {r: state(r, r.split("/")[-1]) for r in ["a.md", "gone.md", "locked/b.md", "locked/deep/c.md"]}
+    plan = plan_sync(scan.files, recorded, str, by_name, unreadable=scan.unreadable, empty=scan.empty)
+    assert [s.rel_path for s in plan.removed] == ["gone.md"]
+    assert sorted(plan.unchanged) == ["a.md", "locked/b.md", "locked/deep/c.md"]
+    assert [e.reason for e in plan.failed] == [
+        f"{locked}: the folder cannot be listed (Permission denied); nothing under it is removed"
+    ]
+
+
+def test_an_empty_folder_that_held_documents_keeps_them_and_fails(tmp_path: Path) -> None:
+    """A folder with no entry at all where synced documents were (an unmounted mount point) removes nothing; a
+    folder deleted outright removes its documents."""
+    folder = tmp_path.resolve()
+    (folder / "mount").mkdir()
+    (folder / "a.md").write_text("a")
+    scan = scan_folder(folder)
+    assert scan.empty == ["mount"]
+    recorded = {r: state(r, r.split("/")[-1]) for r in ["a.md", "mount/x.md", "mount/y/z.md", "deleted/w.md"]}
+    plan = plan_sync(scan.files, recorded, str, by_name, unreadable=scan.unreadable, empty=scan.empty)
+    assert [s.rel_path for s in plan.removed] == ["deleted/w.md"]
+    assert [e.reason for e in plan.failed] == [
+        "mount: an empty folder where 2 synced documents were (an unmounted mount point?); they are kept: delete "
+        "the folder itself to remove them"
+    ]
+    for path in [folder / "a.md", folder / "mount"]:  # the synced folder emptied: its files were deleted
+        path.unlink() if path.is_file() else path.rmdir()
+    assert scan_folder(folder).empty == []
+
+
+def test_a_file_whose_stat_fails_keeps_its_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path.resolve()
+    (folder / "a.md").write_text("a")
+    real_stat = Path.stat
+
+    def stat(self: Path, **kwargs: Any) -> Any:
+        if self.name == "a.md":
+            raise OSError(5, "Input/output error")
+        return real_stat(self, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    scan = scan_folder(folder)
+    plan = plan_sync(scan.files, {"a.md": state("a.md", "h")}, str, by_name, unreadable=scan.unreadable)
+    assert plan.removed == [] and plan.unchanged == ["a.md"]
+    assert [e.reason for e in plan.failed] == [
+        f"{folder / 'a.md'}: cannot be read (Input/output error); its document is kept"
+    ]
