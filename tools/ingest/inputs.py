@@ -50,6 +50,22 @@ class InputFile:
         return self.kind in DOCUMENT_KINDS or self.path.suffix.lower() in DOCUMENT_SUFFIXES
 
 
+def printable(path: Path | str) -> str:
+    """`path` as text that can always be printed and stored: bytes of a file name that are not UTF-8 (which Python
+    keeps as lone surrogates) written as `\\xe9` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def name_error(path: Path | str) -> str | None:
+    """Why the file `path` cannot be a document (its name is not valid UTF-8: it cannot be stored or shown), or
+    None."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{printable(path)}: the file name is not valid UTF-8 (Latin-1?); rename it"
+    return None
+
+
 def _matches(relative: str, patterns: Sequence[str]) -> bool:
     pure = PurePosixPath(relative)
     return any(pure.match(p) or fnmatch.fnmatch(relative, p) for p in patterns)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tools.extract import MAX_FILE_BYTES, Extracted, ExtractError, Section, extract
 from tools.extract.ocr import OcrOptions
 from tools.ingest.documents import IngestError, SourceDocument, clean_text, clean_value
-from tools.ingest.inputs import InputFile, plan_inputs
+from tools.ingest.inputs import InputFile, name_error, plan_inputs
 from tools.jsonl import JsonlError, read_records
 
 
@@ -58,6 +58,8 @@ def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES, ocr: Ocr
     """
     if inp.doc_id is None:
         raise IngestError(f"{inp.path}: a JSONL corpus holds many documents; read it with read_documents")
+    if (why := name_error(inp.path) or name_error(inp.doc_id)) is not None:
+        raise IngestError(why)
     start = time.perf_counter()
     try:
         extracted = extract(inp.path, inp.kind, max_bytes, ocr)
@@ -75,9 +77,12 @@ def read_file_document(inp: InputFile, max_bytes: int = MAX_FILE_BYTES, ocr: Ocr
     metadata: dict[str, object] = {"format": inp.kind}
     if extracted.pages:
         metadata["pages"] = extracted.pages
+    title = extracted.title
+    if title == inp.path.stem:  # the extractor fell back to the file's name: the document's own (an upload's staged
+        title = PurePosixPath(inp.doc_id).stem  # file is named 000001.txt; its doc id keeps the name it was sent as)
     document = SourceDocument(
         inp.doc_id,
-        clean_text(extracted.title, where),
+        clean_text(title, where),
         text,
         where,
         metadata if structured else {},

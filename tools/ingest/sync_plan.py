@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.extract import Kind, sniff
-from tools.ingest.inputs import walk_folder
+from tools.ingest.inputs import name_error, printable, walk_folder
 from tools.ingest.report import FileError
 from tools.store.sync_state import FileState, FileStatus
 
@@ -118,6 +118,9 @@ def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str
         )
     scan.empty = [rel for path in listing.empty if (rel := _rel(path, folder))]  # the folder itself: files deleted
     for path in listing.files:
+        if (why := name_error(path)) is not None:  # it could be neither stored nor shown: it fails alone
+            scan.unreadable[_rel(path, folder)] = why
+            continue
         try:
             if path.is_symlink() and not (target := path.resolve()).is_relative_to(folder):
                 why = f"{path}: a symbolic link to {target}, outside the synced folder; skipped"
@@ -244,7 +247,7 @@ def _held_back(
             gone_for_good.append(state)
             continue
         plan.unchanged.append(state.rel_path)
-    plan.failed += [FileError(where, "unknown", why) for where, why in failed.items()]
+    plan.failed += [FileError(printable(where), "unknown", why) for where, why in failed.items()]
     return gone_for_good
 
 

@@ -12,6 +12,8 @@ from tests.document_files import GUIDE_HTML, empty_pdf, encrypted_pdf, guide_doc
 from tools.extract import ExtractError, Section, extract, sniff, sniff_bytes
 from tools.ingest import plan_inputs, read_documents
 from tools.ingest.embedding import located_chunks
+from tools.ingest.inputs import InputFile
+from tools.ingest.readers import read_file_document
 from tools.tokenizer import load_tokenizer
 
 LIMIT = 10 * 1024 * 1024
@@ -271,3 +273,16 @@ def test_legacy_encoded_text_files_are_decoded_and_binary_ones_still_refused(tmp
     blob = tmp_path / "blob.dat"
     blob.write_bytes(bytes(range(256)) * 16)
     assert sniff(blob) == "unsupported"
+
+
+@pytest.mark.parametrize(
+    ("doc_id", "body", "title"),
+    [("notes/readme.txt", "The okapi gateway listens on port 8080.", "readme"), ("plan.md", "No heading.", "plan")],
+)
+def test_an_uploaded_file_is_titled_by_its_name_not_its_staged_file_s(
+    tmp_path: Path, doc_id: str, body: str, title: str
+) -> None:
+    staged = tmp_path / ("000001" + Path(doc_id).suffix)  # how the upload worker stages each file (tools.jobs.worker)
+    staged.write_text(body)
+    document = read_file_document(InputFile(staged, doc_id, kind=sniff(staged))).document
+    assert document is not None and document.title == title
