@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tools.embedder.channel import channel_arguments, endpoint_port, split_endpoints
+from tools.ingest.inputs import TEMPORARY_NAMES
 from tools.model_specs import get_spec
 
 Policy = Literal["always", "agentic"]
@@ -461,6 +462,18 @@ class Settings(BaseSettings):
         description="Folders (comma-separated) under which `POST /v1/sync` may sync a folder of the server's; empty: "
         "sync over HTTP is disabled (403). Job workers check a sync job's folder against their own when they run it "
         "(set it on `rag worker` too). The CLI's `rag sync` is not bound by it.",
+    )
+    sync_ignore: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = Field(
+        default=TEMPORARY_NAMES,
+        description="File name globs (comma-separated) a folder sync leaves out: editors' backups and lock files, "
+        "partial downloads, temporary files; a file an `--include` glob matches is synced anyway. Empty: none left "
+        "out.",
+    )
+    sync_settle_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="A folder sync reads a file modified less than this long ago (s) only once its size and mtime "
+        "stayed the same that long; a file still being written is left for the next sync (0: no wait).",
     )
     upload_max_file_bytes: int = Field(
         default=50 * 1024 * 1024,

@@ -6,20 +6,27 @@ matched against the path relative to the folder walked, from the right (`*.pdf`,
 `fnmatch`). Each file's type is sniffed from its content (`tools.extract.sniff`).
 
 Document ids are unique and stable: a document file's id is its path relative to the ingest root (POSIX separators,
-suffix kept, e.g. `a/handbook.md`), a `.jsonl` record keeps its `_id`; both get an optional prefix. Two inputs with
-the same id in one run are refused before anything is stored, naming both.
+suffix kept, e.g. `a/handbook.md`; Unicode NFC, so a name saved in NFD by another system is the same document), a
+`.jsonl` record keeps its `_id`; both get an optional prefix. Two inputs with the same id in one run are refused
+before anything is stored, naming both.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from tools.extract import DOCUMENT_KINDS, Kind, sniff
 from tools.ingest.documents import IngestError
+
+TEMPORARY_NAMES = ("*~", "#*#", ".#*", "~$*", "*.part", "*.crdownload", "*.swp", "*.tmp")
+"""File name globs of editors' backups and autosaves (`notes.md~`, `#notes.md#`), lock files (Emacs `.#notes.md`,
+Word's `~$report.docx`), partial downloads (`.part`, `.crdownload`) and temporary files: not documents, or not yet
+(a folder sync leaves them out unless an `--include` glob names them: `SYNC_IGNORE`)."""
 
 DOCUMENT_SUFFIXES = (
     ".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text", ".jsonl",
@@ -82,9 +89,12 @@ class Listing:
     empty: list[Path] = field(default_factory=list)
 
 
-def walk_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Listing:
+def walk_folder(
+    folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = (), ignore: Sequence[str] = ()
+) -> Listing:
     """Files under `folder`, recursively, in name order, filtered by the globs (see the module docstring), and the
-    folders that could not be listed or were empty."""
+    folders that could not be listed or were empty. A file whose name matches an `ignore` glob (`TEMPORARY_NAMES`)
+    is left out unless an `include` glob matches it."""
     listing = Listing()
 
     def unlisted(error: OSError) -> None:
@@ -99,9 +109,12 @@ def walk_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str
                 continue
             path = Path(top) / name
             relative = path.relative_to(folder).as_posix()
-            if include and not _matches(relative, include):
+            included = _matches(relative, include)
+            if include and not included:
                 continue
             if exclude and _matches(relative, exclude):
+                continue
+            if not included and any(fnmatch.fnmatchcase(name, p) for p in ignore):
                 continue
             listing.files.append(path)
     return listing
@@ -199,7 +212,7 @@ def plan_inputs(
             continue
         if not resolved.is_relative_to(base):
             raise IngestError(f"{path}: outside the ingest root {base}; pass --root with a directory holding it")
-        doc_id = prefix + resolved.relative_to(base).as_posix()
+        doc_id = unicodedata.normalize("NFC", prefix + resolved.relative_to(base).as_posix())
         if doc_id in seen:
             raise IngestError(f"{seen[doc_id]} and {path} both get document id {doc_id!r}; pass distinct --prefix")
         seen[doc_id] = path

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
+import unicodedata
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -372,3 +375,49 @@ async def test_a_folder_that_cannot_be_listed_removes_nothing(
         assert [e.reason.split(":")[0] for e in report.failed] == [str(folder / "locked"), "mount"]
     stored = await store.stored_versions(["a.md", "locked/b.md", "mount/c.md"], "synced")
     assert sorted(stored) == ["a.md", "locked/b.md", "mount/c.md"]
+
+
+async def test_editor_files_are_left_out_and_a_file_being_written_waits(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """Backups, lock files and partial downloads are neither stored nor failures; a file still being written (a
+    writer appending every 0.1 s) is not yet there, no failure, and is stored whole by the sync after it is done;
+    a name saved in NFD is stored under its NFC id."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "notes.md").write_text("# Notes\n\nHerons fish at dawn.\n")
+    for name in ("notes.md~", "#notes.md#", "film.mp4.part"):
+        (folder / name).write_text("# Backup\n\nAn older copy.\n")
+    (folder / "~$report.docx").write_bytes(b"\x05me    " + bytes(154))  # Word's lock file: not a DOCX
+    nfd = unicodedata.normalize("NFD", "café.md")
+    (folder / nfd).write_text("# Café\n\nOtters float on their backs.\n")
+    growing = folder / "growing.md"
+    growing.write_text("# Growing\n\n")
+    done = threading.Event()
+
+    def write() -> None:
+        for i in range(25):
+            with growing.open("a") as handle:
+                handle.write(f"Line {i} of a long download about sea otters.\n")
+            time.sleep(0.1)
+        done.set()
+
+    options = replace(ingest_options(settings), settle_s=1.0)
+    request = SyncRequest(folder, collection="synced")
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        first = await sync_folder(request, embedder, store, options)
+    finally:
+        await asyncio.to_thread(writer.join)
+    assert not first.any_failed and first.skipped == [], first.failed
+    assert sorted(first.added) == sorted(["notes.md", unicodedata.normalize("NFC", "café.md")])
+    assert first.pending == [str(growing)]
+    second = await sync_folder(request, embedder, store, options)
+    assert (second.added, second.failed, second.pending) == (["growing.md"], [], [])
+    async with store.pool.acquire() as conn:
+        text = await conn.fetchval(
+            "SELECT string_agg(text, ' ') FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE d.doc_id = 'growing.md' AND d.collection = 'synced'"
+        )
+    assert "Line 24 of a long download" in text
