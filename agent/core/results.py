@@ -244,6 +244,12 @@ class AskResult(BaseModel):
         description="Per-sentence support labels and sentence-level citations (`SUPPORT_CHECK`); null when the "
         "check is off, or for a refusal.",
     )
+    failed_tool_calls: int = Field(
+        default=0,
+        exclude=True,
+        description="Tool calls of the run that did not succeed (invalid arguments, a tool's retry request): the "
+        "answer may be degraded, so it is never cached; for the Python API, left out of every JSON object.",
+    )
     usage: TokenUsage = Field(
         default_factory=TokenUsage,
         exclude=True,
