@@ -4,7 +4,8 @@ It sits inside the key guard (`agent.http.guards.BearerKeyGuard`, which leaves t
 `scope["state"][HOLDER_STATE]`) and outside admission control (`agent.http.admission_gate.AdmissionGate`), so a key
 over its quota is refused before its body is read and never takes an admission slot. On a key holder's `POST` to a
 metered path (`METERED_PATHS`: the answer paths and MCP) it asks the app's quotas (`app.state.quotas`,
-`agent.core.quotas.Quotas`): a refusal is 429 `quota_exceeded` with `Retry-After` (the OpenAI routes get OpenAI's
+`agent.core.quotas.Quotas.admit`, which reserves the most tokens the answer may use until its usage is recorded): a
+refusal is 429 `quota_exceeded` with `Retry-After` (the OpenAI routes get OpenAI's
 error shape from `agent.http.openai_errors.OpenAIErrorShape`, outside it). A request let through runs inside a meter
 (`agent.core.quotas.metering`) to which its answers add their token usage and timings; that usage, with the request,
 is recorded just before the response's last body message is sent (so a caller that reads `/v1/usage` after its answer
@@ -22,7 +23,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.core.errors import QuotaExceededError
-from agent.core.quotas import Quotas, metering
+from agent.core.quotas import Quotas, Reservation, metering
 from agent.http.admission_gate import ANSWER_PATHS
 from agent.http.errors import error_response, failure_of
 from agent.http.guards import HOLDER_STATE
@@ -59,7 +60,7 @@ class QuotaGate:
             await self.app(scope, receive, send)
             return
         try:
-            await quotas.check(key)
+            reservation = await quotas.admit(key)
         except QuotaExceededError as exc:
             await error_response(failure_of(exc))(scope, receive, send)
             return
@@ -69,7 +70,7 @@ class QuotaGate:
             nonlocal recorded
             if message["type"] == "http.response.body" and not message.get("more_body", False) and not recorded:
                 recorded = True
-                await self._record(quotas, key, used)
+                await self._record(quotas, key, used, reservation)
             await send(message)
 
         with metering() as used:
@@ -79,11 +80,11 @@ class QuotaGate:
             finally:
                 if not recorded:  # the response never ended normally (the client left, an error)
                     recorded = True
-                    await self._record(quotas, key, used)
+                    await self._record(quotas, key, used, reservation)
 
     @staticmethod
-    async def _record(quotas: Quotas, key: ApiKey, used: Usage) -> None:
+    async def _record(quotas: Quotas, key: ApiKey, used: Usage, reservation: Reservation) -> None:
         try:
-            await quotas.record(key, used)
+            await quotas.record(key, used, reservation)
         except Exception:
             log.warning("could not record the usage of API key %d", key.id, exc_info=True)
