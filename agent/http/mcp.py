@@ -22,7 +22,6 @@ import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -38,7 +37,7 @@ from agent.core.errors import QuotaExceededError
 from agent.core.quotas import Quotas, metering
 from agent.http.deps import CallerIdentity, request_caller
 from agent.http.errors import ApiError, error_response, failure_of
-from agent.http.guards import HOLDER_STATE, error_json, host_allowed
+from agent.http.guards import HOLDER_STATE, error_json, origin_allowed
 from agent.http.mcp_server import RagSource, build_mcp_server
 from tools.scope import SearchScope
 from tools.store.keys import ApiKey
@@ -67,24 +66,6 @@ def narrow_to_caller(scope: SearchScope, request: Any) -> SearchScope:
         return caller.narrow(scope)
     except ApiError as exc:
         raise ToolError(f"{exc.kind}: {exc.detail}") from None
-
-
-def origin_allowed(origin: str, host_header: str | None, allowed_hosts: Sequence[str]) -> bool:
-    """Whether a browser page from `origin` (the `Origin` header, e.g. `https://app.example.com`) may call `/mcp`:
-    the same host and port as the request's `Host` header, or a host `ALLOWED_HOSTS` names (`*` names none here:
-    it lets any `Host` in, not any page)."""
-    try:
-        parts = urlsplit(origin)
-        origin_host, port = (parts.hostname or "").lower(), parts.port
-    except ValueError:
-        return False
-    if not origin_host or parts.scheme not in ("http", "https"):
-        return False  # `null` (a sandboxed page, a file), or no origin a server could hold
-    host = urlsplit(f"//{host_header}") if host_header else None
-    default_port = 443 if parts.scheme == "https" else 80
-    if host is not None and host.hostname == origin_host and (host.port or default_port) == (port or default_port):
-        return True
-    return host_allowed(origin_host, [p for p in allowed_hosts if p != "*"])
 
 
 def _allowed_hosts(scope: Scope) -> Sequence[str]:
