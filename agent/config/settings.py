@@ -106,6 +106,18 @@ def _comma_list(value: object) -> object:
     return value
 
 
+def _comma_or_json_list(value: object) -> object:
+    """A JSON list (`'["postgres", "triton"]'`) or a comma-separated string (`postgres,triton`), the env forms, as a
+    tuple; anything else unchanged."""
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        return tuple(parsed) if isinstance(parsed, list) else value
+    return _comma_list(value)
+
+
 def _each_postgres_url(values: tuple[str, ...]) -> tuple[str, ...]:
     for value in values:
         _postgres_url(value)
@@ -693,8 +705,11 @@ class Settings(BaseSettings):
         "SmolLM2 folder under DATA_DIR/llm has one). Unset: a conservative estimate of 3 characters per token.",
     )
 
-    services: tuple[Literal["postgres", "triton", "vllm"], ...] = Field(
-        default=("postgres", "triton", "vllm"), description="Local services `rag up` starts."
+    services: Annotated[
+        tuple[Literal["postgres", "triton", "vllm"], ...], NoDecode, BeforeValidator(_comma_or_json_list)
+    ] = Field(
+        default=("postgres", "triton", "vllm"),
+        description="Local services `rag up` starts: comma-separated (`postgres,triton`) or a JSON list.",
     )
 
     @field_validator("api_key", mode="before")
