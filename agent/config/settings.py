@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tools.embedder.channel import channel_arguments, endpoint_port, split_endpoints
+from tools.ingest.inputs import TEMPORARY_NAMES
 from tools.model_specs import get_spec
 
 Policy = Literal["always", "agentic"]
@@ -103,6 +104,18 @@ def _comma_list(value: object) -> object:
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
     return value
+
+
+def _comma_or_json_list(value: object) -> object:
+    """A JSON list (`'["postgres", "triton"]'`) or a comma-separated string (`postgres,triton`), the env forms, as a
+    tuple; anything else unchanged."""
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        return tuple(parsed) if isinstance(parsed, list) else value
+    return _comma_list(value)
 
 
 def _each_postgres_url(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -462,6 +475,18 @@ class Settings(BaseSettings):
         "sync over HTTP is disabled (403). Job workers check a sync job's folder against their own when they run it "
         "(set it on `rag worker` too). The CLI's `rag sync` is not bound by it.",
     )
+    sync_ignore: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = Field(
+        default=TEMPORARY_NAMES,
+        description="File name globs (comma-separated) a folder sync leaves out: editors' backups and lock files, "
+        "partial downloads, temporary files; a file an `--include` glob matches is synced anyway. Empty: none left "
+        "out.",
+    )
+    sync_settle_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="A folder sync reads a file modified less than this long ago (s) only once its size and mtime "
+        "stayed the same that long; a file still being written is left for the next sync (0: no wait).",
+    )
     upload_max_file_bytes: int = Field(
         default=50 * 1024 * 1024,
         ge=1,
@@ -694,8 +719,11 @@ class Settings(BaseSettings):
         "SmolLM2 folder under DATA_DIR/llm has one). Unset: a conservative estimate of 3 characters per token.",
     )
 
-    services: tuple[Literal["postgres", "triton", "vllm"], ...] = Field(
-        default=("postgres", "triton", "vllm"), description="Local services `rag up` starts."
+    services: Annotated[
+        tuple[Literal["postgres", "triton", "vllm"], ...], NoDecode, BeforeValidator(_comma_or_json_list)
+    ] = Field(
+        default=("postgres", "triton", "vllm"),
+        description="Local services `rag up` starts: comma-separated (`postgres,triton`) or a JSON list.",
     )
 
     @field_validator("api_key", mode="before")

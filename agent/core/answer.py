@@ -194,6 +194,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
     timings.add({"embed": 0.0, "search": 0.0})
     truncated = False  # the final response stopped at max_tokens
     usage = TokenUsage()  # tokens the LLM server reported for the run
+    failed_tool_calls = 0  # tool calls of the run that did not succeed
 
     def finish(
         text: str,
@@ -219,6 +220,7 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
                 RetrievedPassage(chunk_id=p.chunk_id, doc_id=p.doc_id, score=p.score, passage=p.number, title=p.title)
                 for p in deps.state.passages
             ],
+            failed_tool_calls=failed_tool_calls,
         )
 
     history = list(request.history)
@@ -269,6 +271,8 @@ async def _answer(agent: Agent[RagDeps, str], deps: RagDeps, request: AnswerRequ
                     stream.restart("new_response")
                 elif isinstance(event, FunctionToolResultEvent):
                     output = ""
+                    if event.part.outcome != "success":  # invalid arguments, a tool's retry request, an error
+                        failed_tool_calls += 1
                 elif isinstance(event, AgentRunResultEvent):
                     output = event.result.output
                     require_finish_reason(event.result.response)  # a stream cut short is an error

@@ -1,7 +1,8 @@
 """The answer cache: a repeated first-turn question answered from Postgres before admission, embedding and the LLM,
 and never from an entry older than the documents it may search (docs/answer-cache.md).
 
-- `normalise_question`: what makes two questions the same (case, whitespace, trailing punctuation).
+- `normalise_question`: what makes two questions the same (whitespace, a trailing `?`, `!` or `.`); case and every
+  other character are kept, since they change meaning ("What is C?" and "What is C#?", WHO and who, 5 and 5%).
 - `request_digest`: sha256 of a canonical JSON of everything an answer depends on besides the documents: the
   normalised question (and retrieval query), the scope (collections, filters), the policy and top_k, the LLM model,
   the prompts' version (`PROMPT_VERSION`), the settings that change answers (`ANSWER_SETTINGS`) and the request's own
@@ -11,11 +12,14 @@ and never from an entry older than the documents it may search (docs/answer-cach
   client, the process's default registry): `hit`, `miss` (looked up, not found), `store` (an answer stored after a
   miss) and `bypass` (not looked up: a question with conversation history, or the cache's store failed).
 
-What is stored: a complete answer of a first-turn question (no history), refusals for lack of relevant passages
-included (they are a property of the documents in scope at that version, like any answer, and the corpus version
-retires them as soon as a document arrives). Never stored: answers that stopped at the output limit (`truncated`),
-failures of any kind (limits, timeouts, LLM or store errors raise and store nothing), and answers computed while a
-read replica may not have held the scope's newest version (`CacheLookup.settled`).
+What is stored: only a complete, cited answer of a first-turn question (no history): `cacheable`. Never stored:
+refusals (no relevant passage: cheap to compute again, and a refusal must never outlive a document that answers),
+answers with no citations (a model claiming the documents do not cover what they do, or answering unsupported), answers
+of a run in which a tool call failed (`failed_tool_calls`), answers the support check replaced by quotes (no sentence
+supported: `extractive`), answers that stopped at the output limit (`truncated`), failures of any kind (limits,
+timeouts, LLM or store errors raise and store nothing), and answers computed while a read replica may not have held
+the scope's newest version (`CacheLookup.settled`). A degraded answer is thus computed afresh next time, once the
+LLM or the tools recover.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from tools.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
-KEY_FORMAT = 1
+KEY_FORMAT = 2
 """Version of the digest's layout; bump it when the canonical JSON changes meaning."""
 
 Outcome = Literal["hit", "miss", "store", "bypass"]
@@ -109,17 +113,28 @@ PROMPT_VERSION = _prompt_version()
 `agent.core.prompts`): a changed prompt never serves answers written under the old one."""
 
 _SPACE = re.compile(r"\s+")
+_TERMINAL = re.compile(r"[\s?!.]+$")
 
 
 def normalise_question(question: str) -> str:
-    """`question` case-folded, with runs of whitespace as one space and no leading or trailing whitespace or trailing
-    punctuation (Unicode `P*` categories): `"  Does X  cause Y?! "` → `"does x cause y"`. A question of punctuation
-    only keeps it."""
-    text = _SPACE.sub(" ", question.casefold()).strip()
-    end = len(text)
-    while end and (text[end - 1] == " " or unicodedata.category(text[end - 1]).startswith("P")):
-        end -= 1
-    return text[:end] or text
+    """`question` in Unicode NFC, with runs of whitespace as one space, no leading or trailing whitespace and no
+    trailing run of `?`, `!` and `.`: `"  What is  C#?! "` → `"What is C#"`. Case and all other punctuation are kept
+    (`C` and `C#`, `WHO` and `who`, `5` and `5%` are other questions). A question of `?!.` only keeps it."""
+    text = _SPACE.sub(" ", unicodedata.normalize("NFC", question)).strip()
+    return _TERMINAL.sub("", text) or text
+
+
+def cacheable(result: AskResult) -> bool:
+    """Whether `result` is a complete, cited answer worth serving again (module docstring): not cached already, not
+    refused, with citations, no failed tool call, not cut at the output limit, not replaced by quotes."""
+    return not (
+        result.cached
+        or result.refused
+        or not result.citations
+        or result.failed_tool_calls
+        or result.truncated
+        or (result.support is not None and result.support.extractive)
+    )
 
 
 def _canonical_scope(scope: SearchScope | None) -> dict[str, Any]:
@@ -226,9 +241,9 @@ class AnswerCache:
         )
 
     async def store(self, looked: Looked, result: AskResult) -> None:
-        """Store `result` under `looked.key`, unless there is none or the answer is incomplete (`truncated`); a
-        failing store is logged, not raised (the answer itself is good)."""
-        if looked.key is None or result.truncated or result.cached:
+        """Store `result` under `looked.key`, unless there is none or the answer is not `cacheable` (degraded or
+        incomplete); a failing store is logged, not raised (the answer itself is good)."""
+        if looked.key is None or not cacheable(result):
             return
         try:
             stored = result.model_dump(mode="json") | {"retrieved": [p.model_dump() for p in result.retrieved]}

@@ -8,6 +8,11 @@ day, checked before any work (`Quotas.check`), and what each answered request us
   `API_KEYS_CACHE_S` seconds per key; this process adds what it records to the value it holds, so its own answers
   count at once and other processes' within that time. A key is refused once it has reached its budget (the answer
   that crosses it is finished; the next one is refused).
+- Answers in progress count too: a request let through (`Quotas.admit`) reserves the most its answer may use,
+  `ANSWER_TOKEN_BUDGET` (at most what is left of the key's day), until its usage is recorded (`Quotas.record`, which
+  puts the reported tokens in its place) or it ends without any (`Quotas.release`). So concurrent requests cannot
+  all pass a budget they would overrun together: with 1,000 tokens left and a 16,000-token budget per answer, one
+  answer runs at a time. Reservations are per process, like the request window.
 - A key's own limits (`api_keys.requests_per_minute`, `tokens_per_day`) win over the settings' defaults
   (`KEY_REQUESTS_PER_MINUTE`, `KEY_TOKENS_PER_DAY`); None everywhere is unlimited. The admin key has no quota.
 - The usage of one request is gathered by a meter (`metering`, a context variable the HTTP layer opens around the
@@ -116,6 +121,16 @@ class InMemoryUsage:
         ]
 
 
+@dataclass
+class Reservation:
+    """Tokens held for one admitted request of key `key_id` on UTC `day` until its usage is recorded (`tokens`: 0
+    for a key without a token budget)."""
+
+    key_id: int
+    day: date
+    tokens: int = 0
+
+
 class KeyLabels:
     """The `key` label of a key id: the id as text for the first `cap` distinct ids seen, `other` after."""
 
@@ -211,6 +226,7 @@ class Quotas:
         self._tokens: TTLCache[tuple[int, date], list[int]] = TTLCache(
             maxsize=4 * MAX_KEY_LABELS, ttl=settings.api_keys_cache_s, timer=clock
         )
+        self._reserved: dict[tuple[int, date], int] = {}  # (key, day) -> tokens held by answers in progress
 
     def limits_of(self, key: ApiKey) -> tuple[int | None, int | None]:
         """The key's requests per minute and tokens per day: its own, else the settings' (None: unlimited)."""
@@ -230,22 +246,65 @@ class Quotas:
         return tokens
 
     async def check(self, key: ApiKey) -> None:
-        """Let a request of `key` through, counting it in its minute's window, or refuse it.
+        """Let a request of `key` through, counting it in its minute's window, or refuse it; nothing is reserved
+        (`admit` does)."""
+        await self._check(key)
+
+    async def admit(self, key: ApiKey) -> Reservation:
+        """`check`, then reserve for the request the most tokens its answer may use (`ANSWER_TOKEN_BUDGET`, at most
+        what is left of the key's day), held until `record` or `release` is given the reservation.
+
+        Raises:
+            QuotaExceededError, StoreError: see `check`.
+        """
+        day, left = await self._check(key)
+        # no await since the check: no other request of the key was let through in between
+        reservation = Reservation(key.id, day, 0 if left is None else min(self.settings.answer_token_budget, left))
+        if reservation.tokens:
+            self._reserved[(key.id, day)] = self._reserved.get((key.id, day), 0) + reservation.tokens
+        return reservation
+
+    def release(self, reservation: Reservation) -> None:
+        """Give back what `reservation` held (once; again is a no-op)."""
+        where = (reservation.key_id, reservation.day)
+        if reservation.tokens and where in self._reserved:
+            self._reserved[where] -= reservation.tokens
+            if self._reserved[where] <= 0:
+                del self._reserved[where]
+        reservation.tokens = 0
+
+    async def _check(self, key: ApiKey) -> tuple[date, int | None]:
+        """`check`: the UTC day and the tokens left of it (used and reserved taken off; None: no budget).
 
         Raises:
             QuotaExceededError: the key has reached its tokens of today (`retry_after_s`: to the next UTC midnight),
-                or made its requests of the last 60 s (`retry_after_s`: until the oldest leaves the window).
+                or answers in progress hold the rest of them (`retry_after_s`: `ANSWER_TIMEOUT_S`, by when they have
+                ended), or made its requests of the last 60 s (`retry_after_s`: until the oldest leaves the window).
             StoreError: the day's tokens could not be read.
         """
         rpm, tpd = self.limits_of(key)
         now_s = self.clock()
-        if tpd is not None and (used := await self.tokens_today(key.id, now_s)) >= tpd:
-            self._refused(key, "tokens_per_day")
-            raise QuotaExceededError(
-                f"API key {key.id} has used {used} of its {tpd} LLM tokens of today (UTC); try again tomorrow",
-                "tokens_per_day",
-                seconds_to_next_utc_day(now_s),
-            )
+        day = utc_day(now_s)
+        left: int | None = None
+        if tpd is not None:
+            used = await self.tokens_today(key.id, now_s)
+            reserved = self._reserved.get((key.id, day), 0)
+            if used >= tpd:
+                self._refused(key, "tokens_per_day")
+                raise QuotaExceededError(
+                    f"API key {key.id} has used {used} of its {tpd} LLM tokens of today (UTC); try again tomorrow",
+                    "tokens_per_day",
+                    seconds_to_next_utc_day(now_s),
+                )
+            if used + reserved >= tpd:
+                self._refused(key, "tokens_per_day")
+                raise QuotaExceededError(
+                    f"API key {key.id} has used {used} of its {tpd} LLM tokens of today (UTC) and its answers in "
+                    f"progress may use the other {tpd - used}; retry when they have ended",
+                    "tokens_per_day",
+                    min(self.settings.answer_timeout_s, seconds_to_next_utc_day(now_s)),
+                )
+            left = tpd - used - reserved
         if rpm is not None:
             item = RateLimitItemPerMinute(rpm)
             if not self.window.hit(item, str(key.id)):
@@ -258,22 +317,28 @@ class Quotas:
                     max(1.0, math.ceil(reset_at - time.time())),
                 )
         self.metrics.requests.labels(self.metrics.labels(key.id)).inc()
+        return day, left
 
     def _refused(self, key: ApiKey, limit: str) -> None:
         self.metrics.refusals.labels(self.metrics.labels(key.id), limit).inc()
 
-    async def record(self, key: ApiKey, used: Usage) -> None:
-        """Add one request's usage to the key's row of today (UTC) and to the cached token sum; count its tokens.
+    async def record(self, key: ApiKey, used: Usage, reservation: Reservation | None = None) -> None:
+        """Add one request's usage to the key's row of today (UTC) and to the cached token sum, in place of what its
+        `reservation` held (given back once the write is done, or has failed); count its tokens.
 
         Raises:
             StoreError: the usage could not be written.
         """
         now_s = self.clock()
         day = utc_day(now_s)
+        cached = self._tokens.get((key.id, day))
+        if cached is not None:  # counted at once
+            cached[0] += used.tokens
         label = self.metrics.labels(key.id)
         self.metrics.tokens.labels(label, "prompt").inc(used.prompt_tokens)
         self.metrics.tokens.labels(label, "completion").inc(used.completion_tokens)
-        await self.usage.record(key.id, day, used)
-        cached = self._tokens.get((key.id, day))
-        if cached is not None:
-            cached[0] += used.tokens
+        try:
+            await self.usage.record(key.id, day, used)
+        finally:  # held until the usage is written: never a moment with neither counted
+            if reservation is not None:
+                self.release(reservation)

@@ -273,6 +273,12 @@ class AskResult(BaseModel):
         description="Every passage retrieved for the answer, cited or not, by passage number; for the Python API and "
         "the feedback record (`agent.core.feedback`), left out of the `/v1/ask` and `rag ask --json` object.",
     )
+    failed_tool_calls: int = Field(
+        default=0,
+        exclude=True,
+        description="Tool calls of the run that did not succeed (invalid arguments, a tool's retry request): the "
+        "answer may be degraded, so it is never cached; for the Python API, left out of every JSON object.",
+    )
     usage: TokenUsage = Field(
         default_factory=TokenUsage,
         exclude=True,

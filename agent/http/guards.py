@@ -5,7 +5,14 @@ In the order a request meets them (`install_guards`):
 1. `HostGuard`: the `Host` header must name a host in `ALLOWED_HOSTS` (else 400 `host_not_allowed`). A web page
    that rebinds its own DNS name to 127.0.0.1 sends its own name as `Host`, so a local server that answers only its
    own names cannot be driven from a browser tab.
-2. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
+2. `CrossSiteGuard`: a state-changing request (any method but GET, HEAD, OPTIONS) that a browser sent from another
+   site is refused with 403 `forbidden_origin`: `Sec-Fetch-Site: cross-site` or `same-site` (another port of
+   localhost is the same site), or an `Origin` that is not the server's own (the `Host` header's host and port;
+   `null` included). A page elsewhere can send a form or a `fetch(mode: "no-cors")` to a keyless server on 127.0.0.1; it
+   cannot hide where it comes from. Clients that are not browsers send neither header. Every response also forbids
+   framing (`X-Frame-Options: DENY`, CSP `frame-ancestors 'none'`) and type sniffing (`X-Content-Type-Options:
+   nosniff`).
+3. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
    `/metrics`, the page `/` and its static files), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw
    header bytes are compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is
    read, so an unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.core.keys`,
@@ -14,7 +21,7 @@ In the order a request meets them (`install_guards`):
    key's holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
    dependency), with its key in `scope["state"]` (`HOLDER_STATE`) for the quotas (`agent.http.quota_gate`); every other
    path stays the admin key's.
-3. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
+4. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
    it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
    that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
 
@@ -104,6 +111,24 @@ def host_allowed(host: str, patterns: Iterable[str]) -> bool:
     return False
 
 
+def origin_allowed(origin: str, host_header: str | None, allowed_hosts: Sequence[str]) -> bool:
+    """Whether a browser page from `origin` (the `Origin` header, e.g. `https://app.example.com`) may call `/mcp`:
+    the same host and port as the request's `Host` header, or a host `ALLOWED_HOSTS` names (`*` names none here:
+    it lets any `Host` in, not any page)."""
+    try:
+        parts = urlsplit(origin)
+        origin_host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError:
+        return False
+    if not origin_host or parts.scheme not in ("http", "https"):
+        return False  # `null` (a sandboxed page, a file), or no origin a server could hold
+    host = urlsplit(f"//{host_header}") if host_header else None
+    default_port = 443 if parts.scheme == "https" else 80
+    if host is not None and host.hostname == origin_host and (host.port or default_port) == (port or default_port):
+        return True
+    return host_allowed(origin_host, [p for p in allowed_hosts if p != "*"])
+
+
 class HostGuard:
     """Answers 400 `host_not_allowed` unless the request's `Host` header matches `allowed_hosts`."""
 
@@ -127,6 +152,56 @@ class HostGuard:
             await error_json(400, "host_not_allowed", detail)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that change nothing: never refused for where they come from."""
+
+SECURITY_HEADERS = [
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+]
+"""Sent with every response: no page of another site may frame ours (clickjacking), no body is type-sniffed."""
+
+
+class CrossSiteGuard:
+    """Answers 403 `forbidden_origin` to a state-changing request a browser sent from another site (module
+    docstring), and adds `SECURITY_HEADERS` to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on with the headers added, or refuse it."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def secured_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [(n, v) for n, v in SECURITY_HEADERS if n not in present]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        if scope["method"] not in SAFE_METHODS and (why := self._cross_site(Headers(scope=scope))) is not None:
+            await error_json(403, "forbidden_origin", why)(scope, receive, secured_send)
+            return
+        await self.app(scope, receive, secured_send)
+
+    def _cross_site(self, headers: Headers) -> str | None:
+        """Why the request comes from another site, or None."""
+        site = headers.get("sec-fetch-site", "").lower()
+        if site in ("cross-site", "same-site"):
+            return (
+                f"a {site} request from a web page (Sec-Fetch-Site); this server changes nothing for other sites' "
+                "pages: use its own page, or a client that is not a browser"
+            )
+        origin = headers.get("origin")
+        if origin is not None and not origin_allowed(origin, headers.get("host"), ()):
+            return f"Origin {origin!r} is not this server's own: other sites' pages change nothing here"
+        return None
 
 
 def key_matches(authorization: bytes | None, key: bytes) -> bool:
@@ -311,8 +386,8 @@ UPLOAD_PATHS = ("/v1/documents",)
 
 
 def install_guards(app: Any, settings: Settings, allowed_hosts: Sequence[str]) -> None:
-    """Add the guards to a Starlette/FastAPI `app` (outermost first: host, API key, body size: `MAX_BODY_BYTES`,
-    `UPLOAD_MAX_REQUEST_BYTES` under `UPLOAD_PATHS`).
+    """Add the guards to a Starlette/FastAPI `app` (outermost first: host, other sites' pages, API key, body size:
+    `MAX_BODY_BYTES`, `UPLOAD_MAX_REQUEST_BYTES` under `UPLOAD_PATHS`).
 
     Args:
         allowed_hosts: host patterns to answer (`allowed_hosts_for`); `("*",)` answers any host.
@@ -322,4 +397,5 @@ def install_guards(app: Any, settings: Settings, allowed_hosts: Sequence[str]) -
     # add_middleware puts each new middleware outside the ones added before it
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, path_limits=uploads)
     app.add_middleware(BearerKeyGuard, key=key)
+    app.add_middleware(CrossSiteGuard)
     app.add_middleware(HostGuard, allowed_hosts=tuple(allowed_hosts))

@@ -23,6 +23,7 @@ them), and the collection one of the caller's (403 `forbidden_collection`). Its 
 from __future__ import annotations
 
 import asyncio
+import unicodedata
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -77,8 +78,8 @@ class JobAccepted(BaseModel):
 
 def upload_name(filename: str | None, index: int) -> str:
     """The last component of an uploaded file name (POSIX or Windows separators), never a path; `upload-<n>` when
-    nothing usable is left."""
-    name = PureWindowsPath(PurePosixPath(filename or "").name).name.strip()
+    nothing usable is left; in Unicode NFC (one name in its NFC and NFD spellings is one document id)."""
+    name = unicodedata.normalize("NFC", PureWindowsPath(PurePosixPath(filename or "").name).name.strip())
     return name if name and name not in (".", "..") else f"upload-{index}"
 
 

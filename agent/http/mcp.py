@@ -10,16 +10,18 @@ allow only loopback names, is off) and `MAX_BODY_BYTES`. Then `CallerGate` finds
 (`agent.http.deps.request_caller`: the admin key, or an API key's holder; a wrong or revoked token is 401 before the
 SDK reads the body) and keeps it in the ASGI scope; each tool call narrows its scope to that caller's collections
 (`narrow_to_caller`), so a key holder's `search`, `get_document` and `ask` see only its collections, and naming
-another collection is a tool error naming it. Stateless: every request stands alone, so replicas behind a load
+another collection is a tool error naming it; a key holder's `ask` calls are held to its quotas (`meter_caller`), the
+protocol messages are not. Stateless: every request stands alone, so replicas behind a load
 balancer need no session affinity (the tools keep no state between calls).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -31,11 +33,16 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agent.core.errors import QuotaExceededError
+from agent.core.quotas import Quotas, metering
 from agent.http.deps import CallerIdentity, request_caller
 from agent.http.errors import ApiError, error_response, failure_of
-from agent.http.guards import error_json, host_allowed
+from agent.http.guards import HOLDER_STATE, error_json, origin_allowed
 from agent.http.mcp_server import RagSource, build_mcp_server
 from tools.scope import SearchScope
+from tools.store.keys import ApiKey
+
+log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 """Where `rag serve` answers MCP (streamable HTTP)."""
@@ -61,27 +68,39 @@ def narrow_to_caller(scope: SearchScope, request: Any) -> SearchScope:
         raise ToolError(f"{exc.kind}: {exc.detail}") from None
 
 
-def origin_allowed(origin: str, host_header: str | None, allowed_hosts: Sequence[str]) -> bool:
-    """Whether a browser page from `origin` (the `Origin` header, e.g. `https://app.example.com`) may call `/mcp`:
-    the same host and port as the request's `Host` header, or a host `ALLOWED_HOSTS` names (`*` names none here:
-    it lets any `Host` in, not any page)."""
-    try:
-        parts = urlsplit(origin)
-        origin_host, port = (parts.hostname or "").lower(), parts.port
-    except ValueError:
-        return False
-    if not origin_host or parts.scheme not in ("http", "https"):
-        return False  # `null` (a sandboxed page, a file), or no origin a server could hold
-    host = urlsplit(f"//{host_header}") if host_header else None
-    default_port = 443 if parts.scheme == "https" else 80
-    if host is not None and host.hostname == origin_host and (host.port or default_port) == (port or default_port):
-        return True
-    return host_allowed(origin_host, [p for p in allowed_hosts if p != "*"])
-
-
 def _allowed_hosts(scope: Scope) -> Sequence[str]:
     settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
     return getattr(settings, "allowed_hosts", None) or ()
+
+
+@asynccontextmanager
+async def meter_caller(request: Any) -> AsyncIterator[None]:
+    """The `agent.http.mcp_server.Meter` of `/mcp`: an `ask` call of a key holder is admitted by the app's quotas
+    (`agent.core.quotas.Quotas.admit`: requests per minute, tokens per day with the answer's reservation), refused
+    as a tool error `quota_exceeded: ... (retry after N s)` that the client shows (not an HTTP 429, which would fail
+    the client's whole session), and its usage recorded when it ends (`rag_key_*` metrics, `key_usage`). The admin
+    key, and an app without quotas, pass unmetered. Only tool calls are metered: `initialize`, notifications and
+    `tools/list` are protocol, not answer requests."""
+    scope = request.scope if isinstance(request, Request) else {}
+    key = scope.get("state", {}).get(HOLDER_STATE)
+    quotas: Quotas | None = getattr(getattr(scope.get("app"), "state", None), "quotas", None)
+    if not isinstance(key, ApiKey) or quotas is None:
+        yield
+        return
+    try:
+        reservation = await quotas.admit(key)
+    except QuotaExceededError as exc:
+        said = str(exc).removesuffix("; retry after the Retry-After seconds")  # no Retry-After header here
+        raise ToolError(f"quota_exceeded: {said} (retry after {math.ceil(exc.retry_after_s)} s)") from None
+    with metering() as used:
+        used.requests = 1
+        try:
+            yield
+        finally:
+            try:
+                await quotas.record(key, used, reservation)
+            except Exception:
+                log.warning("could not record the usage of API key %d", key.id, exc_info=True)
 
 
 class CallerGate:
@@ -129,7 +148,7 @@ class McpEndpoint:
     """
 
     def __init__(self, rag: RagSource) -> None:
-        self.server: MCPServer[Any] = build_mcp_server(rag, narrow=narrow_to_caller)
+        self.server: MCPServer[Any] = build_mcp_server(rag, narrow=narrow_to_caller, meter=meter_caller)
         # creates the session manager; the SDK's own route is replaced by the same endpoint behind `CallerGate`
         self.server.streamable_http_app(
             streamable_http_path=MCP_PATH,

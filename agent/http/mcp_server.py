@@ -92,6 +92,18 @@ def unnarrowed(scope: SearchScope, request: Any) -> SearchScope:
     return scope
 
 
+Meter = Callable[[Any], AbstractAsyncContextManager[None]]
+"""Holds an `ask` call to its caller's quotas: (the transport's request of the call) -> a context manager entered
+around the answer, which raises `ToolError` (`quota_exceeded: ...`) for a caller over its quota and records the
+answer's usage when it ends. Protocol messages (`initialize`, notifications, `tools/list`) never reach it."""
+
+
+@asynccontextmanager
+async def unmetered(request: Any) -> AsyncIterator[None]:
+    """The `Meter` of a server without callers (stdio): no quota."""
+    yield
+
+
 QUERY_FIELD = Field(
     min_length=1,
     max_length=4000,
@@ -261,6 +273,7 @@ def build_mcp_server(
     rag: RagSource,
     lifespan: Callable[[MCPServer[Any]], AbstractAsyncContextManager[Any]] | None = None,
     narrow: Narrow = unnarrowed,
+    meter: Meter = unmetered,
 ) -> MCPServer[Any]:
     """The MCP server with the tools `search`, `get_document` and `ask` over the `RagApp` that `rag()` returns.
 
@@ -269,6 +282,7 @@ def build_mcp_server(
         lifespan: the SDK's server lifespan (an async context manager factory), entered when a transport starts
             the server; None: nothing (the HTTP app opens its `RagApp` itself).
         narrow: narrows each call's scope to its caller (`Narrow`); default: every collection (stdio).
+        meter: holds each `ask` call to its caller's quotas (`Meter`); default: none (stdio).
     """
 
     def call_scope(
@@ -338,7 +352,7 @@ def build_mcp_server(
         call fails with an `overloaded` error saying when to retry.
         """
         scope = call_scope(ctx, filter, collection)
-        async with tool_errors():
+        async with meter(ctx.request_context.request), tool_errors():
             answer = await rag().ask(AnswerRequest(question, top_k=top_k, scope=scope))
         output = answer_output(answer)
         return result(answer_text(output), output)

@@ -3,15 +3,16 @@
 It sits inside the key guard (`agent.http.guards.BearerKeyGuard`, which leaves the holder's key in
 `scope["state"][HOLDER_STATE]`) and outside admission control (`agent.http.admission_gate.AdmissionGate`), so a key
 over its quota is refused before its body is read and never takes an admission slot. On a key holder's `POST` to a
-metered path (`METERED_PATHS`: the answer paths and MCP) it asks the app's quotas (`app.state.quotas`,
-`agent.core.quotas.Quotas`): a refusal is 429 `quota_exceeded` with `Retry-After` (the OpenAI routes get OpenAI's
+metered path (`METERED_PATHS`: the answer paths) it asks the app's quotas (`app.state.quotas`,
+`agent.core.quotas.Quotas.admit`, which reserves the most tokens the answer may use until its usage is recorded): a
+refusal is 429 `quota_exceeded` with `Retry-After` (the OpenAI routes get OpenAI's
 error shape from `agent.http.openai_errors.OpenAIErrorShape`, outside it). A request let through runs inside a meter
 (`agent.core.quotas.metering`) to which its answers add their token usage and timings; that usage, with the request,
 is recorded just before the response's last body message is sent (so a caller that reads `/v1/usage` after its answer
 ends sees it). A recording that fails is logged; the answer is not failed for it.
 
-MCP's tools are metered too: the stateless MCP session manager starts each request's server task from the request
-(its task group's `start`), so the task runs in a copy of the request's context, meter included.
+MCP is metered per tool call instead (`agent.http.mcp.meter_caller`): `initialize`, notifications and `tools/list`
+are not answer requests, and a tool call over the quota must be a tool error the client can show, not an HTTP 429.
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.core.errors import QuotaExceededError
-from agent.core.quotas import Quotas, metering
+from agent.core.quotas import Quotas, Reservation, metering
 from agent.http.admission_gate import ANSWER_PATHS
 from agent.http.errors import error_response, failure_of
 from agent.http.guards import HOLDER_STATE
 from tools.store.keys import ApiKey
 from tools.store.usage import Usage
 
-METERED_PATHS = ANSWER_PATHS | {"/mcp"}
-"""The paths whose `POST` by a key holder is checked against its quotas and recorded in its usage."""
+METERED_PATHS = ANSWER_PATHS
+"""The paths whose `POST` by a key holder is checked against its quotas and recorded in its usage. `/mcp` is not one:
+its `ask` tool calls are metered one by one (`agent.http.mcp.meter_caller`), its protocol messages not at all."""
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,7 @@ class QuotaGate:
             await self.app(scope, receive, send)
             return
         try:
-            await quotas.check(key)
+            reservation = await quotas.admit(key)
         except QuotaExceededError as exc:
             await error_response(failure_of(exc))(scope, receive, send)
             return
@@ -69,7 +71,7 @@ class QuotaGate:
             nonlocal recorded
             if message["type"] == "http.response.body" and not message.get("more_body", False) and not recorded:
                 recorded = True
-                await self._record(quotas, key, used)
+                await self._record(quotas, key, used, reservation)
             await send(message)
 
         with metering() as used:
@@ -79,11 +81,11 @@ class QuotaGate:
             finally:
                 if not recorded:  # the response never ended normally (the client left, an error)
                     recorded = True
-                    await self._record(quotas, key, used)
+                    await self._record(quotas, key, used, reservation)
 
     @staticmethod
-    async def _record(quotas: Quotas, key: ApiKey, used: Usage) -> None:
+    async def _record(quotas: Quotas, key: ApiKey, used: Usage, reservation: Reservation) -> None:
         try:
-            await quotas.record(key, used)
+            await quotas.record(key, used, reservation)
         except Exception:
             log.warning("could not record the usage of API key %d", key.id, exc_info=True)

@@ -6,20 +6,27 @@ matched against the path relative to the folder walked, from the right (`*.pdf`,
 `fnmatch`). Each file's type is sniffed from its content (`tools.extract.sniff`).
 
 Document ids are unique and stable: a document file's id is its path relative to the ingest root (POSIX separators,
-suffix kept, e.g. `a/handbook.md`), a `.jsonl` record keeps its `_id`; both get an optional prefix. Two inputs with
-the same id in one run are refused before anything is stored, naming both.
+suffix kept, e.g. `a/handbook.md`; Unicode NFC, so a name saved in NFD by another system is the same document), a
+`.jsonl` record keeps its `_id`; both get an optional prefix. Two inputs with the same id in one run are refused
+before anything is stored, naming both.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from tools.extract import DOCUMENT_KINDS, Kind, sniff
 from tools.ingest.documents import IngestError
+
+TEMPORARY_NAMES = ("*~", "#*#", ".#*", "~$*", "*.part", "*.crdownload", "*.swp", "*.tmp")
+"""File name globs of editors' backups and autosaves (`notes.md~`, `#notes.md#`), lock files (Emacs `.#notes.md`,
+Word's `~$report.docx`), partial downloads (`.part`, `.crdownload`) and temporary files: not documents, or not yet
+(a folder sync leaves them out unless an `--include` glob names them: `SYNC_IGNORE`)."""
 
 DOCUMENT_SUFFIXES = (
     ".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text", ".jsonl",
@@ -50,27 +57,72 @@ class InputFile:
         return self.kind in DOCUMENT_KINDS or self.path.suffix.lower() in DOCUMENT_SUFFIXES
 
 
+def printable(path: Path | str) -> str:
+    """`path` as text that can always be printed and stored: bytes of a file name that are not UTF-8 (which Python
+    keeps as lone surrogates) written as `\\xe9` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def name_error(path: Path | str) -> str | None:
+    """Why the file `path` cannot be a document (its name is not valid UTF-8: it cannot be stored or shown), or
+    None."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{printable(path)}: the file name is not valid UTF-8 (Latin-1?); rename it"
+    return None
+
+
 def _matches(relative: str, patterns: Sequence[str]) -> bool:
     pure = PurePosixPath(relative)
     return any(pure.match(p) or fnmatch.fnmatch(relative, p) for p in patterns)
 
 
-def walk(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
-    """Files under `folder`, recursively, in name order, filtered by the globs (see the module docstring)."""
-    found: list[Path] = []
-    for top, dirs, files in os.walk(folder):
+@dataclass
+class Listing:
+    """What walking a folder found (`walk_folder`): the files kept by the globs, the folders that could not be listed
+    (with the error: permissions, I/O) and the folders that hold no entry at all (an unmounted mount point looks like
+    one). Paths are under the folder walked, the folder itself included."""
+
+    files: list[Path] = field(default_factory=list)
+    unlisted: list[tuple[Path, OSError]] = field(default_factory=list)
+    empty: list[Path] = field(default_factory=list)
+
+
+def walk_folder(
+    folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = (), ignore: Sequence[str] = ()
+) -> Listing:
+    """Files under `folder`, recursively, in name order, filtered by the globs (see the module docstring), and the
+    folders that could not be listed or were empty. A file whose name matches an `ignore` glob (`TEMPORARY_NAMES`)
+    is left out unless an `include` glob matches it."""
+    listing = Listing()
+
+    def unlisted(error: OSError) -> None:
+        listing.unlisted.append((Path(error.filename) if error.filename else folder, error))
+
+    for top, dirs, files in os.walk(folder, onerror=unlisted):
+        if not dirs and not files:
+            listing.empty.append(Path(top))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if name.startswith("."):
                 continue
             path = Path(top) / name
             relative = path.relative_to(folder).as_posix()
-            if include and not _matches(relative, include):
+            included = _matches(relative, include)
+            if include and not included:
                 continue
             if exclude and _matches(relative, exclude):
                 continue
-            found.append(path)
-    return found
+            if not included and any(fnmatch.fnmatchcase(name, p) for p in ignore):
+                continue
+            listing.files.append(path)
+    return listing
+
+
+def walk(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
+    """The files of `walk_folder`."""
+    return walk_folder(folder, include, exclude).files
 
 
 def expand(paths: Sequence[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
@@ -160,7 +212,7 @@ def plan_inputs(
             continue
         if not resolved.is_relative_to(base):
             raise IngestError(f"{path}: outside the ingest root {base}; pass --root with a directory holding it")
-        doc_id = prefix + resolved.relative_to(base).as_posix()
+        doc_id = unicodedata.normalize("NFC", prefix + resolved.relative_to(base).as_posix())
         if doc_id in seen:
             raise IngestError(f"{seen[doc_id]} and {path} both get document id {doc_id!r}; pass distinct --prefix")
         seen[doc_id] = path

@@ -29,7 +29,7 @@ import asyncpg
 
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import Prepared, prepare, store_prepared
-from tools.ingest.inputs import InputFile
+from tools.ingest.inputs import InputFile, printable
 from tools.ingest.ports import ChunkSink, DocumentEmbedder, IngestOptions
 from tools.ingest.readers import jsonl_documents, read_file_document, scan_inputs
 from tools.ingest.report import FileError, IngestReport, ProgressFn
@@ -55,7 +55,9 @@ def _batches(inputs: list[InputFile], report: IngestReport, options: IngestOptio
     for inp in inputs:
         if not inp.supported:
             report.count("unsupported").skipped += 1
-            report.file_errors.append(FileError(str(inp.path), inp.kind, f"{inp.path}: unsupported type, skipped"))
+            report.file_errors.append(
+                FileError(printable(inp.path), inp.kind, f"{printable(inp.path)}: unsupported type, skipped")
+            )
             continue
         if inp.doc_id is None:
             report.count("jsonl").stored += 1
@@ -65,7 +67,7 @@ def _batches(inputs: list[InputFile], report: IngestReport, options: IngestOptio
                 read = read_file_document(inp, options.max_file_bytes, options.ocr)
             except IngestError as exc:
                 report.count(inp.kind).failed += 1
-                report.file_errors.append(FileError(str(inp.path), inp.kind, str(exc)))
+                report.file_errors.append(FileError(printable(inp.path), inp.kind, str(exc)))
                 continue
             if inp.kind in ("pdf", "image"):
                 report.pages += read.pages

@@ -20,6 +20,7 @@ from tools.chunking import check_window
 from tools.embedder import TextKind
 from tools.extract import MAX_FILE_BYTES
 from tools.extract.ocr import OcrOptions
+from tools.ingest.inputs import TEMPORARY_NAMES
 from tools.model_specs import EmbeddingModelSpec
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import DocumentRecord, IngestCounts
@@ -109,6 +110,10 @@ class IngestOptions:
         max_file_bytes: a larger document file fails alone (`INGEST_MAX_FILE_BYTES`).
         ocr: how PDF pages without a text layer and images are read (`OCR`, `OCR_LANGUAGE`, `OCR_DPI`, ...).
         collection: the collection every document of the run goes into (`tools.scope.check_collection`).
+        ignore: file name globs a folder sync leaves out unless an `--include` glob names the file (`SYNC_IGNORE`,
+            default `tools.ingest.inputs.TEMPORARY_NAMES`: backups, lock files, partial downloads).
+        settle_s: a folder sync reads a file modified less than this many seconds ago only once its size and mtime
+            stayed the same that long; one still changing is not yet there (`SYNC_SETTLE_S`).
     """
 
     chunk_tokens: int
@@ -119,6 +124,8 @@ class IngestOptions:
     max_file_bytes: int = MAX_FILE_BYTES
     collection: str = DEFAULT_COLLECTION
     ocr: OcrOptions = field(default_factory=OcrOptions)
+    ignore: tuple[str, ...] = TEMPORARY_NAMES
+    settle_s: float = 1.0
 
     def __post_init__(self) -> None:
         """Raises ValueError for batch_docs or prefetch below 1, or a chunk window `check_window` refuses."""

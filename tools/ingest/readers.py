@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from tools.extract import MAX_FILE_BYTES, Extracted, ExtractError, Section, extract
 from tools.extract.ocr import OcrOptions
 from tools.ingest.documents import IngestError, SourceDocument, clean_text, clean_value
-from tools.ingest.inputs import InputFile, plan_inputs
+from tools.ingest.inputs import InputFile, name_error, plan_inputs
 from tools.jsonl import JsonlError, read_records
 
 
@@ -60,6 +60,8 @@ def read_file_document(
     """
     if inp.doc_id is None:
         raise IngestError(f"{inp.path}: a JSONL corpus holds many documents; read it with read_documents")
+    if (why := name_error(inp.path) or name_error(inp.doc_id)) is not None:
+        raise IngestError(why)
     start = time.perf_counter()
     try:
         extracted = extract(inp.path, inp.kind, max_bytes, ocr)

@@ -43,7 +43,7 @@ from tools.embedder import TextKind
 from tools.extract import Kind
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import prepare
-from tools.ingest.inputs import InputFile
+from tools.ingest.inputs import InputFile, printable
 from tools.ingest.ports import DocumentEmbedder, IngestOptions
 from tools.ingest.readers import read_file_document
 from tools.ingest.report import FileError, ProgressFn
@@ -57,6 +57,7 @@ from tools.ingest.sync_plan import (
     plan_sync,
     relative_id,
     scan_folder,
+    settle,
 )
 from tools.model_specs import EmbeddingModelSpec
 from tools.originals import Originals
@@ -144,9 +145,10 @@ class CountingEmbedder:
 
 
 async def plan_folder(
-    request: SyncRequest, ledger: SyncLedger
+    request: SyncRequest, ledger: SyncLedger, options: IngestOptions
 ) -> tuple[SyncPlan, int | None, Path, Path, dict[str, FileState]]:
-    """Scan the folder and plan the sync against the recorded state (nothing is written).
+    """Scan the folder (leaving out `options.ignore` names, waiting up to `options.settle_s` for files being written)
+    and plan the sync against the recorded state (nothing is written).
 
     Returns:
         (the plan, the source's id or None when never synced, the folder, the root, the recorded states).
@@ -158,8 +160,12 @@ async def plan_folder(
     racy_since_ns = time.time_ns() - RACY_WINDOW_NS  # a file modified since may change again unseen: read next time
 
     def scan() -> SyncPlan:
-        scanned = scan_folder(folder, request.include, request.exclude)
-        plan = plan_sync(scanned.files, recorded, doc_id_of, file_hash_and_kind, racy_since_ns)
+        scanned = scan_folder(folder, request.include, request.exclude, options.ignore)
+        files, moving = settle(scanned.files, options.settle_s)
+        pending = [f.rel_path for f in moving]
+        plan = plan_sync(
+            files, recorded, doc_id_of, file_hash_and_kind, racy_since_ns, scanned.unreadable, scanned.empty, pending
+        )
         plan.outside = scanned.outside
         return plan
 
@@ -227,8 +233,9 @@ async def _sync(
     dry_run: bool,
 ) -> SyncReport:
     """`sync_folder`'s run, under the source's lock unless `dry_run`."""
-    plan, source_id, folder, root, _ = await plan_folder(request, ledger)
+    plan, source_id, folder, root, _ = await plan_folder(request, ledger, options)
     report = SyncReport(dry_run=dry_run, failed=list(plan.failed), unchanged=len(plan.unchanged))
+    report.pending = [printable(folder / rel) for rel in plan.pending]
     skipped = {c.seen.rel_path: why for c in _candidates(plan) if (why := _synced(c)) is not None}
     for rel, why in skipped.items():
         report.skipped.append(FileError(str(folder / rel), "unsupported", why))

@@ -8,6 +8,11 @@ from the folder is removed, unless a new path has the same bytes: that pair is a
 order pairs with the first new one). A file whose document id changed (another `--prefix` or `--root`) with the same
 bytes is a move too.
 
+What the sync cannot see it does not remove: a recorded file under a folder that could not be listed (permissions,
+I/O errors), or whose stat failed, keeps its document and the sync fails with the cause; so does a recorded file
+under a subfolder that is now empty, with no entry at all (what an unmounted mount point looks like): delete the
+subfolder itself to remove its documents. (The synced folder itself emptied is taken as every file deleted.)
+
 Racy files (as git handles them): a file modified within `RACY_WINDOW_NS` of the sync's start may be written again
 within the filesystem's mtime granularity after it was read, keeping its size and mtime; its state is recorded with
 the mtime `RACY_MTIME_NS`, which no file has, so the next sync hashes it again (and then records its real stat).
@@ -17,13 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+import time
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tools.extract import Kind, sniff
-from tools.ingest.inputs import walk
+from tools.ingest.inputs import name_error, printable, walk_folder
 from tools.ingest.report import FileError
 from tools.store.sync_state import FileState, FileStatus
 
@@ -69,7 +76,8 @@ class SyncPlan:
     recorded file and the candidate holding its bytes under a new path or id), `removed` (recorded paths gone),
     `touched` (same bytes, new stat: only the state is written), `unchanged` (rel paths not read or the same
     bytes), `skipped` (rel paths recorded as a type that is not synced, unchanged: not read), `failed` (files that
-    could not be read), `outside` (symbolic links to files outside the folder, skipped: `scan_folder`)."""
+    could not be read), `outside` (symbolic links to files outside the folder, skipped: `scan_folder`), `pending`
+    (files still being written, `settle`: not yet there, left for the next sync)."""
 
     added: list[Candidate] = field(default_factory=list)
     updated: list[tuple[FileState, Candidate]] = field(default_factory=list)
@@ -80,6 +88,7 @@ class SyncPlan:
     skipped: list[str] = field(default_factory=list)
     failed: list[FileError] = field(default_factory=list)
     outside: list[FileError] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
 
     @property
     def changes(self) -> int:
@@ -89,19 +98,36 @@ class SyncPlan:
 
 @dataclass
 class FolderScan:
-    """The files of a synced folder (`scan_folder`) and the ones left out because they are symbolic links to a file
-    outside the folder (skipped, with the cause)."""
+    """The files of a synced folder (`scan_folder`), the ones left out because they are symbolic links to a file
+    outside the folder (skipped, with the cause), the paths that could not be seen (rel path, POSIX, "" for the
+    folder itself -> why: a folder that could not be listed, a file whose stat failed) and the folders with no
+    entry at all (rel paths; the folder itself is never listed: emptied, its files were deleted)."""
 
     files: list[SeenFile] = field(default_factory=list)
     outside: list[FileError] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    empty: list[str] = field(default_factory=list)
 
 
-def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> FolderScan:
-    """The files under `folder` (absolute, resolved) as `tools.ingest.inputs.walk` finds them (globs, hidden entries
-    left out), with their stat; a file that vanishes while scanned is left out, and a symbolic link whose target is
-    outside `folder` is skipped (a sync reads only what is inside the folder it was given, e.g. under `SYNC_ROOTS`)."""
+def scan_folder(
+    folder: Path, include: Sequence[str] = (), exclude: Sequence[str] = (), ignore: Sequence[str] = ()
+) -> FolderScan:
+    """The files under `folder` (absolute, resolved) as `tools.ingest.inputs.walk_folder` finds them (globs, hidden
+    entries left out), with their stat; a file that vanishes while scanned is left out, and a symbolic link whose
+    target is outside `folder` is skipped (a sync reads only what is inside the folder it was given, e.g. under
+    `SYNC_ROOTS`). Folders that could not be listed, files whose stat failed and empty folders are listed too; files
+    whose name matches an `ignore` glob are left out (unless an `include` glob matches them)."""
     scan = FolderScan()
-    for path in walk(folder, include, exclude):
+    listing = walk_folder(folder, include, exclude, ignore)
+    for path, error in listing.unlisted:
+        scan.unreadable[_rel(path, folder)] = (
+            f"{path}: the folder cannot be listed ({error.strerror or error}); nothing under it is removed"
+        )
+    scan.empty = [rel for path in listing.empty if (rel := _rel(path, folder))]  # the folder itself: files deleted
+    for path in listing.files:
+        if (why := name_error(path)) is not None:  # it could be neither stored nor shown: it fails alone
+            scan.unreadable[_rel(path, folder)] = why
+            continue
         try:
             if path.is_symlink() and not (target := path.resolve()).is_relative_to(folder):
                 why = f"{path}: a symbolic link to {target}, outside the synced folder; skipped"
@@ -110,8 +136,51 @@ def scan_folder(folder: Path, include: Sequence[str] = (), exclude: Sequence[str
             stat = path.stat()
         except (FileNotFoundError, RuntimeError):  # vanished, or a symbolic link loop
             continue
+        except OSError as exc:
+            scan.unreadable[_rel(path, folder)] = (
+                f"{path}: cannot be read ({exc.strerror or exc}); its document is kept"
+            )
+            continue
         scan.files.append(SeenFile(path, path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
     return scan
+
+
+def _rel(path: Path, folder: Path) -> str:
+    """`path` relative to `folder` (POSIX; "" for the folder itself)."""
+    rel = path.relative_to(folder).as_posix()
+    return "" if rel == "." else rel
+
+
+def _under(rel_path: str, folder: str) -> bool:
+    """Whether `rel_path` is `folder` or lies under it ("" holds everything)."""
+    return folder == "" or rel_path == folder or rel_path.startswith(folder + "/")
+
+
+def settle(
+    files: Sequence[SeenFile],
+    settle_s: float,
+    now_ns: Callable[[], int] = time.time_ns,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[list[SeenFile], list[SeenFile]]:
+    """(settled files, files still being written): a file modified less than `settle_s` before now is looked at
+    again once the newest of them is `settle_s` old (one wait per scan, at most `settle_s`); one whose size or mtime
+    changed meanwhile (or that vanished) is still being written: not yet there."""
+    now = now_ns()
+    settle_ns = int(settle_s * 1e9)
+    recent = [f for f in files if now - f.mtime_ns < settle_ns]
+    if not recent:
+        return list(files), []
+    sleep(min(settle_s, max(0.0, (max(f.mtime_ns for f in recent) + settle_ns - now) / 1e9)))
+    moving: set[str] = set()
+    for file in recent:
+        try:
+            stat = file.path.stat()
+        except OSError:
+            moving.add(file.rel_path)
+            continue
+        if (stat.st_size, stat.st_mtime_ns) != (file.size, file.mtime_ns):
+            moving.add(file.rel_path)
+    return [f for f in files if f.rel_path not in moving], [f for f in files if f.rel_path in moving]
 
 
 HashFn = Callable[[Path], tuple[str, Kind]]
@@ -124,17 +193,31 @@ def plan_sync(
     doc_id_of: Callable[[str], str],
     hash_file: HashFn,
     racy_since_ns: int | None = None,
+    unreadable: Mapping[str, str] | None = None,
+    empty: Sequence[str] = (),
+    pending: Sequence[str] = (),
 ) -> SyncPlan:
     """The plan (see the module docstring) of the files `seen` against the `recorded` states (rel path -> state);
     `doc_id_of` names a rel path's document, `hash_file` reads a file (only those the stat does not settle). A file
     read whose mtime is `racy_since_ns` or later (ns since the epoch: the sync's start less `RACY_WINDOW_NS`; None:
-    none is racy) is planned with the mtime `RACY_MTIME_NS`, so its recorded state makes the next sync read it."""
-    plan = SyncPlan()
+    none is racy) is planned with the mtime `RACY_MTIME_NS`, so its recorded state makes the next sync read it.
+
+    A recorded path not seen is removed, except under an `unreadable` path (rel path -> why: a folder that could not
+    be listed, a file whose stat failed) or an `empty` folder (rel paths: no entry at all) holding recorded documents:
+    those stay (`unchanged`) and the cause is a failure (`failed`, once per path). A `pending` file (rel paths: still
+    being written) is not yet there: its recorded document stays. A file whose document id another file seen before
+    has (one name in two Unicode spellings, NFC and NFD: ids are NFC) fails alone."""
+    plan = SyncPlan(pending=list(pending))
     fresh: list[Candidate] = []
-    present: set[str] = set()
+    present: set[str] = set(pending)
+    named: dict[str, SeenFile] = {}
     for file in seen:
         present.add(file.rel_path)
         doc_id = doc_id_of(file.rel_path)
+        if (first := named.setdefault(doc_id, file)) is not file:
+            why = f"{file.path}: the same document id {doc_id!r} as {first.path} (one name in two Unicode spellings?)"
+            plan.failed.append(FileError(str(file.path), "unknown", why))
+            continue
         old = recorded.get(file.rel_path)
         if old is not None and (old.size, old.mtime_ns, old.doc_id) == (file.size, file.mtime_ns, doc_id):
             (plan.skipped if old.status == "skipped" else plan.unchanged).append(file.rel_path)
@@ -160,7 +243,9 @@ def plan_sync(
             plan.moved.append((old, candidate))
         else:
             plan.updated.append((old, candidate))
-    gone = [state for rel, state in sorted(recorded.items()) if rel not in present]
+    gone = _held_back(
+        [state for rel, state in sorted(recorded.items()) if rel not in present], unreadable or {}, empty, plan
+    )
     by_hash: dict[str, list[FileState]] = {}
     for state in gone:
         if state.status == "stored":
@@ -178,6 +263,36 @@ def plan_sync(
     return plan
 
 
+def _held_back(
+    gone: list[FileState], unreadable: Mapping[str, str], empty: Sequence[str], plan: SyncPlan
+) -> list[FileState]:
+    """The states of `gone` that are really gone: those under an unreadable path or an empty folder are kept in
+    `plan.unchanged`; each unreadable path and each such empty folder is a failure (`plan.failed`)."""
+    gone_for_good: list[FileState] = []
+    failed = dict(unreadable)
+    for state in gone:
+        if any(_under(state.rel_path, p) for p in unreadable):
+            pass
+        elif (
+            state.status == "stored"
+            and (where := next((p for p in empty if _under(state.rel_path, p)), None)) is not None
+        ):
+            held = sum(1 for s in gone if _under(s.rel_path, where) and s.status == "stored")
+            failed.setdefault(
+                where,
+                (
+                    f"{where or '.'}: an empty folder where {held} synced documents were (an unmounted mount point?); "
+                    "they are kept: delete the folder itself to remove them"
+                ),
+            )
+        else:
+            gone_for_good.append(state)
+            continue
+        plan.unchanged.append(state.rel_path)
+    plan.failed += [FileError(printable(where), "unknown", why) for where, why in failed.items()]
+    return gone_for_good
+
+
 @dataclass
 class SyncReport:
     """What one sync did (or, with `dry_run`, would do).
@@ -192,6 +307,7 @@ class SyncReport:
         chunks_embedded: chunk texts sent to the embedder; chunks_reused: chunks that kept a stored vector
             (their text unchanged); embed_calls: calls to the embedder.
         chunks_written: chunks of the documents written.
+        pending: files still being written (paths): not yet there, read by a later sync; not a failure.
         wall_s: wall time, seconds.
     """
 
@@ -206,6 +322,7 @@ class SyncReport:
     chunks_reused: int = 0
     embed_calls: int = 0
     chunks_written: int = 0
+    pending: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     dry_run: bool = False
 
@@ -233,6 +350,7 @@ class SyncReport:
             "chunks_reused": self.chunks_reused,
             "embed_calls": self.embed_calls,
             "chunks_written": self.chunks_written,
+            "pending": self.pending,
             "wall_s": round(self.wall_s, 3),
             "dry_run": self.dry_run,
         }
@@ -258,6 +376,7 @@ class SyncReport:
         out += [f"  removed: {d}" for d in self.removed]
         out += [f"  skipped: {e.reason}" for e in self.skipped]
         out += [f"  failed: {e.reason}" for e in self.failed]
+        out += [f"  not yet there: {p}: still being written; a later sync reads it" for p in self.pending]
         return out
 
 
@@ -271,10 +390,13 @@ def file_hash_and_kind(path: Path) -> tuple[str, Kind]:
 
 
 def relative_id(folder: Path, root: Path, prefix: str) -> Callable[[str], str]:
-    """The document id of a path relative to `folder`: `prefix` + its path relative to `root` (POSIX)."""
+    """The document id of a path relative to `folder`: `prefix` + its path relative to `root` (POSIX), in Unicode
+    NFC (a name typed on one system and saved by another in NFD is one document)."""
     base = os.path.relpath(folder, root)
 
     def doc_id(rel_path: str) -> str:
-        return prefix + (rel_path if base == "." else f"{Path(base).as_posix()}/{rel_path}")
+        return unicodedata.normalize(
+            "NFC", prefix + (rel_path if base == "." else f"{Path(base).as_posix()}/{rel_path}")
+        )
 
     return doc_id

@@ -135,3 +135,15 @@ def test_cli_reports_bad_settings_in_one_line(monkeypatch: pytest.MonkeyPatch) -
     assert result.exit_code == 1
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "LLM_BASE_URL=http://localhost:1234/v1" in result.stderr and "VLLM_PORT=9000" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["postgres,triton", " postgres , triton ", '["postgres", "triton"]'])
+def test_services_are_read_comma_separated_or_as_json(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVICES", value)
+    assert Settings(_env_file=None).services == ("postgres", "triton")  # type: ignore[call-arg]
+
+
+def test_an_unknown_service_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVICES", "postgres,redis")
+    with pytest.raises(ValidationError, match="redis"):
+        Settings(_env_file=None)  # type: ignore[call-arg]

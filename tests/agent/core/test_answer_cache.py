@@ -19,7 +19,7 @@ from agent.core.answer_cache import (
     normalise_question,
     request_digest,
 )
-from agent.core.results import AskResult
+from agent.core.results import AskResult, Citation, SupportReport
 from tools.scope import SearchScope
 from tools.store.answer_cache import CacheLookup
 
@@ -34,20 +34,34 @@ def digest(request: AnswerRequest, settings: Settings = SETTINGS) -> str:
 @pytest.mark.parametrize(
     "variant",
     [
-        "does vitamin d affect bone density",
-        "  DOES   vitamin D\taffect bone density ?! ",
-        "Does vitamin D affect bone density…",
+        "Does vitamin D affect bone density",
+        "  Does   vitamin D\taffect bone density ?! ",
+        "Does vitamin D affect bone density...",
         "Does vitamin D affect bone density?\n",
     ],
 )
-def test_case_whitespace_and_trailing_punctuation_do_not_change_the_key(variant: str) -> None:
-    assert normalise_question(variant) == "does vitamin d affect bone density"
+def test_whitespace_and_a_trailing_question_mark_do_not_change_the_key(variant: str) -> None:
+    assert normalise_question(variant) == "Does vitamin D affect bone density"
     assert digest(AnswerRequest(variant)) == digest(AnswerRequest(QUESTION))
 
 
 def test_inner_punctuation_and_words_change_the_key() -> None:
     assert digest(AnswerRequest("Does vitamin D, affect bone density?")) != digest(AnswerRequest(QUESTION))
     assert digest(AnswerRequest("Does vitamin C affect bone density?")) != digest(AnswerRequest(QUESTION))
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("What is C?", "What is C#?"),
+        ("Is F better than F#?", "Is F better than F?"),
+        ("Is 5 enough?", "Is 5% enough?"),
+        ("What does WHO say about masks?", "What does who say about masks?"),
+        ("What is C++?", "What is C?"),
+    ],
+)
+def test_case_and_punctuation_that_change_meaning_change_the_key(one: str, other: str) -> None:
+    assert digest(AnswerRequest(one)) != digest(AnswerRequest(other))
 
 
 def test_a_question_of_punctuation_only_keeps_it() -> None:
@@ -127,6 +141,46 @@ async def test_a_question_with_history_is_neither_looked_up_nor_stored() -> None
     assert looked == BYPASS and CACHE_TOTAL.labels("bypass")._value.get() == bypassed + 1
     assert await cache.lookup(AnswerRequest(QUESTION, earlier_questions=["What is vitamin D?"])) == BYPASS
     await cache.store(looked, AskResult(answer="Yes [1].", citations=[], timings_ms={"total": 1.0}))
+
+
+class Stored:
+    """A cache store that misses every look-up and records what is stored."""
+
+    def __init__(self) -> None:
+        self.stored: list[dict[str, Any]] = []
+
+    async def lookup(self, digest: str, collections: Sequence[str] | None) -> CacheLookup:
+        return CacheLookup(key="k", answer=None, settled=True)
+
+    async def store(self, key: str, answer: dict[str, Any]) -> None:
+        self.stored.append(answer)
+
+
+CITED = AskResult(
+    answer="Yes [1].",
+    citations=[Citation(doc_id="d", chunk_id="d#0", score=0.9, passage=1, text="Vitamin D helps.")],
+    timings_ms={"total": 1.0},
+)
+
+
+@pytest.mark.parametrize(
+    "degraded",
+    [
+        {"refused": True, "citations": []},
+        {"answer": "The documents do not cover vitamin D.", "citations": []},  # a refusal the model made up
+        {"failed_tool_calls": 1},
+        {"truncated": True},
+        {"support": SupportReport(mode="flag", extractive=True)},
+    ],
+)
+async def test_only_complete_cited_answers_are_stored(degraded: dict[str, Any]) -> None:
+    entries = Stored()
+    cache = AnswerCache(entries, SETTINGS)
+    looked = await cache.lookup(AnswerRequest(QUESTION))
+    await cache.store(looked, CITED.model_copy(update=degraded))
+    assert entries.stored == []
+    await cache.store(looked, CITED.model_copy(update={"support": SupportReport(mode="flag", supported=1)}))
+    assert [a["answer"] for a in entries.stored] == ["Yes [1]."]
 
 
 def test_the_cache_is_on_by_default_and_bounded() -> None:

@@ -138,3 +138,23 @@ async def test_the_meter_adds_every_answer_of_the_request_and_of_its_tasks() -> 
         meter_answer(result(100, 20))
         await asyncio.create_task(in_a_task())
     assert used == Usage(0, 150, 25, 4.0, 20.0)
+
+
+async def test_answers_in_progress_reserve_their_most_until_their_usage_is_recorded() -> None:
+    registry = CollectorRegistry()
+    q = quotas(registry, key_tokens_per_day=1000, answer_token_budget=600)
+    first = await q.admit(key())
+    second = await q.admit(key())  # 600 + 400: the day is held
+    assert (first.tokens, second.tokens) == (600, 400)
+    with pytest.raises(QuotaExceededError) as refused:
+        await q.admit(key())
+    assert refused.value.limit == "tokens_per_day" and refused.value.retry_after_s == 180.0
+    assert "answers in progress" in str(refused.value) and refusal("tokens_per_day", 1, registry) == 1
+    await q.record(key(), Usage(1, 100, 50), first)  # 150 used in place of 600 held
+    third = await q.admit(key())
+    assert third.tokens == 1000 - 150 - 400
+    q.release(second)
+    q.release(second)  # once only
+    assert (await q.admit(key())).tokens == 1000 - 150 - 450
+    unlimited = quotas()
+    assert (await unlimited.admit(key())).tokens == 0

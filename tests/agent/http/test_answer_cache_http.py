@@ -103,7 +103,7 @@ async def test_a_repeated_question_is_answered_from_the_cache_on_every_interface
     hits = counted("hit")
     first = await rig.ask()
     assert first["cached"] is False and rig.llm_calls == 1 and first["citations"]
-    again = await rig.ask("  where does the SCRATCH space for temporary files live on the cluster nodes ")
+    again = await rig.ask("  Where does the scratch space for  temporary files live on the cluster nodes ?! ")
     assert again["cached"] is True and rig.llm_calls == 1
     assert (again["answer"], again["citations"]) == (first["answer"], first["citations"])
     assert set(again["timings_ms"]) == {"cache", "total"}
@@ -218,3 +218,37 @@ async def test_with_the_cache_off_nothing_is_ever_cached(
         await rag.add_documents([doc("scratch", SCRATCH)], collection="alpha")
         answers = [await rag.ask(QUESTION) for _ in range(3)]
     assert [a.cached for a in answers] == [False] * 3 and len(fake_llm.state.requests) == 3
+
+
+async def test_degraded_answers_are_not_cached(rig: Rig) -> None:
+    """An answer with no citations (the model claiming the documents do not cover what they do), a refusal, and an
+    answer of a run whose tool call failed are asked afresh every time, once the LLM recovers too; a question whose
+    case or inner punctuation differs (C and C#) is another question."""
+    rig.fake.state.default = Reply(text="The documents do not say where scratch space lives.")
+    for _ in range(2):
+        assert (await rig.ask())["cached"] is False
+    assert rig.llm_calls == 2
+    rig.fake.state.default = Reply(text="It lives under /tmp and /var/tmp [1].")
+    recovered = await rig.ask()
+    assert recovered["cached"] is False and recovered["citations"] and rig.llm_calls == 3
+    assert (await rig.ask())["cached"] is True
+
+    assert (await rig.ask("What is C?"))["refused"] is True
+    assert (await rig.ask("What is C?"))["cached"] is False
+
+    rig.fake.reset(
+        Reply(text="ok"),  # the tool-calling probe before the first agentic answer
+        Reply(tool_call=("search_documents", {"query": " "})),  # refused by the tool: retried
+        Reply(tool_call=("search_documents", {"query": "scratch space temporary files"})),
+        Reply(text="It lives under /tmp [1]."),
+    )
+    question = "Where do the cluster nodes keep scratch space for temporary files?"
+    first = await rig.ask(question, policy="agentic")
+    assert first["citations"] and first["cached"] is False
+    rig.fake.reset(
+        Reply(tool_call=("search_documents", {"query": "scratch space temporary files"})),
+        Reply(text="It lives under /tmp [1]."),
+    )
+    again = await rig.ask(question, policy="agentic")
+    assert again["cached"] is False and len(rig.fake.state.requests) == 2  # asked afresh, then stored
+    assert (await rig.ask(question, policy="agentic"))["cached"] is True

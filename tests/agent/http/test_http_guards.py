@@ -236,3 +236,34 @@ async def test_while_draining_requests_and_health_get_503_and_metrics_still_answ
         assert health.headers["retry-after"] == "1" and health.headers["connection"] == "close"
         assert (await http.delete("/v1/documents/d1")).status_code == 503
         assert (await http.get("/metrics")).status_code == 200
+
+
+async def test_other_sites_pages_change_nothing_and_nothing_is_framed_or_sniffed() -> None:
+    """On the default keyless loopback server, a page of another site (a form post, `fetch(mode: "no-cors")`)
+    cannot delete, upload or ask: its browser says where it comes from (`Sec-Fetch-Site`, `Origin`); the server's
+    own page and clients that are not browsers can. Every response forbids framing and type sniffing."""
+    settings = base_settings()
+    app = app_with(settings.model_copy(update={"allowed_hosts": LOOPBACK_HOSTS}), MemoryDocuments("d1", "d2"))
+    cross = [
+        {"Sec-Fetch-Site": "cross-site", "Origin": "https://attacker.example"},
+        {"Sec-Fetch-Site": "same-site"},  # another port of localhost
+        {"Origin": "https://attacker.example"},  # a browser that sends no Sec-Fetch-* headers
+        {"Origin": "null"},  # a sandboxed frame, a file
+        {"Origin": "http://127.0.0.1:3000"},
+    ]
+    async with client(app) as http:
+        for headers in cross:
+            deleted = await http.delete("/v1/documents/d1", headers=headers)
+            assert deleted.status_code == 403 and deleted.json()["error"] == "forbidden_origin", (headers, deleted.text)
+            form = await http.post("/v1/documents/files", files={"files": ("x.txt", b"hello")}, headers=headers)
+            assert form.status_code == 403, (headers, form.text)
+            assert (await http.post("/v1/ask", json={"question": "q"}, headers=headers)).status_code == 403
+        own = {"Sec-Fetch-Site": "same-origin", "Origin": "http://127.0.0.1:8080"}
+        assert (await http.delete("/v1/documents/d1", headers=own)).json() == {"deleted": ["d1"]}
+        assert (await http.delete("/v1/documents/d2")).json() == {"deleted": ["d2"]}  # curl, an SDK
+        read = await http.get("/metrics", headers=cross[0])  # reading changes nothing
+    assert read.status_code == 200
+    for response in (read, deleted):
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert response.headers["x-content-type-options"] == "nosniff"

@@ -5,6 +5,7 @@ the progress and per-file errors; size limits, sniffed types and hostile file na
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from agent.config.settings import Settings
+from agent.http.jobs import upload_name
 from tests.conftest import REPO_ROOT
 from tests.document_files import GUIDE_HTML, guide_docx, print_pdf
 from tests.http_server import RagServe
@@ -92,3 +94,10 @@ def test_upload_queues_a_job_that_the_server_runs(served: RagServe, tmp_path: Pa
             "/v1/documents/files", data={"prefix": "x"}, files=[("other", ("a.txt", b"a", "text/plain"))]
         )
         assert none.status_code == 422 and "files" in none.json()["detail"]
+
+
+def test_one_upload_name_in_nfc_and_nfd_is_one_document_id() -> None:
+    """A name saved in NFD (macOS) and in NFC names one document (the route refuses the two in one upload as the
+    same name)."""
+    nfc, nfd = unicodedata.normalize("NFC", "café.md"), unicodedata.normalize("NFD", "café.md")
+    assert upload_name(nfd, 1) == upload_name(nfc, 2) == nfc

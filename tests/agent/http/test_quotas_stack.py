@@ -16,6 +16,7 @@ from agent.config.settings import Settings
 from agent.core.keys import CachedKeys
 from agent.core.quotas import Quotas
 from agent.http.deps import get_keys
+from tests.agent_corpus import COVERED
 from tests.conftest import run_cli
 from tests.openai_rig import Rig, ask
 from tools.store.keys import PostgresKeys, open_keys
@@ -93,3 +94,31 @@ async def test_quotas_and_usage_of_keys_made_with_the_cli(settings: Settings, fr
         "llm_ms",
     }
     assert printed["totals"]["requests"] == 3
+
+
+async def test_concurrent_answers_cannot_overrun_a_day_s_token_budget(fresh_db: str) -> None:
+    """30 answers asked at once by a key with 1,000 tokens a day (the usage in Postgres): the first admitted reserves
+    what is left of the day (an answer may use up to ANSWER_TOKEN_BUDGET), so the other 29 are refused with 429
+    while it runs; once its usage is recorded, in place of its reservation, the next request is let through."""
+    async with open_keys(fresh_db) as keys:
+        _, token = await keys.create(["default"], "budget", tokens_per_day=1000)
+        rig = served(keys, api_keys_cache_s=0)
+        rig.model.gate = asyncio.Event()
+        async with rig.http(Authorization=f"Bearer {token}") as client:
+            asks = [asyncio.create_task(client.post("/v1/ask", json={"question": COVERED})) for _ in range(30)]
+            await asyncio.wait_for(rig.model.started.wait(), 60)
+            running: set[asyncio.Task[Any]] = set(asks)
+            while len(running) > 1:  # until every request but the admitted one is answered (or none is, in 5 s)
+                done, running = await asyncio.wait(running, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+            rig.model.gate.set()
+            statuses = sorted(r.status_code for r in await asyncio.gather(*asks))
+            assert statuses == [200] + [429] * 29
+            refused = [r for r in map(asyncio.Task.result, asks) if r.status_code == 429]
+            assert "answers in progress" in refused[0].json()["detail"]
+            assert int(refused[0].headers["Retry-After"]) <= rig.settings.answer_timeout_s
+            again = await client.post("/v1/ask", json={"question": COVERED})  # the reservation was given back
+            assert again.status_code == 200, again.text
+            mine = (await client.get("/v1/usage")).json()
+        assert mine["totals"]["requests"] == 2 and 0 < mine["totals"]["total_tokens"] < 1000

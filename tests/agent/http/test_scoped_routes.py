@@ -239,4 +239,22 @@ async def test_the_tokens_of_an_mcp_answer_count_in_its_key_s_usage() -> None:
     assert not asked.is_error
     used = total(await usage.report(date(2000, 1, 1), key.id))
     assert used.prompt_tokens > 0 and used.completion_tokens > 0 and used.llm_ms > 0  # the ask tool's answer
-    assert used.requests >= 2  # every POST to /mcp counts (the tool calls, and the session's set-up)
+    assert used.requests == 1  # the ask call; neither the session's set-up nor `search` is an answer request
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_mcp_protocol_messages_use_no_quota_and_an_ask_over_it_is_a_tool_error(mode: str) -> None:
+    """With 3 requests a minute, the session's set-up (`initialize`, its notification, `tools/list`) takes none of
+    them: three `ask` calls are answered, the fourth is a tool error the official client shows, and the session
+    goes on (`search` is not metered)."""
+    keys, usage = InMemoryKeys(), InMemoryUsage()
+    key, token = await keys.create(["default"], requests_per_minute=3)
+    quotas = Quotas(Settings.model_validate({}), usage, QuotaMetrics.create(CollectorRegistry()))
+    async with mcp_as(token, keys, mode, quotas=quotas) as client:
+        assert {t.name for t in (await client.list_tools()).tools} >= {"ask", "search"}
+        answers = [await client.call_tool("ask", {"question": COVERED}) for _ in range(4)]
+        found = await client.call_tool("search", {"query": COVERED})
+    assert [a.is_error for a in answers] == [False, False, False, True] and not found.is_error
+    text = answers[3].content[0].text  # type: ignore[union-attr]
+    assert "quota_exceeded: API key" in text and "requests of the last minute (retry after" in text, text
+    assert total(await usage.report(date(2000, 1, 1), key.id)).requests == 3

@@ -5,6 +5,7 @@ nothing of a failed file stored, and the exit code saying a file failed."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -133,3 +134,34 @@ async def test_folder_ingest_stores_good_files_and_names_each_bad_one(
 
 def test_every_bad_file_kind_is_in_the_tree(tree: Path) -> None:
     assert shutil.which("chromium") and all((tree / "docs" / name).is_file() for name in BAD)
+
+
+def latin1_names(folder: Path) -> None:
+    """`folder` with `good.md` and `r\xe9sum\xe9.md` (a Latin-1 name, not valid UTF-8)."""
+    folder.mkdir()
+    (folder / "good.md").write_text("# Good\n\nHerons fish at dawn in the estuary.\n")
+    Path(os.fsdecode(bytes(folder) + b"/r\xe9sum\xe9.md")).write_text("# Resume\n\nOtters float on their backs.\n")
+
+
+async def test_a_file_name_that_is_not_utf8_fails_alone(triton_server: Settings, fresh_db: str, tmp_path: Path) -> None:
+    """`rag ingest DIR` and `rag sync DIR` of a folder holding a Latin-1 file name (`r\\xe9sum\\xe9.md`, as a
+    Windows share or an old archive gives): that file fails, named readably, and the good file is stored; a second
+    sync says the same and stores nothing twice."""
+    latin1_names(tmp_path / "names")
+    env = cli_env(triton_server) | {
+        "DATABASE_URL": fresh_db,
+        "MODEL_REPOSITORY": str(REPO_ROOT / "model_repository"),
+        "PYTHONPATH": str(REPO_ROOT),  # this checkout's code, run from another folder
+    }
+    result = rag(env, "ingest", "--no-ceiling", "names", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "failed: names/r\\xe9sum\\xe9.md: the file name is not valid UTF-8" in result.stdout, result.stdout
+    assert sorted(await stored(fresh_db)) == ["names/good.md"]
+    for _ in range(2):
+        synced = rag(env, "sync", "--collection", "synced", "--json", "names", cwd=tmp_path)
+        assert synced.returncode == 1, synced.stderr
+        report = json.loads(synced.stdout)
+        assert [e["reason"].split(":")[1:] for e in report["failed"]] == [
+            [" the file name is not valid UTF-8 (Latin-1?); rename it"]
+        ]
+    assert report["unchanged"] == 1

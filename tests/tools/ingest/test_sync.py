@@ -5,9 +5,14 @@ does nothing; an interrupted sync converges when run again; documents the sync d
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
+import time
+import unicodedata
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -340,3 +345,79 @@ async def test_a_renamed_pdf_is_moved_without_being_read_again(
     report = await sync_folder(request, embedder, store, replace(options, max_file_bytes=10))
     assert (report.moved, report.failed, report.embed_calls) == ([("guide.pdf", "manual.pdf")], [], 0)
     assert set(await store.stored_versions(["guide.pdf", "manual.pdf"], "synced")) == {"manual.pdf"}
+
+
+async def test_a_folder_that_cannot_be_listed_removes_nothing(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A synced subfolder whose listing fails (`chmod 000` for a user other than root; the tests run as root, so the
+    failure is injected into `os.scandir`, which `os.walk` lists folders with) fails the sync and removes none of
+    its documents, in a dry run too; a subfolder emptied (an unmounted mount point) keeps its documents too."""
+    folder = (tmp_path / "folder").resolve()
+    for rel in ["a.md", "locked/b.md", "mount/c.md"]:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(f"# {rel}\n\nHerons and otters share the river {rel}.\n")
+    request = SyncRequest(folder, collection="synced")
+    first = await sync_folder(request, embedder, store, ingest_options(settings))
+    assert sorted(first.added) == ["a.md", "locked/b.md", "mount/c.md"]
+    (folder / "mount" / "c.md").unlink()
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == folder / "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    for dry_run in (True, False):
+        report = await sync_folder(request, embedder, store, ingest_options(settings), dry_run=dry_run)
+        assert report.removed == [] and report.any_failed
+        assert [e.reason.split(":")[0] for e in report.failed] == [str(folder / "locked"), "mount"]
+    stored = await store.stored_versions(["a.md", "locked/b.md", "mount/c.md"], "synced")
+    assert sorted(stored) == ["a.md", "locked/b.md", "mount/c.md"]
+
+
+async def test_editor_files_are_left_out_and_a_file_being_written_waits(
+    tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
+) -> None:
+    """Backups, lock files and partial downloads are neither stored nor failures; a file still being written (a
+    writer appending every 0.1 s) is not yet there, no failure, and is stored whole by the sync after it is done;
+    a name saved in NFD is stored under its NFC id."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "notes.md").write_text("# Notes\n\nHerons fish at dawn.\n")
+    for name in ("notes.md~", "#notes.md#", "film.mp4.part"):
+        (folder / name).write_text("# Backup\n\nAn older copy.\n")
+    (folder / "~$report.docx").write_bytes(b"\x05me    " + bytes(154))  # Word's lock file: not a DOCX
+    nfd = unicodedata.normalize("NFD", "café.md")
+    (folder / nfd).write_text("# Café\n\nOtters float on their backs.\n")
+    growing = folder / "growing.md"
+    growing.write_text("# Growing\n\n")
+    done = threading.Event()
+
+    def write() -> None:
+        for i in range(25):
+            with growing.open("a") as handle:
+                handle.write(f"Line {i} of a long download about sea otters.\n")
+            time.sleep(0.1)
+        done.set()
+
+    options = replace(ingest_options(settings), settle_s=1.0)
+    request = SyncRequest(folder, collection="synced")
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        first = await sync_folder(request, embedder, store, options)
+    finally:
+        await asyncio.to_thread(writer.join)
+    assert not first.any_failed and first.skipped == [], first.failed
+    assert sorted(first.added) == sorted(["notes.md", unicodedata.normalize("NFC", "café.md")])
+    assert first.pending == [str(growing)]
+    second = await sync_folder(request, embedder, store, options)
+    assert (second.added, second.failed, second.pending) == (["growing.md"], [], [])
+    async with store.pool.acquire() as conn:
+        text = await conn.fetchval(
+            "SELECT string_agg(text, ' ') FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE d.doc_id = 'growing.md' AND d.collection = 'synced'"
+        )
+    assert "Line 24 of a long download" in text

@@ -4,11 +4,25 @@ new path is a move, an unreadable file keeps its document, and the report's summ
 
 from __future__ import annotations
 
+import os
+import unicodedata
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tools.extract import Kind
+from tools.ingest.inputs import TEMPORARY_NAMES, plan_inputs
 from tools.ingest.report import FileError
-from tools.ingest.sync_plan import RACY_MTIME_NS, SeenFile, SyncReport, plan_sync, relative_id, scan_folder
+from tools.ingest.sync_plan import (
+    RACY_MTIME_NS,
+    SeenFile,
+    SyncReport,
+    plan_sync,
+    relative_id,
+    scan_folder,
+    settle,
+)
 from tools.store.sync_state import FileState
 
 
@@ -133,3 +147,129 @@ def test_a_file_modified_just_before_the_sync_is_recorded_to_be_read_again() -> 
     assert hashes.read == ["a.md", "b.md", "a.md"] and second.changes == 0
     assert [(t.rel_path, t.mtime_ns) for t in second.touched] == [("a.md", 100)]
     assert second.unchanged == ["a.md", "b.md"]
+
+
+def by_name(path: Path) -> tuple[str, Kind]:
+    """A `HashFn` over real files: the file's name as its hash."""
+    return path.name, "markdown"
+
+
+def test_a_folder_that_cannot_be_listed_keeps_its_documents_and_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subfolder whose listing fails (what `chmod 000` gives a user other than root; the tests run as root, whom
+    it does not stop, so the failure is injected into `os.scandir`, which `os.walk` lists folders with) is reported,
+    and the recorded files under it are kept, not removed; a file really gone beside it is removed."""
+    folder = tmp_path.resolve()
+    for rel in ["a.md", "locked/b.md", "locked/deep/c.md"]:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(rel)
+    locked = folder / "locked"
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    scan = scan_folder(folder)
+    assert [f.rel_path for f in scan.files] == ["a.md"]
+    assert list(scan.unreadable) == ["locked"]
+    recorded = {r: state(r, r.split("/")[-1]) for r in ["a.md", "gone.md", "locked/b.md", "locked/deep/c.md"]}
+    plan = plan_sync(scan.files, recorded, str, by_name, unreadable=scan.unreadable, empty=scan.empty)
+    assert [s.rel_path for s in plan.removed] == ["gone.md"]
+    assert sorted(plan.unchanged) == ["a.md", "locked/b.md", "locked/deep/c.md"]
+    assert [e.reason for e in plan.failed] == [
+        f"{locked}: the folder cannot be listed (Permission denied); nothing under it is removed"
+    ]
+
+
+def test_an_empty_folder_that_held_documents_keeps_them_and_fails(tmp_path: Path) -> None:
+    """A folder with no entry at all where synced documents were (an unmounted mount point) removes nothing; a
+    folder deleted outright removes its documents."""
+    folder = tmp_path.resolve()
+    (folder / "mount").mkdir()
+    (folder / "a.md").write_text("a")
+    scan = scan_folder(folder)
+    assert scan.empty == ["mount"]
+    recorded = {r: state(r, r.split("/")[-1]) for r in ["a.md", "mount/x.md", "mount/y/z.md", "deleted/w.md"]}
+    plan = plan_sync(scan.files, recorded, str, by_name, unreadable=scan.unreadable, empty=scan.empty)
+    assert [s.rel_path for s in plan.removed] == ["deleted/w.md"]
+    assert [e.reason for e in plan.failed] == [
+        "mount: an empty folder where 2 synced documents were (an unmounted mount point?); they are kept: delete "
+        "the folder itself to remove them"
+    ]
+    for path in [folder / "a.md", folder / "mount"]:  # the synced folder emptied: its files were deleted
+        path.unlink() if path.is_file() else path.rmdir()
+    assert scan_folder(folder).empty == []
+
+
+def test_a_file_whose_stat_fails_keeps_its_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path.resolve()
+    (folder / "a.md").write_text("a")
+    real_stat = Path.stat
+
+    def stat(self: Path, **kwargs: Any) -> Any:
+        if self.name == "a.md":
+            raise OSError(5, "Input/output error")
+        return real_stat(self, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    scan = scan_folder(folder)
+    plan = plan_sync(scan.files, {"a.md": state("a.md", "h")}, str, by_name, unreadable=scan.unreadable)
+    assert plan.removed == [] and plan.unchanged == ["a.md"]
+    assert [e.reason for e in plan.failed] == [
+        f"{folder / 'a.md'}: cannot be read (Input/output error); its document is kept"
+    ]
+
+
+def test_editor_backups_lock_files_and_partial_downloads_are_left_out(tmp_path: Path) -> None:
+    names = ["notes.md", "notes.md~", "#notes.md#", "~$report.docx", "film.mp4.part", "a.pdf.crdownload", "x.tmp"]
+    for name in names:
+        (tmp_path / name).write_text(name)
+    scan = scan_folder(tmp_path.resolve(), ignore=TEMPORARY_NAMES)
+    assert [f.rel_path for f in scan.files] == ["notes.md"]
+    kept = scan_folder(tmp_path.resolve(), include=["*.md", "*.tmp"], ignore=TEMPORARY_NAMES)
+    assert [f.rel_path for f in kept.files] == ["notes.md", "x.tmp"]  # an --include glob overrides
+    assert len(scan_folder(tmp_path.resolve()).files) == len(names)  # no ignore: every file
+
+
+def test_a_file_still_being_written_is_not_yet_there(tmp_path: Path) -> None:
+    """Files modified within the settle interval are looked at again after one wait: one whose size changed
+    meanwhile is not yet there (its recorded document kept, no failure); a steady one and an old one are read."""
+    folder = tmp_path.resolve()
+    for name in ("old.md", "steady.md", "growing.md"):
+        (folder / name).write_text("first half")
+    os.utime(folder / "old.md", ns=(0, 0))
+    files = scan_folder(folder).files
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        with (folder / "growing.md").open("a") as handle:
+            handle.write(" and the second half")
+
+    settled, moving = settle(files, 2.0, sleep=sleep)
+    assert [f.rel_path for f in settled] == ["old.md", "steady.md"] and [f.rel_path for f in moving] == ["growing.md"]
+    assert len(waits) == 1 and 0 < waits[0] <= 2.0
+    recorded = {"growing.md": state("growing.md", "g")}
+    plan = plan_sync(settled, recorded, str, by_name, pending=["growing.md"])
+    assert (plan.removed, plan.failed, plan.pending) == ([], [], ["growing.md"])
+    assert settle(files, 0.0, sleep=sleep) == (files, []) and len(waits) == 1  # 0: no wait
+
+
+def test_nfc_and_nfd_spellings_of_one_name_are_one_document(tmp_path: Path) -> None:
+    nfc, nfd = unicodedata.normalize("NFC", "café.md"), unicodedata.normalize("NFD", "café.md")
+    assert nfc != nfd and relative_id(tmp_path, tmp_path, "")(nfd) == nfc
+    files = [seen(nfc), seen(nfd)]
+    plan = plan_sync(files, {}, relative_id(Path("/f"), Path("/f"), ""), Hashes({nfc: "a", nfd: "b"}))
+    assert [c.doc_id for c in plan.added] == [nfc]
+    assert [e.reason for e in plan.failed] == [
+        f"/f/{nfd}: the same document id {nfc!r} as /f/{nfc} (one name in two Unicode spellings?)"
+    ]
+    recorded = {nfd: state(nfd, "a", doc_id=nfd)}  # stored under its NFD spelling before ids were NFC
+    moved = plan_sync([seen(nfd)], recorded, relative_id(Path("/f"), Path("/f"), ""), Hashes({nfd: "a"}))
+    assert [(old.doc_id, c.doc_id) for old, c in moved.moved] == [(nfd, nfc)]
+    (tmp_path / nfd).write_text("# Café\n")
+    assert [i.doc_id for i in plan_inputs([tmp_path / nfd], root=tmp_path)] == [nfc]  # `rag ingest` too
