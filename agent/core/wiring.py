@@ -166,7 +166,8 @@ def ocr_options(settings: Settings) -> OcrOptions:
 
 def ingest_options(settings: Settings, collection: str = DEFAULT_COLLECTION) -> IngestOptions:
     """The ingestion options the settings describe (`CHUNK_TOKENS`, `CHUNK_OVERLAP_TOKENS`, `INGEST_BATCH_DOCS`,
-    `INGEST_MAX_FILE_BYTES`, the `OCR*` settings), for documents going into `collection`."""
+    `INGEST_MAX_FILE_BYTES`, the `OCR*` settings, `SYNC_IGNORE`, `SYNC_SETTLE_S`), for documents going into
+    `collection`."""
     return IngestOptions(
         chunk_tokens=settings.chunk_tokens,
         overlap_tokens=settings.chunk_overlap_tokens,
@@ -174,6 +175,8 @@ def ingest_options(settings: Settings, collection: str = DEFAULT_COLLECTION) -> 
         max_file_bytes=settings.ingest_max_file_bytes,
         collection=collection,
         ocr=ocr_options(settings),
+        ignore=settings.sync_ignore,
+        settle_s=settings.sync_settle_s,
     )
 
 
