@@ -40,20 +40,24 @@ def input_names(model: Any) -> list[str]:
     return names
 
 
-def export_cross_encoder(model: Any, out_file: Path) -> Path:
-    """Write cross-encoder `model` (a Hugging Face `AutoModelForSequenceClassification` with `num_labels=1`) to
-    `out_file` as ONNX with the graph contract above, atomically (through `<out_file>.tmp`).
+def export_cross_encoder(model: Any, out_file: Path, num_labels: int = 1) -> Path:
+    """Write cross-encoder `model` (a Hugging Face `AutoModelForSequenceClassification` with `num_labels` labels)
+    to `out_file` as ONNX with the graph contract above, atomically (through `<out_file>.tmp`); the output `logits`
+    is `(batch, num_labels)`: 1 for a reranker, 3 for the support verifier (`tools.embedder.verifier`).
 
     Returns:
         `out_file`.
 
     Raises:
-        ValueError: the model has another number of labels than 1.
+        ValueError: the model has another number of labels than `num_labels`.
     """
     import torch
 
-    if int(model.config.num_labels) != 1:
-        raise ValueError(f"cross-encoder has {model.config.num_labels} labels; expected 1 (one relevance logit)")
+    if int(model.config.num_labels) != num_labels:
+        raise ValueError(
+            f"cross-encoder has {model.config.num_labels} labels; expected {num_labels}"
+            + (" (one relevance logit)" if num_labels == 1 else "")
+        )
     names = input_names(model)
 
     class Logits(torch.nn.Module):
