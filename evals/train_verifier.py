@@ -290,7 +290,6 @@ def main(
     fit, held = split_claims(load_queries("train"), config.held_out, config.seed)
     fit_cases, held_cases = split_cases("train", corpus, spans, fit), split_cases("train", corpus, spans, held)
     examples = training_examples(fit_cases, tfidf_neighbours(fit, corpus, config.neighbours), corpus, spans, seed)
-    all_pairs = dict(Counter(e.kind for e in examples))
     examples = sample_nei(examples, config.nei_per_evidence, seed)
     if limit is not None:
         random.Random(seed).shuffle(examples)
