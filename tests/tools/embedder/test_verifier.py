@@ -13,9 +13,13 @@ SPEC = replace(get_verifier_spec(LOCAL_VERIFIER), support_threshold=0.6, contrad
 
 
 def test_label_of_applies_each_threshold_and_prefers_the_likelier_label() -> None:
-    assert label_of([0.65, 0.05, 0.30], SPEC) == ("SUPPORT", pytest.approx(0.65))
-    assert label_of([0.55, 0.05, 0.40], SPEC) == ("NOT_ENOUGH_INFO", pytest.approx(0.40))
-    assert label_of([0.20, 0.35, 0.45], SPEC) == ("CONTRADICT", pytest.approx(0.35))
+    for probs, label, p in (
+        ([0.65, 0.05, 0.30], "SUPPORT", 0.65),
+        ([0.55, 0.05, 0.40], "NOT_ENOUGH_INFO", 0.40),
+        ([0.20, 0.35, 0.45], "CONTRADICT", 0.35),
+    ):
+        got, prob = label_of(probs, SPEC)
+        assert got == label and prob == pytest.approx(p)
     # both thresholds hold: the likelier of SUPPORT and CONTRADICT
     assert label_of([0.61, 0.39, 0.0], SPEC)[0] == "SUPPORT"
     assert label_of(np.array([0.0, 0.9, 0.1], dtype=np.float32), SPEC)[0] == "CONTRADICT"
