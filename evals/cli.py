@@ -106,6 +106,26 @@ def rerank(
     run_rerank_command(depth, limit, output, plot, as_json, timed_claims)
 
 
+@eval_app.command("support")
+def support(
+    limit: Annotated[int | None, typer.Option(min=1, help="First N test claims only.")] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Report JSON (default evals/results/support-scifact-test.json).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Figure (default evals/results/support-scifact-test.png).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+) -> None:
+    """The support verifier on SciFact test (SciFact paper's metrics, oracle abstracts): sentence selection and
+    selection + label P/R/F1, label accuracy given gold rationales, per-class F1, SUPPORT precision at the shipped
+    thresholds, the embedding-similarity baseline beside, targets and anchors. Needs the local Triton (`rag up --only
+    triton`)."""
+    from evals.support_eval import run_support_command
+
+    run_support_command(limit, output, plot, as_json)
+
+
 @eval_app.command("answers")
 def answers(
     split: Annotated[str, typer.Option(help="SciFact split: `test` to report, `train` to tune.")] = "test",
@@ -482,9 +502,9 @@ def fidelity(
 @bench_app.command("extract")
 def extract(
     docs: Annotated[int, typer.Option(min=1, help="SciFact abstracts rendered as PDF, HTML and DOCX.")] = 200,
-    output: Annotated[
-        Path, typer.Option(help="Results file (the docs read evals/results/extract-bench.json).")
-    ] = Path(".rag/evals/extract-bench.json"),
+    output: Annotated[Path, typer.Option(help="Results file (the docs read evals/results/extract-bench.json).")] = Path(
+        ".rag/evals/extract-bench.json"
+    ),
     ocr_docs: Annotated[int, typer.Option(min=1, help="Of those, abstracts scanned and read back by OCR.")] = 20,
 ) -> None:
     """Extraction libraries on real files: pages/s of pypdfium2 and pypdf on Debian's PDFs and on printed SciFact
@@ -556,9 +576,9 @@ def bench_quota(
     requests: Annotated[int, typer.Option(min=1, help="Refusals measured per phase.")] = 400,
     warmup: Annotated[int, typer.Option(min=0, help="Unmeasured refusals before each phase.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results JSON only.")] = False,
-    out: Annotated[
-        Path, typer.Option(help="Results file (the docs read evals/results/bench-quota.json).")
-    ] = Path(".rag/bench/bench-quota.json"),
+    out: Annotated[Path, typer.Option(help="Results file (the docs read evals/results/bench-quota.json).")] = Path(
+        ".rag/bench/bench-quota.json"
+    ),
 ) -> None:
     """Latency of the 429 `quota_exceeded` refusal of an API key over its requests per minute or tokens per day,
     p50/p95/p99 ms, one client and 16 at once, on /v1/chat/completions and /v1/ask of the real HTTP app (in-memory

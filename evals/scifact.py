@@ -167,3 +167,38 @@ def claim_texts(split: Split, root: Path = SCIFACT_DIR) -> dict[str, str]:
         DatasetError: as `load_queries`.
     """
     return {q.query_id: q.text for q in load_queries(split, root)}
+
+
+SentenceSpans = dict[str, list[tuple[int, int]]]
+"""doc id -> (start, end) character offsets of each abstract sentence in the document's `text` (end exclusive)."""
+
+
+def load_sentence_spans(root: Path = SCIFACT_DIR) -> SentenceSpans:
+    """The abstracts' sentence boundaries from `root/sentences.jsonl` (see its section in `SOURCE.txt`): sentence
+    index i of a claim's evidence in document d is `corpus[d].text[start_i:end_i]`.
+
+    Raises:
+        DatasetError: missing file, invalid JSON, or a record whose `sentences` is not a list of [start, end] pairs.
+    """
+    path = root / "sentences.jsonl"
+    spans: SentenceSpans = {}
+    for lineno, record in jsonl_records(path):
+        try:
+            items = record["sentences"]
+            assert isinstance(items, list)
+            spans[str(record["_id"])] = [(int(start), int(end)) for start, end in items]
+        except (AssertionError, KeyError, TypeError, ValueError) as exc:
+            raise DatasetError(f"{path}:{lineno}: expected 'sentences': [[start, end], ...]: {exc!r}") from exc
+    return spans
+
+
+def abstract_sentences(doc: CorpusDoc, spans: SentenceSpans) -> list[str]:
+    """The sentences of `doc`'s abstract, in order (index i is SciFact's rationale sentence i).
+
+    Raises:
+        DatasetError: `spans` has no entry for the document.
+    """
+    try:
+        return [doc.text[start:end] for start, end in spans[doc.doc_id]]
+    except KeyError:
+        raise DatasetError(f"sentences.jsonl has no sentence spans for document {doc.doc_id!r}") from None

@@ -49,22 +49,26 @@ PROTOBUF_LIMIT_BYTES = 2**31
 """Largest `.onnx` file protobuf can serialise as one message (2 GiB); larger models need external data."""
 
 
-def export_cross_encoder(model: Any, out_file: Path, *, fp16: bool = False) -> Path:
-    """Write cross-encoder `model` (a Hugging Face `AutoModelForSequenceClassification` with `num_labels=1`) to
-    `out_file` as ONNX with the graph contract above, atomically (through `<out_file>.tmp`). With `fp16` the graph
-    computes in float16 and casts its logits to float32, so the contract (FP32 `logits`) is unchanged.
+def export_cross_encoder(model: Any, out_file: Path, num_labels: int = 1, *, fp16: bool = False) -> Path:
+    """Write cross-encoder `model` (a Hugging Face `AutoModelForSequenceClassification` with `num_labels` labels)
+    to `out_file` as ONNX with the graph contract above, atomically (through `<out_file>.tmp`); the output `logits`
+    is `(batch, num_labels)`: 1 for a reranker, 3 for the support verifier (`tools.embedder.verifier`). With `fp16`
+    the graph computes in float16 and casts its logits to float32, so the contract (FP32 `logits`) is unchanged.
 
     Returns:
         `out_file`.
 
     Raises:
-        ValueError: the model has another number of labels than 1, or its FP32 weights are over protobuf's 2 GiB
-            (export with `fp16`).
+        ValueError: the model has another number of labels than `num_labels`, or its FP32 weights are over
+            protobuf's 2 GiB (export with `fp16`).
     """
     import torch
 
-    if int(model.config.num_labels) != 1:
-        raise ValueError(f"cross-encoder has {model.config.num_labels} labels; expected 1 (one relevance logit)")
+    if int(model.config.num_labels) != num_labels:
+        raise ValueError(
+            f"cross-encoder has {model.config.num_labels} labels; expected {num_labels}"
+            + (" (one relevance logit)" if num_labels == 1 else "")
+        )
     names = input_names(model)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if fp16:
