@@ -586,3 +586,22 @@ def bench_quota(
     from evals.bench_quota import QuotaBenchParams, run_quota_bench_command
 
     run_quota_bench_command(QuotaBenchParams(requests, warmup), as_json, out)
+
+
+@bench_app.command("support")
+def bench_support(
+    answers: Annotated[int, typer.Option(min=1, help="Stored answers checked (after the warm-up).")] = 100,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=20, help="Passages retrieved per claim.")] = 5,
+    max_sentences: Annotated[int, typer.Option(min=1, help="Each answer cut to this many sentences.")] = 8,
+    concurrency: Annotated[
+        list[int] | None, typer.Option(help="Concurrency of the verifier throughput points (repeatable).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object only.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
+) -> None:
+    """Added latency of the per-sentence support check per answer (p50/p95/p99 ms; the stored local-model answers to
+    SciFact test claims, passages from the running stack) and the verifier's throughput on Triton (pairs/s)."""
+    from evals.bench_support import SupportBenchParams, run_support_bench_command
+
+    params = SupportBenchParams(answers, top_k, max_sentences, tuple(concurrency or (1, 4, 16)))
+    run_support_bench_command(params, as_json, out)

@@ -30,6 +30,8 @@ class StackConfig:
     embedder_interactive_model: str
     triton_extra_models: tuple[str, ...]
     reranker_model: str
+    support_check: str
+    support_model: str
     triton_python_env: Path
     triton_start_timeout_s: float
     database_url: str | None

@@ -83,20 +83,19 @@ def server_env(python_env: Path) -> dict[str, str]:
 
 def served_models(config: StackConfig) -> list[str]:
     """Models the local Triton loads: the embedder (bulk ingestion), the model questions are embedded with (its
-    interactive twin, often the same), `config.triton_extra_models`, the support verifier (`LOCAL_VERIFIER`: its int8
-    graph ships in git, so it is always there), then the reranker when its `1/model.onnx` exists (it is trained, not
-    shipped: `python -m evals.train_reranker`); duplicates dropped."""
-    from tools.embedder.verifier import LOCAL_VERIFIER
-
+    interactive twin, often the same), `config.triton_extra_models`, the support check's verifier (`SUPPORT_MODEL`,
+    unless `SUPPORT_CHECK=off`; the local one's int8 graph ships in git), then the reranker when its `1/model.onnx`
+    exists (it is trained, not shipped: `python -m evals.train_reranker`); duplicates dropped."""
     reranker = config.model_repository / config.reranker_model / "1" / "model.onnx"
     optional = (config.reranker_model,) if reranker.is_file() else ()
+    verifier = (config.support_model,) if config.support_check != "off" else ()
     return list(
         dict.fromkeys(
             (
                 config.embedder_model,
                 config.embedder_interactive_model,
                 *config.triton_extra_models,
-                LOCAL_VERIFIER,
+                *verifier,
                 *optional,
             )
         )

@@ -39,6 +39,7 @@ from agent.core.support import SupportChecker
 from tools.conversations import ConversationLog
 from tools.embedder import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
 from tools.embedder.reranker import TritonReranker, get_reranker_spec
+from tools.embedder.verifier import TritonVerifier, get_verifier_spec
 from tools.extract.ocr import OcrOptions, default_workers
 from tools.feedback import FeedbackLog
 from tools.fusion import Rm3Params
@@ -53,6 +54,7 @@ from tools.store import VectorStore
 from tools.store.answer_cache import PostgresAnswerCache
 from tools.store.conversations import ConversationStore
 from tools.store.feedback import PostgresFeedback
+from tools.support import CheckOptions, DecisionRule, PairClassifier, TextEmbedder
 
 HealthCheck = Callable[[], Awaitable[str]]
 """One dependency's check: returns a one-line detail, raises when the dependency is unusable."""
@@ -152,6 +154,34 @@ def build_reranker(settings: Settings) -> TritonReranker:
     )
 
 
+def build_verifier(settings: Settings) -> TritonVerifier:
+    """The Triton client of the support check's verifier: `SUPPORT_MODEL` at `TRITON_GRPC_URL`, at interactive
+    priority, with the Triton timeouts, retries, channel arguments and in-flight limit. Not connected yet.
+
+    Raises:
+        ValueError: unknown verifier model, or a setting out of range. LookupError / FileNotFoundError: no tokenizer.
+    """
+    return TritonVerifier(
+        settings.triton_grpc_url,
+        get_verifier_spec(settings.support_model),
+        timeout_s=settings.triton_timeout_s,
+        retries=settings.triton_retries,
+        connect_timeout_s=settings.triton_connect_timeout_s,
+        channel_args=settings.triton_grpc_channel_args,
+        max_in_flight=settings.triton_max_in_flight,
+        priority=PRIORITY_INTERACTIVE,
+    )
+
+
+def build_support_checker(settings: Settings, embedder: TextEmbedder, classifier: PairClassifier) -> SupportChecker:
+    """The support check the settings describe (`SUPPORT_CHECK`, `SUPPORT_CANDIDATES`, `SUPPORT_MAX_SENTENCES`, the
+    verifier's thresholds from its spec, chosen on SciFact train folds) over `embedder` and `classifier`."""
+    spec = get_verifier_spec(settings.support_model)
+    rule = DecisionRule(spec.support_threshold, spec.contradict_threshold)
+    options = CheckOptions(candidates=settings.support_candidates, rule=rule)
+    return SupportChecker(embedder, classifier, options, settings.support_check, settings.support_max_sentences)
+
+
 def ocr_options(settings: Settings) -> OcrOptions:
     """How pages without a text layer and images are read (`OCR`, `OCR_LANGUAGE`, `OCR_DPI`, `OCR_MIN_CHARS`,
     `OCR_WORKERS`; unset workers: the CPUs, at most 4)."""
@@ -222,6 +252,7 @@ class Clients:
         embedder: `build_embedder(settings)`.
         store: `build_store(...)` at `DATABASE_URL` for the embedder's model and width.
         reranker: `build_reranker(settings)` when `RERANK_DEPTH` > 0, else None.
+        verifier: `build_verifier(settings)` unless `SUPPORT_CHECK=off` (then None).
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -230,6 +261,7 @@ class Clients:
         spec = self.embedder.spec
         self.store = build_store(settings.resolved_database_url(), spec.name, spec.dim, settings)
         self.reranker = build_reranker(settings) if settings.rerank_depth > 0 else None
+        self.verifier = build_verifier(settings) if settings.support_check != "off" else None
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Clients:
@@ -237,6 +269,8 @@ class Clients:
             await self._stack.enter_async_context(self.embedder)
             if self.reranker is not None:
                 await self._stack.enter_async_context(self.reranker)
+            if self.verifier is not None:
+                await self._stack.enter_async_context(self.verifier)
             await self._stack.enter_async_context(self.store)
         except BaseException:
             await self._stack.aclose()
@@ -287,7 +321,8 @@ def build_services(settings: Settings) -> Services:
     """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library and
     conversations, the OpenAI-compatible model (`agent.core.llm`), and checks of Triton (embeds one word), Postgres
     (reads one chunk row at most), the LLM (`GET /models` lists `LLM_MODEL`) and, with `RERANK_DEPTH` > 0, the
-    reranker (scores one pair). Nothing is connected until the app
+    reranker (scores one pair), and unless `SUPPORT_CHECK=off` the verifier (classifies one pair) with the support
+    check over the interactive embedder and the verifier. Nothing is connected until the app
     enters `resources`.
 
     Raises:
@@ -320,6 +355,14 @@ def build_services(settings: Settings) -> Services:
             return f"{reranker.model_name} at {settings.triton_grpc_url} (RERANK_DEPTH={settings.rerank_depth})"
 
         checks["reranker"] = rerank_check
+    verifier = clients.verifier
+    if verifier is not None:
+
+        async def support_check() -> str:
+            await verifier.classify([("health", "health")])
+            return f"{verifier.model_name} at {settings.triton_grpc_url} (SUPPORT_CHECK={settings.support_check})"
+
+        checks["verifier"] = support_check
 
     return Services(
         search=build_retriever(embedder, store, settings, clients.reranker),
@@ -336,6 +379,7 @@ def build_services(settings: Settings) -> Services:
             else None
         ),
         feedback=PostgresFeedback(store),
+        support=None if verifier is None else build_support_checker(settings, embedder, verifier),
     )
 
 
