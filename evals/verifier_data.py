@@ -10,6 +10,7 @@ corpus (`tfidf_neighbours`), both with scikit-learn's `TfidfVectorizer`.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -203,3 +204,51 @@ def claim_pairs(
         if case.gold is not None:
             gold[case.doc_id] = case.gold
     return list(by_claim.values())
+
+
+_SWAPS = (
+    ("increases", "decreases"),
+    ("increase", "decrease"),
+    ("increased", "decreased"),
+    ("higher", "lower"),
+    ("raises", "lowers"),
+    ("promotes", "inhibits"),
+    ("positively", "negatively"),
+    ("enhances", "reduces"),
+    ("improves", "worsens"),
+    ("better", "worse"),
+    ("activates", "inhibits"),
+)
+"""Word swaps that turn a claim into its contrary (either direction), tried before inserting "not"."""
+_AUXILIARY = re.compile(r"\b(is|are|was|were|can|does|do|has|have|will|may)\b")
+
+
+def negated_claim(claim: str) -> str | None:
+    """A rule-based contrary of `claim`: its first word of a contrary pair (`_SWAPS`, e.g. increases -> decreases)
+    swapped, else "not" after its first auxiliary verb (is, are, can, does, ...); None when neither applies. The
+    SciFact claims that CONTRADICT were written the same way by its annotators (Wadden et al. 2020, section 3:
+    "negations" of supported claims), so a negated SUPPORT claim with the same rationale is a CONTRADICT pair and
+    vice versa."""
+    for a, b in _SWAPS:
+        for word, contrary in ((a, b), (b, a)):
+            match = re.search(rf"\b{word}\b", claim)
+            if match is not None:
+                return claim[: match.start()] + contrary + claim[match.end() :]
+    match = _AUXILIARY.search(claim)
+    if match is None:
+        return None
+    return claim[: match.end()] + " not" + claim[match.end() :]
+
+
+def negated_examples(examples: Sequence[Example]) -> list[Example]:
+    """For each whole-rationale SUPPORT or CONTRADICT pair, the pair of its negated claim (`negated_claim`) with the
+    same evidence and the other of the two labels (`kind` "negated")."""
+    out: list[Example] = []
+    for example in examples:
+        if example.kind != "rationale" or example.label not in (SUPPORT, CONTRADICT):
+            continue
+        negated = negated_claim(example.claim)
+        if negated is not None:
+            flipped = CONTRADICT if example.label == SUPPORT else SUPPORT
+            out.append(Example(negated, example.evidence, flipped, "negated"))
+    return out
