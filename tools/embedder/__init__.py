@@ -10,6 +10,8 @@ Modules, in the order a text goes through them:
 - `stats`: the client's counters and call latencies.
 - `reranker`: `TritonReranker`, a cross-encoder on the same client machinery (`client.TritonModelClient`): one
   relevance logit per (question, passage) pair, for the rerank step (`tools.rerank`).
+- `verifier`: `TritonVerifier`, the support verifier on the same machinery: SUPPORT / CONTRADICT / NOT_ENOUGH_INFO
+  probabilities per (claim, evidence) pair, and its thresholded decision rule (`label_of`).
 
 Every input: blank text is refused before anything is sent; text longer than the model limit is truncated (logged
 at WARNING and counted in `stats.truncated_texts`); any script, emoji or CJK without spaces goes through the
