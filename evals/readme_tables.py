@@ -179,23 +179,9 @@ def answers_scores(summary: dict[str, Any]) -> str:
             f"{summary['citation_precision']:.3f} / {summary['citation_recall']:.3f}",
         ],
         ["refusal rate on claims without evidence (NOT ENOUGH INFO)", f"{summary['refusal_rate']:.3f}"],
+        ["errors", summary["errors"]],
+        ["throughput (answers/s)", f"{summary['throughput_rps']:.2f}"],
     ]
-    if summary.get("sentence_support_rate") is not None:  # runs with the support check (SUPPORT_CHECK)
-        rows += [
-            [
-                "sentence-level citation precision / recall (supported sentences' evidence; targets ≥ 0.80 / ≥ 0.50)",
-                f"**{summary['sentence_citation_precision'] or 0:.3f}** / "
-                f"**{summary['sentence_citation_recall']:.3f}**",
-            ],
-            ["sentences labelled SUPPORT (share)", f"{summary['sentence_support_rate']:.3f}"],
-            [
-                "repeated sentences left in answers (collapsed by the check; answers that had repeats)",
-                f"0 ({summary['repeated_sentences']} collapsed; {summary['answers_with_repeats']} answers)",
-            ],
-            ["answers that became quotes (no sentence supported)", summary["extractive_answers"]],
-            ["verdict of the verifier's labels (claim vs cited passages)", f"{summary['label_verdict_accuracy']:.3f}"],
-        ]
-    rows += [["errors", summary["errors"]], ["throughput (answers/s)", f"{summary['throughput_rps']:.2f}"]]
     return markdown_table(["metric", "value"], rows)
 
 
@@ -208,6 +194,132 @@ def answers_latency(summary: dict[str, Any]) -> str:
         if p.get("n")
     ]
     return markdown_table(["stage", "p50 ms", "p95 ms", "p99 ms", "n"], rows)
+
+
+# --- the support check (rag eval support, rag eval answers, rag bench support) ------------------------------------
+
+
+def _met(passed: bool) -> str:
+    return "yes" if passed else "**no**"
+
+
+@table("support-scifact-test", "support-scifact-test.json")
+def support_scores(report: dict[str, Any]) -> str:
+    """The verifier on SciFact test with the SciFact paper's metrics, the cosine baseline beside, and the issue's
+    targets and anchors with whether each is met."""
+    v, b = report["verifier"], report["baseline_cosine"]
+
+    def prf(part: dict[str, float]) -> str:
+        return f"{part['precision']:.3f} / {part['recall']:.3f} / {part['f1']:.3f}"
+
+    per_class = v["label_argmax"]["per_class"] if "label_argmax" in v else v["label"]["per_class"]
+    rows: list[list[object]] = [
+        [
+            "label accuracy given gold rationales (most probable label)",
+            f"**{v['label_argmax']['accuracy'] if 'label_argmax' in v else v['label']['accuracy']:.3f}**",
+            f"{b['label']['accuracy']:.3f}",
+        ],
+        [
+            "sentence selection + label P / R / F1 (gold abstracts)",
+            prf(v["sentence_selection_label"]),
+            prf(b["sentence_selection_label"]),
+        ],
+        ["sentence selection P / R / F1", prf(v["sentence_selection"]), prf(b["sentence_selection"])],
+        [
+            "label F1 SUPPORT / CONTRADICT / NEI",
+            " / ".join(f"{per_class[k]['f1']:.3f}" for k in ("SUPPORT", "CONTRADICT", "NOT_ENOUGH_INFO")),
+            " / ".join(f"{b['label']['per_class'][k]['f1']:.3f}" for k in ("SUPPORT", "CONTRADICT", "NOT_ENOUGH_INFO")),
+        ],
+        [
+            "SUPPORT precision of sentences at the shipped threshold",
+            f"{v['support_precision']['precision']:.3f}",
+            f"{b['support_precision']['precision']:.3f}",
+        ],
+    ]
+    table_ = markdown_table(["metric (SciFact test, " + f"{report['n_claims']} claims)", "verifier", "cosine"], rows)
+    checks = [
+        [name, f"{row['target']}", f"{row['ours']:.3f}", _met(row["pass"])]
+        for name, row in report["verdict"]["targets"].items()
+    ] + [
+        [name, f"{row['anchor']}", f"{row['ours']:.3f}", _met(row["pass"])]
+        for name, row in report["verdict"]["anchors"].items()
+    ]
+    return table_ + "\n" + markdown_table(["target or anchor", "figure", "ours", "met"], checks)
+
+
+@table("answers-support", "answers-scifact-test/summary.json")
+def answers_support(summary: dict[str, Any]) -> str:
+    """The local model's answers with the support check against the issue's targets: sentence-level citation
+    precision and recall, repeated sentences, labelled sentences; the claim-level verdict of the labels beside the
+    LLM's."""
+    if summary.get("sentence_support_rate") is None:
+        return "The stored run was made without the support check.\n"
+    precision = summary.get("sentence_citation_precision") or 0.0
+    recall = summary["sentence_citation_recall"]
+    rows: list[list[object]] = [
+        [
+            "citation recall (supported sentences' evidence documents)",
+            f"**{recall:.3f}**",
+            ">= 0.50",
+            _met(recall >= 0.5),
+        ],
+        ["citation precision (the same)", f"**{precision:.3f}**", ">= 0.80", _met(precision >= 0.8)],
+        ["repeated sentences left in answers", "0", "0", "yes"],
+        ["sentences labelled", "all", "all", "yes"],
+        [
+            "answers' own citation precision / recall after the check",
+            f"{summary['citation_precision']:.3f} / {summary['citation_recall']:.3f}",
+            "",
+            "",
+        ],
+        ["sentences labelled SUPPORT (share)", f"{summary['sentence_support_rate']:.3f}", "", ""],
+        [
+            "repeats collapsed (answers that had them)",
+            f"{summary['repeated_sentences']} ({summary['answers_with_repeats']})",
+            "",
+            "",
+        ],
+        ["answers that became quotes (no sentence supported)", summary["extractive_answers"], "", ""],
+        [
+            "verdict accuracy: the LLM's / the labels' (claim vs cited passages)",
+            f"{summary['verdict_accuracy']:.3f} / {summary['label_verdict_accuracy']:.3f} (majority class "
+            f"{summary['majority_baseline']:.3f})",
+            "",
+            "",
+        ],
+    ]
+    return markdown_table(
+        [f"{summary['n']} SciFact test claims, {summary['llm_model']}", "value", "target", "met"], rows
+    )
+
+
+@table("bench-support", "bench-support.json")
+def bench_support(report: dict[str, Any]) -> str:
+    """The support check's added latency per answer (p50/p95/p99 ms; embed and verify p50) and the verifier's
+    throughput on Triton."""
+    added = report["added_ms"]
+    rows: list[list[object]] = [
+        [
+            f"added per answer ({report['answers_measured']} answers, up to {report['params']['max_sentences']} "
+            f"sentences, {report['params']['top_k']} passages)",
+            f"{_ms(added['p50'])} / {_ms(added['p95'])} / {_ms(added['p99'])}",
+            "p95 <= 150",
+            _met(report["met"]["added_p95_ms"]),
+        ],
+        ["of which: the embedder call (p50 ms)", _ms(report["embed_ms"]["p50"]), "", ""],
+        ["of which: the verifier call (p50 ms)", _ms(report["verify_ms"]["p50"]), "", ""],
+        [
+            "sentences / pairs per answer (p50)",
+            f"{report['sentences_per_answer']['p50']:g} / {report['pairs_per_answer']['p50']:g}",
+            "",
+            "",
+        ],
+    ]
+    rows += [
+        [f"verifier throughput at concurrency {p['concurrency']}", f"{p['pairs_per_s']} pairs/s", "", ""]
+        for p in report["verifier_throughput"]
+    ]
+    return markdown_table(["support check", "p50 / p95 / p99 ms", "target", "met"], rows)
 
 
 # --- rag bench query --------------------------------------------------------------------------------------------
@@ -732,6 +844,8 @@ def followups(results: dict[str, Any]) -> str:
     "page-settle.json",
     "bench-sync.json",
     "fidelity.json",
+    "support-scifact-test.json",
+    "bench-support.json",
 )
 def headline(
     retrieval: dict[str, Any],
@@ -746,12 +860,16 @@ def headline(
     page: dict[str, Any],
     sync: dict[str, Any],
     fidelity: dict[str, Any],
+    support: dict[str, Any],
+    support_cost: dict[str, Any],
 ) -> str:
-    """One row per area for the README: retrieval nDCG@10 of the shipped hybrid default, follow-up search nDCG@10
-    (shipped query against the raw follow-up and the original claim), answer verdict accuracy, the embedding
-    service's throughput and p99, the query path's p50, goodput under overload, questions during an ingest, answer
-    cache hits, quota refusals, the web page's settle time, an incremental folder sync, scanned documents read by
-    OCR against the same text as JSONL; each with its date and the page holding the full table."""
+    """One row per area for the README: the support verifier on SciFact test and the answers' sentence-level
+    citations with the support check, with its cost per answer; retrieval nDCG@10 of the shipped hybrid default,
+    follow-up search nDCG@10 (shipped query against the raw follow-up and the original claim), answer verdict
+    accuracy, the embedding service's throughput and p99, the query path's p50, goodput under overload, questions
+    during an ingest, answer cache hits, quota refusals, the web page's settle time, an incremental folder sync,
+    scanned documents read by OCR against the same text as JSONL; each with its date and the page holding the full
+    table."""
     hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
     dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
     hybrid1 = _point(query, "hybrid", 1)
@@ -851,7 +969,46 @@ def headline(
     rows.append(_sync_row(sync))
     if "scanned" in fidelity["formats"]:
         rows.append(_scanned_row(fidelity))
-    return markdown_table(["what", "figure", "measured", "details"], rows)
+    return markdown_table(
+        ["what", "figure", "measured", "details"], [*_support_rows(support, answers, support_cost), *rows]
+    )
+
+
+def _support_rows(support: dict[str, Any], answers: dict[str, Any], cost: dict[str, Any]) -> list[list[object]]:
+    """The headline rows of the support check: the verifier's SciFact metrics (`rag eval support`), the local
+    model's sentence-level citations (`rag eval answers`, when run with the check) and the added latency."""
+    v = support["verifier"]
+    accuracy = v["label_argmax"]["accuracy"] if "label_argmax" in v else v["label"]["accuracy"]
+    rows: list[list[object]] = [
+        [
+            f"support verifier (MiniLM-L6 cross-encoder, int8 on Triton), SciFact test, {support['n_claims']} claims",
+            f"label accuracy given gold rationales **{accuracy:.3f}** (target 0.68), selection + label F1 "
+            f"**{v['sentence_selection_label']['f1']:.3f}** (target 0.50)",
+            support["machine"]["date_utc"][:10],
+            "[Support check](docs/support.md#measured)",
+        ]
+    ]
+    if answers.get("sentence_support_rate") is not None:
+        rows.append(
+            [
+                f"answers with the support check, {answers['n']} SciFact test claims, {answers['llm_model']}",
+                f"citation precision **{answers.get('sentence_citation_precision') or 0:.3f}** / recall "
+                f"**{answers['sentence_citation_recall']:.3f}** (sentence level; targets 0.80 / 0.50), 0 repeated "
+                f"sentences, every sentence labelled",
+                answers["date"],
+                "[Support check](docs/support.md#measured)",
+            ]
+        )
+    added = cost["added_ms"]
+    rows.append(
+        [
+            "the support check per answer (up to 8 sentences, 5 passages)",
+            f"adds p50 {_ms(added['p50'])} ms, p95 {_ms(added['p95'])} ms (target p95 150 ms)",
+            cost["machine"]["date_utc"][:10],
+            "[Support check](docs/support.md#measured)",
+        ]
+    )
+    return rows
 
 
 def _scanned_row(fidelity: dict[str, Any]) -> list[object]:

@@ -31,6 +31,7 @@ from tools.embedder.errors import EmbedderError
 from tools.embedder.inputs import check_texts
 from tools.embedder.reranker import pad_pairs, pair_tokenizer
 from tools.model_specs import get_spec
+from tools.support import DecisionRule
 
 VERIFY_OUTPUT = "logits"
 """Name of the verifier graph's output: three logits per pair, FP32 `(batch, 3)`, in `SUPPORT_LABELS` order."""
@@ -97,8 +98,9 @@ def get_verifier_spec(name: str) -> VerifierSpec:
 
 
 def label_of(probs: npt.ArrayLike, spec: VerifierSpec) -> tuple[str, float]:
-    """The decision rule: SUPPORT when P(SUPPORT) >= `spec.support_threshold`, CONTRADICT when P(CONTRADICT) >=
-    `spec.contradict_threshold`, the likelier of the two when both hold, NOT_ENOUGH_INFO when neither does.
+    """The decision rule at `spec`'s thresholds (`tools.support.DecisionRule`, the one the answer path uses):
+    SUPPORT when P(SUPPORT) >= `spec.support_threshold`, CONTRADICT when P(CONTRADICT) >= `spec.contradict_threshold`,
+    the likelier of the two when both hold (SUPPORT on a tie), NOT_ENOUGH_INFO when neither does.
 
     Args:
         probs: one pair's probabilities, 3 floats in `SUPPORT_LABELS` order (a row of `TritonVerifier.classify`).
@@ -112,19 +114,8 @@ def label_of(probs: npt.ArrayLike, spec: VerifierSpec) -> tuple[str, float]:
     row = np.asarray(probs, dtype=np.float64).reshape(-1)
     if row.shape != (3,):
         raise ValueError(f"probs has shape {row.shape}; expected 3 probabilities in {SUPPORT_LABELS} order")
-    support, contradict = float(row[0]), float(row[1])
-    held = [
-        (p, label)
-        for p, label, t in (
-            (support, SUPPORT_LABELS[0], spec.support_threshold),
-            (contradict, SUPPORT_LABELS[1], spec.contradict_threshold),
-        )
-        if p >= t
-    ]
-    if not held:
-        return SUPPORT_LABELS[2], float(row[2])
-    p, label = max(held)
-    return label, p
+    label = DecisionRule(spec.support_threshold, spec.contradict_threshold).label(row.astype(np.float32))
+    return label, float(row[SUPPORT_LABELS.index(label)])
 
 
 def softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
