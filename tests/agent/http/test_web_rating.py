@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.agent.http.test_web_chat_page import app, ask
+from tests import external_tools
+from tests.agent.http.test_web_chat_page import app, ask, axe_violations
 from tests.browser_rig import browser_page
 
 pytestmark = pytest.mark.stack
@@ -30,6 +31,7 @@ async def stored(page: Any, answer_id: str) -> dict[str, Any]:
 async def test_an_answer_is_rated_down_with_a_comment_and_the_right_source() -> None:
     from playwright.async_api import expect
 
+    external_tools.axe_core()
     async with browser_page(app()) as page:
         await page.goto("/")
         await expect(page.locator("body")).to_have_attribute("data-settled", "true")
@@ -59,6 +61,22 @@ async def test_an_answer_is_rated_down_with_a_comment_and_the_right_source() -> 
         assert (rated["rating"], rated["comment"], rated["right_source"]) == ("down", HOSTILE, "folate")
         await expect(page.locator("img")).to_have_count(1)  # the passage dialog's page image only, never the comment's
         await expect(page.locator(".turn img")).to_have_count(0)
+        assert await axe_violations(page) == []  # the thumbs, the form and its confirmation
+
+
+async def test_at_390_px_the_rating_form_fits() -> None:
+    from playwright.async_api import expect
+
+    async with browser_page(app(), width=390, height=844) as page:
+        await page.goto("/")
+        turn = await ask(page)
+        await turn.get_by_role("button", name="Bad answer").click()
+        await expect(turn.locator(".rate-form")).to_be_visible()
+        width = await page.evaluate("() => document.documentElement.scrollWidth")
+        assert width <= 390, f"the page is {width} px wide"
+        for part in (".rate-comment", ".rate-source", ".rate-send", ".rate-down"):
+            box = await turn.locator(part).bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, part
 
 
 async def test_a_rating_is_changed_from_up_to_down_and_errors_are_sentences() -> None:
@@ -134,3 +152,17 @@ async def test_rating_works_from_the_keyboard_alone() -> None:
         await expect(turn.locator(".rate-status")).to_contain_text("with your comment and the right source")
         rated = await stored(page, answer_id)
         assert (rated["rating"], rated["comment"], rated["right_source"]) == ("down", "too vague", "b12#0")
+
+
+async def test_an_answer_restored_without_an_id_has_no_thumbs() -> None:
+    from playwright.async_api import expect
+
+    async with browser_page(app()) as page:
+        await page.goto("/")
+        turn = await ask(page)
+        await expect(turn.locator(".rate button")).to_have_count(2)
+        await page.reload()
+        restored = page.locator(".turn.stored")
+        await expect(restored).to_have_count(1)
+        await expect(restored.locator(".turn-actions")).to_be_visible()
+        await expect(restored.locator(".rate, .rate-form")).to_have_count(0)
