@@ -1,6 +1,6 @@
 // The web page of `rag serve`: past conversations (side list), a collection picker limited to the API key's
 // collections, the streamed answer (Markdown, sanitised: built node by node, never from HTML) with its support labels
-// and `[n]` chips that open their passage, and the document library (a drawer: paged, searchable, uploads with
+// and `[n]` chips that open their passage, thumbs to rate it (with a comment and the right source), and the document library (a drawer: paged, searchable, uploads with
 // per-file progress, deletes confirmed). Plain script, no build step; text from the server is only ever set with
 // textContent (answers, titles and passages are untrusted).
 "use strict";
