@@ -1,8 +1,8 @@
 // The web page of `rag serve`: past conversations (side list), a collection picker limited to the API key's
 // collections, the streamed answer (Markdown, sanitised: built node by node, never from HTML) with its support labels
-// and `[n]` chips that open their passage, thumbs to rate it (with a comment and the right source), and the document library (a drawer: paged, searchable, uploads with
-// per-file progress, deletes confirmed). Plain script, no build step; text from the server is only ever set with
-// textContent (answers, titles and passages are untrusted).
+// and `[n]` chips that open their passage, thumbs to rate it (with a comment and the right source), and the document
+// library (a drawer: paged, searchable, uploads with per-file progress, deletes confirmed). Plain script, no build
+// step; text from the server is only ever set with textContent (answers, titles and passages are untrusted).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -686,6 +686,23 @@ async function copyText(text, note) {
 const RATED = { up: "rated up", down: "rated down" };
 let rateForms = 0;  // ids of the right-source suggestion lists
 
+// a thumb drawn in SVG (an emoji may lack a font): Material Icons' "thumb_up" (Apache-2.0), turned for down
+const THUMB = "M1 21h4V9H1v12zm22-11c0-1.1-.9-2-2-2h-6.31l.95-4.57.03-.32c0-.41-.17-.79-.44-1.06L14.17 1 7.59 " +
+  "7.59C7.22 7.95 7 8.45 7 9v10c0 1.1.9 2 2 2h9c.83 0 1.54-.5 1.84-1.22l3.02-7.05c.09-.23.14-.47.14-.73v-2z";
+function thumbIcon(down) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
+  if (down) svg.setAttribute("transform", "rotate(180)");
+  const path = document.createElementNS(ns, "path");
+  path.setAttribute("d", THUMB);
+  path.setAttribute("fill", "currentColor");
+  svg.appendChild(path);
+  return svg;
+}
+
 // a labelled field of the rating form
 function rateField(labelText, control, id) {
   const wrap = el("div", "rate-field");
@@ -704,8 +721,9 @@ function rating(turn, actions, result) {
   const group = el("div", "rate");
   group.setAttribute("role", "group");
   group.setAttribute("aria-label", "Rate this answer");
-  const thumb = (value, symbol, name) => {
-    const b = el("button", `rate-${value}`, symbol);
+  const thumb = (value, name) => {
+    const b = el("button", `rate-${value}`);
+    b.appendChild(thumbIcon(value === "down"));
     b.type = "button";
     b.dataset.rating = value;
     b.setAttribute("aria-label", name);
@@ -713,8 +731,8 @@ function rating(turn, actions, result) {
     b.title = name;
     return b;
   };
-  const up = thumb("up", "👍", "Good answer");
-  const down = thumb("down", "👎", "Bad answer");
+  const up = thumb("up", "Good answer");
+  const down = thumb("down", "Bad answer");
   group.append(up, down);
   actions.appendChild(group);
 
