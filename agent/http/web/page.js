@@ -1,8 +1,8 @@
 // The web page of `rag serve`: past conversations (side list), a collection picker limited to the API key's
 // collections, the streamed answer (Markdown, sanitised: built node by node, never from HTML) with its support labels
-// and `[n]` chips that open their passage, and the document library (a drawer: paged, searchable, uploads with
-// per-file progress, deletes confirmed). Plain script, no build step; text from the server is only ever set with
-// textContent (answers, titles and passages are untrusted).
+// and `[n]` chips that open their passage, thumbs to rate it (with a comment and the right source), and the document
+// library (a drawer: paged, searchable, uploads with per-file progress, deletes confirmed). Plain script, no build
+// step; text from the server is only ever set with textContent (answers, titles and passages are untrusted).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -682,6 +682,147 @@ async function copyText(text, note) {
   setTimeout(() => { note.textContent = "Copy"; }, 1500);
 }
 
+// --- rating an answer (POST /v1/feedback): thumbs up or down, then an optional comment and the right source ---
+const RATED = { up: "rated up", down: "rated down" };
+let rateForms = 0;  // ids of the right-source suggestion lists
+
+// a thumb drawn in SVG (an emoji may lack a font): Material Icons' "thumb_up" (Apache-2.0), turned for down
+const THUMB = "M1 21h4V9H1v12zm22-11c0-1.1-.9-2-2-2h-6.31l.95-4.57.03-.32c0-.41-.17-.79-.44-1.06L14.17 1 7.59 " +
+  "7.59C7.22 7.95 7 8.45 7 9v10c0 1.1.9 2 2 2h9c.83 0 1.54-.5 1.84-1.22l3.02-7.05c.09-.23.14-.47.14-.73v-2z";
+function thumbIcon(down) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
+  if (down) svg.setAttribute("transform", "rotate(180)");
+  const path = document.createElementNS(ns, "path");
+  path.setAttribute("d", THUMB);
+  path.setAttribute("fill", "currentColor");
+  svg.appendChild(path);
+  return svg;
+}
+
+// a labelled field of the rating form
+function rateField(labelText, control, id) {
+  const wrap = el("div", "rate-field");
+  control.id = id;
+  const label = el("label", "", labelText);
+  label.htmlFor = id;
+  wrap.append(label, control);
+  return wrap;
+}
+
+// the thumbs of a finished answer in `actions`, and below them the form for its details
+function rating(turn, actions, result) {
+  const n = ++rateForms;
+  turn.dataset.answerId = result.answer_id;
+  const state = { rating: null, busy: false };
+  const group = el("div", "rate");
+  group.setAttribute("role", "group");
+  group.setAttribute("aria-label", "Rate this answer");
+  const thumb = (value, name) => {
+    const b = el("button", `rate-${value}`);
+    b.appendChild(thumbIcon(value === "down"));
+    b.type = "button";
+    b.dataset.rating = value;
+    b.setAttribute("aria-label", name);
+    b.setAttribute("aria-pressed", "false");
+    b.title = name;
+    return b;
+  };
+  const up = thumb("up", "Good answer");
+  const down = thumb("down", "Bad answer");
+  group.append(up, down);
+  actions.appendChild(group);
+
+  const details = el("form", "rate-form");
+  details.hidden = true;
+  details.setAttribute("aria-label", "Tell us more about this answer");
+  const comment = el("textarea", "rate-comment");
+  comment.rows = 2;
+  comment.maxLength = 2000;
+  const source = el("input", "rate-source");
+  source.type = "text";
+  source.maxLength = 1000;
+  source.autocomplete = "off";
+  source.placeholder = "a document id or chunk id";
+  const docs = [...new Map(result.citations.map((c) => [c.doc_id, c.title || c.doc_id])).entries()];
+  if (docs.length) {
+    const list = el("datalist");
+    list.id = `rate-sources-${n}`;
+    for (const [docId, title] of docs) {
+      const option = el("option");
+      option.value = docId;
+      option.label = title;
+      list.appendChild(option);
+    }
+    source.setAttribute("list", list.id);
+    details.appendChild(list);
+  }
+  const send = el("button", "rate-send", "Send");
+  send.type = "submit";
+  details.append(
+    rateField("Comment (optional)", comment, `rate-comment-${n}`),
+    rateField("The right source was (optional)", source, `rate-source-${n}`),
+    send,
+  );
+  const status = el("p", "rate-status");
+  status.setAttribute("role", "status");
+  turn.append(details, status);
+
+  const show = () => {
+    for (const b of [up, down]) b.setAttribute("aria-pressed", String(b.dataset.rating === state.rating));
+  };
+  // sends the rating (with the details when given); the thumbs show what the server stored
+  const rate = async (value, withDetails) => {
+    if (state.busy) return;
+    state.busy = true;  // the buttons stay enabled (a disabled button loses the keyboard focus)
+    group.setAttribute("aria-busy", "true");
+    status.classList.remove("error");
+    status.textContent = "Sending…";
+    const body = { answer_id: result.answer_id, rating: value };
+    if (withDetails) {
+      if (comment.value.trim()) body.comment = comment.value;
+      if (source.value.trim()) body.right_source = source.value.trim();
+    }
+    try {
+      const response = await apiFetch("/v1/feedback", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      if (response.ok) {
+        const stored = await response.json();
+        state.rating = stored.rating;
+        const extra = [body.comment !== undefined && "your comment", body.right_source !== undefined && "the right source"]
+          .filter(Boolean).join(" and ");
+        status.textContent = `Thanks — ${RATED[stored.rating] || "rated"}${extra ? `, with ${extra}` : ""}`;
+        details.hidden = false;
+      } else if (response.status === 404) {
+        status.classList.add("error");
+        status.textContent = "This answer can no longer be rated (it is not kept on the server).";
+      } else {
+        status.classList.add("error");
+        status.textContent = `The rating was not saved: ${await errorText(response)}`;
+      }
+    } catch (_) {
+      status.classList.add("error");
+      status.textContent = "The rating was not saved: the server cannot be reached; try again.";
+    } finally {
+      state.busy = false;
+      group.removeAttribute("aria-busy");
+      show();
+    }
+  };
+  up.addEventListener("click", () => rate("up", false));
+  down.addEventListener("click", () => rate("down", false));
+  details.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (state.rating) rate(state.rating, true);
+  });
+}
+
 function showResult(parts, result) {
   const { turn, answer } = parts;
   renderAnswer(answer, result);
@@ -707,6 +848,7 @@ function showResult(parts, result) {
   again.addEventListener("click", () => submit(parts.question));
   actions.append(copy, again);
   turn.appendChild(actions);
+  if (result.answer_id) rating(turn, actions, result);  // a restored answer may have no id: nothing to rate
   const t = result.timings_ms;
   const ids = result.conversation_id ? ` · conversation ${result.conversation_id}` : "";
   if (t) turn.appendChild(el("div", "meta timings dev-only", Object.keys(t).map((k) => `${k} ${Math.round(t[k])} ms`).join(", ") + ids));
