@@ -126,6 +126,8 @@ class AnswerOutput(BaseModel):
     """The verifier's label of the claim itself against the passages the answer cites (None: check off)."""
     extractive: bool = False
     """No sentence of the model's answer was supported: the answer quotes the evidence instead."""
+    generated: str = ""
+    """The model's answer before the support check ("" when the check is off: `answer` is the model's)."""
     cited_chunk_ids: list[str] = Field(default_factory=list)
     """Chunk ids of the citations, in passage order."""
     retrieved_chunk_ids: list[str] = Field(default_factory=list)
@@ -505,6 +507,7 @@ async def with_support(output: AnswerOutput, result: AskResult, claim: str, app:
             "sentence_cited_doc_ids": list(dict.fromkeys(sentence_docs)),
             "label_verdict": label,
             "extractive": report.extractive or bool(quotes),
+            "generated": report.generated,
         }
     )
 

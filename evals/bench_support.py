@@ -2,7 +2,8 @@
 Triton.
 
 The answers: the local model's real answers to SciFact test claims, as the stored `rag eval answers` run recorded
-them (`evals/results/answers-scifact-test/results.json`, the text before any check), each cut to its first
+them (`evals/results/answers-scifact-test/results.json`: `generated`, the model's text before the check, where the
+run had the check on, else `answer`), each cut to its first
 `max_sentences` sentences. For each, the claim is searched with the app's retrieval over the running stack (the
 quickstart's SciFact store) for `top_k` passages, then `SupportChecker.check` runs on (claim, answer, passages)
 exactly as the answer path runs it: the sentences and passage sentences embedded on the settings' interactive
@@ -106,7 +107,7 @@ def stored_answers(path: Path, limit: int, max_sentences: int) -> list[tuple[str
         output = record.get("output")
         if not output or output.get("refused") or not output.get("answer", "").strip():
             continue
-        text = output["answer"]
+        text = output.get("generated") or output["answer"]  # the model's text, before any support check
         spans = split_sentences(text)[:max_sentences]
         out.append((record["inputs"]["claim"], text[: spans[-1][1]] if spans else text))
         if len(out) == limit:
