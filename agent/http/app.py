@@ -20,7 +20,7 @@ from agent.http.admission_gate import AdmissionGate
 from agent.http.errors import install_error_handlers
 from agent.http.guards import install_guards
 from agent.http.loop_lag import watch_loop_lag
-from agent.http.mcp import McpEndpoint
+from agent.http.mcp import MCP_PATH, McpEndpoint
 from agent.http.metrics import metrics_routes
 from agent.http.openai_errors import OpenAIErrorShape, stream_ending
 from agent.http.quota_gate import QuotaGate
@@ -77,7 +77,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.add_middleware(AdmissionGate)  # inside the guards: refuses an overloaded answer before its body is read
     app.add_middleware(QuotaGate)  # inside the key guard, outside admission: a key over its quota takes no slot
     install_guards(app, settings, settings.allowed_hosts or ("*",))
-    app.state.drain = install_drain(app, stream_ending)
+    app.state.drain = install_drain(app, stream_ending, self_ending=(MCP_PATH,))  # MCP answers a tool error
     app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)

@@ -22,8 +22,10 @@ In the order a request meets them (`install_guards`):
    dependency), with its key in `scope["state"]` (`HOLDER_STATE`) for the quotas (`agent.http.quota_gate`); every other
    path stays the admin key's.
 4. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
-   it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. Paths
-   that take uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents`).
+   it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. File
+   uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents/files`); JSON documents
+   (`POST /v1/documents`) the bytes `DOCUMENTS_MAX_TEXT_CHARS` characters can take as JSON (`documents_body_bytes`),
+   so a body their character limit would refuse is never read or parsed.
 
 Every refusal has the API's error shape `{"error": kind, "detail": message}`.
 """
@@ -381,21 +383,42 @@ class BodyLimit:
             await refusal(scope, receive, send)
 
 
-UPLOAD_PATHS = ("/v1/documents",)
-"""Path prefixes that take document uploads (JSON documents, files), limited by `UPLOAD_MAX_REQUEST_BYTES`."""
+UPLOAD_PATHS = ("/v1/documents/files",)
+"""Path prefixes that take file uploads (multipart), limited by `UPLOAD_MAX_REQUEST_BYTES`."""
+
+DOCUMENTS_PATH = "/v1/documents"
+"""The JSON documents route (`POST /v1/documents`), limited by `documents_body_bytes`."""
+
+JSON_BYTES_PER_CHAR = 12
+"""Most bytes one character of a JSON string can take: an astral character escaped as a surrogate pair
+(`\\ud83d\\ude00`), as `json.dumps` writes it by default."""
+
+
+def documents_body_bytes(settings: Settings) -> int:
+    """The largest `POST /v1/documents` body worth reading: `DOCUMENTS_MAX_TEXT_CHARS` characters of titles and
+    texts at the most bytes JSON can spell them with (`JSON_BYTES_PER_CHAR`), plus `MAX_BODY_BYTES` for ids,
+    sources, metadata and the JSON around them. A larger body would be refused for its characters anyway
+    (`agent.http.documents.check_size`), so it is refused before it is read or parsed."""
+    return settings.max_body_bytes + JSON_BYTES_PER_CHAR * settings.documents_max_text_chars
+
+
+def body_limits(settings: Settings) -> list[tuple[str, int, str]]:
+    """`BodyLimit`'s `path_limits`: `UPLOAD_MAX_REQUEST_BYTES` under `UPLOAD_PATHS`, `documents_body_bytes` for the
+    JSON documents route (and the bodyless routes under it)."""
+    uploads = [(path, settings.upload_max_request_bytes, "UPLOAD_MAX_REQUEST_BYTES") for path in UPLOAD_PATHS]
+    return [*uploads, (DOCUMENTS_PATH, documents_body_bytes(settings), "DOCUMENTS_MAX_TEXT_CHARS")]
 
 
 def install_guards(app: Any, settings: Settings, allowed_hosts: Sequence[str]) -> None:
     """Add the guards to a Starlette/FastAPI `app` (outermost first: host, other sites' pages, API key, body size:
-    `MAX_BODY_BYTES`, `UPLOAD_MAX_REQUEST_BYTES` under `UPLOAD_PATHS`).
+    `MAX_BODY_BYTES`, and `body_limits` for the documents routes).
 
     Args:
         allowed_hosts: host patterns to answer (`allowed_hosts_for`); `("*",)` answers any host.
     """
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-    uploads = [(path, settings.upload_max_request_bytes, "UPLOAD_MAX_REQUEST_BYTES") for path in UPLOAD_PATHS]
     # add_middleware puts each new middleware outside the ones added before it
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, path_limits=uploads)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, path_limits=body_limits(settings))
     app.add_middleware(BearerKeyGuard, key=key)
     app.add_middleware(CrossSiteGuard)
     app.add_middleware(HostGuard, allowed_hosts=tuple(allowed_hosts))

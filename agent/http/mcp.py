@@ -11,12 +11,15 @@ allow only loopback names, is off) and `MAX_BODY_BYTES`. Then `CallerGate` finds
 SDK reads the body) and keeps it in the ASGI scope; each tool call narrows its scope to that caller's collections
 (`narrow_to_caller`), so a key holder's `search`, `get_document` and `ask` see only its collections, and naming
 another collection is a tool error naming it; a key holder's `ask` calls are held to its quotas (`meter_caller`), the
-protocol messages are not. Stateless: every request stands alone, so replicas behind a load
+protocol messages are not. A tool call still running when `rag serve`'s shutdown drain ends is stopped by the
+tool itself (`drain_cut`) and answered as a retryable tool error `shutting_down: ...`, which the client shows,
+rather than a cut stream that makes the client raise. Stateless: every request stands alone, so replicas behind a load
 balancer need no session affinity (the tools keep no state between calls).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Sequence
@@ -39,6 +42,7 @@ from agent.http.deps import CallerIdentity, request_caller
 from agent.http.errors import ApiError, error_response, failure_of
 from agent.http.guards import HOLDER_STATE, error_json, origin_allowed
 from agent.http.mcp_server import RagSource, build_mcp_server
+from agent.http.shutdown import cut_of
 from tools.scope import SearchScope
 from tools.store.keys import ApiKey
 
@@ -66,6 +70,12 @@ def narrow_to_caller(scope: SearchScope, request: Any) -> SearchScope:
         return caller.narrow(scope)
     except ApiError as exc:
         raise ToolError(f"{exc.kind}: {exc.detail}") from None
+
+
+def drain_cut(request: Any) -> asyncio.Event | None:
+    """The `agent.http.mcp_server.Stopping` of `/mcp`: the cut the shutdown drain sets on the HTTP request that
+    carries the tool call (`agent.http.shutdown.cut_of`; `/mcp` is one of the drain's `self_ending` paths)."""
+    return cut_of(request.scope) if isinstance(request, Request) else None
 
 
 def _allowed_hosts(scope: Scope) -> Sequence[str]:
@@ -148,7 +158,9 @@ class McpEndpoint:
     """
 
     def __init__(self, rag: RagSource) -> None:
-        self.server: MCPServer[Any] = build_mcp_server(rag, narrow=narrow_to_caller, meter=meter_caller)
+        self.server: MCPServer[Any] = build_mcp_server(
+            rag, narrow=narrow_to_caller, meter=meter_caller, stopping=drain_cut
+        )
         # creates the session manager; the SDK's own route is replaced by the same endpoint behind `CallerGate`
         self.server.streamable_http_app(
             streamable_http_path=MCP_PATH,

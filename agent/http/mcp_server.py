@@ -14,7 +14,9 @@ Every result carries structured content (the tool's output schema: `SearchOutput
 `AnswerOutput`) and the same facts as readable text. Bad arguments (schema violations, a blank query, an invalid
 filter or collection, an unknown doc id), admission control's refusal, LLM, embedder and store failures come back as
 tool errors (`is_error`) whose text names the argument or says what failed (`agent.core.failures.describe`); anything
-else is a bug, reported by the SDK as `Error executing tool <name>` with the traceback on stderr.
+else is a bug, reported by the SDK as `Error executing tool <name>` with the traceback on stderr. A call that the
+server's shutdown ends (`Stopping`: the drain of `rag serve`) stops its work and is the retryable tool error
+`shutting_down: ...`.
 
 Transports: stdio (`serve_stdio`, the `rag mcp` command) and streamable HTTP at `/mcp` of `rag serve`
 (`agent.http.mcp`), where the tools use the app's own `RagApp`.
@@ -27,10 +29,11 @@ every collection is searched, as with the CLI (a local process of the machine's 
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -42,8 +45,11 @@ from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.failures import describe
 from agent.core.results import AskResult, Citation, SupportReport
+from agent.http.shutdown import CUT_DETAIL
 from tools.retrieval import RetrievalResult
 from tools.scope import ScopeError, SearchScope
+
+T = TypeVar("T")
 
 SERVER_NAME = "triton-rag"
 """The name the server gives MCP hosts."""
@@ -102,6 +108,42 @@ answer's usage when it ends. Protocol messages (`initialize`, notifications, `to
 async def unmetered(request: Any) -> AsyncIterator[None]:
     """The `Meter` of a server without callers (stdio): no quota."""
     yield
+
+
+Stopping = Callable[[Any], asyncio.Event | None]
+"""The event that says the server is ending a tool call: (the transport's request of the call) -> an event set when
+the shutdown drain ends it (`agent.http.shutdown`), or None where nothing ends calls (stdio). The tool then stops its
+work and answers `SHUTTING_DOWN` as a tool error."""
+
+SHUTTING_DOWN = f"shutting_down: {CUT_DETAIL} (retryable)"
+"""The tool error text of a call the server's shutdown ended: a retryable failure, in `failure_text`'s form."""
+
+
+def never_stopping(request: Any) -> asyncio.Event | None:
+    """The `Stopping` of a server whose calls nothing ends (stdio): the host ends the process itself."""
+    return None
+
+
+async def until_stopped(work: Awaitable[T], stop: asyncio.Event | None) -> T:
+    """What `work` returns, unless `stop` is set first: then `work` is cancelled (an answer's LLM call stops).
+
+    Raises:
+        ToolError: `SHUTTING_DOWN` when `stop` was set before `work` finished.
+    """
+    if stop is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # its cancellation is over (a cancellation of this call goes on)
+    if task.cancelled():
+        raise ToolError(SHUTTING_DOWN)
+    return task.result()
 
 
 QUERY_FIELD = Field(
@@ -274,6 +316,7 @@ def build_mcp_server(
     lifespan: Callable[[MCPServer[Any]], AbstractAsyncContextManager[Any]] | None = None,
     narrow: Narrow = unnarrowed,
     meter: Meter = unmetered,
+    stopping: Stopping = never_stopping,
 ) -> MCPServer[Any]:
     """The MCP server with the tools `search`, `get_document` and `ask` over the `RagApp` that `rag()` returns.
 
@@ -283,6 +326,8 @@ def build_mcp_server(
             the server; None: nothing (the HTTP app opens its `RagApp` itself).
         narrow: narrows each call's scope to its caller (`Narrow`); default: every collection (stdio).
         meter: holds each `ask` call to its caller's quotas (`Meter`); default: none (stdio).
+        stopping: the event that ends a call (`Stopping`: the shutdown drain over HTTP); the call is then a
+            retryable tool error `SHUTTING_DOWN`. Default: nothing ends calls (stdio).
     """
 
     def call_scope(
@@ -311,7 +356,7 @@ def build_mcp_server(
         """
         scope = call_scope(ctx, filter, collection)
         async with tool_errors():
-            found = await rag().search(query, top_k, scope)
+            found = await until_stopped(rag().search(query, top_k, scope), stopping(ctx.request_context.request))
         output = search_output(found)
         return result(search_text(output), output)
 
@@ -329,7 +374,7 @@ def build_mcp_server(
         """
         scope = call_scope(ctx, None, collection)
         async with tool_errors():
-            found = await rag().get_document(doc_id, scope)
+            found = await until_stopped(rag().get_document(doc_id, scope), stopping(ctx.request_context.request))
         if found is None:
             raise ToolError(f"doc_id {doc_id!r} is not stored; expected a doc_id returned by `search` or `ask`")
         title, text = found
@@ -353,7 +398,8 @@ def build_mcp_server(
         """
         scope = call_scope(ctx, filter, collection)
         async with meter(ctx.request_context.request), tool_errors():
-            answer = await rag().ask(AnswerRequest(question, top_k=top_k, scope=scope))
+            asked = rag().ask(AnswerRequest(question, top_k=top_k, scope=scope))
+            answer = await until_stopped(asked, stopping(ctx.request_context.request))
         output = answer_output(answer)
         return result(answer_text(output), output)
 

@@ -14,7 +14,9 @@ On the first SIGTERM (or SIGINT) the server keeps listening and starts draining 
   with a body cut off mid-way: the answer is cancelled (the LLM stops), a response not started yet is 503
   `shutting_down`, and an event stream (`text/event-stream`) gets a last event that says to retry: `event: error`
   with `{"error": "shutting_down", ...}` (`sse_error_ending`), or what the app's `stream_ending` gives for the path
-  (the OpenAI-compatible route: an error chunk and `data: [DONE]`).
+  (the OpenAI-compatible route: an error chunk and `data: [DONE]`). A path that ends a cut request itself
+  (`self_ending`: `/mcp`, whose tools answer a retryable tool error, `agent.http.mcp_server`) finds the request's
+  cut in the scope (`cut_of`) and gets `SELF_END_S` to answer before it is cancelled like any other.
 
 A second signal while draining stops at once (uvicorn's behaviour: SIGINT forces the exit).
 
@@ -31,7 +33,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -53,6 +55,11 @@ STILL_SERVED = frozenset({"/metrics", "/metrics/"})
 """Paths answered normally while draining (Prometheus keeps scraping until the process ends)."""
 CUT_DETAIL = "the server shut down before the answer was finished; retry the request (another instance will take it)"
 """The message of what a request cut by the end of the drain receives."""
+SELF_END_S = 1.0
+"""Seconds a request on a `self_ending` path has, once cut, to end itself before it is cancelled (below
+`CANCEL_AFTER_S`, after which uvicorn cancels everything)."""
+CUT_KEY = "triton_rag.drain_cut"
+"""The ASGI scope key where `DrainMiddleware` keeps the request's cut (an `asyncio.Event` set by `Drain.cut`)."""
 
 StreamEnding = Callable[[str], bytes]
 """The last bytes of an event stream on a path (its argument) cut by the end of the drain."""
@@ -109,9 +116,18 @@ class Drain:
             self.in_flight -= 1
 
 
-async def _cancel_when_set(event: asyncio.Event, scope: anyio.CancelScope) -> None:
+async def _cancel_when_set(event: asyncio.Event, scope: anyio.CancelScope, delay_s: float = 0.0) -> None:
     await event.wait()
+    if delay_s:
+        await asyncio.sleep(delay_s)
     scope.cancel()
+
+
+def cut_of(scope: Scope) -> asyncio.Event | None:
+    """The cut of the request whose ASGI scope this is: set when the drain ends it (`Drain.cut`); None outside a
+    `DrainMiddleware`."""
+    cut = scope.get(CUT_KEY)
+    return cut if isinstance(cut, asyncio.Event) else None
 
 
 def sse_error_ending(path: str) -> bytes:
@@ -127,12 +143,21 @@ class DrainMiddleware:
 
     Args:
         stream_ending: the last bytes of a cut event stream by path; default `sse_error_ending`.
+        self_ending: paths whose application ends a cut request itself (watching `cut_of`), with an answer the
+            client understands; cancelled only if still running `SELF_END_S` later.
     """
 
-    def __init__(self, app: ASGIApp, drain: Drain, stream_ending: StreamEnding = sse_error_ending) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        drain: Drain,
+        stream_ending: StreamEnding = sse_error_ending,
+        self_ending: Sequence[str] = (),
+    ) -> None:
         self.app = app
         self.drain = drain
         self.stream_ending = stream_ending
+        self.self_ending = frozenset(self_ending)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the request counted, or refuse it while draining."""
@@ -145,6 +170,7 @@ class DrainMiddleware:
             await error_json(503, "shutting_down", detail, headers)(scope, receive, send)
             return
         with self.drain.running() as cut:
+            scope[CUT_KEY] = cut
             await self._run(scope, receive, send, cut)
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, cut: asyncio.Event) -> None:
@@ -162,7 +188,8 @@ class DrainMiddleware:
             await send(message)
 
         with anyio.CancelScope() as running:  # cancels only the request; a cancellation from outside goes on
-            watcher = asyncio.ensure_future(_cancel_when_set(cut, running))
+            delay_s = SELF_END_S if scope["path"] in self.self_ending else 0.0
+            watcher = asyncio.ensure_future(_cancel_when_set(cut, running, delay_s))
             try:
                 await self.app(scope, receive, watched)
             finally:
@@ -224,15 +251,16 @@ def flush_telemetry(timeout_s: float = 2.0) -> None:
         log.warning("telemetry: spans were still unexported after %.1f s", timeout_s)
 
 
-def install_drain(app: Any, stream_ending: StreamEnding = sse_error_ending) -> Drain:
+def install_drain(app: Any, stream_ending: StreamEnding = sse_error_ending, self_ending: Sequence[str] = ()) -> Drain:
     """Add a `DrainMiddleware` outside the middleware already added to a Starlette/FastAPI `app`; returns its
     `Drain`, for `serve`.
 
     Args:
         stream_ending: the last bytes of an event stream cut by the end of the drain, by path.
+        self_ending: paths that end a cut request themselves (`DrainMiddleware`).
     """
     drain = Drain()
-    app.add_middleware(DrainMiddleware, drain=drain, stream_ending=stream_ending)
+    app.add_middleware(DrainMiddleware, drain=drain, stream_ending=stream_ending, self_ending=self_ending)
     return drain
 
 

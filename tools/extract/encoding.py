@@ -4,6 +4,7 @@
 - HTML: then the page's own declaration, `<meta charset="...">` or `<meta http-equiv="Content-Type"
   content="...; charset=...">` near its start, with the WHATWG labels (`iso-8859-1`, `latin1` and `ascii` mean
   windows-1252); read by `w3lib.encoding.html_to_unicode`, Scrapy's implementation of these rules.
+  A page that its declared encoding does not read is read with the detected one instead, with a WARNING.
 - Then detection: valid UTF-8 is UTF-8; anything else is guessed by `chardet` (7.x: a maintained detector that also
   tells binary data, e.g. an image or random bytes, from text) from the first `DETECT_BYTES` bytes.
 
@@ -14,6 +15,7 @@ text are refused (`ExtractError`) naming the file. JSON Lines stays UTF-8 only, 
 from __future__ import annotations
 
 import codecs
+import logging
 import unicodedata
 from pathlib import Path
 
@@ -21,6 +23,8 @@ import chardet
 from w3lib.encoding import html_to_unicode, resolve_encoding
 
 from tools.extract.base import ExtractError
+
+log = logging.getLogger(__name__)
 
 DETECT_BYTES = 64 * 1024
 """Bytes of a file that detection reads (a browser too decides on the first part of a page)."""
@@ -96,20 +100,46 @@ def decode_text(path: Path, data: bytes) -> str:
         found = detect_encoding(data)
         if found is None:
             raise ExtractError(
-                f"{path}: not text: not UTF-8, and no other text encoding reads it (binary data?); expected a text "
-                f"file"
+                f"{path}: not text: not UTF-8, and no other text encoding reads it (binary data?); expected a text file"
             )
         encoding = found
     # a detected encoding was checked on the first DETECT_BYTES; a stray byte further on becomes U+FFFD
     return data.decode(encoding, errors="replace")
 
 
-def decode_html(data: bytes) -> str:
+def decode_html(data: bytes, where: str = "HTML page") -> str:
     """An HTML page's bytes as text: byte order mark, then `<meta charset>`, then detection (module docstring);
-    windows-1252 (the WHATWG default for a page that says nothing) when detection finds nothing."""
+    windows-1252 (the WHATWG default for a page that says nothing) when detection finds nothing.
+
+    A page its own encoding does not read (a Latin-1 page that declares UTF-8, as a server or an editor may leave it)
+    is read with the detected encoding when that reads all of it, with a WARNING naming `where` and both encodings;
+    otherwise the bytes no encoding reads become U+FFFD, with a WARNING saying so.
+    """
 
     def detected(body: bytes) -> str | None:
         return detect_encoding(body)
 
-    _, text = html_to_unicode(None, data, default_encoding="cp1252", auto_detect_fun=detected)
+    encoding, text = html_to_unicode(None, data, default_encoding="cp1252", auto_detect_fun=detected)
+    if bom_encoding(data) is not None:  # a byte order mark decides (WHATWG), whatever follows it
+        return text
+    try:
+        data.decode(encoding)
+    except LookupError:  # a codec w3lib names that Python lacks: its own replacement decoding stands
+        return text
+    except UnicodeDecodeError as exc:
+        bad = f"byte 0x{data[exc.start]:02x} at offset {exc.start}"
+    else:
+        return text
+    found = detect_encoding(data)
+    if found is not None and codecs.lookup(found).name != codecs.lookup(encoding).name:
+        try:
+            decoded = data.decode(found)
+        except UnicodeDecodeError:
+            pass
+        else:
+            log.warning(
+                "%s: not %s as it declares (%s); read as %s, the encoding detected", where, encoding, bad, found
+            )
+            return decoded
+    log.warning("%s: not %s (%s); the bytes it cannot read are stored as U+FFFD", where, encoding, bad)
     return text

@@ -43,12 +43,13 @@ def _blocks(main: etree._Element) -> list[Block]:
 
 def extract_html(path: Path, data: bytes) -> Extracted:
     """The main content of the HTML page `data` (read from `path`), decoded by `tools.extract.encoding.decode_html`
-    (byte order mark, `<meta charset>`, detection).
+    (byte order mark, `<meta charset>`, detection; a page its declaration does not read is read as detected, with a
+    WARNING naming `path`).
 
     Raises:
         ExtractError: no main content (a page of scripts or styles only, or nothing readable).
     """
-    page = decode_html(data)  # trafilatura's own guess ignores the page's `<meta charset>`
+    page = decode_html(data, str(path))  # trafilatura's own guess ignores the page's `<meta charset>`
     xml = trafilatura.extract(
         page,
         output_format="xml",

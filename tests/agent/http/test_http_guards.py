@@ -4,6 +4,7 @@ ASGI transport: no server, no lifespan (routes that need the `RagApp` get a smal
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from agent.config.settings import Settings, SettingsError
 from agent.core.admission import AdmissionController
 from agent.core.keys import InMemoryKeys
 from agent.http import create_app
-from agent.http.guards import LOOPBACK_HOSTS, allowed_hosts_for, require_key_off_loopback
+from agent.http.guards import LOOPBACK_HOSTS, allowed_hosts_for, documents_body_bytes, require_key_off_loopback
 from tests.conftest import REPO_ROOT
 
 KEY = "s3cret-clé"  # non-ASCII: clients send it as UTF-8 bytes
@@ -142,13 +143,43 @@ async def test_bodies_over_the_limit_get_413_whether_announced_or_streamed() -> 
         small = await http.post("/v1/ask", json={"question": ""})
         assert small.status_code == 422 and small.json()["error"] == "bad_request"  # under the limit: parsed
 
-        # uploads under /v1/documents have their own limit
-        upload = await http.post("/v1/documents", content=body(b'{"documents": [', 5))
-        assert upload.status_code == 422 and upload.json()["error"] == "bad_request"  # 2 kB read, then parsed
-        too_big = await http.post("/v1/documents", content=b"{" + b" " * 4000 + b"}")
+        # file uploads have their own limit
+        too_big = await http.post("/v1/documents/files", content=b"-" * 4000)
         assert too_big.status_code == 413 and "UPLOAD_MAX_REQUEST_BYTES" in too_big.json()["detail"]
-        streamed_upload = await http.post("/v1/documents", content=body(b'{"documents": ['))
-        assert streamed_upload.status_code == 413 and pulled <= 9
+
+
+async def test_a_json_documents_body_over_what_its_characters_can_take_is_refused_unread() -> None:
+    settings = base_settings(max_body_bytes=1000, documents_max_text_chars=1000)
+    limit = documents_body_bytes(settings)  # 1000 + 12 * 1000 bytes
+    pulled = 0
+
+    async def body(size: int, chunk: int = 64 * 1024) -> AsyncIterator[bytes]:
+        nonlocal pulled
+        pulled = 0
+        yield b'{"documents": [{"doc_id": "a", "text": "'
+        while pulled < size:
+            pulled += chunk
+            yield b"x" * chunk
+
+    declared = 100 * 1024 * 1024
+    async with client(app_with(settings)) as http:
+        announced = await http.post("/v1/documents", content=body(declared), headers={"Content-Length": str(declared)})
+        assert announced.status_code == 413, announced.text
+        assert announced.json()["error"] == "payload_too_large"
+        assert "DOCUMENTS_MAX_TEXT_CHARS" in announced.json()["detail"]
+        assert pulled == 0  # refused from Content-Length: not a byte read
+
+        chunked = await http.post("/v1/documents", content=body(declared, chunk=1024))
+        assert chunked.status_code == 413 and chunked.json()["error"] == "payload_too_large"
+        assert pulled <= limit + 2 * 1024  # reading stopped at the limit, the rest never buffered
+
+        # just over the character limit in JSON's longest spelling (12 bytes a character): read, parsed, and refused
+        # by the route for its characters
+        emoji = "\U0001f600" * 1001
+        escaped = json.dumps({"documents": [{"doc_id": "a", "text": emoji}]}).encode()
+        assert len(escaped) > 12 * 1001
+        parsed = await http.post("/v1/documents", content=escaped, headers={"Content-Type": "application/json"})
+        assert parsed.status_code == 413 and "hold 1001 characters" in parsed.json()["detail"], parsed.text
 
 
 async def test_a_foreign_host_header_is_refused_on_a_loopback_server() -> None:

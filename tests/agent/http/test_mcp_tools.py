@@ -20,21 +20,12 @@ from pydantic_ai.exceptions import ModelHTTPError
 
 from agent.core.app import RagApp
 from agent.http import create_app
+from agent.http.shutdown import Drain
 from tests.agent_corpus import COVERED
 from tests.mcp_rig import connected, rag_app, text_of
 from tests.scripted_model import ScriptedModel as Model
 
 TOOLS = {"search", "get_document", "ask"}
-
-
-
-
-
-
-
-
-
-
 
 
 @pytest.fixture
@@ -149,10 +140,13 @@ async def test_an_llm_failure_is_a_tool_error_with_the_message(model: Model, err
 
 
 @asynccontextmanager
-async def over_http(rag: RagApp, key: str, mode: str) -> AsyncIterator[Client]:
+async def over_http(rag: RagApp, key: str, mode: str, drains: list[Drain] | None = None) -> AsyncIterator[Client]:
     """The SDK's client (connecting in `mode`) over streamable HTTP to `/mcp` of the `rag serve` app with `API_KEY`
-    `key` (its lifespan run, `rag` its app), sending `Authorization: Bearer <key>`."""
+    `key` (its lifespan run, `rag` its app), sending `Authorization: Bearer <key>`; the app's drain is appended to
+    `drains`."""
     app = create_app(rag.settings.model_copy(update={"api_key": SecretStr(key)}), rag)
+    if drains is not None:
+        drains.append(app.state.drain)
     headers = {"Authorization": f"Bearer {key}"}
     transport = httpx2.ASGITransport(app=app)
     async with (
@@ -207,3 +201,19 @@ async def test_mcp_refuses_a_cross_site_origin_and_answers_get_with_405(model: M
     for refused in (get, delete):
         assert refused.status_code == 405 and refused.headers["allow"] == "POST", refused.headers
         assert refused.json()["error"] == "method_not_allowed"
+
+
+async def test_an_ask_cut_by_the_shutdown_drain_is_a_retryable_tool_error(model: Model) -> None:
+    model.gate = asyncio.Event()  # the model never writes: only the drain's end stops the answer
+    drains: list[Drain] = []
+    async with over_http(rag_app(model), "s3cret", "auto", drains) as client:
+        call = asyncio.create_task(client.call_tool("ask", {"question": COVERED}))
+        await asyncio.wait_for(model.started.wait(), 30)
+        (drain,) = drains
+        drain.begin(0.0)
+        drain.cut()
+        result = await asyncio.wait_for(call, 30)
+    assert model.cancelled  # the answer stopped: no LLM left working for nobody
+    assert result.is_error is True and result.structured_content is None
+    text = text_of(result)
+    assert "shutting_down" in text and "retry" in text and text.endswith("(retryable)"), text

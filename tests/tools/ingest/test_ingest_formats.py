@@ -251,6 +251,20 @@ def test_html_encodings_follow_the_whatwg_order_bom_then_meta_then_detection(tmp
         assert "crème brûlée for 5 €" in extract(tmp_path / name, "html", LIMIT).text, name
 
 
+def test_a_latin1_page_that_declares_utf8_is_read_as_detected_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    page = tmp_path / "menu.html"
+    declared_utf8 = LEGACY_PAGE.replace("windows-1252", "utf-8").replace("“", '"').replace("”", '"')
+    page.write_bytes(declared_utf8.replace(" €", " EUR").encode("latin-1"))  # as a misconfigured server saves it
+    with caplog.at_level("WARNING", logger="tools.extract"):
+        (doc,) = read_documents(page)
+    assert "café" in doc.text and "crème brûlée for 5 EUR" in doc.text and doc.title == "Café prices"
+    assert "\ufffd" not in doc.text and "\ufffd" not in doc.title
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert str(page) in warning and "utf-8" in warning and "cp1252" in warning, warning
+
+
 def test_legacy_encoded_text_files_are_decoded_and_binary_ones_still_refused(tmp_path: Path) -> None:
     texts = {
         "notes.txt": ("Le café était très agréable, merci à l'équipe.", "cp1252"),
