@@ -12,72 +12,17 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.config.settings import Settings
-from agent.core.app import RagApp
 from agent.core.keys import InMemoryKeys
-from agent.core.support import SupportChecker
-from agent.core.wiring import Services
 from tests import external_tools
 from tests.agent_corpus import COVERED, DOCUMENTS
-from tests.browser_rig import browser_page
-from tests.conversation_rig import Model
-from tools.in_memory import InMemoryCollection
-from tools.in_memory_conversations import InMemoryConversations
-from tools.in_memory_support import HashedEmbedder, LexicalVerifier
-from tools.support import CheckOptions, DecisionRule
+from tests.browser_rig import app, ask, axe_violations, browser_page
 
 pytestmark = pytest.mark.stack
-
-MARKDOWN = (
-    "**Vitamin B12** deficiency raises plasma homocysteine in older adults [1].\n\n"
-    "- Folate intake lowers homocysteine levels in adults [2].\n"
-    '- <img src=x onerror="window.pwned=1"> is text, not markup.\n\n'
-    "The moon is made of green cheese [1]."
-)
-
-
-def app(reply: str = MARKDOWN, model: FunctionModel | None = None, support: bool = True) -> RagApp:
-    collection = InMemoryCollection(DOCUMENTS)
-    checker = SupportChecker(HashedEmbedder(), LexicalVerifier(), CheckOptions(rule=DecisionRule(0.6, 0.6)))
-    services = Services(
-        collection,
-        collection,
-        model or Model(reply).model,
-        conversations=InMemoryConversations(),
-        support=checker if support else None,
-    )
-    return RagApp(Settings.model_validate({"refusal_min_score": 0.3}), services)
-
-
-async def ask(page: Any, question: str = COVERED) -> Any:
-    from playwright.async_api import expect
-
-    await page.fill("#question", question)
-    await page.press("#question", "Enter")  # Enter asks
-    turn = page.locator(".turn").last
-    await expect(turn.locator(".turn-actions")).to_be_visible(timeout=60_000)
-    return turn
-
-
-async def axe_violations(page: Any) -> list[dict[str, Any]]:
-    """axe-core's serious and critical violations on the page as it stands (WCAG 2.x A and AA rules)."""
-    await page.add_script_tag(path=str(external_tools.axe_core()))
-    result = await page.evaluate(
-        """() => axe.run(document, {
-             runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } })"""
-    )
-    return [
-        {"id": v["id"], "impact": v["impact"], "nodes": [n["target"] for n in v["nodes"]]}
-        for v in result["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
-
 
 async def test_the_page_has_no_serious_accessibility_violations() -> None:
     from playwright.async_api import expect

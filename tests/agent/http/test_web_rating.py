@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from tests import external_tools
-from tests.agent.http.test_web_chat_page import app, ask, axe_violations
-from tests.browser_rig import browser_page
+from tests.browser_rig import app, ask, axe_violations, browser_page
 
 pytestmark = pytest.mark.stack
 
