@@ -78,8 +78,8 @@ VERIFIER_SPECS: dict[str, VerifierSpec] = {
             source="sentence-transformers/all-MiniLM-L6-v2 + 3-label head, trained on SciFact train "
             "(evals/train_verifier.py), int8 (ONNX Runtime dynamic quantisation)",
             # chosen on the held-out train fold: evals/results/verifier-training.json "thresholds"
-            support_threshold=0.4,
-            contradict_threshold=0.35,
+            support_threshold=0.3,
+            contradict_threshold=0.75,
         ),
     )
 }
