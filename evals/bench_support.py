@@ -6,11 +6,12 @@ them (`evals/results/answers-scifact-test/results.json`: `generated`, the model'
 run had the check on, else `answer`), each cut to its first
 `max_sentences` sentences. For each, the claim is searched with the app's retrieval over the running stack (the
 quickstart's SciFact store) for `top_k` passages, then `SupportChecker.check` runs on (claim, answer, passages)
-exactly as the answer path runs it: the sentences and passage sentences embedded on the settings' interactive
-embedder, the chosen pairs classified by the verifier on Triton. Reported, one answer at a time (what one user
-waits): the check's added latency p50/p95/p99 (ms, `time.perf_counter` around `check`), and within it the embedder
-call and the verifier call (ms), sentences and pairs per answer. Then the verifier alone: the answers' pairs sent as
-one request per answer, `concurrency` answers at once, for its throughput (pairs/s) at each concurrency.
+exactly as the answer path runs it: candidates picked by the settings' `SUPPORT_CANDIDATES_BY` (BM25, or the
+interactive embedder on Triton), the chosen pairs classified by the verifier on Triton. Reported, one answer at a
+time (what one user waits): the check's added latency p50/p95/p99 (ms, `time.perf_counter` around `check`), and
+within it the candidate step and the verifier call (ms), sentences and pairs per answer. Then the verifier alone:
+the answers' pairs sent as one request per answer, `concurrency` answers at once, for its throughput (pairs/s) at
+each concurrency.
 
 Target (issue "Every sentence held to its source"): added latency p95 ≤ 150 ms per answer (5 passages, up to 8
 sentences) on this CPU.
@@ -24,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -34,7 +35,7 @@ from evals.machine import machine_info
 from evals.plots import emit_report
 from tools.sentences import split_sentences
 from tools.stats import percentiles
-from tools.support import PairClassifier, TextEmbedder
+from tools.support import PairClassifier, SentenceSimilarity
 
 ANSWERS = Path(__file__).resolve().parent / "results" / "answers-scifact-test" / "results.json"
 """The stored answer-eval run whose answers are checked."""
@@ -62,18 +63,16 @@ class SupportBenchParams:
     warmup: int = 5
 
 
-class _TimedEmbedder:
-    """The embedder, timing each call (ms) into `times`."""
+class _TimedSimilarity:
+    """The candidate step's similarity, timing each call (ms) into `times`."""
 
-    def __init__(self, inner: TextEmbedder) -> None:
+    def __init__(self, inner: SentenceSimilarity) -> None:
         self.inner, self.times = inner, list[float]()
 
-    async def embed(
-        self, texts: Sequence[str], kind: Literal["query", "document"] = "document"
-    ) -> npt.NDArray[np.float32]:
+    async def scores(self, queries: Sequence[str], sentences: Sequence[str]) -> npt.NDArray[np.float32]:
         start = time.perf_counter()
         try:
-            return await self.inner.embed(texts, kind)
+            return await self.inner.scores(queries, sentences)
         finally:
             self.times.append((time.perf_counter() - start) * 1000)
 
@@ -126,13 +125,15 @@ async def run_support_bench(settings: Settings, params: SupportBenchParams) -> d
     cases = stored_answers(ANSWERS, params.answers + params.warmup, params.max_sentences)
     async with Clients(settings) as clients, build_verifier(settings) as verifier:
         retriever = build_retriever(clients.embedder, clients.store, settings, clients.reranker)
-        embedder, classifier = _TimedEmbedder(clients.embedder), _TimedClassifier(verifier)
-        checker = build_support_checker(settings, embedder, classifier)
-        added, embed_ms, verify_ms, sentences, pairs = [], [], [], [], []
+        classifier = _TimedClassifier(verifier)
+        checker = build_support_checker(settings, clients.embedder, classifier)
+        similarity = _TimedSimilarity(checker.similarity)
+        checker.similarity = similarity
+        added, candidates_ms, verify_ms, sentences, pairs = [], [], [], [], []
         pair_sets: list[list[tuple[str, str]]] = []
         for i, (claim, answer) in enumerate(cases):
             found = await retriever.search(claim, params.top_k)
-            embedder.times.clear()
+            similarity.times.clear()
             classifier.times.clear()
             start = time.perf_counter()
             checked = await checker.check(claim, answer, found.passages, "flag")
@@ -140,7 +141,7 @@ async def run_support_bench(settings: Settings, params: SupportBenchParams) -> d
             if i < params.warmup:
                 continue
             added.append(elapsed)
-            embed_ms.append(sum(embedder.times))
+            candidates_ms.append(sum(similarity.times))
             verify_ms.append(sum(classifier.times))
             sentences.append(checked.report.supported + checked.report.unsupported)
             pairs.append(len(classifier.last) if classifier.times else 0)
@@ -153,10 +154,11 @@ async def run_support_bench(settings: Settings, params: SupportBenchParams) -> d
         "params": asdict(params),
         "machine": machine_info(),
         "verifier_model": settings.support_model,
+        "candidates_by": settings.support_candidates_by,
         "embedder_model": settings.embedder_interactive_model,
         "answers_measured": len(added),
         "added_ms": _rounded(percentiles(added)),
-        "embed_ms": _rounded(percentiles(embed_ms)),
+        "candidates_ms": _rounded(percentiles(candidates_ms)),
         "verify_ms": _rounded(percentiles(verify_ms)),
         "sentences_per_answer": _rounded(percentiles([float(s) for s in sentences])),
         "pairs_per_answer": _rounded(percentiles([float(p) for p in pairs])),
@@ -200,8 +202,9 @@ def render(report: dict[str, Any], console: Any) -> None:
         f"ms, p99 {added.get('p99')} ms (target p95 <= 150 ms: {'met' if report['met']['added_p95_ms'] else 'not met'})"
     )
     console.print(
-        f"  embed p50 {report['embed_ms'].get('p50')} ms, verify p50 {report['verify_ms'].get('p50')} ms; sentences "
-        f"p50 {report['sentences_per_answer'].get('p50')}, pairs p50 {report['pairs_per_answer'].get('p50')}"
+        f"  candidates ({report['candidates_by']}) p50 {report['candidates_ms'].get('p50')} ms, verify p50 "
+        f"{report['verify_ms'].get('p50')} ms; sentences p50 {report['sentences_per_answer'].get('p50')}, pairs p50 "
+        f"{report['pairs_per_answer'].get('p50')}"
     )
     for point in report["verifier_throughput"]:
         console.print(f"  verifier at concurrency {point['concurrency']}: {point['pairs_per_s']} pairs/s")

@@ -29,7 +29,7 @@ from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
 from tools.in_memory_support import HashedEmbedder, LexicalVerifier
 from tools.ingest import SourceDocument
-from tools.support import CheckOptions, DecisionRule
+from tools.support import CheckOptions, DecisionRule, EmbeddingSimilarity
 
 CHROMIUM = "/usr/bin/chromium"
 SIZES = {"1440": (1440, 900), "390": (390, 844)}
@@ -59,7 +59,8 @@ async def take(folder: Path) -> list[Path]:
     from playwright.async_api import async_playwright
 
     collection = InMemoryCollection(DOCUMENTS)
-    checker = SupportChecker(HashedEmbedder(), LexicalVerifier(), CheckOptions(rule=DecisionRule(0.6, 0.6)))
+    rule = DecisionRule(0.6, 0.6)
+    checker = SupportChecker(EmbeddingSimilarity(HashedEmbedder()), LexicalVerifier(), CheckOptions(rule=rule))
     services = Services(
         collection,
         collection,

@@ -26,7 +26,7 @@ from tests.fake_openai import ThreadedServer
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
 from tools.in_memory_support import HashedEmbedder, LexicalVerifier
-from tools.support import CheckOptions, DecisionRule
+from tools.support import CheckOptions, DecisionRule, EmbeddingSimilarity
 
 
 @asynccontextmanager
@@ -64,7 +64,8 @@ MARKDOWN = (
 
 def app(reply: str = MARKDOWN, model: FunctionModel | None = None, support: bool = True) -> RagApp:
     collection = InMemoryCollection(DOCUMENTS)
-    checker = SupportChecker(HashedEmbedder(), LexicalVerifier(), CheckOptions(rule=DecisionRule(0.6, 0.6)))
+    rule = DecisionRule(0.6, 0.6)
+    checker = SupportChecker(EmbeddingSimilarity(HashedEmbedder()), LexicalVerifier(), CheckOptions(rule=rule))
     services = Services(
         collection,
         collection,

@@ -3,11 +3,12 @@
 The check runs in two stages, as retrieve-then-verify fact checkers do (Wadden et al., "Fact or Fiction: Verifying
 Scientific Claims", EMNLP 2020: rationale selection, then label prediction):
 
-1. **Candidates (cheap)**: every passage is split into sentences (`tools.sentences`); each answer sentence and each
-   passage sentence is embedded once by the embedder (`(n, dim)` float32, L2-normalised), and the passage
-   sentences with the highest cosine similarity to the answer sentence are its candidates (`candidates` of them),
-   plus the most similar sentence of each passage the answer sentence itself cites, so a cited passage is always
-   heard.
+1. **Candidates (cheap)**: every passage is split into sentences (`tools.sentences`); a `SentenceSimilarity` scores
+   each answer sentence against each passage sentence, and the highest-scoring passage sentences are its candidates
+   (`candidates` of them), plus the best sentence of each passage the answer sentence itself cites, so a cited
+   passage is always heard. Two similarities: `LexicalSimilarity` (Okapi BM25 over the answer's own passage
+   sentences, no server: the default, measured better and ~free) and `EmbeddingSimilarity` (cosine of the
+   embedder's vectors, one embedder call per answer).
 2. **Verdict**: a cross-encoder (`PairClassifier`, the verifier served by Triton) reads each (answer sentence,
    candidate) pair and gives the probabilities of SUPPORT, CONTRADICT and NOT_ENOUGH_INFO. `DecisionRule` turns
    them into a label per pair; the sentence takes the best SUPPORT pair, else the best CONTRADICT pair, else
@@ -15,10 +16,17 @@ Scientific Claims", EMNLP 2020: rationale selection, then label prediction):
 
 Nothing here talks to a server: the embedder and the verifier are protocols (`TextEmbedder`, `PairClassifier`);
 `tools.in_memory_support` has doubles for tests.
+
+Candidate choice measured on SciFact test (150 claims with evidence, their cited abstracts' sentences): a gold
+rationale sentence is among the top 1 / 3 / 5 for 0.500 / 0.827 / 0.893 of the claims by BM25, 0.400 / 0.640 /
+0.800 by all-MiniLM-L6-v2 cosine; and the embedder call was 583 ms of the check's 658 ms p50 on this CPU
+(`rag bench support`).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -52,6 +60,113 @@ class PairClassifier(Protocol):
         """`(len(pairs), 3)` float32 probabilities of SUPPORT, CONTRADICT, NOT_ENOUGH_INFO for each (claim,
         evidence) pair."""
         ...
+
+
+class SentenceSimilarity(Protocol):
+    """Scores answer sentences (or the question) against passage sentences: higher is more alike."""
+
+    async def scores(self, queries: Sequence[str], sentences: Sequence[str]) -> npt.NDArray[np.float32]:
+        """`(len(queries), len(sentences))` float32 scores."""
+        ...
+
+
+_WORD = re.compile(r"\w+")
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "in",
+        "on",
+        "and",
+        "or",
+        "to",
+        "for",
+        "with",
+        "by",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "that",
+        "this",
+        "these",
+        "those",
+        "as",
+        "at",
+        "from",
+        "it",
+        "its",
+        "which",
+        "their",
+        "there",
+        "than",
+        "into",
+        "such",
+        "may",
+        "can",
+        "also",
+        "not",
+        "no",
+        "nor",
+    ]
+)
+"""Words that carry no content for sentence matching (lower case)."""
+
+
+def content_words(text: str) -> list[str]:
+    """The lower-cased `\\w+` words of `text` outside `STOPWORDS`, in order."""
+    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
+class LexicalSimilarity:
+    """Okapi BM25 of each query against the sentences as the collection (Robertson and Zaragoza, "The Probabilistic
+    Relevance Framework: BM25 and Beyond", 2009; Lucene's idf ln(1 + (N - df + 0.5) / (df + 0.5))), with `k1` and
+    `b`; the collection is only the answer's passage sentences, so idf is local to what was retrieved. No server."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+
+    async def scores(self, queries: Sequence[str], sentences: Sequence[str]) -> npt.NDArray[np.float32]:
+        """`(len(queries), len(sentences))` float32 BM25 scores (0 where no content word is shared)."""
+        docs = [content_words(s) for s in sentences]
+        out = np.zeros((len(queries), len(docs)), dtype=np.float32)
+        if not docs:
+            return out
+        df: dict[str, int] = {}
+        for words in docs:
+            for word in set(words):
+                df[word] = df.get(word, 0) + 1
+        n = len(docs)
+        idf = {w: math.log(1.0 + (n - k + 0.5) / (k + 0.5)) for w, k in df.items()}
+        avgdl = max(1e-9, sum(len(d) for d in docs) / n)
+        counts = [{w: d.count(w) for w in set(d)} for d in docs]
+        for row, query in enumerate(queries):
+            terms = set(content_words(query))
+            for col, (words, tf) in enumerate(zip(docs, counts, strict=True)):
+                norm = self.k1 * (1.0 - self.b + self.b * len(words) / avgdl)
+                out[row, col] = sum(idf[t] * tf[t] * (self.k1 + 1.0) / (tf[t] + norm) for t in terms if t in tf)
+        return out
+
+
+class EmbeddingSimilarity:
+    """Cosine similarity of the embedder's L2-normalised vectors (`TextEmbedder`), queries and sentences embedded in
+    one call."""
+
+    def __init__(self, embedder: TextEmbedder) -> None:
+        self.embedder = embedder
+
+    async def scores(self, queries: Sequence[str], sentences: Sequence[str]) -> npt.NDArray[np.float32]:
+        """`(len(queries), len(sentences))` float32 cosines."""
+        if not queries or not sentences:
+            return np.zeros((len(queries), len(sentences)), dtype=np.float32)
+        vectors = await self.embedder.embed([*queries, *sentences], kind="document")
+        cosine: npt.NDArray[np.float32] = (vectors[: len(queries)] @ vectors[len(queries) :].T).astype(np.float32)
+        return cosine
 
 
 @dataclass(frozen=True)
@@ -155,8 +270,8 @@ class CheckOptions:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """Verdicts of the claims in order, the similarity of `extra` texts (e.g. the question) to every evidence
-    sentence (`(len(extra), len(evidence))` float32), and the evidence sentences."""
+    """Verdicts of the claims in order, the similarity score of `extra` texts (e.g. the question) to every evidence
+    sentence (`(len(extra), len(evidence))` float32), the evidence sentences and the verifier pairs run."""
 
     verdicts: list[Verdict]
     extra_similarity: npt.NDArray[np.float32]
@@ -175,7 +290,7 @@ def candidate_indices(
     `max_pairs_per_sentence`.
 
     Args:
-        similarity: `(claims, evidence)` cosine similarities.
+        similarity: `(claims, evidence)` similarity scores (higher is more alike).
         cited: per claim, the passage numbers it cites.
     """
     out: list[list[int]] = []
@@ -197,7 +312,7 @@ async def check_claims(
     claims: Sequence[str],
     cited: Sequence[Sequence[int]],
     passages: Sequence[PassageText],
-    embedder: TextEmbedder,
+    similarity: SentenceSimilarity,
     classifier: PairClassifier,
     options: CheckOptions | None = None,
     extra: Sequence[str] = (),
@@ -205,8 +320,8 @@ async def check_claims(
 ) -> CheckResult:
     """The verdict of each claim (an answer sentence without its markers) against the passages' sentences.
 
-    One embedder call embeds the claims, `extra` and every passage sentence; one verifier call classifies every
-    chosen pair.
+    One `similarity` call scores the claims and `extra` against every passage sentence; one verifier call
+    classifies every chosen pair.
 
     Args:
         claims: non-blank sentences to check.
@@ -217,7 +332,7 @@ async def check_claims(
 
     Raises:
         ValueError: `cited` has another length than `claims`, or a blank claim.
-        Whatever the embedder or classifier raise (e.g. `tools.embedder.EmbedderError`).
+        Whatever the similarity or classifier raise (e.g. `tools.embedder.EmbedderError`).
     """
     options = options or CheckOptions()
     if len(cited) != len(claims):
@@ -232,10 +347,8 @@ async def check_claims(
             evidence,
             0,
         )
-    vectors = await embedder.embed([*claims, *extra, *(e.text for e in evidence)], kind="document")
-    head = len(claims) + len(extra)
-    similarity = (vectors[:head] @ vectors[head:].T).astype(np.float32)
-    picks = candidate_indices(similarity[: len(claims)], evidence, cited, options)
+    scored = await similarity.scores([*claims, *extra], [e.text for e in evidence])
+    picks = candidate_indices(scored[: len(claims)], evidence, cited, options)
     pairs = [(claim, evidence[i].text) for claim, chosen in zip(claims, picks, strict=True) for i in chosen]
     probs = await classifier.classify(pairs) if pairs else np.zeros((0, 3), dtype=np.float32)
     if probs.shape != (len(pairs), 3):
@@ -246,7 +359,7 @@ async def check_claims(
         rows = probs[at : at + len(chosen)]
         at += len(chosen)
         verdicts.append(_verdict(rows, [evidence[i] for i in chosen], options.rule))
-    return CheckResult(verdicts, similarity[len(claims) :], evidence, len(pairs))
+    return CheckResult(verdicts, scored[len(claims) :], evidence, len(pairs))
 
 
 def _verdict(rows: npt.NDArray[np.float32], chosen: Sequence[EvidenceSentence], rule: DecisionRule) -> Verdict:

@@ -530,6 +530,13 @@ class Settings(BaseSettings):
         description="Triton model of the support check's verifier (`tools.embedder.verifier`); the local one ships "
         "in model_repository/ (trained on SciFact train by `python -m evals.train_verifier`).",
     )
+    support_candidates_by: Literal["lexical", "embedding"] = Field(
+        default="lexical",
+        description="How the support check picks a sentence's candidate evidence sentences: `lexical` (Okapi BM25 "
+        "over the answer's passage sentences, no server call) or `embedding` (cosine of the embedder's vectors, one "
+        "Triton call per answer). `lexical` measured better on SciFact test (a rationale among the top 3 for 82.7 % "
+        "of claims, against 64.0 %) and costs ~0 ms against ~580 ms here (docs/support.md).",
+    )
     support_candidates: int = Field(
         default=3,
         ge=1,

@@ -7,7 +7,7 @@ After the model's answer is rendered (`agent.core.citations`), `SupportChecker.c
 1. splits the answer into sentences (`tools.sentences`), reads each sentence's `[n]` markers and its claim (the
    sentence without markers and list numbering);
 2. drops a sentence whose claim repeats an earlier one (case, spacing and punctuation ignored);
-3. labels each remaining claim with `tools.support.check_claims` (embedder candidates, then the verifier);
+3. labels each remaining claim with `tools.support.check_claims` (BM25 or embedder candidates, then the verifier);
 4. rewrites the markers: a SUPPORT sentence cites the passage of its supporting sentence (`repointed` when that
    differs from what the model wrote, markers added when it wrote none); other sentences keep their markers and are
    marked unsupported (`flag`) or removed (`strict`, the answer then says how many);
@@ -42,7 +42,7 @@ from tools.support import (
     EvidenceSentence,
     PairClassifier,
     PassageText,
-    TextEmbedder,
+    SentenceSimilarity,
     Verdict,
     check_claims,
 )
@@ -110,10 +110,10 @@ class CheckedAnswer:
 
 
 class SupportChecker:
-    """Runs the support check over one embedder and one verifier (built once per app, `agent.core.wiring`).
+    """Runs the support check over one sentence similarity and one verifier (built once per app, `agent.core.wiring`).
 
     Args:
-        embedder: picks candidate evidence sentences (`tools.support.TextEmbedder`).
+        similarity: picks candidate evidence sentences (`tools.support.SentenceSimilarity`: BM25 or the embedder).
         classifier: the verifier (`tools.support.PairClassifier`).
         options: candidates per sentence and the decision rule.
         mode: the app's default mode (`SUPPORT_CHECK`).
@@ -123,13 +123,13 @@ class SupportChecker:
 
     def __init__(
         self,
-        embedder: TextEmbedder,
+        similarity: SentenceSimilarity,
         classifier: PairClassifier,
         options: CheckOptions | None = None,
         mode: SupportMode = "flag",
         max_sentences: int = 12,
     ) -> None:
-        self.embedder, self.classifier = embedder, classifier
+        self.similarity, self.classifier = similarity, classifier
         self.options = options or CheckOptions()
         self.mode: SupportMode = mode
         self.max_sentences = max_sentences
@@ -165,7 +165,7 @@ class SupportChecker:
             [s.claim for s in checkable],
             [[n for n in s.cited if n in by_number] for s in checkable],
             [PassageText(p.number, p.text) for p in passages],
-            self.embedder,
+            self.similarity,
             self.classifier,
             self.options,
             extra=[question],
@@ -200,7 +200,7 @@ class SupportChecker:
         if not passages or not claim.strip():
             return "NOT_ENOUGH_INFO", 1.0
         result = await check_claims(
-            [claim], [[p.number for p in passages]], passages, self.embedder, self.classifier, self.options
+            [claim], [[p.number for p in passages]], passages, self.similarity, self.classifier, self.options
         )
         found = result.verdicts[0]
         return found.label, found.score

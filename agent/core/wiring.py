@@ -54,7 +54,15 @@ from tools.store import VectorStore
 from tools.store.answer_cache import PostgresAnswerCache
 from tools.store.conversations import ConversationStore
 from tools.store.feedback import PostgresFeedback
-from tools.support import CheckOptions, DecisionRule, PairClassifier, TextEmbedder
+from tools.support import (
+    CheckOptions,
+    DecisionRule,
+    EmbeddingSimilarity,
+    LexicalSimilarity,
+    PairClassifier,
+    SentenceSimilarity,
+    TextEmbedder,
+)
 
 HealthCheck = Callable[[], Awaitable[str]]
 """One dependency's check: returns a one-line detail, raises when the dependency is unusable."""
@@ -174,12 +182,16 @@ def build_verifier(settings: Settings) -> TritonVerifier:
 
 
 def build_support_checker(settings: Settings, embedder: TextEmbedder, classifier: PairClassifier) -> SupportChecker:
-    """The support check the settings describe (`SUPPORT_CHECK`, `SUPPORT_CANDIDATES`, `SUPPORT_MAX_SENTENCES`, the
-    verifier's thresholds from its spec, chosen on SciFact train folds) over `embedder` and `classifier`."""
+    """The support check the settings describe (`SUPPORT_CHECK`, `SUPPORT_CANDIDATES_BY`, `SUPPORT_CANDIDATES`,
+    `SUPPORT_MAX_SENTENCES`, the verifier's thresholds from its spec, chosen on SciFact train folds) over `classifier`
+    and, with `SUPPORT_CANDIDATES_BY=embedding`, `embedder`."""
     spec = get_verifier_spec(settings.support_model)
     rule = DecisionRule(spec.support_threshold, spec.contradict_threshold)
     options = CheckOptions(candidates=settings.support_candidates, rule=rule)
-    return SupportChecker(embedder, classifier, options, settings.support_check, settings.support_max_sentences)
+    similarity: SentenceSimilarity = (
+        EmbeddingSimilarity(embedder) if settings.support_candidates_by == "embedding" else LexicalSimilarity()
+    )
+    return SupportChecker(similarity, classifier, options, settings.support_check, settings.support_max_sentences)
 
 
 def ocr_options(settings: Settings) -> OcrOptions:

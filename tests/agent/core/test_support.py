@@ -18,7 +18,7 @@ from tests.agent_corpus import COVERED, DOCUMENTS
 from tests.scripted_model import ScriptedModel
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_support import HashedEmbedder, LexicalVerifier
-from tools.support import CheckOptions, DecisionRule
+from tools.support import CheckOptions, DecisionRule, EmbeddingSimilarity
 
 B12 = "Vitamin B12 deficiency raises plasma homocysteine in older adults"
 FOLATE = "Folate intake lowers homocysteine levels in adults"
@@ -28,7 +28,8 @@ async def ask(text: str, mode: SupportMode = "flag", events: list[AgentEvent] | 
     model = ScriptedModel()
     model.text = text
     agent = build_agent(FunctionModel(stream_function=model.stream), {"max_tokens": 64}, "always")
-    checker = SupportChecker(HashedEmbedder(), LexicalVerifier(), CheckOptions(rule=DecisionRule(0.6, 0.6)))
+    rule = DecisionRule(0.6, 0.6)
+    checker = SupportChecker(EmbeddingSimilarity(HashedEmbedder()), LexicalVerifier(), CheckOptions(rule=rule))
     deps = RagDeps(InMemoryCollection(DOCUMENTS, mode="hybrid"), 3, 0.3, support=checker)
     on_event = None if events is None else events.append
     return await answer(agent, deps, AnswerRequest(COVERED, support=mode, on_event=on_event))

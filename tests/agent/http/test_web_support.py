@@ -23,7 +23,7 @@ from tests.conversation_rig import Model
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
 from tools.in_memory_support import HashedEmbedder, LexicalVerifier
-from tools.support import CheckOptions, DecisionRule
+from tools.support import CheckOptions, DecisionRule, EmbeddingSimilarity
 
 pytestmark = pytest.mark.stack
 
@@ -34,7 +34,8 @@ CONTRADICTED = "Folate intake never lowers homocysteine levels in adults [2]."
 
 def checked_app() -> RagApp:
     collection = InMemoryCollection(DOCUMENTS)
-    checker = SupportChecker(HashedEmbedder(), LexicalVerifier(), CheckOptions(rule=DecisionRule(0.6, 0.6)))
+    rule = DecisionRule(0.6, 0.6)
+    checker = SupportChecker(EmbeddingSimilarity(HashedEmbedder()), LexicalVerifier(), CheckOptions(rule=rule))
     model = Model(f"{SUPPORTED} {UNSUPPORTED} {CONTRADICTED}").model
     services = Services(collection, collection, model, conversations=InMemoryConversations(), support=checker)
     return RagApp(Settings.model_validate({"refusal_min_score": 0.3}), services)
