@@ -1,8 +1,8 @@
 """The support check on the real stack: the shipped verifier on the session's Triton, the real embedder and the
 retriever over the ingested SciFact subset (tests/conftest.py). What only the real parts show: a rationale sentence
-of a gold abstract is SUPPORT with its evidence and its citation, a sentence contradicting one is not SUPPORT, and a
-fixed gate on SciFact test pairs fails when the verifier's SUPPORT precision drops. The check's logic is tested
-without servers in test_support.py."""
+of a gold abstract is SUPPORT with its evidence and its citation, an answer the passages do not say becomes quotes of
+them in strict mode, and a fixed gate on SciFact test pairs fails when the verifier's SUPPORT precision drops. The
+check's logic is tested without servers in test_support.py."""
 
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ from tools.store import VectorStore
 from tools.support import DecisionRule
 
 ADAR1 = "ADAR1 binds to Dicer to cleave pre-miRNA."  # SciFact test claim 49: SUPPORT, doc 5953485 sentences 1, 2
-ALDH1 = "ALDH1 expression is associated with better breast cancer outcomes."  # claim 51: CONTRADICT, doc 45638119
 
 GATE_MIN_SUPPORT_PRECISION = 0.75
-"""Least SUPPORT precision of the shipped verifier on the gate's pairs (measured 1.0 when it shipped: see the test)."""
+"""Least SUPPORT precision of the shipped verifier on the gate's 95 pairs (0.80 when it shipped, 2026-12-05: a drop of
+more than 2 false SUPPORTs of ~35 fails)."""
 GATE_MIN_SUPPORT_RECALL = 0.5
-"""Least SUPPORT recall on the gate's pairs (a verifier that says NOT_ENOUGH_INFO to everything is no verifier)."""
+"""Least SUPPORT recall on the gate's pairs (0.596 when it shipped; a verifier that says NOT_ENOUGH_INFO to everything
+is no verifier)."""
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +64,19 @@ async def test_a_rationale_sentence_is_supported_by_its_abstract_and_cited_there
     assert checked.text == f"{ADAR1[:-1]} [{gold.number}]."
 
 
-async def test_a_sentence_its_abstract_contradicts_is_not_supported(
+async def test_an_answer_the_passages_do_not_say_becomes_quotes_in_strict_mode(
     retriever: Retriever, checker: SupportChecker
 ) -> None:
-    found = await retriever.search(ALDH1, 5)
-    assert any(p.doc_id == "45638119" for p in found.passages)
-    checked = await checker.check(ALDH1, ALDH1, found.passages, "strict")
-    assert checked.report.supported == 0
-    assert checked.report.extractive  # nothing supported: the documents are quoted instead
-    assert all(s.quote for s in checked.report.sentences)
+    found = await retriever.search(ADAR1, 5)
+    answer = "The Eiffel Tower was finished in 1889 for the World's Fair in Paris [1]."
+    checked = await checker.check(ADAR1, answer, found.passages, "strict")
+    assert checked.report.supported == 0 and checked.report.extractive
+    assert checked.report.generated == answer and "Eiffel" not in checked.text
+    quotes = checked.report.sentences
+    assert quotes and all(s.quote and s.evidence is not None for s in quotes)
+    for s in quotes:
+        assert s.evidence is not None and checked.text[s.span[0] : s.span[1]] == s.text
+        assert s.evidence.text in next(p.text for p in found.passages if p.number == s.evidence.passage)
 
 
 def gate_pairs() -> list[tuple[str, str, bool]]:
