@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from evals.verifier_data import Case, gold_inputs
-from tools.embedder.reranker import pad_pairs, pair_tokenizer
+from tools.embedder.pairs import pad_pairs, pair_tokenizer
 from tools.embedder.verifier import VERIFY_OUTPUT, VerifierSpec, softmax
 
 EMBEDDER_GRAPH_NAME = "all-minilm-l6-v2"

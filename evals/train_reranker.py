@@ -35,7 +35,8 @@ from typing import Annotated, Any
 import typer
 
 from evals.scifact import CorpusDoc, Qrels, Query, load_corpus, load_qrels, load_queries
-from tools.embedder.reranker import LOCAL_RERANKER, get_reranker_spec, pad_pairs, pair_tokenizer
+from tools.embedder.pairs import pad_pairs, pair_tokenizer
+from tools.embedder.reranker import LOCAL_RERANKER, get_reranker_spec
 
 log = logging.getLogger(__name__)
 

@@ -73,7 +73,7 @@ from evals.verifier_data import (
     tfidf_neighbours,
     training_examples,
 )
-from tools.embedder.reranker import pad_pairs, pair_tokenizer
+from tools.embedder.pairs import pad_pairs, pair_tokenizer
 from tools.embedder.verifier import LOCAL_VERIFIER, SUPPORT_LABELS, get_verifier_spec, label_of
 
 log = logging.getLogger(__name__)

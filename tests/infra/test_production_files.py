@@ -34,7 +34,8 @@ from agent.core.admission import QUEUE_LIMIT_DEADLINES
 from agent.http.app import create_app
 from tests import external_tools
 from tests.conftest import REPO_ROOT
-from tools.embedder.reranker import LOCAL_RERANKER, RERANK_OUTPUT, RERANKER_SPECS, pad_pairs, pair_tokenizer
+from tools.embedder.pairs import pad_pairs, pair_tokenizer
+from tools.embedder.reranker import LOCAL_RERANKER, RERANK_OUTPUT, RERANKER_SPECS
 from tools.model_specs import EMBEDDING_OUTPUT, MODEL_SPECS, get_spec, served_spec
 
 PROD_DIR = REPO_ROOT / "infra" / "production"

@@ -15,7 +15,6 @@ is more relevant (the same contract as `BAAI/bge-reranker-v2-m3` exported by Hug
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +22,13 @@ from typing import Unpack
 
 import numpy as np
 import numpy.typing as npt
-from tokenizers import Encoding, Tokenizer
 
-from tools.embedder.client import PRIORITY_INTERACTIVE, ClientOptions, TritonModelClient
-from tools.embedder.errors import EmbedderError
+from tools.embedder.client import ClientOptions
 from tools.embedder.inputs import check_texts
+from tools.embedder.pairs import PAIR_OUTPUT, PairModelClient
 from tools.model_specs import get_spec
 
-RERANK_OUTPUT = "logits"
+RERANK_OUTPUT = PAIR_OUTPUT
 """Name of the reranker graph's output: one relevance logit per pair, FP32 `(batch, 1)`."""
 
 
@@ -93,50 +91,7 @@ def get_reranker_spec(name: str) -> RerankerSpec:
         raise ValueError(f"unknown reranker model {name!r}; expected one of {sorted(RERANKER_SPECS)}") from None
 
 
-def pair_tokenizer(file: Path, max_tokens: int) -> Tokenizer:
-    """A tokenizer for (query, passage) pairs from `file` (a `tokenizer.json`): no padding, longest-first truncation
-    of the pair at `max_tokens` tokens (special tokens included), as Hugging Face's `truncation=True` does.
-
-    Raises:
-        FileNotFoundError: `file` does not exist.
-    """
-    if not file.is_file():
-        raise FileNotFoundError(f"reranker tokenizer {file} not found; expected a Hugging Face tokenizer.json")
-    tokenizer = Tokenizer.from_file(str(file))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length=max_tokens, strategy="longest_first")
-    return tokenizer
-
-
-def pad_pairs(encodings: Sequence[Encoding], buckets: Sequence[int]) -> dict[str, npt.NDArray[np.int64]]:
-    """Right-pad pair encodings to the smallest bucket that holds the longest.
-
-    Returns:
-        `input_ids`, `attention_mask` and `token_type_ids`, each `(len(encodings), bucket)` int64; padding is id 0,
-        mask 0, segment 0.
-
-    Raises:
-        ValueError: no encodings, or the longest is longer than the largest bucket.
-    """
-    if not encodings:
-        raise ValueError("encodings is empty; expected at least one pair")
-    longest = max(len(e.ids) for e in encodings)
-    length = next((b for b in buckets if b >= longest), None)
-    if length is None:
-        raise ValueError(f"a pair has {longest} tokens, more than the largest bucket {buckets[-1]}")
-    out = {
-        name: np.zeros((len(encodings), length), dtype=np.int64)
-        for name in ("input_ids", "attention_mask", "token_type_ids")
-    }
-    for row, enc in enumerate(encodings):
-        n = len(enc.ids)
-        out["input_ids"][row, :n] = enc.ids
-        out["attention_mask"][row, :n] = 1
-        out["token_type_ids"][row, :n] = enc.type_ids
-    return out
-
-
-class TritonReranker(TritonModelClient):
+class TritonReranker(PairModelClient):
     """Async client for one Triton-served cross-encoder: `score(query, passages)` -> one logit per passage.
 
     Args:
@@ -163,30 +118,11 @@ class TritonReranker(TritonModelClient):
         tokenizer_path: Path | None = None,
         **options: Unpack[ClientOptions],
     ) -> None:
-        if tokenizer_path is None:
-            file = spec.tokenizer_file()
-        else:
-            file = tokenizer_path / "tokenizer.json" if tokenizer_path.is_dir() else tokenizer_path
-        options.setdefault("priority", PRIORITY_INTERACTIVE)
-        super().__init__(url, spec, pair_tokenizer(file, spec.max_tokens), timeout_s, retries, **options)
+        super().__init__(url, spec, 1, timeout_s, retries, tokenizer_path, **options)
         self.spec: RerankerSpec = spec
 
-    def _check_outputs(self, outputs: dict[str, list[int]], endpoint: str) -> None:
-        """Raises:
-        EmbedderError: the model does not serve `logits` with dims [1] (one logit per pair).
-        """
-        if outputs.get(RERANK_OUTPUT) != [1]:
-            raise EmbedderError(
-                f"model {self.model_name!r} on Triton at {endpoint} serves outputs {outputs}; expected "
-                f"{RERANK_OUTPUT!r} with dims [1] (a cross-encoder exported by `python -m evals.train_reranker` or "
-                "as its config.pbtxt documents)"
-            )
-
     async def score(self, query: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Relevance logits of (`query`, passage) for each passage, in order.
-
-        Pairs are sorted by length and sent in requests of at most `max_batch_size` pairs, concurrently up to
-        `max_in_flight`; each pair is truncated longest-first at the model's `max_tokens`.
+        """Relevance logits of (`query`, passage) for each passage, in order (`PairModelClient.pair_logits`).
 
         Returns:
             `(len(passages),)` float32 logits, higher is more relevant (an empty array for no passages).
@@ -200,29 +136,5 @@ class TritonReranker(TritonModelClient):
         if not passages:
             return np.zeros((0,), dtype=np.float32)
         check_texts([query])
-        check_texts(passages)
-        encodings = self.tokenizer.encode_batch([(query, p) for p in passages])
-        order = sorted(range(len(passages)), key=lambda i: len(encodings[i].ids))
-        groups = [order[i : i + self.max_batch_size] for i in range(0, len(order), self.max_batch_size)]
-        results = await asyncio.gather(*(self._score_group([encodings[i] for i in g]) for g in groups))
-        out = np.empty((len(passages),), dtype=np.float32)
-        for group, logits in zip(groups, results, strict=True):
-            out[group] = logits
-        if not np.isfinite(out).all():
-            raise EmbedderError(f"model {self.model_name!r} returned a non-finite logit for query {query[:60]!r}")
-        self.stats.texts += len(passages)
-        return out
-
-    async def _score_group(self, encodings: list[Encoding]) -> npt.NDArray[np.float32]:
-        padded = pad_pairs(encodings, self.buckets)
-        tensors = {
-            name: padded[name].astype(np.int32 if kind == "INT32" else np.int64) for name, kind in self.model_inputs
-        }
-        logits = await self._infer_in_slot(tensors, RERANK_OUTPUT)
-        if logits.shape != (len(encodings), 1):
-            raise EmbedderError(
-                f"Triton response from {self.model_name!r} has {RERANK_OUTPUT!r} of shape {logits.shape}; expected "
-                f"({len(encodings)}, 1)"
-            )
-        scores: npt.NDArray[np.float32] = logits[:, 0].astype(np.float32)
+        scores: npt.NDArray[np.float32] = (await self.pair_logits([(query, p) for p in passages]))[:, 0]
         return scores

@@ -16,7 +16,6 @@ Graph contract (`evals/train_verifier.py` exports it with `infra.export_reranker
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,16 +23,13 @@ from typing import Unpack
 
 import numpy as np
 import numpy.typing as npt
-from tokenizers import Encoding
 
-from tools.embedder.client import PRIORITY_INTERACTIVE, ClientOptions, TritonModelClient
-from tools.embedder.errors import EmbedderError
-from tools.embedder.inputs import check_texts
-from tools.embedder.reranker import pad_pairs, pair_tokenizer
+from tools.embedder.client import ClientOptions
+from tools.embedder.pairs import PAIR_OUTPUT, PairModelClient
 from tools.model_specs import get_spec
 from tools.support import DecisionRule
 
-VERIFY_OUTPUT = "logits"
+VERIFY_OUTPUT = PAIR_OUTPUT
 """Name of the verifier graph's output: three logits per pair, FP32 `(batch, 3)`, in `SUPPORT_LABELS` order."""
 
 SUPPORT_LABELS: tuple[str, str, str] = ("SUPPORT", "CONTRADICT", "NOT_ENOUGH_INFO")
@@ -126,7 +122,7 @@ def softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return probs
 
 
-class TritonVerifier(TritonModelClient):
+class TritonVerifier(PairModelClient):
     """Async client for one Triton-served support verifier: `classify(pairs)` -> `(len(pairs), 3)` probabilities.
 
     Args:
@@ -152,67 +148,22 @@ class TritonVerifier(TritonModelClient):
         tokenizer_path: Path | None = None,
         **options: Unpack[ClientOptions],
     ) -> None:
-        if tokenizer_path is None:
-            file = spec.tokenizer_file()
-        else:
-            file = tokenizer_path / "tokenizer.json" if tokenizer_path.is_dir() else tokenizer_path
-        options.setdefault("priority", PRIORITY_INTERACTIVE)
-        super().__init__(url, spec, pair_tokenizer(file, spec.max_tokens), timeout_s, retries, **options)
+        super().__init__(url, spec, len(SUPPORT_LABELS), timeout_s, retries, tokenizer_path, **options)
         self.spec: VerifierSpec = spec
 
-    def _check_outputs(self, outputs: dict[str, list[int]], endpoint: str) -> None:
-        """Raises:
-        EmbedderError: the model does not serve `logits` with dims [3] (one logit per label).
-        """
-        if outputs.get(VERIFY_OUTPUT) != [len(SUPPORT_LABELS)]:
-            raise EmbedderError(
-                f"model {self.model_name!r} on Triton at {endpoint} serves outputs {outputs}; expected "
-                f"{VERIFY_OUTPUT!r} with dims [3] ({', '.join(SUPPORT_LABELS)}: a verifier exported by `python -m "
-                "evals.train_verifier` with its config.pbtxt)"
-            )
-
     async def classify(self, pairs: Sequence[tuple[str, str]]) -> npt.NDArray[np.float32]:
-        """Label probabilities of each (claim, evidence) pair, in order.
+        """Label probabilities of each (claim, evidence) pair, in order (`PairModelClient.pair_logits`, softmaxed).
 
         Args:
             pairs: (the sentence being checked, the evidence text) per pair.
 
         Returns:
-            `(len(pairs), 3)` float32 probabilities (softmax of the logits), columns in `SUPPORT_LABELS` order, each
-            row summing to 1; `(0, 3)` for no pairs.
+            `(len(pairs), 3)` float32 probabilities, columns in `SUPPORT_LABELS` order, each row summing to 1;
+            `(0, 3)` for no pairs.
 
         Raises:
             EmbedderOverloadedError: Triton or this client refused for lack of capacity.
             EmbedderError: not connected, a blank claim or evidence, Triton errors after retries, a timeout, a
                 response of another shape, or a non-finite logit.
         """
-        self._pool.client(0)  # not connected: EmbedderError before any work
-        if not pairs:
-            return np.zeros((0, len(SUPPORT_LABELS)), dtype=np.float32)
-        check_texts([c for c, _ in pairs])
-        check_texts([e for _, e in pairs])
-        encodings = self.tokenizer.encode_batch(list(pairs))
-        order = sorted(range(len(pairs)), key=lambda i: len(encodings[i].ids))
-        groups = [order[i : i + self.max_batch_size] for i in range(0, len(order), self.max_batch_size)]
-        results = await asyncio.gather(*(self._classify_group([encodings[i] for i in g]) for g in groups))
-        logits = np.empty((len(pairs), len(SUPPORT_LABELS)), dtype=np.float32)
-        for group, rows in zip(groups, results, strict=True):
-            logits[group] = rows
-        if not np.isfinite(logits).all():
-            raise EmbedderError(f"model {self.model_name!r} returned a non-finite logit for {len(pairs)} pairs")
-        self.stats.texts += len(pairs)
-        return softmax(logits)
-
-    async def _classify_group(self, encodings: list[Encoding]) -> npt.NDArray[np.float32]:
-        padded = pad_pairs(encodings, self.buckets)
-        tensors = {
-            name: padded[name].astype(np.int32 if kind == "INT32" else np.int64) for name, kind in self.model_inputs
-        }
-        logits = await self._infer_in_slot(tensors, VERIFY_OUTPUT)
-        if logits.shape != (len(encodings), len(SUPPORT_LABELS)):
-            raise EmbedderError(
-                f"Triton response from {self.model_name!r} has {VERIFY_OUTPUT!r} of shape {logits.shape}; expected "
-                f"({len(encodings)}, 3)"
-            )
-        rows: npt.NDArray[np.float32] = logits.astype(np.float32)
-        return rows
+        return softmax(await self.pair_logits(pairs))

@@ -16,7 +16,8 @@ from agent.config.settings import Settings
 from infra.export_reranker import export_cross_encoder
 from tests.conftest import REPO_ROOT
 from tools.embedder import EmbedderError, TritonEmbedder
-from tools.embedder.reranker import LOCAL_RERANKER, TritonReranker, get_reranker_spec, pad_pairs
+from tools.embedder.pairs import pad_pairs
+from tools.embedder.reranker import LOCAL_RERANKER, TritonReranker, get_reranker_spec
 from tools.rerank import rerank
 from tools.store import ChunkHit
 

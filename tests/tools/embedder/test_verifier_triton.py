@@ -14,7 +14,7 @@ import numpy.typing as npt
 from agent.config.settings import Settings
 from evals.train_verifier import SHIPPED
 from tools.embedder import TritonEmbedder
-from tools.embedder.reranker import pad_pairs
+from tools.embedder.pairs import pad_pairs
 from tools.embedder.verifier import LOCAL_VERIFIER, TritonVerifier, get_verifier_spec, softmax
 from tools.onnx_session import open_session
 
