@@ -38,6 +38,7 @@ from infra.convert_gguf import SERVED_NAME, convert
 from infra.processes import free_port
 from tests.store_helpers import scratch_databases
 from tools.embedder import TritonEmbedder
+from tools.embedder.verifier import LOCAL_VERIFIER as SUPPORT_MODEL
 from tools.model_specs import get_spec
 from tools.store import VectorStore
 
@@ -157,6 +158,11 @@ def settings(data_dir: Path) -> Settings:
         database_url=None,
         llm_max_tokens=96,
         vllm_start_timeout_s=LOADED_MACHINE_VLLM_START_S,
+        # The support check rewrites answers (re-pointed markers, quotes when nothing is supported); the tests of
+        # other features assert the scripted models' answers as written. The check's own tests turn it on
+        # (tests/agent/core/test_support_stack.py); the session's Triton serves the verifier for them either way.
+        support_check="off",
+        triton_extra_models=(SUPPORT_MODEL,),
     )
 
 
@@ -278,6 +284,7 @@ def cli_env(settings: Settings) -> dict[str, str]:
             "VLLM_PORT": str(settings.vllm_port),
             "LLM_BASE_URL": settings.llm_base_url,
             "LLM_MAX_TOKENS": str(settings.llm_max_tokens),
+            "SUPPORT_CHECK": settings.support_check,
         }
     )
     return env

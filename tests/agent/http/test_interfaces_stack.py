@@ -194,39 +194,37 @@ async def test_http_document_lifecycle(
 
 
 async def test_web_page_asks_for_the_api_key_once(fake_settings: Settings, fake_llm: FakeOpenAIServer) -> None:
-    from playwright.async_api import Dialog, async_playwright, expect
+    from playwright.async_api import async_playwright, expect
 
     from tests.chromium import CHROMIUM, CHROMIUM_ARGS
 
     keyed = fake_settings.model_copy(update={"api_key": SecretStr("page-key")})
     fake_llm.reset()
     fake_llm.state.default = Reply(text="Yes, the passage reports higher homocysteine [1].")
-    prompts: list[str] = []
-
-    async def answer_prompt(dialog: Dialog) -> None:
-        prompts.append(dialog.message)
-        await dialog.accept("page-key")
-
     try:
         with ThreadedServer(create_app(keyed)) as server:
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
                 try:
                     page = await browser.new_page()
-                    page.on("dialog", answer_prompt)
                     await page.goto(server.url + "/")
-                    # the user asks once the page has loaded: its first reads were refused and the prompt answered
-                    await page.wait_for_selector("body[data-settled='true']", timeout=120_000)
+                    # its first reads were refused: the sign-in panel asks for the key, masked
+                    panel = page.locator("dialog#sign-in")
+                    await expect(panel).to_be_visible(timeout=120_000)
+                    await expect(page.locator("#api-key")).to_have_attribute("type", "password")
+                    await page.fill("#api-key", "page-key")
+                    await page.click("#sign-in-submit")
+                    await expect(panel).to_be_hidden(timeout=120_000)
                     for n in range(2):
                         await page.fill("#question", CLAIM)
-                        await page.click("#send")
+                        await page.press("#question", "Enter")
                         turn = page.locator(".turn").nth(n)
-                        await expect(turn.locator(".meta").last).to_contain_text("total", timeout=120_000)
+                        await expect(turn.locator(".turn-actions")).to_be_visible(timeout=120_000)
                         await expect(turn.locator(".answer")).to_contain_text("higher homocysteine")
+                        await expect(panel).to_be_hidden()  # asked once: the second question needs no sign-in
                     stored = await page.evaluate("sessionStorage.getItem('triton-rag-api-key')")
                 finally:
                     await browser.close()
     finally:
         fake_llm.state.default = Reply(text="The passages say so [1].")
-    assert len(prompts) == 1 and "API key" in prompts[0]
     assert stored == "page-key"
