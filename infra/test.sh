@@ -54,7 +54,8 @@ if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ] && [ ! -x .
   cp "$tmp/root/usr/sbin/pgbouncer" .tools/usr/sbin/ && rm -rf "$tmp"
 fi
 # The unpacked binary links libevent and c-ares (plain libraries; installing them starts nothing).
-if [ -x .tools/usr/sbin/pgbouncer ] && ldd .tools/usr/sbin/pgbouncer | grep -q "not found"; then
+# (ldd's output is read whole first: `ldd | grep -q` under pipefail fails when grep stops reading early)
+if [ -x .tools/usr/sbin/pgbouncer ] && [[ "$(ldd .tools/usr/sbin/pgbouncer 2>&1 || true)" == *"not found"* ]]; then
   echo "== installing pgbouncer's libraries (libevent, c-ares)"
   apt_get update -qq && apt_get install -y -qq --no-install-recommends libevent-2.1-7 libc-ares2 >/dev/null
 fi
