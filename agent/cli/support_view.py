@@ -45,7 +45,8 @@ def support_line(sentence: SentenceSupport) -> Text:
         return head + Text(" (no passage sentence)", style="dim")
     quoted = evidence.text if len(evidence.text) <= 120 else evidence.text[:117] + "..."
     repointed = " (re-pointed)" if sentence.repointed else ""
-    return head + Text(f" ← [{evidence.passage}]{repointed} “{quoted}”", style="dim")
+    closest = " closest:" if sentence.label == "NOT_ENOUGH_INFO" and not sentence.quote else ""
+    return head + Text(f" ←{closest} passage [{evidence.passage}]{repointed} “{quoted}”", style="dim")
 
 
 def print_support(console: Console, result: AskResult) -> None:

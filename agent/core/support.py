@@ -6,7 +6,8 @@ After the model's answer is rendered (`agent.core.citations`), `SupportChecker.c
 
 1. splits the answer into sentences (`tools.sentences`), reads each sentence's `[n]` markers and its claim (the
    sentence without markers and list numbering);
-2. drops a sentence whose claim repeats an earlier one (case, spacing and punctuation ignored);
+2. drops a sentence whose claim repeats an earlier one (case, spacing and punctuation ignored); a question (ending
+   with `?`) is no claim: it stays, labelled NOT_ENOUGH_INFO without a verifier call;
 3. labels each remaining claim with `tools.support.check_claims` (BM25 or embedder candidates, then the verifier);
 4. rewrites the markers: a SUPPORT sentence cites the passage of its supporting sentence (`repointed` when that
    differs from what the model wrote, markers added when it wrote none); other sentences keep their markers and are
@@ -159,7 +160,7 @@ class SupportChecker:
             seen.add(key)
             kept.append(sentence)
         repeated = len(sentences) - len(kept)
-        checkable = [s for s in kept if s.claim][: self.max_sentences]
+        checkable = [s for s in kept if s.claim and not s.claim.endswith("?")][: self.max_sentences]
         by_number = {p.number: p for p in passages}
         result = await check_claims(
             [s.claim for s in checkable],

@@ -106,6 +106,13 @@ async def test_an_answer_with_no_supported_sentence_becomes_quotes_of_the_eviden
     assert {c.passage for c in result.citations} == {s.evidence.passage for s in quotes if s.evidence}
 
 
+async def test_a_question_in_the_answer_is_no_claim_and_never_supported() -> None:
+    result = await ask(f"{B12} [1]. Does {FOLATE.lower()}?")
+    assert result.support is not None
+    assert [s.label for s in result.support.sentences] == ["SUPPORT", "NOT_ENOUGH_INFO"]
+    assert result.support.sentences[1].evidence is None
+
+
 async def test_off_leaves_the_answer_as_the_model_wrote_it() -> None:
     result = await ask(f"{B12} [2]. {B12} [2].", "off")
     assert result.support is None
