@@ -152,14 +152,22 @@ def build_reranker(settings: Settings) -> TritonReranker:
     return TritonReranker(
         settings.triton_grpc_url,
         get_reranker_spec(settings.reranker_model),
-        timeout_s=settings.triton_timeout_s,
-        retries=settings.triton_retries,
         tokenizer_path=settings.reranker_tokenizer,
-        connect_timeout_s=settings.triton_connect_timeout_s,
-        channel_args=settings.triton_grpc_channel_args,
-        max_in_flight=settings.triton_max_in_flight,
-        priority=PRIORITY_INTERACTIVE,
+        **_pair_client_options(settings),
     )
+
+
+def _pair_client_options(settings: Settings) -> dict[str, Any]:
+    """The Triton options both cross-encoder clients take from the settings (timeouts, retries, channel arguments,
+    in-flight limit), at interactive priority: both run on a question's path."""
+    return {
+        "timeout_s": settings.triton_timeout_s,
+        "retries": settings.triton_retries,
+        "connect_timeout_s": settings.triton_connect_timeout_s,
+        "channel_args": settings.triton_grpc_channel_args,
+        "max_in_flight": settings.triton_max_in_flight,
+        "priority": PRIORITY_INTERACTIVE,
+    }
 
 
 def build_verifier(settings: Settings) -> TritonVerifier:
@@ -170,14 +178,7 @@ def build_verifier(settings: Settings) -> TritonVerifier:
         ValueError: unknown verifier model, or a setting out of range. LookupError / FileNotFoundError: no tokenizer.
     """
     return TritonVerifier(
-        settings.triton_grpc_url,
-        get_verifier_spec(settings.support_model),
-        timeout_s=settings.triton_timeout_s,
-        retries=settings.triton_retries,
-        connect_timeout_s=settings.triton_connect_timeout_s,
-        channel_args=settings.triton_grpc_channel_args,
-        max_in_flight=settings.triton_max_in_flight,
-        priority=PRIORITY_INTERACTIVE,
+        settings.triton_grpc_url, get_verifier_spec(settings.support_model), **_pair_client_options(settings)
     )
 
 
