@@ -588,6 +588,29 @@ def bench_quota(
     run_quota_bench_command(QuotaBenchParams(requests, warmup), as_json, out)
 
 
+@bench_app.command("fairness")
+def bench_fairness(
+    flood_clients: Annotated[int, typer.Option(min=1, help="Clients of the flooding key at once.")] = 64,
+    duration: Annotated[float, typer.Option(min=1, help="Seconds of flood.")] = 20.0,
+    answer_s: Annotated[float, typer.Option(min=0.01, help="Seconds each answer holds its slot.")] = 0.5,
+    key_share: Annotated[float, typer.Option(min=0.01, max=1.0, help="ANSWER_KEY_SHARE of the server.")] = 0.5,
+    honour_retry_after: Annotated[
+        bool, typer.Option(help="The flooding clients wait out each refusal's Retry-After.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results JSON only.")] = False,
+    out: Annotated[Path, typer.Option(help="Results file (the docs read evals/results/bench-fairness.json).")] = Path(
+        ".rag/bench/bench-fairness.json"
+    ),
+) -> None:
+    """One API key floods the real HTTP app while another asks once a second: the share of the steady key's
+    requests answered (target >= 90 %), each key's outcomes and latency p50/p95/p99 ms (in-memory answers holding
+    their slot a fixed time; no stack needed)."""
+    from evals.bench_fairness import FairnessBenchParams, run_fairness_bench_command
+
+    params = FairnessBenchParams(flood_clients, duration, answer_s=answer_s, key_share=key_share)
+    run_fairness_bench_command(params, honour_retry_after, as_json, out)
+
+
 @bench_app.command("support")
 def bench_support(
     answers: Annotated[int, typer.Option(min=1, help="Stored answers checked (after the warm-up).")] = 100,

@@ -606,6 +606,15 @@ class Settings(BaseSettings):
         "is refused at once; a queued answer is answered, refused only after twice this in the queue (a stalled "
         "service).",
     )
+    answer_key_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="The fraction of the admission queue's places one API key may hold (at least one); one more of "
+        "its answers is refused at once (503 `overloaded`, reason `key_share`), so a key that floods the service "
+        "leaves room for the others, and a freed slot goes to the waiting key holding the fewest slots (fair "
+        "queuing). Requests without a key are not bounded by it.",
+    )
     # --- answer cache (agent/core/answer_cache.py, docs/answer-cache.md) ---------------------------------------
     answer_cache: bool = Field(
         default=True,

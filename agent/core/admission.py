@@ -9,7 +9,16 @@ is queued is answered: the queue refuses none of its waiters unless the service 
         ...                               # the answer's work (embedding, search, LLM)
 
 `async with admission.admit(on_position):` does both. A task cancelled while queued (its client disconnected)
-leaves the queue. A freed slot goes straight to the head of the queue, so arrivals never overtake waiters.
+leaves the queue. A freed slot goes straight to a waiter, so arrivals never overtake waiters.
+
+Fair share between keys: every ticket belongs to a tenant (the caller's API key id; None for requests without a key).
+A freed slot goes to the waiting tenant that holds the fewest slots, its oldest waiter first (ties: the earliest
+arrival), so a tenant that floods the service cannot starve one that asks now and then: with one tenant this is the
+plain FIFO queue. A keyed tenant holds at most `ANSWER_KEY_SHARE` of the queue's places (at least one); one more of
+its requests is refused at once (`key_share`), so the queue always has room for the other keys. This is fair
+queuing by least attained service (Demers, Keshav and Shenker, "Analysis and simulation of a fair queueing
+algorithm", SIGCOMM 1989, with equal weights and one unit per answer). A waiter's queue position is its place in that
+service order: the m-th waiter of a tenant holding a slots is served at level a + m, in order of level, then arrival.
 
 Service rate: answers complete at `ANSWER_MAX_IN_PROGRESS / W` per second while every slot is busy, W the mean
 time an answer holds its slot (Little's law, L = λW, with L the slots in use). W is an exponentially weighted
@@ -27,16 +36,17 @@ whose rate was not known yet; `2 × ANSWER_QUEUE_DEADLINE_S + ANSWER_TIMEOUT_S` 
 Metrics (prometheus-client, the process's default registry, served at the HTTP API's `/metrics`):
 `rag_admission_queue_length` (gauge), `rag_admission_queue_wait_seconds` (histogram, every admitted or expired
 answer; 0 for one admitted at once), `rag_answers_in_progress` (gauge), `rag_admission_rejections_total` (counter,
-label `reason`: `queue_full`, `expected_wait`, `deadline`).
+label `reason`: `queue_full`, `expected_wait`, `deadline`, `key_share`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -45,10 +55,13 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from agent.core.errors import OverloadedError
 
-RejectionReason = Literal["queue_full", "expected_wait", "deadline"]
-"""Why an answer was refused: the queue was full, its wait could not be promised within the deadline, or it waited
-twice the deadline in the queue (the service stalled)."""
-REASONS: tuple[RejectionReason, ...] = ("queue_full", "expected_wait", "deadline")
+RejectionReason = Literal["queue_full", "expected_wait", "deadline", "key_share"]
+"""Why an answer was refused: the queue was full, its wait could not be promised within the deadline, it waited
+twice the deadline in the queue (the service stalled), or its key already holds its share of the queue."""
+REASONS: tuple[RejectionReason, ...] = ("queue_full", "expected_wait", "deadline", "key_share")
+
+Tenant = Hashable
+"""Whose answer a ticket is: the caller's API key id, or None for a request without a key (one shared tenant)."""
 
 PositionFn = Callable[[int], None]
 """Receives a queued answer's position (1 = next to be admitted) when it joins the queue and each time it moves up.
@@ -118,7 +131,7 @@ class AdmissionMetrics:
             Gauge("rag_answers_in_progress", "Answers holding a slot (embedding, search, LLM).", registry=registry),
             Counter(
                 "rag_admission_rejections",
-                "Answers refused by admission control, by reason: queue_full, expected_wait, deadline.",
+                "Answers refused by admission control, by reason: queue_full, expected_wait, deadline, key_share.",
                 ["reason"],
                 registry=registry,
             ),
@@ -172,6 +185,8 @@ class AdmissionController:
             > 0); a waiter is refused after twice it.
         clock: time source (default `MonotonicClock`).
         metrics: where to report (default the process's `METRICS`).
+        key_share: the fraction of the queue's places one API key may hold (`ANSWER_KEY_SHARE`, in (0, 1]; at least
+            one place); requests without a key (tenant None) are not bounded by it.
 
     Raises:
         ValueError: a bound out of range (the message names the setting).
@@ -185,6 +200,7 @@ class AdmissionController:
         *,
         clock: Clock | None = None,
         metrics: AdmissionMetrics | None = None,
+        key_share: float = 1.0,
     ) -> None:
         if max_in_progress < 1:
             raise ValueError(f"ANSWER_MAX_IN_PROGRESS={max_in_progress}: expected at least 1")
@@ -192,14 +208,19 @@ class AdmissionController:
             raise ValueError(f"ANSWER_QUEUE_MAX={queue_max}: expected 0 or more")
         if not deadline_s > 0:
             raise ValueError(f"ANSWER_QUEUE_DEADLINE_S={deadline_s}: expected more than 0 seconds")
+        if not 0 < key_share <= 1:
+            raise ValueError(f"ANSWER_KEY_SHARE={key_share}: expected more than 0 and at most 1")
         self.max_in_progress = max_in_progress
         self.queue_max = queue_max
         self.deadline_s = deadline_s
+        self.key_queue_max = max(1, math.floor(key_share * queue_max))
         self.clock: Clock = clock or MonotonicClock()
         self.metrics = metrics or METRICS
         self.rate = ServiceRate(max_in_progress)
         self._in_progress = 0
-        self._queue: deque[Ticket] = deque()
+        self._queue: deque[Ticket] = deque()  # in arrival order
+        self._holding: collections.Counter[Tenant] = collections.Counter()  # slots held per tenant
+        self._queued: collections.Counter[Tenant] = collections.Counter()  # queue places held per tenant
 
     @property
     def in_progress(self) -> int:
@@ -228,56 +249,97 @@ class AdmissionController:
         """Longest wait in the queue before a waiter is refused (`deadline`), seconds: twice the deadline."""
         return QUEUE_LIMIT_DEADLINES * self.deadline_s
 
-    def retry_after_s(self) -> float:
-        """When a refused request may retry, seconds: the time the queue ahead of it takes to drain at the measured
-        service rate (the deadline while the rate is unknown), at least 1 s."""
-        wait = self.expected_wait_s(len(self._queue) + 1)
+    def retry_after_s(self, position: int | None = None) -> float:
+        """When a refused request may retry, seconds: the time the queue ahead of its `position` (default: the back
+        of the queue) takes to drain at the measured service rate (the deadline while the rate is unknown), at least
+        1 s."""
+        wait = self.expected_wait_s(position or len(self._queue) + 1)
         return max(1.0, self.deadline_s if wait is None else wait)
 
-    def enter(self) -> Ticket:
-        """Take a slot if one is free and nobody waits, else a place at the back of the queue; synchronous, so the
-        decision is made before the caller does any work.
+    def enter(self, tenant: Tenant = None) -> Ticket:
+        """Take a slot if one is free and nobody waits, else a place in the queue; synchronous, so the decision is
+        made before the caller does any work.
+
+        Args:
+            tenant: whose answer it is (`Tenant`: the caller's API key id, None without a key).
 
         Returns:
             A `Ticket`: admitted already, or queued (wait for its slot with `Ticket.slot` / `Ticket.wait`). The
             caller must close it (`Ticket.slot` does).
 
         Raises:
-            OverloadedError: the queue holds `queue_max` answers (`queue_full`), or the 95th percentile of the wait
-                at the back of the queue (`promised_wait_s`) exceeds the deadline (`expected_wait`); `retry_after_s`
-                from `retry_after_s()`.
+            OverloadedError: the queue holds `queue_max` answers (`queue_full`), the tenant's key holds its share of
+                the queue (`key_share`), or the 95th percentile of the wait at the arrival's queue position
+                (`promised_wait_s`) exceeds the deadline (`expected_wait`); `retry_after_s` from `retry_after_s()`.
         """
         if self._in_progress < self.max_in_progress and not self._queue:
             self._in_progress += 1
+            self._holding[tenant] += 1
             self.metrics.in_progress.inc()
             self.metrics.queue_wait.observe(0.0)
-            return Ticket(self, admitted=True)
-        self.check()
-        ticket = Ticket(self, admitted=False)
+            return Ticket(self, tenant, admitted=True)
+        self.check(tenant)
+        ticket = Ticket(self, tenant, admitted=False)
         self._queue.append(ticket)
+        self._queued[tenant] += 1
         self.metrics.queue_length.inc()
+        self._moved_up()
         return ticket
 
-    def check(self) -> None:
-        """Refuse now what `enter()` would refuse now, without taking anything: the HTTP app's admission gate
+    def check(self, tenant: Tenant = None) -> None:
+        """Refuse now what `enter(tenant)` would refuse now, without taking anything: the HTTP app's admission gate
         (`agent.http.admission_gate`) calls it before a request's body is read, so that a refusal costs no parsing,
         validation or dependency. A request it lets through still calls `enter()`, which decides again.
 
         Raises:
-            OverloadedError: as `enter()` (`queue_full`, `expected_wait`), counted in `rag_admission_rejections`.
+            OverloadedError: as `enter()` (`queue_full`, `key_share`, `expected_wait`), counted in
+                `rag_admission_rejections`.
         """
         if self._in_progress < self.max_in_progress and not self._queue:
             return
-        position = len(self._queue) + 1
         if len(self._queue) >= self.queue_max:
             raise self._refusal("queue_full", f"{len(self._queue)} answers queued (ANSWER_QUEUE_MAX={self.queue_max})")
+        if tenant is not None and self._queued[tenant] >= self.key_queue_max:
+            raise self._refusal(
+                "key_share",
+                f"this API key holds {self._queued[tenant]} of the queue's {self.queue_max} places (ANSWER_KEY_SHARE)",
+                self._arrival_position(tenant),
+            )
+        position = self._arrival_position(tenant)
         promised = self.promised_wait_s(position)
         if promised is not None and promised > self.deadline_s:
             raise self._refusal(
                 "expected_wait",
                 f"expected wait {self.expected_wait_s(position):.1f} s at queue position {position} (95th percentile "
                 f"{promised:.1f} s) exceeds ANSWER_QUEUE_DEADLINE_S={self.deadline_s:g}",
+                position,
             )
+
+    def _level(self, tenant: Tenant, index: int) -> int:
+        """The service level of a tenant's waiter with `index` waiters of its own ahead: the slots the tenant would
+        hold when it is served (`Tenant` order: the lowest level first)."""
+        return self._holding[tenant] + index
+
+    def _service_order(self) -> list[Ticket]:
+        """The waiters in the order slots would go to them if no other slot freed meanwhile: by level (slots held
+        by their tenant plus its waiters ahead), then arrival."""
+        ahead: collections.Counter[Tenant] = collections.Counter()
+        keyed: list[tuple[int, int, Ticket]] = []
+        for arrival, ticket in enumerate(self._queue):
+            keyed.append((self._level(ticket.tenant, ahead[ticket.tenant]), arrival, ticket))
+            ahead[ticket.tenant] += 1
+        return [ticket for _, _, ticket in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+    def _arrival_position(self, tenant: Tenant) -> int:
+        """The queue position (1 = next) an arrival of `tenant` would take now in the service order."""
+        level = self._level(tenant, self._queued[tenant])
+        ahead: collections.Counter[Tenant] = collections.Counter()
+        before = 0
+        for ticket in self._queue:
+            if self._level(ticket.tenant, ahead[ticket.tenant]) <= level:
+                before += 1
+            ahead[ticket.tenant] += 1
+        return before + 1
 
     @asynccontextmanager
     async def admit(self, on_position: PositionFn | None = None) -> AsyncIterator[None]:
@@ -289,9 +351,9 @@ class AdmissionController:
         async with self.enter().slot(on_position):
             yield
 
-    def _refusal(self, reason: RejectionReason, why: str) -> OverloadedError:
+    def _refusal(self, reason: RejectionReason, why: str, position: int | None = None) -> OverloadedError:
         self.metrics.rejections.labels(reason).inc()
-        retry = self.retry_after_s()
+        retry = self.retry_after_s(position)
         return OverloadedError(
             f"overloaded: {self._in_progress} of ANSWER_MAX_IN_PROGRESS={self.max_in_progress} answers in progress; "
             f"{why}; retry in {math.ceil(retry)} s",
@@ -299,38 +361,58 @@ class AdmissionController:
             reason=reason,
         )
 
-    def _release(self) -> None:
-        """A slot was freed: hand it to the head of the queue, or count it free."""
+    def _release(self, tenant: Tenant) -> None:
+        """`tenant` freed a slot: hand it to the first waiter of the service order, or count it free."""
+        self._holding[tenant] -= 1
+        if self._holding[tenant] == 0:
+            del self._holding[tenant]
         if self._queue:
-            head = self._queue.popleft()
+            head = self._service_order()[0]
+            self._queue.remove(head)
+            self._take_place_back(head.tenant)
+            self._holding[head.tenant] += 1
             self.metrics.queue_length.dec()
             head._grant()
-            self._moved_up(0)
+            self._moved_up()
         else:
             self._in_progress -= 1
             self.metrics.in_progress.dec()
 
     def _leave(self, ticket: Ticket) -> None:
         """A queued ticket gave up (cancelled, expired): remove it and move those behind it up."""
-        index = self._queue.index(ticket)
-        del self._queue[index]
+        self._queue.remove(ticket)
+        self._take_place_back(ticket.tenant)
         self.metrics.queue_length.dec()
-        self._moved_up(index)
+        self._moved_up()
 
-    def _moved_up(self, index: int) -> None:
-        for position, ticket in enumerate(list(self._queue)[index:], start=index + 1):
+    def _take_place_back(self, tenant: Tenant) -> None:
+        self._queued[tenant] -= 1
+        if self._queued[tenant] == 0:
+            del self._queued[tenant]
+
+    def _moved_up(self) -> None:
+        """Tell every waiter its position in the service order (each reports only a change)."""
+        for position, ticket in enumerate(self._service_order(), start=1):
             ticket._report(position)
+
+    def position_of(self, ticket: Ticket) -> int | None:
+        """`ticket`'s place in the service order (1 = next), or None when it is not queued."""
+        if ticket not in self._queue:
+            return None
+        return self._service_order().index(ticket) + 1
 
 
 class Ticket:
     """One answer's claim on a slot, from `AdmissionController.enter`: admitted, or queued until a slot is handed
     to it; `close()` frees the slot or leaves the queue. Not created directly."""
 
-    def __init__(self, controller: AdmissionController, *, admitted: bool) -> None:
+    def __init__(self, controller: AdmissionController, tenant: Tenant, *, admitted: bool) -> None:
         self._controller = controller
+        self.tenant = tenant
         self._granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._enqueued_at = controller.clock.now()
         self._on_position: PositionFn | None = None
+        self._reported: int | None = None
         self._closed = False
         if admitted:
             self._granted.set_result(None)
@@ -342,11 +424,8 @@ class Ticket:
 
     @property
     def position(self) -> int | None:
-        """Place in the queue (1 = next), or None when admitted or closed."""
-        try:
-            return self._controller._queue.index(self) + 1
-        except ValueError:
-            return None
+        """Place in the queue's service order (1 = next), or None when admitted or closed."""
+        return self._controller.position_of(self)
 
     async def wait(self, on_position: PositionFn | None = None) -> None:
         """Return once the ticket holds a slot; report the queue position to `on_position` meanwhile (at once, then
@@ -409,7 +488,7 @@ class Ticket:
             return
         self._closed = True
         if self.admitted:
-            self._controller._release()
+            self._controller._release(self.tenant)
         else:
             self._granted.cancel()
             self._controller.metrics.queue_wait.observe(self._controller.clock.now() - self._enqueued_at)
@@ -421,5 +500,7 @@ class Ticket:
         self._controller.metrics.queue_wait.observe(self._controller.clock.now() - self._enqueued_at)
 
     def _report(self, position: int) -> None:
-        if self._on_position is not None:
+        """Tell the waiter its position when it changed since the last report."""
+        if self._on_position is not None and position != self._reported:
+            self._reported = position
             self._on_position(position)

@@ -94,7 +94,10 @@ class RagApp:
             support=self.services.support,
         )
         self.admission = AdmissionController(
-            self.settings.answer_max_in_progress, self.settings.answer_queue_max, self.settings.answer_queue_deadline_s
+            self.settings.answer_max_in_progress,
+            self.settings.answer_queue_max,
+            self.settings.answer_queue_deadline_s,
+            key_share=self.settings.answer_key_share,
         )
         cache_store = self.services.answer_cache
         self.answer_cache = (

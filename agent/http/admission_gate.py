@@ -14,11 +14,20 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agent.core.admission import Tenant
 from agent.core.errors import OverloadedError
 from agent.http.errors import error_response, failure_of
+from agent.http.guards import HOLDER_STATE
 
 ANSWER_PATHS = frozenset({"/v1/ask", "/v1/ask/stream", "/v1/chat/completions"})
 """The paths whose `POST` takes a place in admission control (`agent.http.deps.Admitted`, `openai_chat`)."""
+
+
+def tenant_of(scope: Scope) -> Tenant:
+    """The admission tenant of a request (`agent.core.admission.Tenant`): the id of the API key `BearerKeyGuard`
+    found for it, or None (no key, the admin key, a keyless server)."""
+    holder = scope.get("state", {}).get(HOLDER_STATE)
+    return None if holder is None else holder.id
 
 
 class AdmissionGate:
@@ -37,7 +46,7 @@ class AdmissionGate:
             rag = getattr(scope["app"].state, "rag", None)
             if rag is not None:
                 try:
-                    rag.admission.check()
+                    rag.admission.check(tenant_of(scope))
                 except OverloadedError as exc:
                     await error_response(failure_of(exc))(scope, receive, send)
                     return

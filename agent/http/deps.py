@@ -28,6 +28,7 @@ from agent.core.admission import Ticket
 from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.keys import KeyRing
+from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
@@ -224,7 +225,7 @@ CALLER = Depends(get_caller)
 """Add to a router's `dependencies` to guard every route with `get_caller` (a key holder's key or the admin's)."""
 
 
-async def admitted(rag: Rag) -> AsyncIterator[Ticket]:
+async def admitted(rag: Rag, request: Request) -> AsyncIterator[Ticket]:
     """A place in the app's admission control (`agent.core.admission`), taken before the response starts, so that a
     refusal is a 503 `overloaded` (never an `error` event after a 200 stream), and given back when the request ends,
     whatever the answer did.
@@ -232,7 +233,7 @@ async def admitted(rag: Rag) -> AsyncIterator[Ticket]:
     Raises:
         agent.core.errors.OverloadedError: refused at once (queue full, or the expected wait beyond the deadline).
     """
-    ticket = rag.admission.enter()
+    ticket = rag.admission.enter(tenant_of(request.scope))  # the caller's key: its fair share (agent.core.admission)
     try:
         yield ticket
     finally:

@@ -40,6 +40,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.citations import CITATION_MARKER
 from agent.core.feedback import COMPLETION_PREFIX
 from agent.core.results import AskResult, new_answer_id
+from agent.http.admission_gate import tenant_of
 from agent.http.ask import cancelled_on_disconnect, no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, CallerIdentity, Rag
 from agent.http.openai_errors import OpenAIError, OpenAIRoute, openai_error_of
@@ -259,7 +260,8 @@ async def chat_completions(
     question = answer_request(body, settings, caller)
     # the completion id names the answer, so that a rating can refer to it (`POST /v1/feedback`)
     completion_id, created = f"{COMPLETION_PREFIX}{question.answer_id}", int(time.time())
-    ticket = rag.admission.enter()  # OverloadedError: 503 with Retry-After, before the response starts
+    # OverloadedError: 503 with Retry-After, before the response starts; the caller's key gets its fair share
+    ticket = rag.admission.enter(tenant_of(request.scope))
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         chunks = ChunkStream(completion_id, created, body.model)

@@ -279,11 +279,76 @@ def test_service_rate_is_slots_over_the_moving_average_of_durations() -> None:
         (lambda: AdmissionController(0, 1, 1.0), "ANSWER_MAX_IN_PROGRESS=0"),
         (lambda: AdmissionController(1, -1, 1.0), "ANSWER_QUEUE_MAX=-1"),
         (lambda: AdmissionController(1, 1, 0.0), "ANSWER_QUEUE_DEADLINE_S=0"),
+        (lambda: AdmissionController(1, 1, 1.0, key_share=0.0), "ANSWER_KEY_SHARE=0.0"),
+        (lambda: AdmissionController(1, 1, 1.0, key_share=1.5), "ANSWER_KEY_SHARE=1.5"),
     ],
 )
 def test_bounds_out_of_range_name_their_setting(build: Callable[[], object], setting: str) -> None:
     with pytest.raises(ValueError, match=setting):
         build()
+
+
+def share_controller(
+    max_in_progress: int = 2, queue_max: int = 4, key_share: float = 0.5
+) -> tuple[AdmissionController, ManualClock, CollectorRegistry]:
+    clock, registry = ManualClock(), CollectorRegistry()
+    metrics = AdmissionMetrics.create(registry)
+    admission = AdmissionController(
+        max_in_progress, queue_max, 100.0, clock=clock, metrics=metrics, key_share=key_share
+    )
+    return admission, clock, registry
+
+
+async def test_a_flooding_key_holds_only_its_share_of_the_queue_and_another_key_is_served_next() -> None:
+    admission, _, registry = share_controller(max_in_progress=2, queue_max=4, key_share=0.5)
+    held = [admission.enter("flood"), admission.enter("flood")]  # every slot
+    flood_waiting = [admission.enter("flood"), admission.enter("flood")]  # its share: 2 of the 4 places
+    with pytest.raises(OverloadedError, match="this API key holds 2 of the queue's 4 places") as refused:
+        admission.enter("flood")
+    assert refused.value.reason == "key_share"
+    assert sample(registry, "rag_admission_rejections_total", reason="key_share") == 1
+    steady_positions: list[int] = []
+    flood_positions: list[list[int]] = [[], []]
+    steady = admission.enter("steady")  # the queue still has room for another key
+    flood_tasks = [waiting(t, p) for t, p in zip(flood_waiting, flood_positions, strict=True)]
+    steady_task = waiting(steady, steady_positions)
+    await settle()
+    # the steady key holds no slot: it is served before the flooder's earlier waiters
+    assert steady_positions == [1] and flood_positions == [[2], [3]]
+    held[0].close()
+    await settle()
+    assert steady_task.done() and not any(t.done() for t in flood_tasks)
+    assert flood_positions == [[2, 1], [3, 2]]
+    held[1].close()  # now each key holds one slot: the flooder's oldest waiter is next
+    await settle()
+    assert flood_tasks[0].done() and not flood_tasks[1].done()
+    for ticket in (steady, *flood_waiting):
+        ticket.close()
+    await asyncio.gather(*flood_tasks, return_exceptions=True)
+    assert admission.in_progress == 0 and admission.queue_length == 0
+
+
+async def test_waiters_of_two_keys_alternate_by_slots_held_then_arrival() -> None:
+    admission, _, _ = share_controller(max_in_progress=1, queue_max=6, key_share=1.0)
+    admission.enter("a")
+    order = [admission.enter(k) for k in ("a", "a", "a", "b", "b")]
+    # a holds one slot: b's first waiter is served first, then by level (slots held + own waiters ahead), arrival
+    assert [t.position for t in order] == [2, 4, 5, 1, 3]
+    # the next of b would be level 2 (after a's second waiter, its equal that came first); a new key's level 0 is
+    # level with b's first waiter, which came first
+    assert admission._arrival_position("b") == 5 and admission._arrival_position("c") == 2
+
+
+async def test_requests_without_a_key_are_one_tenant_with_the_whole_queue() -> None:
+    admission, _, _ = share_controller(max_in_progress=1, queue_max=3, key_share=0.34)
+    admission.enter()
+    queued = [admission.enter() for _ in range(3)]  # not bounded by the key share: plain FIFO
+    assert [t.position for t in queued] == [1, 2, 3]
+    with pytest.raises(OverloadedError) as refused:
+        admission.enter()
+    assert refused.value.reason == "queue_full"
+    with pytest.raises(OverloadedError):
+        admission.check("a key")  # a full queue refuses every key
 
 
 async def test_a_closed_ticket_cannot_wait() -> None:

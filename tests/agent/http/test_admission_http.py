@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, MutableMapping
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -21,12 +22,15 @@ from agent.core.errors import OverloadedError
 from agent.core.events import Queued
 from agent.core.wiring import Services
 from agent.http import create_app
+from agent.http.admission_gate import tenant_of
 from agent.http.deps import get_rag
+from agent.http.guards import HOLDER_STATE
 from tests.agent_corpus import COVERED, DOCUMENTS
 from tests.http_rig import sse_events
 from tools.in_memory import InMemoryCollection
 from tools.retrieval import RetrievalResult
 from tools.scope import SearchScope
+from tools.store.keys import ApiKey
 
 
 class CountingCollection(InMemoryCollection):
@@ -270,3 +274,10 @@ async def test_an_overloaded_answer_is_refused_before_its_body_is_read(path: str
         await asyncio.wait_for(queued.task, 10)
         assert (await client.post(path, json={"question": 5})).status_code == 422
     assert rig.collection.search_calls == 2 and rig.model.calls == 2
+
+
+def test_the_admission_tenant_is_the_api_key_the_guard_found() -> None:
+    key = ApiKey(id=7, name="team", collections=("default",), created_at=datetime.now(UTC))
+    assert tenant_of({"type": "http", "state": {HOLDER_STATE: key}}) == 7
+    assert tenant_of({"type": "http", "state": {}}) is None  # the admin key, a keyless server
+    assert tenant_of({"type": "http"}) is None
