@@ -457,6 +457,14 @@ class Settings(BaseSettings):
         ge=1,
         description="Tesseract processes reading the pages of one file at once; unset: the CPUs, at most 4.",
     )
+    ocr_min_confidence: float = Field(
+        default=50.0,
+        ge=0,
+        le=100,
+        description="A page OCR reads at a lower mean word confidence (Tesseract's, 0-100) is not stored: its text "
+        "is dropped and a warning names it, rather than storing junk (clean print reads at 90-96, a page read "
+        "sideways at 30-40); 0 keeps every reading. Pages are read level and upright first (skew, quarter turns).",
+    )
     jobs_lease_s: float = Field(
         default=30.0,
         gt=0,

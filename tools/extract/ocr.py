@@ -43,6 +43,7 @@ import pytesseract
 from PIL import Image
 
 from tools.extract.base import ExtractError
+from tools.extract.orientation import SKEW_MAX_DEG, boxes_back, quarter_turn, skew_angle, turned
 
 PageBoxes = npt.NDArray[np.float32]
 """`(len(text), 4)` float32 character boxes `(left, bottom, right, top)` in points; NaN rows for spaces and breaks."""
@@ -55,6 +56,10 @@ MAX_OCR_PIXELS = 40_000_000
 """Most pixels (width x height) of one page image read by OCR: 40 MB in grey levels, and `read_pages` holds up to
 twice `OCR_WORKERS` of them. A PDF page is rendered at a lower dpi to stay within it; a larger image frame is
 refused."""
+REORIENT_BELOW = 75.0
+"""A first reading whose mean word confidence (0-100) is below this asks Tesseract's orientation detection for a
+quarter turn and reads the upright page again: an upright page of clean print reads at 90-96, the same page turned a
+quarter or upside down at 30-40 (measured on the test pages, 150 dpi)."""
 _TESSDATA_MISSING = re.compile(r"Failed loading language '([^']+)'|Error opening data file")
 
 
@@ -73,6 +78,8 @@ class OcrOptions:
         dpi: resolution PDF pages are rendered at for OCR, dots per inch (`OCR_DPI`).
         min_chars: a PDF page whose text layer has fewer characters than this is OCR'd (`OCR_MIN_CHARS`).
         workers: `tesseract` processes at once (`OCR_WORKERS`).
+        min_confidence: a page read at a lower mean word confidence (0-100, Tesseract's) is not stored: its text is
+            dropped and a warning names it (`OCR_MIN_CONFIDENCE`; 0 keeps everything).
     """
 
     enabled: bool = True
@@ -80,9 +87,12 @@ class OcrOptions:
     dpi: int = 300
     min_chars: int = 20
     workers: int = field(default_factory=default_workers)
+    min_confidence: float = 50.0
 
     def __post_init__(self) -> None:
         """Raises ValueError for a dpi, min_chars or workers below 1, or an empty language."""
+        if not 0 <= self.min_confidence <= 100:
+            raise ValueError(f"OCR min_confidence={self.min_confidence}; expected 0 to 100")
         if min(self.dpi, self.min_chars, self.workers) < 1 or not self.language.strip():
             raise ValueError(
                 f"OCR options dpi={self.dpi}, min_chars={self.min_chars}, workers={self.workers}, "
@@ -146,21 +156,78 @@ def _letters(word: str) -> str:
     return _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), word)
 
 
-def read_page(page: PageImage, language: str) -> tuple[str, PageBoxes]:
+@dataclass(frozen=True)
+class _Reading:
+    """One Tesseract run over the page image turned `degrees` counter-clockwise: its TSV as a dict of columns, and
+    the mean confidence (0-100) of its words (0 without words)."""
+
+    data: dict[str, list[object]]
+    degrees: float
+    confidence: float
+
+
+def _read(image: Image.Image, degrees: float, language: str, dpi: int) -> _Reading:
+    """Tesseract's words on `image` turned `degrees` counter-clockwise (`tools.extract.orientation.turned`)."""
+    data = pytesseract.image_to_data(
+        turned(image, degrees) if degrees else image,
+        lang=language,
+        config=f"--dpi {dpi}",
+        output_type=pytesseract.Output.DICT,
+    )
+    confidences = [
+        float(str(c))
+        for c, t, level in zip(data["conf"], data["text"], data["level"], strict=True)
+        if int(level) == 5 and str(t).strip() and float(str(c)) >= 0
+    ]
+    return _Reading(data, degrees, float(np.mean(confidences)) if confidences else 0.0)
+
+
+@dataclass(frozen=True)
+class OcrPage:
+    """What OCR read on one page: `text`, `boxes` (`PageBoxes`, aligned with `text`), the mean word `confidence`
+    (0-100, Tesseract's) and the `degrees` the page image was turned counter-clockwise to be read (0: as it came;
+    a quarter turn and a skew correction add up)."""
+
+    text: str
+    boxes: PageBoxes
+    confidence: float
+    degrees: float
+
+
+def read_page(page: PageImage, language: str, min_confidence: float = 0.0) -> OcrPage:
     """The text Tesseract reads on `page` (words, lines, blank lines between paragraphs) and each character's box in
     points, page space (`page.origin` added; NaN rows for spaces and line breaks, and for every character of a page
     whose `origin` is None).
+
+    The page is read level (`tools.extract.orientation.skew_angle`); when the mean word confidence is below
+    `REORIENT_BELOW`, Tesseract's orientation detection is asked for a quarter turn and the upright page is read
+    again, the better reading kept. A reading whose mean word confidence is below `min_confidence` is not text:
+    the result has no text (the caller reports it). Boxes of a turned reading are mapped back onto the page image
+    (`boxes_back`); after a quarter turn each character gets its whole word's box.
 
     Raises:
         pytesseract.TesseractNotFoundError, pytesseract.TesseractError: see `ocr_error`.
     """
     dpi = round(72 * page.px_per_pt[0])
-    data = pytesseract.image_to_data(
-        page.image, lang=language, config=f"--dpi {dpi}", output_type=pytesseract.Output.DICT
-    )
+    reading = _read(page.image, skew_angle(page.image), language, dpi)
+    if reading.confidence < REORIENT_BELOW and (turn := quarter_turn(page.image, dpi)):
+        upright = turned(page.image, -turn)
+        again = _read(page.image, skew_angle(upright) - turn, language, dpi)
+        if again.confidence > reading.confidence:
+            reading = again
+    if reading.confidence < min_confidence:
+        return OcrPage("", np.empty((0, 4), np.float32), reading.confidence, reading.degrees)
+    text, boxes = _layout(page, reading)
+    return OcrPage(text, boxes, reading.confidence, reading.degrees)
+
+
+def _layout(page: PageImage, reading: _Reading) -> tuple[str, PageBoxes]:
+    """The reading's words as text (module docstring) and their characters' boxes in points, page space."""
+    data = reading.data
     sx, sy = page.px_per_pt
     x0, y0 = (0.0, 0.0) if page.origin is None else page.origin
     top_pt = y0 + page.page_size[1]
+    quarter = abs(reading.degrees) > SKEW_MAX_DEG  # words run up or down the page image: no per-character split
     parts: list[str] = []
     boxes: list[npt.NDArray[np.float32]] = []
     previous: tuple[int, int, int] | None = None
@@ -169,21 +236,28 @@ def read_page(page: PageImage, language: str) -> tuple[str, PageBoxes]:
         parts.append(text)
         boxes.append(np.full((len(text), 4), np.nan, np.float32))
 
+    words: list[tuple[str, tuple[int, int, int], tuple[float, float, float, float]]] = []
     for i, raw in enumerate(data["text"]):
         word = _letters(str(raw).strip())
-        if int(data["level"][i]) != 5 or not word:
+        if int(str(data["level"][i])) != 5 or not word:
             continue
-        line = (int(data["block_num"][i]), int(data["par_num"][i]), int(data["line_num"][i]))
+        line = (int(str(data["block_num"][i])), int(str(data["par_num"][i])), int(str(data["line_num"][i])))
+        left, top = float(str(data["left"][i])), float(str(data["top"][i]))
+        right, bottom = left + float(str(data["width"][i])), top + float(str(data["height"][i]))
+        words.append((word, line, (left, top, right, bottom)))
+    px = boxes_back(np.array([w[2] for w in words], np.float64).reshape(-1, 4), reading.degrees, page.image.size)
+    for (word, line, _), (left, top, right, bottom) in zip(words, px, strict=True):
         if previous is not None:
             gap(" " if line == previous else "\n" if line[:2] == previous[:2] else "\n\n")
         previous = line
-        left, top = float(data["left"][i]), float(data["top"][i])
-        width, tall = float(data["width"][i]), float(data["height"][i])
-        edges = left + width * np.arange(len(word) + 1, dtype=np.float64) / len(word)
         chars = np.empty((len(word), 4), np.float32)
-        chars[:, 0] = x0 + edges[:-1] / sx
-        chars[:, 2] = x0 + edges[1:] / sx
-        chars[:, 1] = top_pt - (top + tall) / sy
+        if quarter:
+            chars[:, 0], chars[:, 2] = x0 + left / sx, x0 + right / sx
+        else:
+            edges = left + (right - left) * np.arange(len(word) + 1, dtype=np.float64) / len(word)
+            chars[:, 0] = x0 + edges[:-1] / sx
+            chars[:, 2] = x0 + edges[1:] / sx
+        chars[:, 1] = top_pt - bottom / sy
         chars[:, 3] = top_pt - top / sy
         if page.origin is None:
             chars[:] = np.nan
@@ -234,7 +308,7 @@ def read_pages(
     ahead = 2 * options.workers
     done = 0
     with ThreadPoolExecutor(options.workers, thread_name_prefix="ocr") as pool:
-        queued: list[tuple[K, Future[tuple[str, PageBoxes]]]] = []
+        queued: list[tuple[K, Future[OcrPage]]] = []
         source = iter(pages)
         exhausted = False
         while queued or not exhausted:
@@ -243,17 +317,29 @@ def read_pages(
                 if item is None:
                     exhausted = True
                     break
-                queued.append((item[0], pool.submit(read_page, item[1], options.language)))
+                queued.append((item[0], pool.submit(read_page, item[1], options.language, options.min_confidence)))
             if not queued:
                 break
             key, future = queued.pop(0)
             try:
-                text, boxes = future.result()
+                page = future.result()
             except (pytesseract.TesseractNotFoundError, pytesseract.TesseractError) as exc:
                 for _, other in queued:
                     other.cancel()
                 raise ocr_error(where, exc, options.language) from None
             done += 1
+            if 0 < page.confidence < options.min_confidence:  # a blank page has no words to be unsure of
+                log.warning(
+                    "%s: page image %d read by OCR at a mean word confidence of %.0f, below OCR_MIN_CONFIDENCE=%g: "
+                    "its text is not stored (a blurred, faint or handwritten page, or another OCR_LANGUAGE)",
+                    where,
+                    done,
+                    page.confidence,
+                    options.min_confidence,
+                )
+            elif page.degrees:
+                log.info("%s: page image %d read turned %.1f degrees counter-clockwise", where, done, page.degrees)
+            text, boxes = page.text, page.boxes
             if on_page is not None:
                 on_page(done)
             yield key, text, boxes
@@ -272,13 +358,3 @@ def progress_logger(where: str, total: int, every_s: float = PROGRESS_EVERY_S) -
             log.info("%s: OCR %d/%d pages, %.2f pages/s", where, done, total, done / max(now - start, 1e-9))
 
     return on_page
-
-
-def ocr_page(document: pdfium.PdfDocument, index: int, language: str, dpi: int) -> tuple[str, PageBoxes]:
-    """Page `index` (0-based) of `document` rendered at `dpi` and read by Tesseract in `language`: its text and each
-    character's box in points (see `read_page`).
-
-    Raises:
-        pytesseract.TesseractNotFoundError, pytesseract.TesseractError: see `ocr_error`.
-    """
-    return read_page(render_page(document, index, dpi), language)

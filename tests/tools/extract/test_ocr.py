@@ -206,6 +206,40 @@ def test_with_ocr_off_a_scan_and_an_image_are_refused_naming_the_setting(scanned
         extract(png, "image", LIMIT, off)
 
 
+@pytest.mark.parametrize("degrees", [90, 180, 270, 7, -5])
+def test_a_scan_turned_a_quarter_upside_down_or_skewed_is_read_upright(
+    scanned: Path, tmp_path: Path, degrees: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Read as it came, a page turned 90 degrees is junk and one skewed 7 degrees reads in pieces; OSD turns it
+    upright and the projection profile levels it, and the boxes still lie on the page."""
+    page = pdfium.PdfDocument(scanned)[0].render(scale=DPI / 72, grayscale=True).to_pil()
+    png = tmp_path / "turned.png"
+    page.rotate(degrees, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=255).save(png, dpi=(DPI, DPI))
+    with caplog.at_level(logging.INFO, logger="tools.extract.ocr"):
+        extracted = extract(png, "image", LIMIT, OCR)
+    text = " ".join(extracted.text.lower().split())
+    assert "the zebrafish tank needs clean water every week" in text
+    assert "quokkas live on small islands near the coast" in text
+    assert extracted.title == "Zebrafish husbandry"
+    assert_boxes_on_their_pages(extracted)
+    if degrees in (90, 180, 7, -5):  # (Tesseract reads text turned 270 degrees as vertical lines by itself)
+        assert "read turned" in caplog.text
+
+
+def test_a_page_read_below_the_confidence_floor_is_not_stored_and_is_named(
+    scanned: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    page = pdfium.PdfDocument(scanned)[0].render(scale=DPI / 72, grayscale=True).to_pil()
+    png = tmp_path / "page.png"
+    page.save(png, dpi=(DPI, DPI))
+    strict = OcrOptions(dpi=DPI, workers=1, min_confidence=99.5)  # above what this clean print reads at
+    with caplog.at_level(logging.WARNING, logger="tools.extract.ocr"), pytest.raises(ExtractError, match="no text"):
+        extract(png, "image", LIMIT, strict)
+    assert "below OCR_MIN_CONFIDENCE=99.5: its text is not stored" in caplog.text
+    with pytest.raises(ValueError, match="min_confidence=101"):
+        OcrOptions(min_confidence=101)
+
+
 def test_a_blank_image_is_refused_as_having_no_text(tmp_path: Path) -> None:
     external_tools.tesseract()
     png = tmp_path / "blank.png"
