@@ -47,9 +47,10 @@ from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
 from evals.retrieval_eval import ensure_database
 from evals.scifact import claim_texts
+from tools.records import ChunkRecord, DocumentRecord
 from tools.retrieval import RETRIEVAL_MODES, RetrievalMode, Retriever
 from tools.stats import percentiles
-from tools.store import ChunkRecord, DocumentRecord, VectorStore
+from tools.store import VectorStore
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from evals.metrics import evaluate
 from evals.retrieval_eval import DEPTH, ProgressFn, database_name, doc_ranking, ensure_database, ingest_passages
 from evals.scifact import CorpusDoc, Qrels, Query
 from tools.fusion import NORMALISATIONS, Normalisation, Rm3Params, rm3_terms
+from tools.records import ChunkHit
 from tools.retrieval import CandidateLists, rank_candidates, text_key
-from tools.store import ChunkHit
 
 RRF_K_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 100.0)
 DENSE_WEIGHT_GRID = (0.25, 0.5, 0.6, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0)

@@ -40,9 +40,10 @@ from evals.metrics import evaluate
 from evals.scifact import CorpusDoc, Qrels, Query
 from tools.embedder import TritonEmbedder
 from tools.ingest import SourceDocument, ingest_documents
+from tools.records import ChunkHit, ChunkRecord, DocumentRecord
 from tools.retrieval import RETRIEVAL_MODES, CandidateLists, RetrievalMode, Retriever, rank_candidates
 from tools.stats import percentiles
-from tools.store import ChunkHit, ChunkRecord, DocumentRecord, VectorStore
+from tools.store import VectorStore
 
 Variant = Literal["passage", "chunked"]
 MODES: tuple[RetrievalMode, ...] = RETRIEVAL_MODES

@@ -30,8 +30,8 @@ from typing import Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
+from tools.records import ChunkHit, FullTextRank, TermVectors
 from tools.scope import SearchScope
-from tools.store import ChunkHit, FullTextRank, TermVectors
 
 FusionMethod = Literal["rrf", "convex"]
 FUSION_METHODS: tuple[FusionMethod, ...] = get_args(FusionMethod)

@@ -3,7 +3,7 @@ the store (list, add, delete, count), with no server. For tests of what sits on 
 HTTP API), like pydantic-ai's `TestModel` next to its real models; retrieval itself is tested against the real
 Triton and Postgres.
 
-Each document is one chunk (`tools.store.records.chunk_id`: `<doc_id>#0` in the default collection, title and text
+Each document is one chunk (`tools.records.chunk_id`: `<doc_id>#0` in the default collection, title and text
 as one passage); (collection, doc_id) is a document's identity, as in the store. Scores are deterministic:
 
 - dense: cosine similarity of hashed bag-of-words vectors (`HASH_DIM` dimensions, word counts, L2-normalised; words
@@ -25,11 +25,18 @@ import numpy as np
 import numpy.typing as npt
 
 from tools.ingest import SourceDocument
+from tools.records import (
+    ChunkHit,
+    DocumentPage,
+    IngestCounts,
+    StoredChunk,
+    StoredDocument,
+    chunk_id,
+    decode_cursor,
+    encode_cursor,
+)
 from tools.retrieval import CandidateLists, Passage, RetrievalMode, RetrievalResult, rank_candidates
 from tools.scope import DEFAULT_COLLECTION, Scalar, SearchScope, check_collection
-from tools.store import ChunkHit, DocumentPage, IngestCounts, StoredChunk, StoredDocument
-from tools.store.listing import decode_cursor, encode_cursor
-from tools.store.records import chunk_id
 
 HASH_DIM = 512
 """Dimensions of the hashed bag-of-words vectors."""

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tools.embedder import EmbedderError
-from tools.store import ChunkHit
+from tools.records import ChunkHit
 
 
 class PairScorer(Protocol):

@@ -30,9 +30,9 @@ from tools.fusion import (
     convex_fusion,
     rm3_search,
 )
+from tools.records import ChunkHit, FullTextMatch, FullTextRank
 from tools.rerank import PairScorer, rerank
 from tools.scope import SearchScope
-from tools.store import ChunkHit, FullTextMatch, FullTextRank
 from tools.timing import StageTimings
 
 RetrievalMode = Literal["dense", "full_text", "hybrid"]
@@ -128,7 +128,7 @@ class PassageSearch(Protocol):
 
         Raises:
             ValueError: blank query or top_k < 1.
-            tools.embedder.EmbedderError / tools.store.StoreError (real implementations): retrieval failed.
+            tools.embedder.EmbedderError / tools.errors.StoreError (real implementations): retrieval failed.
         """
         ...
 

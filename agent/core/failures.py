@@ -25,9 +25,9 @@ from agent.core.errors import (
     QuotaExceededError,
 )
 from tools import embedder
+from tools.errors import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 from tools.ingest import IngestError
 from tools.scope import ScopeError
-from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tools.fusion import Rm3Params, convex_fusion, normalise, rm3_terms
+from tools.records import ChunkHit, TermVectors
 from tools.retrieval import reciprocal_rank_fusion
-from tools.store import ChunkHit, TermVectors
 
 
 def hit(chunk_id: str) -> ChunkHit:

@@ -15,16 +15,10 @@ from evals.retrieval_eval import ensure_database
 from evals.scifact import load_corpus
 from tests.store_helpers import without_statistics
 from tools.embedder import TritonEmbedder
+from tools.errors import StoreError
+from tools.records import ChunkRecord, DocumentRecord
 from tools.retrieval import Retriever
-from tools.store import (
-    BM25_SQL,
-    DENSE_FILTERED_SQL,
-    DENSE_SQL,
-    ChunkRecord,
-    DocumentRecord,
-    StoreError,
-    VectorStore,
-)
+from tools.store import BM25_SQL, DENSE_FILTERED_SQL, DENSE_SQL, VectorStore
 
 pytestmark = pytest.mark.stack
 

@@ -9,10 +9,11 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from tests.retrieval_doubles import DENSE, FULL_TEXT, FakeEmbedder, FakeStore, hit
+from tools.errors import StoreError
 from tools.fusion import Rm3Params
+from tools.records import ChunkHit, FullTextRank, TermVectors
 from tools.retrieval import CandidateLists, RetrievalMode, Retriever, rank_candidates, reciprocal_rank_fusion, text_key
 from tools.scope import SearchScope
-from tools.store import ChunkHit, FullTextRank, StoreError, TermVectors
 
 
 def retriever(mode: RetrievalMode = "hybrid") -> tuple[Retriever, FakeStore]:

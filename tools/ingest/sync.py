@@ -61,9 +61,10 @@ from tools.ingest.sync_plan import (
 )
 from tools.model_specs import EmbeddingModelSpec
 from tools.originals import Originals
+from tools.records import FileState
 from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
 from tools.store import VectorStore
-from tools.store.sync_state import FileState, SyncLedger
+from tools.store.sync_state import SyncLedger
 
 log = logging.getLogger(__name__)
 

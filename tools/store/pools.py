@@ -20,7 +20,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 from pgvector.asyncpg import register_vector
 
-from tools.store.errors import StoreBusyError, StoreUnavailableError, translated
+from tools.errors import StoreBusyError, StoreUnavailableError
+from tools.store.errors import translated
 from tools.store.records import Conn
 
 

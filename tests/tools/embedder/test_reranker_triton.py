@@ -18,8 +18,8 @@ from tests.conftest import REPO_ROOT
 from tools.embedder import EmbedderError, TritonEmbedder
 from tools.embedder.pairs import pad_pairs
 from tools.embedder.reranker import LOCAL_RERANKER, TritonReranker, get_reranker_spec
+from tools.records import ChunkHit
 from tools.rerank import rerank
-from tools.store import ChunkHit
 
 REPO = REPO_ROOT
 QUERY = "Vitamin D deficiency is associated with low bone mineral density."

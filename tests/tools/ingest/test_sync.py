@@ -36,9 +36,9 @@ from tools.ingest import ingest, plan_inputs
 from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
 from tools.ingest.sync_plan import file_hash_and_kind
 from tools.originals import Originals
+from tools.records import FileState, chunk_id
 from tools.store import VectorStore
-from tools.store.records import chunk_id
-from tools.store.sync_state import SYNC_LOCK, FileState, SyncLedger
+from tools.store.sync_state import SYNC_LOCK, SyncLedger
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ from agent.config.settings import Settings
 from evals.scifact import SCIFACT_DIR as SCIFACT
 from tests.conftest import GOLD_CLAIMS, run_cli
 from tools.embedder import TritonEmbedder
+from tools.errors import StoreError
 from tools.retrieval import Retriever
-from tools.store import StoreError, VectorStore
+from tools.store import VectorStore
 
 pytestmark = pytest.mark.stack
 
@@ -86,7 +87,7 @@ async def test_store_built_for_another_embedder_is_refused(ingested: str) -> Non
 
 
 async def test_wrong_embedding_shape_is_refused(store: VectorStore) -> None:
-    from tools.store import ChunkRecord, DocumentRecord
+    from tools.records import ChunkRecord, DocumentRecord
 
     doc = DocumentRecord("bad", "t", "s", "h", [ChunkRecord(0, "x", 1, np.zeros(3, dtype=np.float32))])
     before = await store.count()

@@ -8,11 +8,10 @@ import pytest
 
 from agent.core.failures import describe
 from agent.http.errors import STATUS_OF_KIND
+from tools.errors import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
+from tools.records import chunk_id, decode_cursor, encode_cursor
 from tools.scope import collection_of, qualified_doc_id
-from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 from tools.store.errors import translate, translated
-from tools.store.listing import decode_cursor, encode_cursor
-from tools.store.records import chunk_id
 from tools.store.search import settings_sql
 
 
