@@ -531,7 +531,7 @@ class VectorStore:
         scope: SearchScope | None = None,
     ) -> list[ChunkHit]:
         """BM25 for a weighted query of stored lexemes: score(chunk) = sum over t in `terms` of terms[t] * idf(t) *
-        tf-part(t, chunk), e.g. a pseudo-relevance-feedback query (`tools.fusion.rm3_terms`).
+        tf-part(t, chunk), e.g. a pseudo-relevance-feedback query (`tools.rm3.rm3_terms`).
 
         Args:
             terms: {`english` lexeme as stored (not re-analysed): weight > 0}; lexemes absent from the corpus
