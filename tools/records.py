@@ -4,8 +4,9 @@ Plain values, no I/O: documents and chunks to write (`DocumentRecord`, `ChunkRec
 (`IngestCounts`); hits and full-text options of a search (`ChunkHit`, `FullTextMatch`, `FullTextRank`,
 `TermVectors`); listings (`StoredDocument`, `DocumentPage` and its cursor, `StoredChunk`); the staged chunks of a
 large document (`StagedDocument`, `StagedRow`); what a folder sync recorded (`FileState`, `SyncSource`,
-`StoredFile`); ingestion jobs (`Job`, `JobFile`); and the rules every store applies alike (`chunk_id`, `check_batch`,
-the keyset cursor). The ports (`tools.ingest.ports`, `tools.retrieval`), the in-memory doubles (`tools.in_memory*`)
+`StoredFile`); ingestion jobs (`Job`, `JobFile`); API keys and what they used (`ApiKey`, `Usage`, `UsageRow`); what
+an answer-cache lookup found (`CacheLookup`); and the rules every store applies alike (`chunk_id`, `check_batch`, the
+keyset cursor). The ports (`tools.ingest.ports`, `tools.retrieval`), the in-memory doubles (`tools.in_memory*`)
 and the Postgres adapter (`tools.store`) all import them from here; the errors they raise are `tools.errors`'.
 """
 
@@ -16,7 +17,7 @@ import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -106,6 +107,10 @@ class StoredDocument:
     content_hash: str
     ingested_at: datetime
     collection: str = DEFAULT_COLLECTION
+
+
+MAX_PAGE = 10_000
+"""Most documents one page of a document listing may hold."""
 
 
 @dataclass(frozen=True)
@@ -294,3 +299,95 @@ class Job:
             value = out[key]
             out[key] = value.isoformat() if value is not None else None
         return out
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A stored key (never its token nor its hash): id, name, the collections it may use, when it was created and
+    revoked (None: active), and its own quotas (None: the service's defaults)."""
+
+    id: int
+    name: str
+    collections: tuple[str, ...]
+    created_at: datetime
+    revoked_at: datetime | None = None
+    requests_per_minute: int | None = None
+    """The key's own answer requests per minute; None: the service's `KEY_REQUESTS_PER_MINUTE`."""
+    tokens_per_day: int | None = None
+    """The key's own LLM tokens per UTC day; None: the service's `KEY_TOKENS_PER_DAY`."""
+
+    @property
+    def active(self) -> bool:
+        """Not revoked."""
+        return self.revoked_at is None
+
+    def to_json(self) -> dict[str, Any]:
+        """The key as JSON (`rag keys list --json`): times as ISO 8601."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "collections": list(self.collections),
+            "created_at": self.created_at.isoformat(),
+            "revoked_at": None if self.revoked_at is None else self.revoked_at.isoformat(),
+            "requests_per_minute": self.requests_per_minute,
+            "tokens_per_day": self.tokens_per_day,
+        }
+
+
+@dataclass
+class Usage:
+    """What one or more requests used: answer requests, prompt and completion tokens (as the LLM server reported
+    them), embedding and LLM time in ms (the answers' `timings_ms` `embed` and `llm`)."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    embed_ms: float = 0.0
+    llm_ms: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Prompt + completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"requests", "prompt_tokens", "completion_tokens", "total_tokens", "embed_ms", "llm_ms"}` (ms rounded
+        to 0.1)."""
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.tokens,
+            "embed_ms": round(self.embed_ms, 1),
+            "llm_ms": round(self.llm_ms, 1),
+        }
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One key's usage on one UTC day, with the key's name."""
+
+    key_id: int
+    key_name: str
+    day: date
+    usage: Usage
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"key_id", "key_name", "day": "YYYY-MM-DD", ...Usage.to_json()}`."""
+        return {"key_id": self.key_id, "key_name": self.key_name, "day": self.day.isoformat()} | self.usage.to_json()
+
+
+@dataclass(frozen=True)
+class CacheLookup:
+    """What `PostgresAnswerCache.lookup` found.
+
+    Attributes:
+        key: the entry's key (sha256 hex of the digest and the scope's versions); store an answer under it.
+        answer: the stored answer's JSON object, or None (no entry, or an expired one).
+        settled: False when a collection of the scope changed within the replicas' lag bound: an answer computed
+            now may have read a replica without that change, so it must not be stored.
+    """
+
+    key: str
+    answer: dict[str, Any] | None
+    settled: bool

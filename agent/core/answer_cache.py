@@ -42,8 +42,8 @@ from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, ag
 from agent.core.rag_agent import TOOLS_TEXT
 from agent.core.results import AskResult, TokenUsage
 from tools.errors import StoreError
+from tools.records import CacheLookup
 from tools.scope import SearchScope
-from tools.store.answer_cache import CacheLookup
 
 log = logging.getLogger(__name__)
 

@@ -46,11 +46,10 @@ from tools.errors import StoreError
 from tools.feedback import Rated, Rating
 from tools.ingest import SourceDocument
 from tools.originals import Originals
-from tools.records import DocumentPage, IngestCounts, StoredDocument, decode_cursor
+from tools.records import MAX_PAGE, DocumentPage, IngestCounts, StoredDocument, decode_cursor
 from tools.render_page import RenderedPage
 from tools.retrieval import RetrievalResult
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
-from tools.store.listing import MAX_PAGE
 
 log = logging.getLogger(__name__)
 

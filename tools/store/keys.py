@@ -22,13 +22,11 @@ import hashlib
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from datetime import datetime
 from enum import Enum
-from typing import Any
 
 import asyncpg
 
+from tools.records import ApiKey
 from tools.scope import ScopeError, check_collection
 from tools.store.errors import translated
 from tools.store.pools import transaction
@@ -77,39 +75,6 @@ def check_collections(names: Sequence[str]) -> tuple[str, ...]:
     if isinstance(names, str) or not names:
         raise ScopeError(f"collections={names!r}; expected one or more collection names, e.g. a,b")
     return tuple(sorted({check_collection(n.strip()) for n in names}))
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """A stored key (never its token nor its hash): id, name, the collections it may use, when it was created and
-    revoked (None: active), and its own quotas (None: the service's defaults)."""
-
-    id: int
-    name: str
-    collections: tuple[str, ...]
-    created_at: datetime
-    revoked_at: datetime | None = None
-    requests_per_minute: int | None = None
-    """The key's own answer requests per minute; None: the service's `KEY_REQUESTS_PER_MINUTE`."""
-    tokens_per_day: int | None = None
-    """The key's own LLM tokens per UTC day; None: the service's `KEY_TOKENS_PER_DAY`."""
-
-    @property
-    def active(self) -> bool:
-        """Not revoked."""
-        return self.revoked_at is None
-
-    def to_json(self) -> dict[str, Any]:
-        """The key as JSON (`rag keys list --json`): times as ISO 8601."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "collections": list(self.collections),
-            "created_at": self.created_at.isoformat(),
-            "revoked_at": None if self.revoked_at is None else self.revoked_at.isoformat(),
-            "requests_per_minute": self.requests_per_minute,
-            "tokens_per_day": self.tokens_per_day,
-        }
 
 
 def _key(row: asyncpg.Record) -> ApiKey:

@@ -24,9 +24,6 @@ d.doc_id, d.title, d.source, d.content_hash, d.ingested_at, d.collection,
 (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) AS chunks
 """
 
-MAX_PAGE = 10_000
-"""Most documents one keyset page may hold."""
-
 
 def _document(r: asyncpg.Record) -> StoredDocument:
     return StoredDocument(

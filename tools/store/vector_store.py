@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from tools.errors import StoreError
 from tools.records import (
+    MAX_PAGE,
     ChunkHit,
     DocumentPage,
     DocumentRecord,
@@ -358,8 +359,8 @@ class VectorStore:
         Raises:
             StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
         """
-        if not 1 <= limit <= listing.MAX_PAGE or offset < 0:
-            raise StoreError(f"limit={limit}, offset={offset}; expected 1..{listing.MAX_PAGE} and >= 0")
+        if not 1 <= limit <= MAX_PAGE or offset < 0:
+            raise StoreError(f"limit={limit}, offset={offset}; expected 1..{MAX_PAGE} and >= 0")
         if cursor is not None:
             decode_cursor(cursor)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:

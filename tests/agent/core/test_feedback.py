@@ -32,8 +32,8 @@ from tools.errors import StoreUnavailableError
 from tools.feedback import AnswerRecord, FeedbackQuery
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_feedback import InMemoryFeedback
+from tools.records import CacheLookup
 from tools.scope import SearchScope
-from tools.store.answer_cache import CacheLookup
 
 
 def app(feedback: Any = None, **settings: Any) -> tuple[RagApp, InMemoryCollection]:
