@@ -1,13 +1,14 @@
 """The vocabulary the ports, the doubles and the adapters share: what goes into and comes out of a store.
 
-Plain values, no I/O: documents and chunks to write (`DocumentRecord`, `ChunkRecord`) and what a write did
-(`IngestCounts`); hits and full-text options of a search (`ChunkHit`, `FullTextMatch`, `FullTextRank`,
-`TermVectors`); listings (`StoredDocument`, `DocumentPage` and its cursor, `StoredChunk`); the staged chunks of a
-large document (`StagedDocument`, `StagedRow`); what a folder sync recorded (`FileState`, `SyncSource`,
-`StoredFile`); ingestion jobs (`Job`, `JobFile`); API keys and what they used (`ApiKey`, `Usage`, `UsageRow`); what
-an answer-cache lookup found (`CacheLookup`); and the rules every store applies alike (`chunk_id`, `check_batch`, the
-keyset cursor). The ports (`tools.ingest.ports`, `tools.retrieval`), the in-memory doubles (`tools.in_memory*`)
-and the Postgres adapter (`tools.store`) all import them from here; the errors they raise are `tools.errors`'.
+Plain values, no I/O: what a text is embedded as (`TextKind`); documents and chunks to write (`DocumentRecord`,
+`ChunkRecord`) and what a write did (`IngestCounts`); hits and full-text options of a search (`ChunkHit`,
+`FullTextMatch`, `FullTextRank`, `TermVectors`); listings (`StoredDocument`, `DocumentPage` and its cursor,
+`StoredChunk`); the staged chunks of a large document (`StagedDocument`, `StagedRow`); what a folder sync recorded
+(`FileState`, `SyncSource`, `StoredFile`); ingestion jobs (`Job`, `JobFile`); API keys and what they used (`ApiKey`,
+`Usage`, `UsageRow`); what an answer-cache lookup found (`CacheLookup`); and the rules every store applies alike
+(`chunk_id`, `check_batch`, the keyset cursor). The ports (`tools.ingest.ports`, `tools.retrieval`), the in-memory
+doubles (`tools.in_memory*`) and the Postgres adapter (`tools.store`) all import them from here; the errors they
+raise are `tools.errors`'.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import numpy.typing as npt
 
 from tools.errors import StoreError
 from tools.scope import DEFAULT_COLLECTION, qualified_doc_id
+
+TextKind = Literal["query", "document"]
+"""What a text is embedded as: a search query or a document passage (a model may prefix each differently)."""
 
 FullTextMatch = Literal["all", "any"]
 """Full-text query form: every term (`all`) or any term (`any`)."""

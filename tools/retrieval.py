@@ -17,9 +17,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from tools.embedder import TextKind
 from tools.fusion import convex_fusion, reciprocal_rank_fusion
-from tools.records import ChunkHit, FullTextMatch, FullTextRank
+from tools.records import ChunkHit, FullTextMatch, FullTextRank, TextKind
 from tools.rerank import PairScorer, rerank
 from tools.retrieval_config import RetrievalConfig, RetrievalMode
 from tools.rm3 import FeedbackStore, rm3_search
@@ -115,7 +114,7 @@ class PassageSearch(Protocol):
 
         Raises:
             ValueError: blank query or top_k < 1.
-            tools.embedder.EmbedderError / tools.errors.StoreError (real implementations): retrieval failed.
+            tools.errors.EmbedderError / tools.errors.StoreError (real implementations): retrieval failed.
         """
         ...
 

@@ -17,7 +17,7 @@ from agent.config.settings import Settings
 from infra import triton
 from infra.config import StackConfig
 from tests.retrieval_doubles import DENSE, FULL_TEXT, FakeEmbedder, FakeStore, hit
-from tools.embedder import EmbedderError
+from tools.errors import EmbedderError
 from tools.records import ChunkHit
 from tools.rerank import rerank
 from tools.retrieval import Retriever

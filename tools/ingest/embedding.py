@@ -14,8 +14,7 @@ from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
 from tools.chunking import Chunk, chunk_parts, fit_window
-from tools.embedder import EmbedderError, EmbedderOverloadedError
-from tools.errors import StoreError
+from tools.errors import EmbedderError, EmbedderOverloadedError, StoreError
 from tools.extract import Section
 from tools.ingest.documents import SourceDocument
 from tools.ingest.ports import ChunkSink, DocumentEmbedder

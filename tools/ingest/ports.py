@@ -17,12 +17,11 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from tools.chunking import check_window
-from tools.embedder import TextKind
 from tools.extract import MAX_FILE_BYTES
 from tools.extract.ocr import OcrOptions
 from tools.ingest.inputs import TEMPORARY_NAMES
 from tools.model_specs import EmbeddingModelSpec
-from tools.records import DocumentRecord, IngestCounts, StagedDocument, StagedRow
+from tools.records import DocumentRecord, IngestCounts, StagedDocument, StagedRow, TextKind
 from tools.scope import DEFAULT_COLLECTION
 
 
@@ -44,7 +43,7 @@ class DocumentEmbedder(Protocol):
         """`(len(texts), spec.dim)` float32 L2-normalised embeddings.
 
         Raises:
-            tools.embedder.EmbedderError: the server failed or refused, or a text could not be embedded.
+            tools.errors.EmbedderError: the server failed or refused, or a text could not be embedded.
         """
         ...
 

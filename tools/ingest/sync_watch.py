@@ -19,8 +19,7 @@ from typing import Any
 
 from watchfiles import awatch
 
-from tools.embedder import EmbedderError
-from tools.errors import StoreError
+from tools.errors import EmbedderError, StoreError
 from tools.ingest.sync_plan import SyncReport
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ from agent.core.prompts import REFUSAL
 from agent.core.rag_agent import RagDeps, build_agent
 from agent.core.results import AskResult
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
-from tools.embedder import TextKind, TritonEmbedder
+from tools.embedder import TritonEmbedder
+from tools.records import TextKind
 from tools.retrieval import Retriever
 from tools.retrieval_config import RETRIEVAL_MODES, RetrievalConfig, RetrievalMode
 from tools.store import VectorStore
