@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from enum import Enum
 
 import asyncpg
@@ -29,8 +29,7 @@ import asyncpg
 from tools.records import ApiKey
 from tools.scope import ScopeError, check_collection
 from tools.store.errors import translated
-from tools.store.pools import transaction
-from tools.store.records import Conn
+from tools.store.pools import PooledTables
 from tools.store.usage import PostgresUsage
 
 TOKEN_PREFIX = "rag_"
@@ -109,21 +108,12 @@ def check_limit(name: str, value: int | Keep | None) -> int | Keep | None:
     return value
 
 
-class PostgresKeys:
+class PostgresKeys(PooledTables):
     """API keys in Postgres over an asyncpg pool; every operation is one transaction (`tools.store.pools`), and
     Postgres failures come out as the store's errors (`StoreUnavailableError`, `StoreBusyError`, ...).
 
-    Args:
-        pool: a connected pool on the store's database.
-        acquire_timeout_s: longest wait for a pooled connection, seconds (`DB_ACQUIRE_TIMEOUT_S`).
+    Args: those of `tools.store.pools.PooledTables` (pool, acquire_timeout_s).
     """
-
-    def __init__(self, pool: asyncpg.Pool, acquire_timeout_s: float = 5.0) -> None:
-        self.pool = pool
-        self.acquire_timeout_s = acquire_timeout_s
-
-    def _tx(self, action: str, begin: str = "BEGIN") -> AbstractAsyncContextManager[Conn]:
-        return transaction(self.pool, self.acquire_timeout_s, action, begin)
 
     @property
     def usage(self) -> PostgresUsage:

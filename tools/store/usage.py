@@ -9,15 +9,11 @@ asyncpg's. The service's use of it (quotas, metrics, the meter of a request) is 
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
 from datetime import date
 from typing import Any
 
-import asyncpg
-
 from tools.records import Usage, UsageRow
-from tools.store.pools import transaction
-from tools.store.records import Conn
+from tools.store.pools import PooledTables
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS key_usage (
@@ -56,20 +52,11 @@ def report_json(days: int, since: date, rows: list[UsageRow]) -> dict[str, Any]:
     }
 
 
-class PostgresUsage:
+class PostgresUsage(PooledTables):
     """The `key_usage` table over an asyncpg pool (the keys' own, `tools.store.keys.PostgresKeys.pool`).
 
-    Args:
-        pool: a connected pool on the store's database.
-        acquire_timeout_s: longest wait for a pooled connection, seconds (`DB_ACQUIRE_TIMEOUT_S`).
+    Args: those of `tools.store.pools.PooledTables` (pool, acquire_timeout_s).
     """
-
-    def __init__(self, pool: asyncpg.Pool, acquire_timeout_s: float = 5.0) -> None:
-        self.pool = pool
-        self.acquire_timeout_s = acquire_timeout_s
-
-    def _tx(self, action: str, begin: str = "BEGIN") -> AbstractAsyncContextManager[Conn]:
-        return transaction(self.pool, self.acquire_timeout_s, action, begin)
 
     async def setup(self) -> None:
         """Create the table when missing (idempotent; `api_keys` must exist)."""
