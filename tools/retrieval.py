@@ -194,7 +194,7 @@ class Retriever:
         reranker: PairScorer | None = None,
     ) -> None:
         if config.rm3 is not None and not isinstance(store, FeedbackStore):
-            raise ValueError("RM3 feedback needs BM25 full-text ranking and a store with term vectors")
+            raise ValueError("RM3 feedback needs a store with term vectors (`tools.rm3.FeedbackStore`)")
         self.embedder = embedder
         self.store = store
         self.config = config
