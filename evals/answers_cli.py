@@ -24,8 +24,7 @@ from evals.answers_eval import (
 )
 from evals.answers_report import compare, load_summary
 from evals.scifact import DatasetError, Split
-from tools.embedder import EmbedderError
-from tools.store import StoreError
+from tools.errors import EmbedderError, StoreError
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)

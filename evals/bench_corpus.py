@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from tools.store import ChunkRecord, DocumentRecord, VectorStore
+from tools.records import ChunkRecord, DocumentRecord
+from tools.store import VectorStore
 
 SCALE_PAGE_DOCS = 200
 """Documents read from the 1x store per page while copying it."""

@@ -33,9 +33,10 @@ import numpy.typing as npt
 from agent.core.wiring import Clients, build_store
 from evals.bench_corpus import scaled_database_name, stored_pages
 from evals.retrieval_eval import ensure_database
+from tools.records import ChunkHit, DocumentRecord
 from tools.scope import SearchScope
 from tools.stats import percentiles
-from tools.store import ChunkHit, DocumentRecord, VectorStore
+from tools.store import VectorStore
 
 log = logging.getLogger("evals.bench_query.filters")
 """A child of `evals.bench_query`'s logger, so its progress shows at the level the command sets."""

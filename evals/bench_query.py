@@ -47,9 +47,11 @@ from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
 from evals.retrieval_eval import ensure_database
 from evals.scifact import claim_texts
-from tools.retrieval import RETRIEVAL_MODES, RetrievalMode, Retriever
+from tools.records import ChunkRecord, DocumentRecord
+from tools.retrieval import Retriever
+from tools.retrieval_config import RETRIEVAL_MODES, RetrievalMode
 from tools.stats import percentiles
-from tools.store import ChunkRecord, DocumentRecord, VectorStore
+from tools.store import VectorStore
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +120,7 @@ async def measure_point(
     latency = percentiles(np.asarray(latencies_s) * 1000)
     executions = after["execution_count"] - before["execution_count"]
     return {
-        "mode": retriever.mode,
+        "mode": retriever.config.mode,
         "concurrency": concurrency,
         "qps": round(len(latencies_s) / wall_s, 2),
         "p50_ms": round(float(latency["p50"]), 2),

@@ -35,8 +35,8 @@ from evals.machine import machine_info
 from evals.plots import emit_report
 from infra.threaded_server import ThreadedServer
 from tools.in_memory import InMemoryCollection
+from tools.records import Usage
 from tools.stats import percentiles
-from tools.store.usage import Usage
 
 CONCURRENCY = 16
 """Clients at once in the concurrent phase."""

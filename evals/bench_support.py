@@ -118,7 +118,7 @@ async def run_support_bench(settings: Settings, params: SupportBenchParams) -> d
     """Measure the check on the running stack (module docstring).
 
     Raises:
-        tools.embedder.EmbedderError / tools.store.StoreError: the stack is down; FileNotFoundError: no stored run.
+        tools.errors.EmbedderError / tools.errors.StoreError: the stack is down; FileNotFoundError: no stored run.
     """
     from agent.core.wiring import Clients, build_retriever, build_support_checker, build_verifier
 

@@ -13,7 +13,7 @@ import typer
 if TYPE_CHECKING:
     from agent.config.settings import Settings
     from tools.ingest import IngestReport
-    from tools.retrieval import RetrievalMode
+    from tools.retrieval_config import RetrievalMode
 
 eval_app = typer.Typer(
     help="Evaluations on real data: retrieval quality, answer quality, comparisons.", no_args_is_help=True

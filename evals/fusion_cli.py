@@ -29,9 +29,8 @@ from evals.fusion_tuning import (
 )
 from evals.retrieval_cli import progress_bar
 from evals.scifact import DatasetError, load_corpus, load_qrels, load_queries
-from tools.embedder import EmbedderError
+from tools.errors import EmbedderError, StoreError
 from tools.retrieval import CandidateLists
-from tools.store import StoreError
 
 SHIPPED_RRF = GridPoint("rrf", PLAIN, {"rrf_k": 5.0, "dense_weight": 0.75, "full_text_weight": 1.0}, {})
 """The RRF setting shipped before this tuning (RRF_K 5, RRF_WEIGHT_DENSE 0.75), scored beside the winners."""

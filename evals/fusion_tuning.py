@@ -30,9 +30,11 @@ from agent.core.wiring import build_embedder, build_retriever, build_store
 from evals.metrics import evaluate
 from evals.retrieval_eval import DEPTH, ProgressFn, database_name, doc_ranking, ensure_database, ingest_passages
 from evals.scifact import CorpusDoc, Qrels, Query
-from tools.fusion import NORMALISATIONS, Normalisation, Rm3Params, rm3_terms
+from tools.fusion import NORMALISATIONS, Normalisation
+from tools.records import ChunkHit
 from tools.retrieval import CandidateLists, rank_candidates, text_key
-from tools.store import ChunkHit
+from tools.retrieval_config import RetrievalConfig
+from tools.rm3 import Rm3Params, rm3_terms
 
 RRF_K_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 100.0)
 DENSE_WEIGHT_GRID = (0.25, 0.5, 0.6, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0)
@@ -195,7 +197,8 @@ def score(cache: CandidateCache, qrels: Qrels, ranker: Ranker, lexical: str) -> 
 
 
 def _fused(**kwargs: Any) -> Ranker:
-    return lambda lists: [h for h, _ in rank_candidates(lists, "hybrid", **kwargs)]
+    config = RetrievalConfig(mode="hybrid", **kwargs)
+    return lambda lists: [h for h, _ in rank_candidates(lists, config)]
 
 
 def grid_search(
@@ -254,11 +257,11 @@ def winners(points: Sequence[GridPoint]) -> dict[str, GridPoint]:
 def ranker_of(point: GridPoint) -> Ranker:
     """The ranking function of a grid point (method `dense`: the dense list as is)."""
     if point.method == "dense":
-        return lambda lists: [h for h, _ in rank_candidates(lists, "dense")]
+        return lambda lists: [h for h, _ in rank_candidates(lists, RetrievalConfig(mode="dense"))]
     if point.method == "full_text":
-        return lambda lists: [h for h, _ in rank_candidates(lists, "full_text")]
+        return lambda lists: [h for h, _ in rank_candidates(lists, RetrievalConfig(mode="full_text"))]
     if point.method == "rrf":
-        return _fused(rrf_k=point.params["rrf_k"], weights=(point.params["dense_weight"], 1.0))
+        return _fused(fusion="rrf", rrf_k=point.params["rrf_k"], weights=(point.params["dense_weight"], 1.0))
     return _fused(fusion="convex", alpha=point.params["alpha"], normalisation=point.params["normalisation"])
 
 

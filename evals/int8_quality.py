@@ -25,9 +25,10 @@ import typer
 from agent.config.settings import Settings
 from evals.metrics import evaluate
 from evals.scifact import claim_texts, load_corpus, load_qrels
-from tools.embedder import TextKind, TritonEmbedder, pad_to_bucket
+from tools.embedder import TritonEmbedder, pad_to_bucket
 from tools.model_specs import get_spec
 from tools.onnx_session import open_session, run_pooled
+from tools.records import TextKind
 
 
 def embed_in_process(

@@ -46,8 +46,9 @@ from evals.retrieval_eval import ensure_database
 from evals.scifact import SCIFACT_DIR, load_corpus
 from tools.in_memory import InMemoryCollection
 from tools.model_specs import get_spec
+from tools.records import ChunkRecord, DocumentRecord
 from tools.stats import percentiles
-from tools.store import ChunkRecord, DocumentRecord, VectorStore
+from tools.store import VectorStore
 
 TARGET_SETTLE_MS = 1000.0
 """The page should settle within this (p50)."""

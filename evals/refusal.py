@@ -32,7 +32,7 @@ from agent.core.app import RagApp
 from evals.machine import machine_info
 from evals.off_topic import OFF_TOPIC
 from evals.scifact import Split, claim_texts, gold_doc_ids
-from tools.retrieval import RetrievalMode
+from tools.retrieval_config import RetrievalMode
 from tools.stats import percentiles
 
 

@@ -42,8 +42,9 @@ from evals.metrics import evaluate
 from evals.plots import emit_report, pyplot, save_figure
 from evals.retrieval_eval import DEPTH, database_name, doc_ranking, ensure_database, ingest_passages
 from evals.scifact import load_corpus, load_qrels, load_queries
+from tools.fusion import reciprocal_rank_fusion
 from tools.rerank import rerank
-from tools.retrieval import reciprocal_rank_fusion, text_key
+from tools.retrieval import text_key
 from tools.stats import percentiles
 
 LABEL = "in-domain (trained on SciFact train)"
@@ -261,4 +262,3 @@ def run_rerank_command(
     report = asyncio.run(run_rerank_eval(tuple(depths or DEPTHS), limit, timed_claims))
     report["plot"] = plot(report, plot_path or RESULTS / "rerank-scifact-test.png").name
     emit_report(report, as_json, output or RESULTS / "rerank-scifact-test.json", render)
-

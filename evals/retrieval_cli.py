@@ -25,8 +25,7 @@ from evals.retrieval_eval import (
     tune_fusion,
 )
 from evals.scifact import DatasetError, Split, load_corpus, load_qrels, load_queries
-from tools.embedder import EmbedderError
-from tools.store import StoreError
+from tools.errors import EmbedderError, StoreError
 
 METRIC_NAMES = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 

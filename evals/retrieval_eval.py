@@ -40,9 +40,11 @@ from evals.metrics import evaluate
 from evals.scifact import CorpusDoc, Qrels, Query
 from tools.embedder import TritonEmbedder
 from tools.ingest import SourceDocument, ingest_documents
-from tools.retrieval import RETRIEVAL_MODES, CandidateLists, RetrievalMode, Retriever, rank_candidates
+from tools.records import ChunkHit, ChunkRecord, DocumentRecord
+from tools.retrieval import CandidateLists, Retriever, rank_candidates
+from tools.retrieval_config import RETRIEVAL_MODES, RetrievalConfig, RetrievalMode
 from tools.stats import percentiles
-from tools.store import ChunkHit, ChunkRecord, DocumentRecord, VectorStore
+from tools.store import VectorStore
 
 Variant = Literal["passage", "chunked"]
 MODES: tuple[RetrievalMode, ...] = RETRIEVAL_MODES
@@ -405,12 +407,10 @@ def tune_fusion(
     results: list[tuple[float, float, dict[str, float]]] = []
     for k in k_grid:
         for weight in dense_weight_grid:
+            config = RetrievalConfig(fusion="rrf", rrf_k=k, weights=(weight, 1.0))
             metrics = evaluate(
                 qrels,
-                {
-                    q: doc_ranking([h for h, _ in rank_candidates(cl, "hybrid", k, (weight, 1.0))])
-                    for q, cl in report.lists.items()
-                },
+                {q: doc_ranking([h for h, _ in rank_candidates(cl, config)]) for q, cl in report.lists.items()},
             )
             results.append((k, weight, metrics))
     return sorted(results, key=lambda r: -r[2]["ndcg@10"])

@@ -11,7 +11,8 @@ from agent.config.settings import Settings
 from agent.core.wiring import build_embedder, build_store, ingest_options
 from tools.jobs import work
 from tools.model_specs import get_spec
-from tools.store.jobs import Job, JobQueue
+from tools.records import Job
+from tools.store.jobs import JobQueue
 
 
 async def main() -> None:

@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agent.cli.main import app
+from tools.records import DocumentRecord, IngestCounts
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import DocumentRecord, IngestCounts, VectorStore
+from tools.store import VectorStore
 
 RELEASE_SIGNAL = signal.SIGUSR1
 

@@ -3,9 +3,9 @@ with passages (fitting them to the context window, how an answer ends) where the
 
 from __future__ import annotations
 
+from tools.records import ChunkHit
 from tools.retrieval import Passage, RetrievalResult
 from tools.scope import SearchScope
-from tools.store import ChunkHit
 
 B12 = "Vitamin B12 deficiency raises plasma homocysteine in older adults."
 

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tools.errors import StoreError
+from tools.records import ChunkHit, FullTextMatch, FullTextRank
 from tools.scope import SearchScope
-from tools.store import ChunkHit, FullTextMatch, FullTextRank, StoreError
 
 
 def hit(chunk_id: str, text: str | None = None, score: float = 0.0) -> ChunkHit:
@@ -72,5 +73,3 @@ DENSE = [hit("a#0", "same words", 0.9), hit("b#0", "same words", 0.8), hit("c#0"
 
 
 FULL_TEXT = [hit("b#0", "same words", 3.0), hit("e#0", score=2.0), hit("a#0", "same words", 1.0), hit("f#0", score=0.5)]
-
-

@@ -17,7 +17,8 @@ import numpy as np
 from agent.config.settings import Settings
 from infra import postgres
 from infra.config import StackConfig
-from tools.store import ChunkRecord, DocumentRecord, VectorStore
+from tools.records import ChunkRecord, DocumentRecord
+from tools.store import VectorStore
 
 DIM = 384
 MODEL = "all-minilm-l6-v2"

@@ -5,9 +5,11 @@ The name is the design card's (`agent/`, `tools/`, `model_repository/`, `infra/`
 
 - embedding: `embedder` (the Triton gRPC client), `tokenizer`, `model_specs`, `pooling` (the numpy reference),
   `onnx_session` (in-process ONNX Runtime for benchmarks);
-- storage: `store` (Postgres + pgvector: schema, writes, dense and full-text search, documents), `bm25`;
-- retrieval: `retrieval` (`PassageSearch`, the `Retriever` over embedder and store, reciprocal rank fusion),
-  `in_memory` (the same search over documents held in memory, for tests);
+- storage: `records` and `errors` (what every store takes, returns and raises: the vocabulary below the ports),
+  `store` (Postgres + pgvector: schema, writes, dense and full-text search, documents), `bm25`;
+- retrieval: `retrieval` (`PassageSearch`, the `Retriever` over embedder and store), `retrieval_config` (how it
+  ranks), `fusion` (reciprocal rank fusion, convex combination), `rm3` (feedback), `in_memory` (the same search
+  over documents held in memory, for tests);
 - ingestion: `ingest` (read, chunk, embed, store), `chunking`, `jsonl`;
 - shared: `timing` (stage timings and spans), `stats`, `packages`.
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from tools.store.errors import StoreError
+from tools.errors import StoreError
 
 MAX_TITLE_CHARS = 200
 """Longest conversation title, characters."""

@@ -3,13 +3,14 @@ the store (list, add, delete, count), with no server. For tests of what sits on 
 HTTP API), like pydantic-ai's `TestModel` next to its real models; retrieval itself is tested against the real
 Triton and Postgres.
 
-Each document is one chunk (`tools.store.records.chunk_id`: `<doc_id>#0` in the default collection, title and text
+Each document is one chunk (`tools.records.chunk_id`: `<doc_id>#0` in the default collection, title and text
 as one passage); (collection, doc_id) is a document's identity, as in the store. Scores are deterministic:
 
 - dense: cosine similarity of hashed bag-of-words vectors (`HASH_DIM` dimensions, word counts, L2-normalised; words
   are lower-case `\\w+` runs, hashed with CRC-32), so texts that share no word have cosine 0;
 - full text: the share of the query's distinct words the chunk contains (chunks with none are not hits);
-- hybrid: the same weighted reciprocal rank fusion as `Retriever` (`tools.retrieval.rank_candidates`).
+- hybrid: the fusion its `RetrievalConfig` says, by the same function as `Retriever` (`tools.retrieval.rank_candidates`;
+  default: the app's convex combination), each list cut at `config.candidates` hits as the store's would be.
 """
 
 from __future__ import annotations
@@ -25,11 +26,19 @@ import numpy as np
 import numpy.typing as npt
 
 from tools.ingest import SourceDocument
-from tools.retrieval import CandidateLists, Passage, RetrievalMode, RetrievalResult, rank_candidates
+from tools.records import (
+    ChunkHit,
+    DocumentPage,
+    IngestCounts,
+    StoredChunk,
+    StoredDocument,
+    chunk_id,
+    decode_cursor,
+    encode_cursor,
+)
+from tools.retrieval import CandidateLists, Passage, RetrievalResult, rank_candidates
+from tools.retrieval_config import RetrievalConfig
 from tools.scope import DEFAULT_COLLECTION, Scalar, SearchScope, check_collection
-from tools.store import ChunkHit, DocumentPage, IngestCounts, StoredChunk, StoredDocument
-from tools.store.listing import decode_cursor, encode_cursor
-from tools.store.records import chunk_id
 
 HASH_DIM = 512
 """Dimensions of the hashed bag-of-words vectors."""
@@ -81,8 +90,8 @@ class InMemoryCollection:
 
     Args:
         documents: the initial documents (a repeated doc id: the last one wins), in `collection`.
-        mode: `dense`, `full_text` or `hybrid`, as `Retriever`.
-        rrf_k, weights: RRF constant and (dense, full-text) weights for `hybrid`.
+        config: how to rank, as `Retriever` (its mode, candidates, fusion and fusion parameters apply; the store's
+            options do not); default: the app's defaults.
 
     Attributes:
         searches: the queries searched, in order (what a test checks the caller asked for).
@@ -91,14 +100,10 @@ class InMemoryCollection:
     def __init__(
         self,
         documents: Sequence[SourceDocument] = (),
-        mode: RetrievalMode = "hybrid",
-        rrf_k: float = 5.0,
-        weights: tuple[float, float] = (0.75, 1.0),
+        config: RetrievalConfig = RetrievalConfig(),  # noqa: B008 (frozen: one shared default is safe)
         collection: str = DEFAULT_COLLECTION,
     ) -> None:
-        self.mode = mode
-        self.rrf_k = rrf_k
-        self.weights = weights
+        self.config = config
         self.searches: list[str] = []
         self._entries: dict[tuple[str, str], _Entry] = {}
         """By (doc_id, collection): the store's identity and listing order."""
@@ -132,8 +137,9 @@ class InMemoryCollection:
             (_scored(e.hit, len(terms & e.words) / len(terms)) for e in entries if terms and terms & e.words),
             key=lambda h: -h.score,
         )
-        lists = CandidateLists(dense, full_text, {"embed": 0.0, "search": 0.0})
-        ranked = rank_candidates(lists, self.mode, self.rrf_k, self.weights)[:top_k]
+        size = max(top_k, self.config.candidates)
+        lists = CandidateLists(dense[:size], full_text[:size], {"embed": 0.0, "search": 0.0})
+        ranked = rank_candidates(lists, self.config)[:top_k]
         passages = [Passage.of(n, h, score, cosine[h.chunk_id]) for n, (h, score) in enumerate(ranked, 1)]
         return RetrievalResult(query, passages, dict(lists.timings_ms))
 

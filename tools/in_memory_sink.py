@@ -4,7 +4,7 @@ own logic in the fast tier (batch order, bad chunks, resume from staged chunks, 
 (`tests/contracts/test_chunk_sink.py`) holds it to the store's behaviour.
 
 Semantics are the store's (`tools.store.VectorStore`): (collection, doc id) is a document's identity; a batch is
-checked before anything is written (`tools.store.writes.check_batch`) and then applied whole; the same content hash
+checked before anything is written (`tools.records.check_batch`) and then applied whole; the same content hash
 is skipped, another replaces the stored version; staged chunks of another content hash are dropped when a run
 resumes, and a staged run with a gap starts over.
 """
@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from tools.errors import StoreError
+from tools.records import ChunkRecord, DocumentRecord, IngestCounts, StagedDocument, StagedRow, check_batch
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError
-from tools.store.staging import StagedDocument, StagedRow
-from tools.store.writes import check_batch
 
 Key = tuple[str, str]
 """(collection, doc id): a stored document's identity."""

@@ -14,8 +14,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from tools.embedder import EmbedderError
-from tools.store import ChunkHit
+from tools.errors import EmbedderError
+from tools.records import ChunkHit
 
 
 class PairScorer(Protocol):
@@ -45,7 +45,7 @@ async def rerank(
 
     Raises:
         ValueError: depth < 0 or top_k < 1.
-        tools.embedder.EmbedderError: the scorer failed, or returned another number of scores than passages.
+        tools.errors.EmbedderError: the scorer failed, or returned another number of scores than passages.
     """
     if depth < 0 or top_k < 1:
         raise ValueError(f"depth={depth}, top_k={top_k}; expected depth >= 0 and top_k >= 1")

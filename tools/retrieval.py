@@ -1,8 +1,6 @@
-"""Retrieval: dense (HNSW cosine), full-text (Postgres `tsvector`) and their hybrid by reciprocal rank fusion, or by a
-convex combination of normalised scores (`tools.fusion`); the full-text leg optionally with RM3 feedback.
-
-RRF: score(d) = sum over lists of w / (k + rank(d)), rank from 1 (Cormack, Clarke and Buettcher, "Reciprocal Rank
-Fusion outperforms Condorcet and individual Rank Learning Methods", SIGIR 2009; k = 60 there).
+"""Retrieval: dense (HNSW cosine), full-text (Postgres `tsvector`) and their hybrid by a convex combination of
+normalised scores or reciprocal rank fusion (`tools.fusion`); the full-text leg optionally with RM3 feedback
+(`tools.rm3`). How it ranks is one `tools.retrieval_config.RetrievalConfig`.
 
 `PassageSearch` is what the answering agent needs of retrieval (search, read a document); `Retriever` implements it
 over the embedder and the store, `tools.in_memory.InMemoryCollection` over documents held in memory (tests).
@@ -12,32 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Protocol, get_args
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from tools.embedder import TextKind
-from tools.fusion import (
-    FUSION_METHODS,
-    NORMALISATIONS,
-    FeedbackStore,
-    FusionMethod,
-    Normalisation,
-    Rm3Params,
-    convex_fusion,
-    rm3_search,
-)
+from tools.fusion import convex_fusion, reciprocal_rank_fusion
+from tools.records import ChunkHit, FullTextMatch, FullTextRank, TextKind
 from tools.rerank import PairScorer, rerank
+from tools.retrieval_config import RetrievalConfig, RetrievalMode
+from tools.rm3 import FeedbackStore, rm3_search
 from tools.scope import SearchScope
-from tools.store import ChunkHit, FullTextMatch, FullTextRank
 from tools.timing import StageTimings
-
-RetrievalMode = Literal["dense", "full_text", "hybrid"]
-RETRIEVAL_MODES: tuple[RetrievalMode, ...] = get_args(RetrievalMode)
-"""Every retrieval mode, in the order the evals and benchmarks report them."""
 
 
 class QueryEmbedder(Protocol):
@@ -128,7 +114,7 @@ class PassageSearch(Protocol):
 
         Raises:
             ValueError: blank query or top_k < 1.
-            tools.embedder.EmbedderError / tools.store.StoreError (real implementations): retrieval failed.
+            tools.errors.EmbedderError / tools.errors.StoreError (real implementations): retrieval failed.
         """
         ...
 
@@ -141,52 +127,6 @@ class PassageSearch(Protocol):
 def text_key(hit: ChunkHit) -> str:
     """The identity of a hit's content: sha1 hex of its chunk text (the same text under two doc ids is one key)."""
     return hashlib.sha1(hit.text.encode("utf-8")).hexdigest()
-
-
-def reciprocal_rank_fusion(
-    ranked_lists: Sequence[Sequence[ChunkHit]],
-    k: float = 60.0,
-    weights: Sequence[float] | None = None,
-    key: Callable[[ChunkHit], str] = lambda hit: hit.chunk_id,
-) -> list[tuple[ChunkHit, float]]:
-    """Fuse ranked lists by weighted reciprocal rank fusion.
-
-    score(c) = sum over lists L containing c of weights[L] / (k + rank_L(c)), ranks from 1 (Cormack, Clarke and
-    Buettcher, "Reciprocal Rank Fusion outperforms Condorcet and individual Rank Learning Methods", SIGIR 2009,
-    with k = 60 there; the per-list weights are the usual weighted-RRF extension).
-
-    Args:
-        ranked_lists: lists of hits, each best first.
-        k: the RRF constant (> 0); larger k flattens the rank discount.
-        weights: one weight per list (default 1.0 each).
-        key: what identifies one item across lists (default `chunk_id`; `text_key` merges equal texts). Within
-            one list only an item's first (best) rank counts.
-
-    Returns:
-        (hit, fused score) best first, the hit being the item's first appearance; ties broken by first
-        appearance (list order, then rank).
-
-    Raises:
-        ValueError: k <= 0, or weights of another length than ranked_lists.
-    """
-    if k <= 0:
-        raise ValueError(f"RRF k={k}; expected > 0")
-    weights = list(weights) if weights is not None else [1.0] * len(ranked_lists)
-    if len(weights) != len(ranked_lists):
-        raise ValueError(f"{len(weights)} RRF weights for {len(ranked_lists)} ranked lists; expected one per list")
-    scores: dict[str, float] = {}
-    hits: dict[str, ChunkHit] = {}
-    for hits_list, weight in zip(ranked_lists, weights, strict=True):
-        seen: set[str] = set()
-        for rank, hit in enumerate(hits_list, 1):
-            item = key(hit)
-            if item in seen:
-                continue
-            seen.add(item)
-            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
-            hits.setdefault(item, hit)
-    order = sorted(scores, key=lambda item: -scores[item])
-    return [(hits[item], scores[item]) for item in order]
 
 
 def unique_texts(hits: Sequence[ChunkHit]) -> list[ChunkHit]:
@@ -213,113 +153,54 @@ class CandidateLists:
     """The query's embedding `(dim,)` float32, when it was embedded (dense or hybrid mode, or asked for)."""
 
 
-def rank_candidates(
-    lists: CandidateLists,
-    mode: RetrievalMode,
-    rrf_k: float = 5.0,
-    weights: tuple[float, float] = (0.75, 1.0),
-    fusion: FusionMethod = "rrf",
-    alpha: float = 0.5,
-    normalisation: Normalisation = "min_max",
-) -> list[tuple[ChunkHit, float]]:
-    """(hit, score) best first for `mode`, no chunk text twice: the dense or full-text list as is, or for `hybrid`
-    their weighted RRF (`fusion="rrf"`, `weights` = (dense, full-text)) or convex combination of normalised scores
-    (`fusion="convex"`, `alpha` the dense share, `tools.fusion.convex_fusion`). Pure: no embedder or store involved.
-
-    Raises:
-        ValueError: unknown mode or fusion, rrf_k <= 0, alpha outside 0..1, unknown normalisation.
+def rank_candidates(lists: CandidateLists, config: RetrievalConfig) -> list[tuple[ChunkHit, float]]:
+    """(hit, score) best first for `config.mode`, no chunk text twice: the dense or full-text list as is, or for
+    `hybrid` their fusion by `config.fusion`: the convex combination of normalised scores (`config.alpha` the dense
+    share, `config.normalisation`; `tools.fusion.convex_fusion`) or weighted RRF (`config.rrf_k`, `config.weights` =
+    (dense, full-text); `tools.fusion.reciprocal_rank_fusion`). Pure: no embedder or store involved.
     """
-    if mode == "hybrid":
-        if fusion == "convex":
-            return convex_fusion(lists.dense, lists.full_text, alpha, normalisation, key=text_key)
-        if fusion != "rrf":
-            raise ValueError(f"fusion {fusion!r}; expected 'rrf' or 'convex'")
-        return reciprocal_rank_fusion([lists.dense, lists.full_text], k=rrf_k, weights=weights, key=text_key)
-    if mode not in ("dense", "full_text"):
-        raise ValueError(f"retrieval mode {mode!r}; expected 'dense', 'full_text' or 'hybrid'")
-    return [(h, h.score) for h in unique_texts(lists.dense if mode == "dense" else lists.full_text)]
+    if config.mode == "hybrid":
+        if config.fusion == "convex":
+            return convex_fusion(lists.dense, lists.full_text, config.alpha, config.normalisation, key=text_key)
+        return reciprocal_rank_fusion(
+            [lists.dense, lists.full_text], k=config.rrf_k, weights=config.weights, key=text_key
+        )
+    return [(h, h.score) for h in unique_texts(lists.dense if config.mode == "dense" else lists.full_text)]
 
 
 class Retriever:
-    """Turns a query into numbered passages using the embedder and the store.
+    """Turns a query into numbered passages using the embedder and the store, ranked as `config` says.
 
     Args:
         embedder: connected Triton embedder (queries get the model's query prefix).
         store: connected vector store.
-        mode: `dense`, `full_text` or `hybrid` (fusion of both).
-        ef_search: pgvector `hnsw.ef_search` for dense search (at least the rows asked for is used).
-        rrf_k: RRF constant k.
-        candidates: how many hits each list contributes to the fusion (at least top_k).
-        weights: RRF weights of the (dense, full-text) lists.
-        fusion: how `hybrid` fuses: `rrf` or `convex` (normalised scores, `tools.fusion.convex_fusion`); the
-            app's choice and parameters are its settings' (`agent.core.wiring.build_retriever`).
-        fusion_alpha, fusion_normalisation: the convex fusion's dense share (0..1) and score normalisation.
-        rm3: RM3 feedback for the full-text leg (None: none); needs BM25 ranking and a store with term vectors
-            (`tools.fusion.FeedbackStore`).
-        full_text_match: `all` (websearch syntax, every term) or `any` (any term), for `ts_rank_cd`.
-        full_text_rank: `bm25` (pruned Okapi BM25), `bm25_exhaustive` or `ts_rank_cd`; see
-            `VectorStore.full_text_search`.
-        bm25_k1, bm25_b: BM25 parameters (Anserini's 0.9 and 0.4 by default).
-        reranker: the cross-encoder of the rerank step (`tools.rerank`), or None.
-        rerank_depth: ranked hits the reranker re-orders before the top `top_k` are cut; 0 (or no reranker): off.
+        config: how to rank (`tools.retrieval_config.RetrievalConfig`; default: the app's defaults); the app's is
+            its settings' (`agent.core.wiring.retrieval_config`).
+        reranker: the cross-encoder of the rerank step (`tools.rerank`), or None (no reranking whatever
+            `config.rerank_depth`).
 
-    A search asks each list for `candidates` hits (at least `top_k`, and at least `rerank_depth` when reranking), so
-    that hits dropped as duplicate texts still leave `top_k` passages.
+    A search asks each list for `config.candidates` hits (at least `top_k`, and at least `rerank_depth` when
+    reranking), so that hits dropped as duplicate texts still leave `top_k` passages.
+
+    Raises:
+        ValueError: RM3 in `config` over a store without term vectors (`tools.rm3.FeedbackStore`).
     """
 
     def __init__(
         self,
         embedder: QueryEmbedder,
         store: SearchStore,
-        mode: RetrievalMode = "hybrid",
-        ef_search: int = 100,
-        rrf_k: float = 5.0,
-        candidates: int = 50,
-        weights: tuple[float, float] = (0.75, 1.0),
-        full_text_match: FullTextMatch = "any",
-        full_text_rank: FullTextRank = "bm25",
-        bm25_k1: float = 0.9,
-        bm25_b: float = 0.4,
-        fusion: FusionMethod = "rrf",
-        fusion_alpha: float = 0.5,
-        fusion_normalisation: Normalisation = "min_max",
-        rm3: Rm3Params | None = None,
+        config: RetrievalConfig = RetrievalConfig(),  # noqa: B008 (frozen: one shared default is safe)
         reranker: PairScorer | None = None,
-        rerank_depth: int = 0,
     ) -> None:
-        if mode not in ("dense", "full_text", "hybrid"):
-            raise ValueError(f"retrieval mode {mode!r}; expected 'dense', 'full_text' or 'hybrid'")
-        if fusion not in FUSION_METHODS or fusion_normalisation not in NORMALISATIONS or not 0 <= fusion_alpha <= 1:
-            raise ValueError(
-                f"fusion={fusion!r}, alpha={fusion_alpha}, normalisation={fusion_normalisation!r}: expected one of "
-                f"{FUSION_METHODS}, alpha in 0..1 and one of {NORMALISATIONS}"
-            )
-        if rm3 is not None and (full_text_rank == "ts_rank_cd" or not isinstance(store, FeedbackStore)):
-            raise ValueError("RM3 feedback needs BM25 full-text ranking and a store with term vectors")
-        if rrf_k <= 0 or candidates < 1 or len(weights) != 2:
-            raise ValueError(
-                f"rrf_k={rrf_k}, candidates={candidates}, weights={weights}: expected rrf_k > 0, candidates >= 1 "
-                f"and two weights (dense, full-text)"
-            )
-        if rerank_depth < 0:
-            raise ValueError(f"rerank_depth={rerank_depth}; expected >= 0 (0: no reranking)")
+        if config.rm3 is not None and not isinstance(store, FeedbackStore):
+            raise ValueError("RM3 feedback needs a store with term vectors (`tools.rm3.FeedbackStore`)")
         self.embedder = embedder
         self.store = store
-        self.mode = mode
-        self.ef_search = ef_search
-        self.rrf_k = rrf_k
-        self.candidates = candidates
-        self.weights = weights
-        self.full_text_match = full_text_match
-        self.full_text_rank = full_text_rank
-        self.bm25_k1 = bm25_k1
-        self.bm25_b = bm25_b
-        self.fusion = fusion
-        self.fusion_alpha = fusion_alpha
-        self.fusion_normalisation = fusion_normalisation
-        self.rm3 = rm3
+        self.config = config
         self.reranker = reranker
-        self.rerank_depth = rerank_depth if reranker is not None else 0
+        self.rerank_depth = config.rerank_depth if reranker is not None else 0
+        """Hits the reranker re-orders: `config.rerank_depth`, 0 without a reranker."""
 
     async def candidate_lists(
         self,
@@ -342,7 +223,8 @@ class Retriever:
             raise ValueError("query is empty; expected a non-blank question")
         if size < 1:
             raise ValueError(f"size={size}; expected >= 1")
-        mode = mode or self.mode
+        config = self.config
+        mode = mode or config.mode
         timings, legs = StageTimings(), StageTimings()
         timings.add({"embed": 0.0, "search": 0.0})
         vector: npt.NDArray[np.float32] | None = None
@@ -355,7 +237,7 @@ class Retriever:
                 vector = (await self.embedder.embed([query], kind="query"))[0]
             if mode != "full_text":
                 with legs.stage("dense_search", size=size):
-                    dense = await self.store.dense_search(vector, size, ef_search=self.ef_search, scope=scope)
+                    dense = await self.store.dense_search(vector, size, ef_search=config.ef_search, scope=scope)
 
         async def full_text_leg() -> None:
             nonlocal full_text
@@ -363,26 +245,22 @@ class Retriever:
                 full_text = await self.store.full_text_search(
                     query,
                     size,
-                    match=self.full_text_match,
-                    rank=self.full_text_rank,
-                    k1=self.bm25_k1,
-                    b=self.bm25_b,
+                    match=config.full_text_match,
+                    rank=config.full_text_rank,
+                    k1=config.bm25_k1,
+                    b=config.bm25_b,
                     scope=scope,
                 )
-                if (
-                    self.rm3 is not None
-                    and isinstance(self.store, FeedbackStore)
-                    and self.full_text_rank != "ts_rank_cd"
-                ):
+                if config.rm3 is not None and isinstance(self.store, FeedbackStore):
                     full_text = await rm3_search(
                         self.store,
                         query,
                         full_text,
                         size,
-                        self.rm3,
-                        rank=self.full_text_rank,
-                        k1=self.bm25_k1,
-                        b=self.bm25_b,
+                        config.rm3,
+                        rank=config.full_text_rank,
+                        k1=config.bm25_k1,
+                        b=config.bm25_b,
                         scope=scope,
                     )
 
@@ -399,15 +277,7 @@ class Retriever:
 
     def rank(self, lists: CandidateLists, mode: RetrievalMode | None = None) -> list[tuple[ChunkHit, float]]:
         """(hit, score) best first for `mode` (default: this retriever's); see `rank_candidates`."""
-        return rank_candidates(
-            lists,
-            mode or self.mode,
-            self.rrf_k,
-            self.weights,
-            self.fusion,
-            self.fusion_alpha,
-            self.fusion_normalisation,
-        )
+        return rank_candidates(lists, self.config if mode is None else replace(self.config, mode=mode))
 
     async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
         """Retrieve up to `top_k` passages for `query` from the documents in `scope` (None: all), numbered from 1
@@ -425,7 +295,7 @@ class Retriever:
         """
         if top_k < 1:
             raise ValueError(f"top_k={top_k}; expected >= 1")
-        size = max(top_k, self.candidates, self.rerank_depth)
+        size = max(top_k, self.config.candidates, self.rerank_depth)
         lists = await self.candidate_lists(query, size, embed_query=True, scope=scope)
         dense_scores = {h.chunk_id: h.score for h in lists.dense}
         ranked = self.rank(lists)

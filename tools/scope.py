@@ -220,7 +220,7 @@ def qualified_doc_id(collection: str, doc_id: str) -> str:
 
 def collection_of(chunk: str, doc_id: str) -> str | None:
     """The collection of the stored chunk named `chunk` of document `doc_id`: the inverse of
-    `tools.store.records.chunk_id` (`qualified_doc_id#index`); None when `chunk` is not a chunk id of `doc_id`."""
+    `tools.records.chunk_id` (`qualified_doc_id#index`); None when `chunk` is not a chunk id of `doc_id`."""
     qualified = chunk.rpartition("#")[0]
     if qualified == doc_id:
         return DEFAULT_COLLECTION

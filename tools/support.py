@@ -332,7 +332,7 @@ async def check_claims(
 
     Raises:
         ValueError: `cited` has another length than `claims`, or a blank claim.
-        Whatever the similarity or classifier raise (e.g. `tools.embedder.EmbedderError`).
+        Whatever the similarity or classifier raise (e.g. `tools.errors.EmbedderError`).
     """
     options = options or CheckOptions()
     if len(cited) != len(claims):

@@ -21,9 +21,10 @@ from agent.core.wiring import build_embedder, build_originals, build_store, chec
 from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
+from tools.records import Job, JobFile
 from tools.scope import DEFAULT_COLLECTION, check_collection
 from tools.store import VectorStore
-from tools.store.jobs import Job, JobFile, JobQueue
+from tools.store.jobs import JobQueue
 
 jobs_app = typer.Typer(help="Ingestion jobs in Postgres: submit files, list jobs, show one.", no_args_is_help=True)
 console = Console()

@@ -17,8 +17,9 @@ from rich.text import Text
 from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.keys import settings_keys
+from tools.records import ApiKey
 from tools.scope import ScopeError
-from tools.store.keys import KEEP, ApiKey, Keep, PostgresKeys, check_collections
+from tools.store.keys import KEEP, Keep, PostgresKeys, check_collections
 from tools.store.usage import report_json
 
 T = TypeVar("T")

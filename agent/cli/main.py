@@ -48,7 +48,7 @@ from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
 from infra.processes import ServiceError
-from tools.embedder import EmbedderError
+from tools.errors import EmbedderError
 from tools.ingest import IngestReport, plan_inputs
 from tools.render_page import MAX_SCALE, MIN_SCALE, RenderedPage
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection

@@ -140,7 +140,7 @@ async def answer(
         AnswerLimitError: a usage limit or the timeout was hit.
         LLMUnavailableError / LLMResponseError: the LLM server failed (after the SDK's bounded retries) or answered
             with something unusable (e.g. no text: empty `choices`); the message quotes the cause.
-        tools.embedder.EmbedderError / tools.store.StoreError: retrieval failed.
+        tools.errors.EmbedderError / tools.errors.StoreError: retrieval failed.
     """
     limits = limits or AnswerLimits()
     # a fresh RunState too (not an init field)

@@ -41,9 +41,9 @@ from agent.core.answer import AnswerRequest
 from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
 from agent.core.rag_agent import TOOLS_TEXT
 from agent.core.results import AskResult, TokenUsage
+from tools.errors import StoreError
+from tools.records import CacheLookup
 from tools.scope import SearchScope
-from tools.store.answer_cache import CacheLookup
-from tools.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 

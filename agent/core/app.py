@@ -42,14 +42,14 @@ from agent.core.wiring import build_store as build_store
 from tools.conversations import MAX_PAGE as MAX_CONVERSATION_PAGE
 from tools.conversations import MAX_TITLE_CHARS, Conversation, ConversationLog, ConversationPage
 from tools.conversations import decode_cursor as decode_conversation_cursor
+from tools.errors import StoreError
 from tools.feedback import Rated, Rating
 from tools.ingest import SourceDocument
 from tools.originals import Originals
+from tools.records import MAX_PAGE, DocumentPage, IngestCounts, StoredDocument, decode_cursor
 from tools.render_page import RenderedPage
 from tools.retrieval import RetrievalResult
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
-from tools.store import DocumentPage, IngestCounts, StoredDocument, StoreError
-from tools.store.listing import MAX_PAGE, decode_cursor
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,16 @@ from agent.core.errors import (
     OverloadedError,
     QuotaExceededError,
 )
-from tools import embedder
+from tools.errors import (
+    EmbedderError,
+    EmbedderOverloadedError,
+    StoreBusyError,
+    StoreError,
+    StoreQueryError,
+    StoreUnavailableError,
+)
 from tools.ingest import IngestError
 from tools.scope import ScopeError
-from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class Failure:
 
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
     AgentError,
-    embedder.EmbedderError,
+    EmbedderError,
     StoreError,
     OSError,
     ValidationError,
@@ -95,9 +101,9 @@ def describe(exc: BaseException) -> Failure | None:
     if isinstance(exc, AgentError):
         retryable = isinstance(exc, LLMUnavailableError)
         return Failure(exc.kind, _one_line(str(exc)), retryable, getattr(exc, "retry_after_s", None))
-    if isinstance(exc, embedder.EmbedderOverloadedError):
+    if isinstance(exc, EmbedderOverloadedError):
         return Failure("embedder_overloaded", _one_line(str(exc)), retryable=True)
-    if isinstance(exc, embedder.EmbedderError):
+    if isinstance(exc, EmbedderError):
         return Failure("retrieval_unavailable", _one_line(str(exc)), retryable=True)
     if isinstance(exc, StoreBusyError):  # the store's messages say what failed and what to do
         return Failure("postgres_busy", _one_line(str(exc)), retryable=True)

@@ -16,17 +16,8 @@ from typing import Protocol
 from cachetools import TTLCache
 
 from agent.config.settings import Settings
-from tools.store.keys import (
-    KEEP,
-    ApiKey,
-    Keep,
-    PostgresKeys,
-    check_collections,
-    check_limit,
-    new_token,
-    open_keys,
-    token_hash,
-)
+from tools.records import ApiKey
+from tools.store.keys import KEEP, Keep, PostgresKeys, check_collections, check_limit, new_token, open_keys, token_hash
 
 
 class KeyRing(Protocol):

@@ -12,8 +12,9 @@ from typing import Protocol
 
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions, SourceDocument, ingest_documents
+from tools.records import DocumentPage, IngestCounts, StoredChunk, StoredDocument
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import DocumentPage, IngestCounts, StoredChunk, StoredDocument, VectorStore
+from tools.store import VectorStore
 
 
 class DocumentLibrary(Protocol):

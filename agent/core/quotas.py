@@ -42,8 +42,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from agent.config.settings import Settings
 from agent.core.errors import QuotaExceededError
 from agent.core.results import AskResult
-from tools.store.keys import ApiKey
-from tools.store.usage import Usage, UsageRow
+from tools.records import ApiKey, Usage, UsageRow
 
 MAX_KEY_LABELS = 100
 """Distinct key ids with a `key` label of their own in the metrics; later keys are counted under `other`."""

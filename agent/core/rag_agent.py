@@ -141,7 +141,7 @@ async def search_passages(deps: RagDeps, query: str, top_k: int) -> list[Passage
     with its dense cosine similarity, timings added to the run's.
 
     Raises:
-        tools.embedder.EmbedderError / tools.store.StoreError: retrieval failed.
+        tools.errors.EmbedderError / tools.errors.StoreError: retrieval failed.
     """
     deps.emit(ToolCall(tool="search_documents", args={"query": query, "top_k": top_k}))
     result = await deps.search.search(query, top_k, deps.scope)

@@ -145,7 +145,7 @@ class SupportChecker:
             returns `text` unchanged with an empty report.
 
         Raises:
-            tools.embedder.EmbedderError: the embedder or the verifier failed.
+            tools.errors.EmbedderError: the embedder or the verifier failed.
         """
         mode = mode or self.mode
         if mode == "off":
@@ -196,7 +196,7 @@ class SupportChecker:
         answer cites) and the verifier's probability of it; NOT_ENOUGH_INFO (1.0) without passages.
 
         Raises:
-            tools.embedder.EmbedderError: the embedder or the verifier failed.
+            tools.errors.EmbedderError: the embedder or the verifier failed.
         """
         if not passages or not claim.strip():
             return "NOT_ENOUGH_INFO", 1.0

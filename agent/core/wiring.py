@@ -2,7 +2,7 @@
 the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
 
 - `build_embedder`, `build_store`, `build_retriever`: the Triton client, the Postgres store and the retrieval over
-  them, unconnected; `Clients` opens the first two together.
+  them (ranked by `retrieval_config`), unconnected; `Clients` opens the first two together.
 - `build_services`: what one `RagApp` uses (search, document library, conversations, answer cache, LLM model, health
   checks), as `Services`;
   tests build a `Services` of their own (e.g. over `tools.in_memory.InMemoryCollection` and a pydantic-ai
@@ -42,13 +42,14 @@ from tools.embedder.reranker import TritonReranker, get_reranker_spec
 from tools.embedder.verifier import TritonVerifier, get_verifier_spec
 from tools.extract.ocr import OcrOptions, default_workers
 from tools.feedback import FeedbackLog
-from tools.fusion import Rm3Params
 from tools.in_memory_conversations import InMemoryConversations
 from tools.in_memory_feedback import InMemoryFeedback
 from tools.ingest import IngestOptions, IngestReport, ProgressFn, ingest, plan_inputs
 from tools.model_specs import get_spec
 from tools.originals import Originals
 from tools.retrieval import PassageSearch, Retriever
+from tools.retrieval_config import RetrievalConfig
+from tools.rm3 import Rm3Params
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
 from tools.store.answer_cache import PostgresAnswerCache
@@ -227,34 +228,31 @@ def ingest_options(settings: Settings, collection: str = DEFAULT_COLLECTION) -> 
 def build_retriever(
     embedder: TritonEmbedder, store: VectorStore, settings: Settings, reranker: TritonReranker | None = None
 ) -> Retriever:
-    """The Retriever the settings describe (mode, fusion and its parameters, candidates, full-text ranking, BM25
-    parameters, RM3, `hnsw.ef_search`, `RERANK_DEPTH` with `reranker`), over `embedder` and `store`."""
-    return Retriever(
-        embedder,
-        store,
+    """The Retriever the settings describe (`retrieval_config`, `RERANK_DEPTH` with `reranker`), over `embedder`
+    and `store`."""
+    return Retriever(embedder, store, retrieval_config(settings), reranker)
+
+
+def retrieval_config(settings: Settings) -> RetrievalConfig:
+    """How the settings say retrieval ranks: mode, candidates, fusion and its parameters, full-text ranking, BM25
+    parameters, `hnsw.ef_search`, RM3 (None when off) and the rerank depth."""
+    rm3 = Rm3Params(settings.rm3_fb_docs, settings.rm3_fb_terms, settings.rm3_original_weight) if settings.rm3 else None
+    return RetrievalConfig(
         mode=settings.retrieval_mode,
-        ef_search=settings.hnsw_ef_search,
-        rrf_k=settings.rrf_k,
         candidates=settings.retrieval_candidates,
+        fusion=settings.fusion_method,
+        rrf_k=settings.rrf_k,
         weights=(settings.rrf_weight_dense, settings.rrf_weight_full_text),
+        alpha=settings.fusion_alpha,
+        normalisation=settings.fusion_normalisation,
         full_text_match=settings.full_text_match,
         full_text_rank=settings.full_text_rank,
         bm25_k1=settings.bm25_k1,
         bm25_b=settings.bm25_b,
-        fusion=settings.fusion_method,
-        fusion_alpha=settings.fusion_alpha,
-        fusion_normalisation=settings.fusion_normalisation,
-        rm3=rm3_params(settings),
-        reranker=reranker,
+        ef_search=settings.hnsw_ef_search,
+        rm3=rm3,
         rerank_depth=settings.rerank_depth,
     )
-
-
-def rm3_params(settings: Settings) -> Rm3Params | None:
-    """The full-text leg's RM3 parameters the settings describe; None when RM3 is off."""
-    if not settings.rm3:
-        return None
-    return Rm3Params(settings.rm3_fb_docs, settings.rm3_fb_terms, settings.rm3_original_weight)
 
 
 class Clients:

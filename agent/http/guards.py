@@ -44,7 +44,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.config.settings import Settings, SettingsError
-from tools.store.keys import TOKEN_PREFIX, ApiKey
+from tools.records import ApiKey
+from tools.store.keys import TOKEN_PREFIX
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page with its script and

@@ -45,7 +45,8 @@ from tools.ingest.sync import within_roots
 from tools.jobs import work
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
-from tools.store.jobs import Job, JobFile, JobQueue
+from tools.records import Job, JobFile
+from tools.store.jobs import JobQueue
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 MAX_FILES = 1000

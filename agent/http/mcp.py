@@ -43,8 +43,8 @@ from agent.http.errors import ApiError, error_response, failure_of
 from agent.http.guards import HOLDER_STATE, error_json, origin_allowed
 from agent.http.mcp_server import RagSource, build_mcp_server
 from agent.http.shutdown import cut_of
+from tools.records import ApiKey
 from tools.scope import SearchScope
-from tools.store.keys import ApiKey
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,7 @@ from agent.core.quotas import Quotas, Reservation, metering
 from agent.http.admission_gate import ANSWER_PATHS
 from agent.http.errors import error_response, failure_of
 from agent.http.guards import HOLDER_STATE
-from tools.store.keys import ApiKey
-from tools.store.usage import Usage
+from tools.records import ApiKey, Usage
 
 METERED_PATHS = ANSWER_PATHS
 """The paths whose `POST` by a key holder is checked against its quotas and recorded in its usage. `/mcp` is not one:

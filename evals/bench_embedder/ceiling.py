@@ -11,8 +11,9 @@ import numpy.typing as npt
 
 from evals.bench_embedder.load import kind_of, n_requests, summarize
 from evals.bench_embedder.params import BenchParams, Point
-from tools.embedder import TextKind, TritonEmbedder, pad_to_bucket
+from tools.embedder import TritonEmbedder, pad_to_bucket
 from tools.onnx_session import open_session, run_pooled
+from tools.records import TextKind
 
 log = logging.getLogger(__name__)
 

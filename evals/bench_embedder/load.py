@@ -11,7 +11,7 @@ import psutil
 
 from evals.bench_embedder.params import BenchParams, Point
 from evals.scifact import claim_texts, load_corpus
-from tools.embedder import TextKind
+from tools.records import TextKind
 
 
 def load_texts() -> dict[str, list[str]]:

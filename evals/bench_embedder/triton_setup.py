@@ -12,7 +12,8 @@ from agent.config.settings import Settings
 from evals.bench_embedder.load import kind_of, measured_load, n_requests, run_load, summarize
 from evals.bench_embedder.params import MODEL, BenchParams, Point
 from infra import processes
-from tools.embedder import TextKind, TritonEmbedder
+from tools.embedder import TritonEmbedder
+from tools.records import TextKind
 
 log = logging.getLogger(__name__)
 

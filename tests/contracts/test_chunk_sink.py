@@ -12,10 +12,10 @@ import numpy.typing as npt
 import pytest
 
 from tests.contracts.ports import stored_chunk_texts
+from tools.errors import StoreError
 from tools.ingest import ChunkSink
 from tools.ingest.reuse import text_hash
-from tools.store import ChunkRecord, DocumentRecord, StoreError
-from tools.store.staging import StagedDocument, StagedRow
+from tools.records import ChunkRecord, DocumentRecord, StagedDocument, StagedRow
 
 DIM = 384
 

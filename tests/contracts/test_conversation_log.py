@@ -9,7 +9,7 @@ from uuid import uuid4
 import pytest
 
 from tools.conversations import ConversationLog
-from tools.store import StoreError
+from tools.errors import StoreError
 
 CITATION = {"doc_id": "b12", "chunk_id": "b12#0", "score": 0.5, "passage": 1, "title": "Vitamin B12", "section": []}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evals.fusion_tuning import PLAIN, CandidateCache, GridPoint, grid_search, ranker_of, winners
-from tools.store import ChunkHit
+from tools.records import ChunkHit
 
 
 def row(doc_id: str, score: float, key: str | None = None) -> list[object]:

@@ -14,7 +14,7 @@ from agent.config.settings import Settings
 from evals.metrics import evaluate, ranked_to_scores
 from evals.retrieval_eval import database_name, doc_ranking, with_database
 from evals.scifact import DatasetError, load_corpus, load_qrels, load_queries
-from tools.store import ChunkHit
+from tools.records import ChunkHit
 
 
 def test_scifact_loaders_match_the_published_sizes() -> None:

@@ -7,7 +7,8 @@ import pytest
 
 from tools.in_memory import InMemoryCollection, hashed_vector
 from tools.ingest import SourceDocument
-from tools.retrieval import RETRIEVAL_MODES, PassageSearch, RetrievalMode
+from tools.retrieval import PassageSearch
+from tools.retrieval_config import RETRIEVAL_MODES, RetrievalConfig, RetrievalMode
 
 
 def doc(doc_id: str, text: str, source: str = "s") -> SourceDocument:
@@ -19,7 +20,7 @@ DOCS = [doc("a", "zebra stripes confuse flies"), doc("b", "a giraffe eats acacia
 
 @pytest.mark.parametrize("mode", RETRIEVAL_MODES)
 async def test_search_numbers_passages_best_first_with_their_dense_cosine(mode: RetrievalMode) -> None:
-    collection: PassageSearch = InMemoryCollection(DOCS, mode=mode)
+    collection: PassageSearch = InMemoryCollection(DOCS, RetrievalConfig(mode=mode))
     found = await collection.search("zebra stripes", 2)
     assert [p.number for p in found.passages] == list(range(1, len(found.passages) + 1))
     assert found.passages[0].doc_id == "a" and found.passages[0].chunk_id == "a#0"
@@ -33,7 +34,7 @@ async def test_search_numbers_passages_best_first_with_their_dense_cosine(mode: 
 
 
 async def test_full_text_finds_only_chunks_sharing_a_word() -> None:
-    found = await InMemoryCollection(DOCS, mode="full_text").search("giraffe neck", 3)
+    found = await InMemoryCollection(DOCS, RetrievalConfig(mode="full_text")).search("giraffe neck", 3)
     assert [p.doc_id for p in found.passages] == ["b"]
 
 

@@ -17,10 +17,11 @@ from agent.config.settings import Settings
 from infra import triton
 from infra.config import StackConfig
 from tests.retrieval_doubles import DENSE, FULL_TEXT, FakeEmbedder, FakeStore, hit
-from tools.embedder import EmbedderError
+from tools.errors import EmbedderError
+from tools.records import ChunkHit
 from tools.rerank import rerank
 from tools.retrieval import Retriever
-from tools.store import ChunkHit
+from tools.retrieval_config import RetrievalConfig
 
 
 class ScriptedScorer:
@@ -103,7 +104,8 @@ def retriever_with(scorer: ScriptedScorer | None, depth: int, candidates: int = 
     release = asyncio.Event()
     store = SizedStore(release, DENSE, FULL_TEXT)
     store.sizes = []
-    retriever = Retriever(FakeEmbedder(release), store, candidates=candidates, reranker=scorer, rerank_depth=depth)
+    config = RetrievalConfig(candidates=candidates, rerank_depth=depth)
+    retriever = Retriever(FakeEmbedder(release), store, config, scorer)
     return retriever, store.sizes
 
 
@@ -126,7 +128,7 @@ async def test_retriever_without_reranking_keeps_the_fused_ranking() -> None:
     assert [p.doc_id for p in result.passages] == fused
     assert "rerank" not in result.timings_ms and sizes == [3]
     with pytest.raises(ValueError, match="rerank_depth=-1"):
-        Retriever(FakeEmbedder(asyncio.Event()), FakeStore(asyncio.Event(), [], []), rerank_depth=-1)
+        RetrievalConfig(rerank_depth=-1)
 
 
 def test_local_triton_loads_the_reranker_only_once_it_is_exported(tmp_path: Path) -> None:

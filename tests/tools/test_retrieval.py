@@ -15,16 +15,11 @@ from evals.retrieval_eval import ensure_database
 from evals.scifact import load_corpus
 from tests.store_helpers import without_statistics
 from tools.embedder import TritonEmbedder
+from tools.errors import StoreError
+from tools.records import ChunkRecord, DocumentRecord
 from tools.retrieval import Retriever
-from tools.store import (
-    BM25_SQL,
-    DENSE_FILTERED_SQL,
-    DENSE_SQL,
-    ChunkRecord,
-    DocumentRecord,
-    StoreError,
-    VectorStore,
-)
+from tools.retrieval_config import RetrievalConfig
+from tools.store import BM25_SQL, DENSE_FILTERED_SQL, DENSE_SQL, VectorStore
 
 pytestmark = pytest.mark.stack
 
@@ -140,7 +135,7 @@ async def test_full_text_any_matches_a_claim_that_all_terms_miss(scifact_store: 
 
 
 async def test_hybrid_passages_are_numbered_for_citation(scifact_store: VectorStore, embedder: TritonEmbedder) -> None:
-    retriever = Retriever(embedder, scifact_store, mode="hybrid", rrf_k=60, weights=(1.0, 0.5))
+    retriever = Retriever(embedder, scifact_store, RetrievalConfig(fusion="rrf", rrf_k=60, weights=(1.0, 0.5)))
     result = await retriever.search("newborn cerebral white matter diffusion tensor MRI", top_k=3)
     assert [p.number for p in result.passages] == [1, 2, 3]
     top = result.passages[0]

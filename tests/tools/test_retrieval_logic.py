@@ -9,16 +9,20 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from tests.retrieval_doubles import DENSE, FULL_TEXT, FakeEmbedder, FakeStore, hit
-from tools.fusion import Rm3Params
-from tools.retrieval import CandidateLists, RetrievalMode, Retriever, rank_candidates, reciprocal_rank_fusion, text_key
+from tools.errors import StoreError
+from tools.fusion import reciprocal_rank_fusion
+from tools.records import ChunkHit, FullTextRank, TermVectors
+from tools.retrieval import CandidateLists, Retriever, rank_candidates, text_key
+from tools.retrieval_config import RetrievalConfig, RetrievalMode
+from tools.rm3 import Rm3Params
 from tools.scope import SearchScope
-from tools.store import ChunkHit, FullTextRank, StoreError, TermVectors
 
 
 def retriever(mode: RetrievalMode = "hybrid") -> tuple[Retriever, FakeStore]:
     release = asyncio.Event()
     store = FakeStore(release, DENSE, FULL_TEXT)
-    return Retriever(FakeEmbedder(release), store, mode=mode, rrf_k=10, weights=(1.0, 1.0)), store
+    config = RetrievalConfig(mode, fusion="rrf", rrf_k=10, weights=(1.0, 1.0))
+    return Retriever(FakeEmbedder(release), store, config), store
 
 
 async def test_dense_and_full_text_legs_run_concurrently() -> None:
@@ -43,7 +47,8 @@ async def test_same_text_under_two_doc_ids_is_one_passage(mode: RetrievalMode) -
 
 def test_rrf_merges_equal_texts_and_counts_each_list_once() -> None:
     lists = CandidateLists(DENSE, FULL_TEXT, {})
-    fused = {h.chunk_id: s for h, s in rank_candidates(lists, "hybrid", rrf_k=10, weights=(1.0, 2.0))}
+    config = RetrievalConfig(fusion="rrf", rrf_k=10, weights=(1.0, 2.0))
+    fused = {h.chunk_id: s for h, s in rank_candidates(lists, config)}
     # "same words": dense rank 1 (a#0; b#0 at rank 2 is the same text), full-text rank 1 (b#0)
     assert fused == pytest.approx({"a#0": 1 / 11 + 2 / 11, "c#0": 1 / 13, "d#0": 1 / 14, "e#0": 2 / 12, "f#0": 2 / 14})
     assert text_key(DENSE[0]) == text_key(DENSE[1]) != text_key(DENSE[2])
@@ -60,14 +65,12 @@ async def test_a_failing_leg_raises_its_own_error() -> None:
 
 def test_convex_fusion_merges_equal_texts() -> None:
     lists = CandidateLists(DENSE, FULL_TEXT, {})
-    fused = rank_candidates(lists, "hybrid", fusion="convex", alpha=0.5, normalisation="min_max")
+    fused = rank_candidates(lists, RetrievalConfig(fusion="convex", alpha=0.5, normalisation="min_max"))
     texts = [h.text for h, _ in fused]
     assert len(texts) == len(set(texts)) == 5
     # "same words" is first in both lists (a#0 dense 0.9, b#0 full text 3.0): min-max 1 in each
     assert fused[0][0].chunk_id == "a#0"
     assert fused[0][1] == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="fusion 'mean'"):
-        rank_candidates(lists, "hybrid", fusion="mean")  # type: ignore[arg-type]
 
 
 class FeedbackFakeStore(FakeStore):
@@ -99,11 +102,9 @@ class FeedbackFakeStore(FakeStore):
 async def test_rm3_replaces_the_full_text_list_by_the_expanded_querys() -> None:
     release = asyncio.Event()
     store = FeedbackFakeStore(release, DENSE, FULL_TEXT)
-    found = Retriever(FakeEmbedder(release), store, mode="full_text", rm3=Rm3Params(2, 5, 0.5))
+    found = Retriever(FakeEmbedder(release), store, RetrievalConfig("full_text", rm3=Rm3Params(2, 5, 0.5)))
     lists = await asyncio.wait_for(found.candidate_lists("query", 10), timeout=10)
     assert [h.chunk_id for h in lists.full_text] == ["g#0"]
     assert store.sent == pytest.approx({"queri": 0.5, "expans": 0.5})
     with pytest.raises(ValueError, match="RM3 feedback needs"):
-        Retriever(FakeEmbedder(release), FakeStore(release, DENSE, FULL_TEXT), rm3=Rm3Params())
-    with pytest.raises(ValueError, match="alpha=2"):
-        Retriever(FakeEmbedder(release), store, fusion="convex", fusion_alpha=2)
+        Retriever(FakeEmbedder(release), FakeStore(release, DENSE, FULL_TEXT), RetrievalConfig(rm3=Rm3Params()))

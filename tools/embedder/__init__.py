@@ -5,8 +5,8 @@ Modules, in the order a text goes through them:
 - `client`: `TritonEmbedder`, the one client per process: in-flight slots, requests, retries, reassembly;
 - `channel`: the gRPC channel options (tritonclient's defaults, large message limits, the caller's arguments);
 - `server`: statistics, configuration and model loading on the server;
-- `errors`: `EmbedderError`, `EmbedderOverloadedError`, `EmbedderStubFailedError`, and the translation of
-  tritonclient's errors;
+- `errors`: `EmbedderStubFailedError`, and the translation of tritonclient's errors into it and into the errors the
+  ports declare (`tools.errors`: `EmbedderError`, `EmbedderOverloadedError`);
 - `stats`: the client's counters and call latencies.
 - `reranker`: `TritonReranker`, a cross-encoder on the same client machinery (`client.TritonModelClient`): one
   relevance logit per (question, passage) pair, for the rerank step (`tools.rerank`).
@@ -20,19 +20,16 @@ model's own tokenizer; a non-finite embedding raises `EmbedderError` naming the 
 
 from tools.embedder.channel import GRPC_MAX_MESSAGE_BYTES, channel_options
 from tools.embedder.client import PRIORITY_BULK, PRIORITY_INTERACTIVE, TritonEmbedder
-from tools.embedder.errors import EmbedderError, EmbedderOverloadedError, EmbedderStubFailedError
-from tools.embedder.inputs import TextKind, length_buckets, pad_to_bucket
+from tools.embedder.errors import EmbedderStubFailedError
+from tools.embedder.inputs import length_buckets, pad_to_bucket
 from tools.embedder.stats import EmbedderStats
 
 __all__ = [
     "GRPC_MAX_MESSAGE_BYTES",
     "PRIORITY_BULK",
     "PRIORITY_INTERACTIVE",
-    "EmbedderError",
-    "EmbedderOverloadedError",
     "EmbedderStats",
     "EmbedderStubFailedError",
-    "TextKind",
     "TritonEmbedder",
     "channel_options",
     "length_buckets",

@@ -50,27 +50,13 @@ from tritonclient.utils import InferenceServerException
 from tools.embedder import server
 from tools.embedder.channel import channel_options, split_endpoints
 from tools.embedder.endpoints import EndpointPool
-from tools.embedder.errors import (
-    EmbedderError,
-    EmbedderOverloadedError,
-    EmbedderStubFailedError,
-    describe,
-    is_overload,
-    is_stub_failure,
-    is_transient,
-)
-from tools.embedder.inputs import (
-    InputSpec,
-    TextKind,
-    check_model_inputs,
-    input_tensors,
-    length_buckets,
-    pad_to_bucket,
-    tokenize,
-)
+from tools.embedder.errors import EmbedderStubFailedError, describe, is_overload, is_stub_failure, is_transient
+from tools.embedder.inputs import InputSpec, check_model_inputs, input_tensors, length_buckets, pad_to_bucket, tokenize
 from tools.embedder.metrics import SLOT_WAIT_SECONDS
 from tools.embedder.stats import EmbedderStats
+from tools.errors import EmbedderError, EmbedderOverloadedError
 from tools.model_specs import EMBEDDING_OUTPUT, EmbeddingModelSpec
+from tools.records import TextKind
 from tools.timing import timed
 from tools.tokenizer import load_tokenizer
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import tritonclient.grpc.aio as grpcclient
 
-from tools.embedder.errors import EmbedderError
+from tools.errors import EmbedderError
 
 DEFAULT_COOLDOWN_S = 2.0
 """How long an endpoint that answered UNAVAILABLE is tried last, seconds: the longest retry backoff of the client,

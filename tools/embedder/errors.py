@@ -1,28 +1,19 @@
-"""The embedder's errors, and the translation of tritonclient's errors into them (the one place that reads
-tritonclient's `InferenceServerException`; nothing above `tools.embedder` sees gRPC's or tritonclient's types)."""
+"""The translation of tritonclient's errors into the embedder's (`tools.errors`: `EmbedderError`,
+`EmbedderOverloadedError`; here `EmbedderStubFailedError`, which only the embedder's own clients raise and act on):
+the one place that reads tritonclient's `InferenceServerException`; nothing above `tools.embedder` sees gRPC's or
+tritonclient's types."""
 
 from __future__ import annotations
 
 from tritonclient.utils import InferenceServerException
+
+from tools.errors import EmbedderError
 
 _TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED"}
 _OVERLOAD_MESSAGES = ("Exceeds maximum queue size", "Request timeout expired")
 """Triton's messages (status UNAVAILABLE) for a request refused by the model's queue policy: the queue is full
 (`max_queue_size`), or the request waited longer than its queue timeout (`default_timeout_microseconds` or the
 request's own `timeout`)."""
-
-
-class EmbedderError(RuntimeError):
-    """Embedding failed: bad input, Triton unreachable or not ready, a timeout, or a bad model output."""
-
-
-class EmbedderOverloadedError(EmbedderError):
-    """Triton (or this client) refused the request for lack of capacity; trying again later may succeed.
-
-    Raised without retrying when Triton's queue for the model is full or the request outwaited its queue timeout
-    (the model's `dynamic_batching.default_queue_policy`), and when this client waited `timeout_s` for a free
-    in-flight slot. An HTTP API answers it with 503 Service Unavailable and a `Retry-After` header.
-    """
 
 
 class EmbedderStubFailedError(EmbedderError):

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from tools.embedder.errors import EmbedderError
+from tools.errors import EmbedderError
 from tools.model_specs import EmbeddingModelSpec
+from tools.records import TextKind
 
 log = logging.getLogger(__name__)
-
-TextKind = Literal["query", "document"]
 
 InputSpec = tuple[str, str]
 """One declared model input: `(name, datatype)` as Triton's model metadata gives them, e.g. `("input_ids", "INT64")`."""

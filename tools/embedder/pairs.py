@@ -20,8 +20,8 @@ import numpy.typing as npt
 from tokenizers import Encoding, Tokenizer
 
 from tools.embedder.client import PRIORITY_INTERACTIVE, ClientOptions, ServedModelSpec, TritonModelClient
-from tools.embedder.errors import EmbedderError
 from tools.embedder.inputs import check_texts
+from tools.errors import EmbedderError
 
 PAIR_OUTPUT = "logits"
 """Name of a cross-encoder graph's output: FP32 `(batch, width)` logits."""

@@ -11,7 +11,8 @@ from typing import Any
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tools.embedder.errors import EmbedderError, describe
+from tools.embedder.errors import describe
+from tools.errors import EmbedderError
 
 STATISTICS_COUNTS = ("inference_count", "execution_count", "success_count", "queue_ns", "compute_ns")
 """The cumulative counters `model_counts` returns."""

@@ -14,13 +14,13 @@ from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
 from tools.chunking import Chunk, chunk_parts, fit_window
-from tools.embedder import EmbedderError, EmbedderOverloadedError
+from tools.errors import EmbedderError, EmbedderOverloadedError, StoreError
 from tools.extract import Section
 from tools.ingest.documents import SourceDocument
 from tools.ingest.ports import ChunkSink, DocumentEmbedder
 from tools.ingest.reuse import lend_vectors
+from tools.records import ChunkRecord, DocumentRecord, IngestCounts
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import ChunkRecord, DocumentRecord, IngestCounts, StoreError
 
 log = logging.getLogger(__name__)
 

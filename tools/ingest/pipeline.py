@@ -27,6 +27,7 @@ from pathlib import Path
 
 import asyncpg
 
+from tools.errors import StoreError
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import Prepared, prepare, store_prepared
 from tools.ingest.inputs import InputFile, printable
@@ -34,8 +35,8 @@ from tools.ingest.ports import ChunkSink, DocumentEmbedder, IngestOptions
 from tools.ingest.readers import jsonl_documents, read_file_document, scan_inputs
 from tools.ingest.report import FileError, IngestReport, ProgressFn
 from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
+from tools.records import IngestCounts
 from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
-from tools.store import IngestCounts, StoreError
 
 StoredFn = Callable[[str, list[tuple[str, Path]]], None]
 """Called with the collection and the `(doc id, file)` of each document file of a batch once its document is stored

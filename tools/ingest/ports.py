@@ -17,14 +17,12 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from tools.chunking import check_window
-from tools.embedder import TextKind
 from tools.extract import MAX_FILE_BYTES
 from tools.extract.ocr import OcrOptions
 from tools.ingest.inputs import TEMPORARY_NAMES
 from tools.model_specs import EmbeddingModelSpec
+from tools.records import DocumentRecord, IngestCounts, StagedDocument, StagedRow, TextKind
 from tools.scope import DEFAULT_COLLECTION
-from tools.store import DocumentRecord, IngestCounts
-from tools.store.staging import StagedDocument, StagedRow
 
 
 class DocumentEmbedder(Protocol):
@@ -45,7 +43,7 @@ class DocumentEmbedder(Protocol):
         """`(len(texts), spec.dim)` float32 L2-normalised embeddings.
 
         Raises:
-            tools.embedder.EmbedderError: the server failed or refused, or a text could not be embedded.
+            tools.errors.EmbedderError: the server failed or refused, or a text could not be embedded.
         """
         ...
 
@@ -54,7 +52,7 @@ class ChunkSink(Protocol):
     """Where ingestion writes (`tools.store.VectorStore`): documents with their chunks in one transaction per batch,
     keyed by (collection, doc id) and content hash, and the staging of a large document's chunks.
 
-    Every method raises `tools.store.StoreError` (`StoreUnavailableError` while the store is down) on failure, with
+    Every method raises `tools.errors.StoreError` (`StoreUnavailableError` while the store is down) on failure, with
     nothing half-written.
     """
 

@@ -27,8 +27,8 @@ from tools.chunking import fit_window, iter_chunk_parts
 from tools.ingest.documents import SourceDocument
 from tools.ingest.embedding import BadChunk, chunk_location, embed_isolating
 from tools.ingest.ports import ChunkSink, DocumentEmbedder
+from tools.records import StagedDocument, StagedRow
 from tools.scope import DEFAULT_COLLECTION
-from tools.store.staging import StagedDocument, StagedRow
 
 LARGE_DOC_CHARS = 65_536
 """Content length above which a document is ingested in staged sub-batches (one chunker piece)."""

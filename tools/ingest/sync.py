@@ -39,7 +39,6 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from tools.embedder import TextKind
 from tools.extract import Kind
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import prepare
@@ -61,9 +60,10 @@ from tools.ingest.sync_plan import (
 )
 from tools.model_specs import EmbeddingModelSpec
 from tools.originals import Originals
+from tools.records import FileState, TextKind
 from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
 from tools.store import VectorStore
-from tools.store.sync_state import FileState, SyncLedger
+from tools.store.sync_state import SyncLedger
 
 log = logging.getLogger(__name__)
 

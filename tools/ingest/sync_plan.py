@@ -32,7 +32,7 @@ from typing import Any
 from tools.extract import Kind, sniff
 from tools.ingest.inputs import name_error, printable, walk_folder
 from tools.ingest.report import FileError
-from tools.store.sync_state import FileState, FileStatus
+from tools.records import FileState, FileStatus
 
 RACY_WINDOW_NS = 2_000_000_000
 """A file whose mtime is within this many nanoseconds before the sync's start (or later) is racy (2 s: coarser than

@@ -19,9 +19,8 @@ from typing import Any
 
 from watchfiles import awatch
 
-from tools.embedder import EmbedderError
+from tools.errors import EmbedderError, StoreError
 from tools.ingest.sync_plan import SyncReport
-from tools.store import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -36,14 +36,16 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from tenacity.wait import wait_base
 
 from tools.embedder import TritonEmbedder
+from tools.errors import StoreUnavailableError
 from tools.extract import sniff
 from tools.ingest import IngestOptions, InputFile, ingest
 from tools.ingest.documents import IngestError
 from tools.ingest.sync import SyncRequest, sync_folder, within_roots
 from tools.ingest.sync_plan import SyncReport
 from tools.originals import Originals
-from tools.store import StoreUnavailableError, VectorStore
-from tools.store.jobs import DEFAULT_MAX_ATTEMPTS, Job, JobQueue, JobStatus
+from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobStatus
+from tools.store import VectorStore
+from tools.store.jobs import JobQueue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

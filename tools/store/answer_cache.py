@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import json
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tools.records import CacheLookup
 from tools.store import pools
 from tools.store.records import Conn
 
@@ -68,22 +68,6 @@ EXPIRE_SQL = "DELETE FROM answer_cache WHERE created_at <= now() - make_interval
 EVICT_SQL = """
 DELETE FROM answer_cache WHERE key IN (SELECT key FROM answer_cache ORDER BY created_at DESC, key OFFSET $1)
 """
-
-
-@dataclass(frozen=True)
-class CacheLookup:
-    """What `PostgresAnswerCache.lookup` found.
-
-    Attributes:
-        key: the entry's key (sha256 hex of the digest and the scope's versions); store an answer under it.
-        answer: the stored answer's JSON object, or None (no entry, or an expired one).
-        settled: False when a collection of the scope changed within the replicas' lag bound: an answer computed
-            now may have read a replica without that change, so it must not be stored.
-    """
-
-    key: str
-    answer: dict[str, Any] | None
-    settled: bool
 
 
 class PostgresAnswerCache:

@@ -1,6 +1,6 @@
-"""The store's errors, and the one place where asyncpg's (and the socket's) exceptions become them.
+"""The one place where asyncpg's (and the socket's) exceptions become the store's errors (`tools.errors`).
 
-Callers above the store see only these types: `StoreUnavailableError` (Postgres is down, restarting or shutting
+Callers above the store see only those types: `StoreUnavailableError` (Postgres is down, restarting or shutting
 down; retryable), its subclass `StoreBusyError` (no pooled connection within the bounded acquire time; retryable),
 and `StoreQueryError` (Postgres refused or failed a statement; not retryable). Bad input is a plain `StoreError`.
 """
@@ -12,22 +12,7 @@ from collections.abc import Iterator
 
 import asyncpg
 
-
-class StoreError(RuntimeError):
-    """The store cannot be used as asked: unreachable, wrong embedder for the stored table, or bad input."""
-
-
-class StoreUnavailableError(StoreError):
-    """Postgres is unreachable, restarting or shutting down; the same call may succeed later (retryable)."""
-
-
-class StoreBusyError(StoreUnavailableError):
-    """No pooled connection became free within the bounded acquire time (`DB_ACQUIRE_TIMEOUT_S`); retryable."""
-
-
-class StoreQueryError(StoreError):
-    """Postgres refused or failed a statement (a bug, a schema problem, or a missing extension); not retryable."""
-
+from tools.errors import StoreError, StoreQueryError, StoreUnavailableError
 
 UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,  # class 08: connection lost, refused by the server or by PgBouncer

@@ -28,20 +28,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import asyncpg
 
+from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobStatus
 from tools.scope import DEFAULT_COLLECTION, check_collection
 from tools.store import pools
 from tools.store.records import Conn
-
-JobStatus = Literal["queued", "running", "done", "failed"]
-JobKind = Literal["upload", "sync"]
-"""`upload`: ingest the job's files (`ingest_job_files`); `sync`: sync a server-side folder (`params`: `path`,
-`prefix`, `include`, `exclude`; `tools.ingest.sync`), its summary in `result`."""
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS ingest_jobs (
@@ -74,9 +68,6 @@ ALTER TABLE ingest_jobs ADD COLUMN IF NOT EXISTS params jsonb NOT NULL DEFAULT '
 ALTER TABLE ingest_jobs ADD COLUMN IF NOT EXISTS result jsonb;
 """
 
-DEFAULT_MAX_ATTEMPTS = 3
-"""Claims of one job before a worker that stops mid-job (its lease expired) fails it instead."""
-
 _FENCED = "id = $1 AND worker = $2 AND attempts = $3 AND status = 'running'"
 """The condition of every write of a claim: job $1, still claimed by worker $2 under attempt $3 (the fencing token:
 a worker that paused past its lease, or a process reusing its name, never writes over a later claim)."""
@@ -87,48 +78,6 @@ _JOB_COLUMNS = (
     "id, status, created_at, started_at, finished_at, worker, attempts, prefix, collection, files_total, files_done, "
     "chunks, errors, timings, kind, params, result"
 )
-
-
-@dataclass(frozen=True)
-class JobFile:
-    """One file of a job: `name` is the uploaded file name (a display name and the document id's last part, never
-    a path), `data` its bytes."""
-
-    name: str
-    data: bytes
-
-
-@dataclass(frozen=True)
-class Job:
-    """A job's state: files done of `files_total`, `chunks` its documents hold in the store, per-file `errors`
-    (`{"file", "error"}`), `timings` (seconds: `wall_s` of the last attempt), `attempts` (claims so far), and the
-    `collection` its documents go into."""
-
-    id: int
-    status: JobStatus
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    worker: str | None
-    attempts: int
-    prefix: str
-    collection: str
-    files_total: int
-    files_done: int
-    chunks: int
-    errors: list[dict[str, str]] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    kind: JobKind = "upload"
-    params: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The job as JSON (`GET /v1/jobs/{id}`, `rag jobs show --json`): times as ISO 8601 UTC."""
-        out: dict[str, Any] = dict(vars(self))
-        for key in ("created_at", "started_at", "finished_at"):
-            value = out[key]
-            out[key] = value.isoformat() if value is not None else None
-        return out
 
 
 def _job(row: asyncpg.Record) -> Job:

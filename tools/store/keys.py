@@ -21,18 +21,15 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from datetime import datetime
+from contextlib import asynccontextmanager
 from enum import Enum
-from typing import Any
 
 import asyncpg
 
+from tools.records import ApiKey
 from tools.scope import ScopeError, check_collection
 from tools.store.errors import translated
-from tools.store.pools import transaction
-from tools.store.records import Conn
+from tools.store.pools import PooledTables
 from tools.store.usage import PostgresUsage
 
 TOKEN_PREFIX = "rag_"
@@ -79,39 +76,6 @@ def check_collections(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted({check_collection(n.strip()) for n in names}))
 
 
-@dataclass(frozen=True)
-class ApiKey:
-    """A stored key (never its token nor its hash): id, name, the collections it may use, when it was created and
-    revoked (None: active), and its own quotas (None: the service's defaults)."""
-
-    id: int
-    name: str
-    collections: tuple[str, ...]
-    created_at: datetime
-    revoked_at: datetime | None = None
-    requests_per_minute: int | None = None
-    """The key's own answer requests per minute; None: the service's `KEY_REQUESTS_PER_MINUTE`."""
-    tokens_per_day: int | None = None
-    """The key's own LLM tokens per UTC day; None: the service's `KEY_TOKENS_PER_DAY`."""
-
-    @property
-    def active(self) -> bool:
-        """Not revoked."""
-        return self.revoked_at is None
-
-    def to_json(self) -> dict[str, Any]:
-        """The key as JSON (`rag keys list --json`): times as ISO 8601."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "collections": list(self.collections),
-            "created_at": self.created_at.isoformat(),
-            "revoked_at": None if self.revoked_at is None else self.revoked_at.isoformat(),
-            "requests_per_minute": self.requests_per_minute,
-            "tokens_per_day": self.tokens_per_day,
-        }
-
-
 def _key(row: asyncpg.Record) -> ApiKey:
     return ApiKey(
         row["id"],
@@ -144,21 +108,12 @@ def check_limit(name: str, value: int | Keep | None) -> int | Keep | None:
     return value
 
 
-class PostgresKeys:
+class PostgresKeys(PooledTables):
     """API keys in Postgres over an asyncpg pool; every operation is one transaction (`tools.store.pools`), and
     Postgres failures come out as the store's errors (`StoreUnavailableError`, `StoreBusyError`, ...).
 
-    Args:
-        pool: a connected pool on the store's database.
-        acquire_timeout_s: longest wait for a pooled connection, seconds (`DB_ACQUIRE_TIMEOUT_S`).
+    Args: those of `tools.store.pools.PooledTables` (pool, acquire_timeout_s).
     """
-
-    def __init__(self, pool: asyncpg.Pool, acquire_timeout_s: float = 5.0) -> None:
-        self.pool = pool
-        self.acquire_timeout_s = acquire_timeout_s
-
-    def _tx(self, action: str, begin: str = "BEGIN") -> AbstractAsyncContextManager[Conn]:
-        return transaction(self.pool, self.acquire_timeout_s, action, begin)
 
     @property
     def usage(self) -> PostgresUsage:

@@ -8,8 +8,6 @@ reads every document row of the collections (a few ms at 5,000 documents; linear
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Sequence
 
@@ -17,40 +15,14 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
+from tools.records import DocumentPage, StoredChunk, StoredDocument, decode_cursor, encode_cursor
 from tools.scope import DEFAULT_COLLECTION
-from tools.store.errors import StoreError
-from tools.store.records import Conn, DocumentPage, StoredChunk, StoredDocument
+from tools.store.records import Conn
 
 _DOCUMENT_COLUMNS = """
 d.doc_id, d.title, d.source, d.content_hash, d.ingested_at, d.collection,
 (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) AS chunks
 """
-
-MAX_PAGE = 10_000
-"""Most documents one keyset page may hold."""
-
-
-def encode_cursor(doc_id: str, collection: str = DEFAULT_COLLECTION) -> str:
-    """The opaque cursor of the page after document (`collection`, `doc_id`): URL-safe base64, no padding, of the
-    JSON array `[doc_id, collection]`."""
-    raw = json.dumps([doc_id, collection], ensure_ascii=False, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[str, str]:
-    """The (doc_id, collection) a cursor of `encode_cursor` names. Raises StoreError for anything else."""
-    bad = StoreError(f"cursor={cursor!r} is not a cursor this store issued; pass a `next_cursor` back")
-    try:
-        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
-        value = json.loads(raw)
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise bad from exc
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) and v for v in value)):
-        raise bad
-    doc_id, collection = value
-    if encode_cursor(doc_id, collection) != cursor:
-        raise bad
-    return doc_id, collection
 
 
 def _document(r: asyncpg.Record) -> StoredDocument:

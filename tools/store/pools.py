@@ -20,7 +20,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 from pgvector.asyncpg import register_vector
 
-from tools.store.errors import StoreBusyError, StoreUnavailableError, translated
+from tools.errors import StoreBusyError, StoreUnavailableError
+from tools.store.errors import translated
 from tools.store.records import Conn
 
 
@@ -105,3 +106,20 @@ async def transaction(pool: asyncpg.Pool, timeout_s: float, action: str, begin: 
             with contextlib.suppress(asyncpg.InterfaceError):  # already detached when asyncpg saw it close
                 conn.terminate()  # its server went away: the pool opens a new connection for the next caller
             raise
+
+
+class PooledTables:
+    """Tables over one asyncpg pool, one transaction per operation (`transaction`, bounded acquire): the base of the
+    stores of API keys (`tools.store.keys.PostgresKeys`) and their usage (`tools.store.usage.PostgresUsage`).
+
+    Args:
+        pool: a connected pool on the store's database.
+        acquire_timeout_s: longest wait for a pooled connection, seconds (`DB_ACQUIRE_TIMEOUT_S`).
+    """
+
+    def __init__(self, pool: asyncpg.Pool, acquire_timeout_s: float = 5.0) -> None:
+        self.pool = pool
+        self.acquire_timeout_s = acquire_timeout_s
+
+    def _tx(self, action: str, begin: str = "BEGIN") -> contextlib.AbstractAsyncContextManager[Conn]:
+        return transaction(self.pool, self.acquire_timeout_s, action, begin)

@@ -28,8 +28,9 @@ from typing import TypeVar
 
 import asyncpg
 
+from tools.errors import StoreError, StoreUnavailableError
 from tools.store import pools
-from tools.store.errors import StoreError, StoreUnavailableError, translated
+from tools.store.errors import translated
 from tools.store.records import Conn
 
 T = TypeVar("T")

@@ -20,8 +20,8 @@
 from __future__ import annotations
 
 from tools import bm25
+from tools.errors import StoreError
 from tools.scope import DEFAULT_COLLECTION
-from tools.store.errors import StoreError
 from tools.store.records import Conn
 
 MAX_HNSW_DIM = 2000

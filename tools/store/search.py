@@ -18,10 +18,11 @@ import numpy as np
 import numpy.typing as npt
 
 from tools import bm25
+from tools.errors import StoreError
+from tools.records import ChunkHit, FullTextMatch, FullTextRank, TermVectors
 from tools.scope import SearchScope
 from tools.store import filters
-from tools.store.errors import StoreError
-from tools.store.records import ChunkHit, Conn, FullTextMatch, FullTextRank, TermVectors, hit
+from tools.store.records import Conn, hit
 
 HIT_COLUMNS = "c.chunk_id, d.doc_id, d.title, c.text, d.source, c.metadata"
 

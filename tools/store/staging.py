@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import asyncpg
-import numpy as np
-import numpy.typing as npt
 
 from tools import bm25
+from tools.records import StagedDocument, StagedRow
 from tools.scope import qualified_doc_id
 from tools.store import pools
 from tools.store.writes import delete_rows, lock_writes
@@ -39,6 +37,7 @@ class StagingStore(Protocol):
     acquire_timeout_s: float
     bm25_k1: float
     bm25_b: float
+
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS ingest_staged_chunks (
@@ -63,22 +62,6 @@ ALTER TABLE ingest_staged_chunks ADD CONSTRAINT ingest_staged_chunks_key PRIMARY
 
 COLUMNS = ["collection", "doc_id", "content_hash", "chunk_index", "text", "token_count", "embedding", "metadata"]
 """The columns of a staged row (`StagedRow`), in its order."""
-
-StagedRow = tuple[str, str, str, int, str, int, npt.NDArray[np.float32], str]
-"""One staged chunk: collection, doc id, content hash, chunk index, text, token count, embedding ((dim,) float32),
-metadata as JSON text."""
-
-
-@dataclass(frozen=True)
-class StagedDocument:
-    """The document whose chunks are staged: its id, the sha256 hex of its content (the staged rows' tag), and what
-    its `documents` row stores (title, source, metadata)."""
-
-    doc_id: str
-    content_hash: str
-    title: str
-    source: str
-    metadata: dict[str, Any]
 
 
 async def resume_point(store: StagingStore, doc: StagedDocument, collection: str) -> int:

@@ -34,20 +34,15 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
 
 import asyncpg
 
+from tools.records import DocumentRecord, FileState, IngestCounts, StoredFile, SyncSource, chunk_id
 from tools.store import pools
 from tools.store.errors import translated
-from tools.store.records import Conn, DocumentRecord, IngestCounts, chunk_id
+from tools.store.records import Conn
 from tools.store.vector_store import VectorStore
 from tools.store.writes import add_documents, delete_rows, lock_writes
-
-FileStatus = Literal["stored", "empty", "skipped"]
-"""`stored`: the file's document is stored and owned; `empty`: no text, no document; `skipped`: a type that is not
-synced (unsupported, a JSONL corpus), no document."""
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS sync_sources (
@@ -85,42 +80,6 @@ SYNC_LOCK = 4246
 `hashtext(collection || newline || folder)` (a collection name holds no newline)."""
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class FileState:
-    """What a sync recorded of one file: its path relative to the synced folder (POSIX), size (bytes), mtime
-    (ns), the sha256 hex of its bytes, the document id it owns, that document's content hash (None for `empty`),
-    and its status."""
-
-    rel_path: str
-    size: int
-    mtime_ns: int
-    file_hash: str
-    doc_id: str
-    content_hash: str | None
-    status: FileStatus = "stored"
-
-
-@dataclass(frozen=True)
-class SyncSource:
-    """A synced folder: its id, the folder (absolute), collection, id root, prefix and globs of its last run."""
-
-    id: int
-    folder: str
-    collection: str
-    root: str
-    prefix: str
-    include: tuple[str, ...]
-    exclude: tuple[str, ...]
-
-
-class StoredFile(NamedTuple):
-    """What `SyncLedger.store_file` did: the write's counts and the doc id of the document it removed (the one the
-    file's state owned under another id, or with no text any more), or None."""
-
-    counts: IngestCounts
-    removed: str | None = None
 
 
 class SyncLedger:
@@ -375,7 +334,7 @@ async def _remove_owned(conn: Conn, source_id: int, collection: str, doc_id: str
 
 async def _rename(conn: Conn, document_id: int, collection: str, doc_id: str, source: str) -> None:
     """Give document row `document_id` the id `doc_id` and `source`, and its chunks their new chunk ids
-    (`tools.store.records.chunk_id`); chunks, vectors and BM25 postings stay (postings key on the chunk row)."""
+    (`tools.records.chunk_id`); chunks, vectors and BM25 postings stay (postings key on the chunk row)."""
     await conn.execute("UPDATE documents SET doc_id = $2, source = $3 WHERE id = $1", document_id, doc_id, source)
     rows = await conn.fetch("SELECT id, chunk_index FROM chunks WHERE document_id = $1", document_id)
     if rows:
@@ -385,4 +344,3 @@ async def _rename(conn: Conn, document_id: int, collection: str, doc_id: str, so
             [r["id"] for r in rows],
             [chunk_id(collection, doc_id, r["chunk_index"]) for r in rows],
         )
-

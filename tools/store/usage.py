@@ -9,15 +9,11 @@ asyncpg's. The service's use of it (quotas, metrics, the meter of a request) is 
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-import asyncpg
-
-from tools.store.pools import transaction
-from tools.store.records import Conn
+from tools.records import Usage, UsageRow
+from tools.store.pools import PooledTables
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS key_usage (
@@ -31,49 +27,6 @@ CREATE TABLE IF NOT EXISTS key_usage (
     PRIMARY KEY (key_id, day)
 )
 """
-
-
-@dataclass
-class Usage:
-    """What one or more requests used: answer requests, prompt and completion tokens (as the LLM server reported
-    them), embedding and LLM time in ms (the answers' `timings_ms` `embed` and `llm`)."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    embed_ms: float = 0.0
-    llm_ms: float = 0.0
-
-    @property
-    def tokens(self) -> int:
-        """Prompt + completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
-    def to_json(self) -> dict[str, Any]:
-        """`{"requests", "prompt_tokens", "completion_tokens", "total_tokens", "embed_ms", "llm_ms"}` (ms rounded
-        to 0.1)."""
-        return {
-            "requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.tokens,
-            "embed_ms": round(self.embed_ms, 1),
-            "llm_ms": round(self.llm_ms, 1),
-        }
-
-
-@dataclass(frozen=True)
-class UsageRow:
-    """One key's usage on one UTC day, with the key's name."""
-
-    key_id: int
-    key_name: str
-    day: date
-    usage: Usage
-
-    def to_json(self) -> dict[str, Any]:
-        """`{"key_id", "key_name", "day": "YYYY-MM-DD", ...Usage.to_json()}`."""
-        return {"key_id": self.key_id, "key_name": self.key_name, "day": self.day.isoformat()} | self.usage.to_json()
 
 
 def total(rows: list[UsageRow]) -> Usage:
@@ -99,20 +52,11 @@ def report_json(days: int, since: date, rows: list[UsageRow]) -> dict[str, Any]:
     }
 
 
-class PostgresUsage:
+class PostgresUsage(PooledTables):
     """The `key_usage` table over an asyncpg pool (the keys' own, `tools.store.keys.PostgresKeys.pool`).
 
-    Args:
-        pool: a connected pool on the store's database.
-        acquire_timeout_s: longest wait for a pooled connection, seconds (`DB_ACQUIRE_TIMEOUT_S`).
+    Args: those of `tools.store.pools.PooledTables` (pool, acquire_timeout_s).
     """
-
-    def __init__(self, pool: asyncpg.Pool, acquire_timeout_s: float = 5.0) -> None:
-        self.pool = pool
-        self.acquire_timeout_s = acquire_timeout_s
-
-    def _tx(self, action: str, begin: str = "BEGIN") -> AbstractAsyncContextManager[Conn]:
-        return transaction(self.pool, self.acquire_timeout_s, action, begin)
 
     async def setup(self) -> None:
         """Create the table when missing (idempotent; `api_keys` must exist)."""
@@ -168,4 +112,3 @@ class PostgresUsage:
             )
             for r in rows
         ]
-

@@ -15,21 +15,27 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from tools.scope import DEFAULT_COLLECTION, SearchScope, check_collection
-from tools.store import listing, pools, replicas, schema, search, staging, writes
-from tools.store.errors import StoreError, translated
-from tools.store.records import (
+from tools.errors import StoreError
+from tools.records import (
+    MAX_PAGE,
     ChunkHit,
-    Conn,
     DocumentPage,
     DocumentRecord,
     FullTextMatch,
     FullTextRank,
     IngestCounts,
+    StagedDocument,
+    StagedRow,
     StoredChunk,
     StoredDocument,
     TermVectors,
+    check_batch,
+    decode_cursor,
 )
+from tools.scope import DEFAULT_COLLECTION, SearchScope, check_collection
+from tools.store import listing, pools, replicas, schema, search, staging, writes
+from tools.store.errors import translated
+from tools.store.records import Conn
 
 T = TypeVar("T")
 
@@ -250,7 +256,7 @@ class VectorStore:
         """
         _collection(collection)
         unchanged = dict(unchanged or {})
-        writes.check_batch(docs, unchanged, self.dim)
+        check_batch(docs, unchanged, self.dim)
         if not docs and not unchanged:
             return IngestCounts()
         async with pools.transaction(self.write_pool, self.acquire_timeout_s, "storing documents") as conn:
@@ -259,7 +265,7 @@ class VectorStore:
             await self._replicated()
         return counts
 
-    async def resume_point(self, doc: staging.StagedDocument, collection: str = DEFAULT_COLLECTION) -> int:
+    async def resume_point(self, doc: StagedDocument, collection: str = DEFAULT_COLLECTION) -> int:
         """Chunks of large document `doc` an earlier run left staged in `collection` (indexes 0..n-1: returns n);
         staged chunks of another content hash are dropped (`tools.store.staging.resume_point`).
 
@@ -268,7 +274,7 @@ class VectorStore:
         """
         return await staging.resume_point(self, doc, collection)
 
-    async def stage_chunks(self, rows: Sequence[staging.StagedRow]) -> None:
+    async def stage_chunks(self, rows: Sequence[StagedRow]) -> None:
         """Stage one sub-batch of a large document's embedded chunks in one transaction
         (`tools.store.staging.stage_chunks`).
 
@@ -277,7 +283,7 @@ class VectorStore:
         """
         await staging.stage_chunks(self, rows)
 
-    async def commit_staged(self, doc: staging.StagedDocument, collection: str = DEFAULT_COLLECTION) -> int:
+    async def commit_staged(self, doc: StagedDocument, collection: str = DEFAULT_COLLECTION) -> int:
         """Store the staged chunks of `doc` in `collection` in one transaction, replacing a stored version; returns
         the chunks stored (`tools.store.staging.commit_staged`).
 
@@ -353,10 +359,10 @@ class VectorStore:
         Raises:
             StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
         """
-        if not 1 <= limit <= listing.MAX_PAGE or offset < 0:
-            raise StoreError(f"limit={limit}, offset={offset}; expected 1..{listing.MAX_PAGE} and >= 0")
+        if not 1 <= limit <= MAX_PAGE or offset < 0:
+            raise StoreError(f"limit={limit}, offset={offset}; expected 1..{MAX_PAGE} and >= 0")
         if cursor is not None:
-            listing.decode_cursor(cursor)
+            decode_cursor(cursor)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
             return await listing.keyset_page(conn, limit, cursor, offset, _collections(collections), matching)
 
@@ -526,7 +532,7 @@ class VectorStore:
         scope: SearchScope | None = None,
     ) -> list[ChunkHit]:
         """BM25 for a weighted query of stored lexemes: score(chunk) = sum over t in `terms` of terms[t] * idf(t) *
-        tf-part(t, chunk), e.g. a pseudo-relevance-feedback query (`tools.fusion.rm3_terms`).
+        tf-part(t, chunk), e.g. a pseudo-relevance-feedback query (`tools.rm3.rm3_terms`).
 
         Args:
             terms: {`english` lexeme as stored (not re-analysed): weight > 0}; lexemes absent from the corpus
@@ -616,4 +622,3 @@ def _collections(names: Sequence[str] | None) -> list[str] | None:
     for name in names:
         _collection(name)
     return list(names)
-

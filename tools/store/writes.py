@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from tools import bm25
-from tools.store.errors import StoreError
-from tools.store.records import Conn, DocumentRecord, IngestCounts, chunk_id
+from tools.records import DocumentRecord, IngestCounts, chunk_id
+from tools.store.records import Conn
 
 WRITE_LOCK = 4243
 """Advisory lock key of the writers (ingest, replace, delete, rebuild)."""
@@ -25,25 +23,6 @@ WRITE_LOCK = 4243
 async def lock_writes(conn: Conn) -> None:
     """Serialise writers for the rest of the transaction (see the module docstring)."""
     await conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
-
-
-def check_batch(docs: Sequence[DocumentRecord], unchanged: Mapping[str, str], dim: int) -> None:
-    """Refuse a batch before anything is written.
-
-    Raises:
-        StoreError: duplicate doc ids in `docs` or between `docs` and `unchanged`, or an embedding with the wrong
-            shape or non-finite values (names the doc id and chunk index).
-    """
-    ids = [d.doc_id for d in docs]
-    if len(set(ids)) != len(ids) or set(ids) & set(unchanged):
-        raise StoreError("duplicate doc_id within one batch; expected unique document ids")
-    for doc in docs:
-        for chunk in doc.chunks:
-            where = f"document {doc.doc_id!r}, chunk index {chunk.chunk_index}"
-            if chunk.embedding.shape != (dim,):
-                raise StoreError(f"{where}: expected a ({dim},) embedding, got shape {chunk.embedding.shape}")
-            if not np.isfinite(chunk.embedding).all():
-                raise StoreError(f"{where}: the embedding has non-finite values (NaN or inf)")
 
 
 async def add_documents(

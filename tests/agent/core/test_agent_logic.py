@@ -25,7 +25,8 @@ from agent.core.rag_agent import RagDeps, build_agent, shown_in
 from agent.core.results import AskResult
 from tests.agent_corpus import COVERED, DOCUMENTS, OFF_TOPIC
 from tools.in_memory import InMemoryCollection
-from tools.retrieval import RETRIEVAL_MODES, Passage, RetrievalMode
+from tools.retrieval import Passage
+from tools.retrieval_config import RETRIEVAL_MODES, RetrievalConfig, RetrievalMode
 from tools.scope import SearchScope
 
 REFUSAL_MIN_SCORE = 0.3  # hashed bag-of-words cosine: COVERED vs the B12 document ~0.5, OFF_TOPIC vs any 0.0
@@ -72,7 +73,7 @@ async def run(
 ) -> AskResult:
     seen = [] if seen is None else seen
     agent = build_agent(scripted(steps, seen, gate), {"max_tokens": 64}, policy)
-    deps = RagDeps(collection or InMemoryCollection(DOCUMENTS, mode=mode), 3, refusal_min_score)
+    deps = RagDeps(collection or InMemoryCollection(DOCUMENTS, RetrievalConfig(mode=mode)), 3, refusal_min_score)
     on_event = None if events is None else events.append
     request = AnswerRequest(question, policy=policy, on_event=on_event, on_text=on_text)
     return await answer(agent, deps, request, limits)
@@ -121,7 +122,7 @@ async def test_refusal_works_in_every_retrieval_mode(mode: RetrievalMode) -> Non
 
 async def test_every_passage_carries_its_dense_cosine_in_every_mode() -> None:
     for mode in RETRIEVAL_MODES:
-        found = await InMemoryCollection(DOCUMENTS, mode=mode).search(COVERED, 3)
+        found = await InMemoryCollection(DOCUMENTS, RetrievalConfig(mode=mode)).search(COVERED, 3)
         assert found.passages and all(p.dense_score is not None for p in found.passages), mode
         assert found.passages[0].doc_id == "b12" and found.passages[0].dense_score > REFUSAL_MIN_SCORE  # type: ignore[operator]
 

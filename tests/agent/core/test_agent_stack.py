@@ -19,8 +19,10 @@ from agent.core.prompts import REFUSAL
 from agent.core.rag_agent import RagDeps, build_agent
 from agent.core.results import AskResult
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
-from tools.embedder import TextKind, TritonEmbedder
-from tools.retrieval import RETRIEVAL_MODES, RetrievalMode, Retriever
+from tools.embedder import TritonEmbedder
+from tools.records import TextKind
+from tools.retrieval import Retriever
+from tools.retrieval_config import RETRIEVAL_MODES, RetrievalConfig, RetrievalMode
 from tools.store import VectorStore
 
 # SciFact test claim 36's gold abstract (tests/conftest.py GOLD_CLAIMS) is in the test corpus.
@@ -75,7 +77,7 @@ async def test_refusal_works_in_every_retrieval_mode(
     mode: RetrievalMode, store: VectorStore, embedder: TritonEmbedder
 ) -> None:
     counting = CountingEmbedder(embedder)
-    retriever = Retriever(counting, store, mode=mode)
+    retriever = Retriever(counting, store, RetrievalConfig(mode=mode))
     covered = await run("It does [1].", retriever)
     assert not covered.refused and [c.passage for c in covered.citations] == [1]
     seen: list[list[ModelMessage]] = []
@@ -88,7 +90,7 @@ async def test_refusal_works_in_every_retrieval_mode(
 async def test_every_passage_gets_its_dense_cosine(
     mode: RetrievalMode, store: VectorStore, embedder: TritonEmbedder
 ) -> None:
-    found = await Retriever(embedder, store, mode=mode).search(COVERED, 5)
+    found = await Retriever(embedder, store, RetrievalConfig(mode=mode)).search(COVERED, 5)
     query = (await embedder.embed([COVERED], kind="query"))[0]
     exact = {h.chunk_id: h.score for h in await store.dense_search(query, 1000, exact=True)}
     assert found.passages

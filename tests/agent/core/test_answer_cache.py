@@ -20,8 +20,8 @@ from agent.core.answer_cache import (
     request_digest,
 )
 from agent.core.results import AskResult, Citation, SupportReport
+from tools.records import CacheLookup
 from tools.scope import SearchScope
-from tools.store.answer_cache import CacheLookup
 
 SETTINGS = Settings.model_validate({"refusal_min_score": 0.3, "answer_cache": True})
 QUESTION = "Does vitamin D affect bone density?"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agent.core.citations import extract_citations, render_answer, stream_text, strip_reasoning
+from tools.records import ChunkHit
 from tools.retrieval import Passage
-from tools.store import ChunkHit
 
 
 def passage(n: int, doc: str) -> Passage:

@@ -4,8 +4,8 @@ conversation: test_conversations_logic.py)."""
 from __future__ import annotations
 
 from agent.core.prompts import format_passages, sanitize_passage, user_prompt
+from tools.records import ChunkHit
 from tools.retrieval import Passage
-from tools.store import ChunkHit
 
 
 def passage(n: int, text: str) -> Passage:

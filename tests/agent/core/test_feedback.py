@@ -28,12 +28,12 @@ from evals.beir import load_beir
 from evals.feedback_export import doc_id_of, read_corpus, write_export
 from tests.agent_corpus import COVERED, DOCUMENTS, OFF_TOPIC
 from tests.conversation_rig import Model
+from tools.errors import StoreUnavailableError
 from tools.feedback import AnswerRecord, FeedbackQuery
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_feedback import InMemoryFeedback
+from tools.records import CacheLookup
 from tools.scope import SearchScope
-from tools.store.answer_cache import CacheLookup
-from tools.store.errors import StoreUnavailableError
 
 
 def app(feedback: Any = None, **settings: Any) -> tuple[RagApp, InMemoryCollection]:

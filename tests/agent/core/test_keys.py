@@ -18,8 +18,9 @@ from agent.http.deps import ADMIN, CallerIdentity, get_keys
 from agent.http.errors import ApiError
 from tests.http_rig import Served, assert_error, serve
 from tests.key_rig import scopes_asked
+from tools.records import ApiKey
 from tools.scope import SearchScope
-from tools.store.keys import TOKEN_PREFIX, ApiKey, new_token, token_hash
+from tools.store.keys import TOKEN_PREFIX, new_token, token_hash
 
 
 def keyed(keys: InMemoryKeys, **settings: Any) -> Served:

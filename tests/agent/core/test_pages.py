@@ -14,7 +14,7 @@ import pytest
 from agent.core import pages
 from agent.core.errors import InputError
 from tools.originals import Originals
-from tools.store import StoredChunk
+from tools.records import StoredChunk
 
 TEXT = "Backups run nightly. Restores take an hour. Keys rotate weekly."
 LINES = [[3, 72.0, 700.0, 300.0, 712.0], [3, 72.0, 686.0, 300.0, 698.0], [3, 72.0, 672.0, 300.0, 684.0]]

@@ -23,8 +23,7 @@ from agent.core.quotas import (
     utc_day,
 )
 from agent.core.results import AskResult, TokenUsage
-from tools.store.keys import ApiKey
-from tools.store.usage import Usage
+from tools.records import ApiKey, Usage
 
 NOON = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()
 

@@ -18,6 +18,7 @@ from tests.agent_corpus import COVERED, DOCUMENTS
 from tests.scripted_model import ScriptedModel
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_support import HashedEmbedder, LexicalVerifier
+from tools.retrieval_config import RetrievalConfig
 from tools.support import CheckOptions, DecisionRule, EmbeddingSimilarity
 
 B12 = "Vitamin B12 deficiency raises plasma homocysteine in older adults"
@@ -30,7 +31,7 @@ async def ask(text: str, mode: SupportMode = "flag", events: list[AgentEvent] | 
     agent = build_agent(FunctionModel(stream_function=model.stream), {"max_tokens": 64}, "always")
     rule = DecisionRule(0.6, 0.6)
     checker = SupportChecker(EmbeddingSimilarity(HashedEmbedder()), LexicalVerifier(), CheckOptions(rule=rule))
-    deps = RagDeps(InMemoryCollection(DOCUMENTS, mode="hybrid"), 3, 0.3, support=checker)
+    deps = RagDeps(InMemoryCollection(DOCUMENTS, RetrievalConfig(mode="hybrid")), 3, 0.3, support=checker)
     on_event = None if events is None else events.append
     return await answer(agent, deps, AnswerRequest(COVERED, support=mode, on_event=on_event))
 

@@ -30,9 +30,16 @@ from agent.http.errors import STATUS_OF_KIND, error_response
 from infra import processes, stack
 from infra.config import StackConfig
 from tests.conftest import REPO_ROOT
-from tools.embedder import EmbedderError, EmbedderOverloadedError
+from tools.errors import (
+    EmbedderError,
+    EmbedderOverloadedError,
+    StoreBusyError,
+    StoreError,
+    StoreQueryError,
+    StoreUnavailableError,
+)
 from tools.ingest import IngestError
-from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError, VectorStore
+from tools.store import VectorStore
 
 BRACKET_TITLE = "Scratch space under [/tmp] and [/var]"
 BRACKET_ANSWER = "Use [/INST] the [bold]scratch[/] space [/tmp] [1]."

@@ -21,13 +21,8 @@ from agent.core.wiring import Clients
 from infra import stack
 from infra.config import StackConfig
 from infra.processes import free_port
-from tools.embedder import (
-    GRPC_MAX_MESSAGE_BYTES,
-    EmbedderError,
-    EmbedderOverloadedError,
-    TritonEmbedder,
-    channel_options,
-)
+from tools.embedder import GRPC_MAX_MESSAGE_BYTES, TritonEmbedder, channel_options
+from tools.errors import EmbedderError, EmbedderOverloadedError
 from tools.model_specs import EMBEDDING_OUTPUT, get_spec
 from tools.onnx_session import open_session, run_pooled
 from tools.pooling import pool_and_normalize

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from agent.config.settings import Settings
-from tools.embedder import EmbedderError, TritonEmbedder
+from tools.embedder import TritonEmbedder
+from tools.errors import EmbedderError
 from tools.model_specs import EMBEDDING_OUTPUT
 
 TEXTS = [

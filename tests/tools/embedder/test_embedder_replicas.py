@@ -22,7 +22,7 @@ from agent.core.app import build_embedder
 from infra import processes, triton
 from infra.config import StackConfig
 from infra.processes import free_port
-from tools.embedder import EmbedderError
+from tools.errors import EmbedderError
 
 CONCURRENCY = 32
 CLAIMS = [f"Claim {i}: vitamin D supplementation changes bone mineral density in adults." for i in range(CONCURRENCY)]

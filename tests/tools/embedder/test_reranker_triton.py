@@ -15,11 +15,12 @@ from tritonclient.grpc import model_config_pb2
 from agent.config.settings import Settings
 from infra.export_reranker import export_cross_encoder
 from tests.conftest import REPO_ROOT
-from tools.embedder import EmbedderError, TritonEmbedder
+from tools.embedder import TritonEmbedder
 from tools.embedder.pairs import pad_pairs
 from tools.embedder.reranker import LOCAL_RERANKER, TritonReranker, get_reranker_spec
+from tools.errors import EmbedderError
+from tools.records import ChunkHit
 from tools.rerank import rerank
-from tools.store import ChunkHit
 
 REPO = REPO_ROOT
 QUERY = "Vitamin D deficiency is associated with low bone mineral density."

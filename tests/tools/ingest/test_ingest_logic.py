@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pytest
 from tokenizers import Tokenizer
 
-from tools.embedder import EmbedderError
+from tools.errors import EmbedderError
 from tools.in_memory_sink import InMemorySink
 from tools.ingest import IngestError, IngestOptions, ingest, ingest_documents, plan_inputs
 from tools.ingest.documents import SourceDocument

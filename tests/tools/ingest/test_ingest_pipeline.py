@@ -25,9 +25,11 @@ from infra.processes import free_port
 from tests.conftest import LOADED_MACHINE_TRITON_TIMEOUT_S, REPO_ROOT, cli_env, with_own_triton
 from tests.paused_ingest import RELEASE_SIGNAL
 from tests.store_helpers import scratch_databases
-from tools.embedder import EmbedderError, TextKind, TritonEmbedder
+from tools.embedder import TritonEmbedder
+from tools.errors import EmbedderError
 from tools.ingest import BadChunk, IngestOptions, ingest, plan_inputs
 from tools.model_specs import get_spec
+from tools.records import TextKind
 from tools.store import VectorStore
 
 pytestmark = pytest.mark.stack

@@ -30,15 +30,16 @@ from evals.bench_sync import (
     write_folder,
 )
 from tests.document_files import GUIDE_HTML, print_pdf
-from tools.embedder import EmbedderError, TextKind, TritonEmbedder
+from tools.embedder import TritonEmbedder
+from tools.errors import EmbedderError
 from tools.extract.ocr import OcrOptions
 from tools.ingest import ingest, plan_inputs
 from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
 from tools.ingest.sync_plan import file_hash_and_kind
 from tools.originals import Originals
+from tools.records import FileState, TextKind, chunk_id
 from tools.store import VectorStore
-from tools.store.records import chunk_id
-from tools.store.sync_state import SYNC_LOCK, FileState, SyncLedger
+from tools.store.sync_state import SYNC_LOCK, SyncLedger
 
 
 @pytest.fixture

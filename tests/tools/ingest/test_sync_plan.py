@@ -23,7 +23,7 @@ from tools.ingest.sync_plan import (
     scan_folder,
     settle,
 )
-from tools.store.sync_state import FileState
+from tools.records import FileState
 
 
 def seen(rel: str, size: int = 10, mtime: int = 1) -> SeenFile:

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from tools.errors import StoreUnavailableError
 from tools.ingest.sync_plan import SyncReport
 from tools.ingest.sync_watch import watch_folder
-from tools.store import StoreUnavailableError
 
 GENEROUS_S = 60.0
 """A bound on waiting for the watch (the outcome does not depend on it)."""

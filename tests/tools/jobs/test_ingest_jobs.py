@@ -24,8 +24,9 @@ from tests.store_helpers import scratch_databases
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions
 from tools.jobs import work
+from tools.records import JobFile
 from tools.store import VectorStore
-from tools.store.jobs import JobFile, JobQueue
+from tools.store.jobs import JobQueue
 
 LEASE_S = 2.0
 DONE_WITHIN_S = 600.0

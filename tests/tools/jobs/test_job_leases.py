@@ -16,8 +16,9 @@ import pytest
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions
 from tools.jobs import worker
+from tools.records import Job, JobFile
 from tools.store import VectorStore
-from tools.store.jobs import Job, JobFile, JobQueue
+from tools.store.jobs import JobQueue
 
 
 @pytest.fixture

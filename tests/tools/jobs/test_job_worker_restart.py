@@ -25,8 +25,9 @@ from tests.store_helpers import own_postgres
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions
 from tools.jobs import worker
+from tools.records import Job, JobFile
 from tools.store import VectorStore
-from tools.store.jobs import Job, JobFile, JobQueue
+from tools.store.jobs import JobQueue
 
 pytestmark = pytest.mark.stack
 

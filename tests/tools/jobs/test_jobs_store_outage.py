@@ -21,10 +21,12 @@ from tenacity.wait import wait_base
 
 from tests.http_rig import assert_error, serve
 from tools.embedder import TritonEmbedder
+from tools.errors import StoreQueryError, StoreUnavailableError
 from tools.ingest import IngestOptions
 from tools.jobs import worker
-from tools.store import StoreQueryError, StoreUnavailableError, VectorStore
-from tools.store.jobs import Job, JobFile, JobQueue
+from tools.records import Job, JobFile
+from tools.store import VectorStore
+from tools.store.jobs import JobQueue
 
 
 @pytest.fixture

@@ -17,7 +17,9 @@ import pytest
 
 from evals.retrieval_eval import ensure_database
 from tests.bm25_stats import statistics
-from tools.store import BM25_EXHAUSTIVE_SQL, BM25_SQL, ChunkRecord, DocumentRecord, StoreError, VectorStore
+from tools.errors import StoreError
+from tools.records import ChunkRecord, DocumentRecord
+from tools.store import BM25_EXHAUSTIVE_SQL, BM25_SQL, VectorStore
 
 pytestmark = pytest.mark.stack
 
@@ -38,8 +40,6 @@ async def small_store(postgres_url: str) -> AsyncIterator[VectorStore]:
     async with VectorStore(url, "test-model", DIM) as store:
         await store.delete_documents([d.doc_id for d in await store.list_documents()])
         yield store
-
-
 
 
 async def test_statistics_equal_a_recount_after_add_replace_delete(small_store: VectorStore) -> None:

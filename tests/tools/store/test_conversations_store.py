@@ -18,8 +18,9 @@ from agent.core.wiring import Services
 from evals.retrieval_eval import ensure_database
 from tests.agent_corpus import DOCUMENTS
 from tests.conversation_rig import FOLLOW_UP, SUBJECT, Model
+from tools.errors import StoreError
 from tools.in_memory import InMemoryCollection
-from tools.store import StoreError, VectorStore
+from tools.store import VectorStore
 from tools.store.conversations import ConversationStore
 
 pytestmark = pytest.mark.stack

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.store_helpers import DIM, MODEL, record
+from tools.errors import StoreError
 from tools.scope import SearchScope
-from tools.store import StoreError, VectorStore
+from tools.store import VectorStore
 
 
 @pytest.fixture

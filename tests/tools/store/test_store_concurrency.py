@@ -16,9 +16,11 @@ import pytest
 from agent.core.failures import describe
 from evals.retrieval_eval import ensure_database
 from tests.store_helpers import DIM, MODEL, record, unit_vector
-from tools.embedder import TextKind, TritonEmbedder
+from tools.embedder import TritonEmbedder
+from tools.errors import StoreBusyError
 from tools.ingest import IngestOptions, SourceDocument, ingest_documents
-from tools.store import StoreBusyError, VectorStore
+from tools.records import TextKind
+from tools.store import VectorStore
 from tools.store.writes import WRITE_LOCK
 
 LIVENESS_S = 60.0

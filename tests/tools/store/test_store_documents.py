@@ -12,7 +12,9 @@ import pytest
 
 from evals.retrieval_eval import ensure_database
 from tests.bm25_stats import statistics
-from tools.store import ChunkRecord, DocumentRecord, StoreError, VectorStore
+from tools.errors import StoreError
+from tools.records import ChunkRecord, DocumentRecord
+from tools.store import VectorStore
 
 pytestmark = pytest.mark.stack
 

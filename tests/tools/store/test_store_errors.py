@@ -15,10 +15,12 @@ from agent.core.failures import describe
 from infra import postgres
 from infra.config import StackConfig
 from tests.store_helpers import DIM, MODEL, own_postgres, record, unit_vector
-from tools.store import StoreError, StoreQueryError, StoreUnavailableError, VectorStore
-from tools.store.jobs import JobFile, JobQueue
+from tools.errors import StoreError, StoreQueryError, StoreUnavailableError
+from tools.records import JobFile, StagedDocument
+from tools.store import VectorStore
+from tools.store.jobs import JobQueue
 from tools.store.keys import PostgresKeys
-from tools.store.staging import StagedDocument, commit_staged, resume_point, stage_chunks
+from tools.store.staging import commit_staged, resume_point, stage_chunks
 
 
 @pytest.fixture(scope="module")

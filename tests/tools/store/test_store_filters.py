@@ -17,8 +17,9 @@ import pytest
 
 from evals.retrieval_eval import ensure_database
 from tests.store_helpers import DIM, MODEL, without_statistics
+from tools.records import ChunkHit, ChunkRecord, DocumentRecord
 from tools.scope import SearchScope
-from tools.store import ChunkHit, ChunkRecord, DocumentRecord, VectorStore, search
+from tools.store import VectorStore, search
 
 pytestmark = pytest.mark.stack
 

@@ -11,8 +11,10 @@ from agent.config.settings import Settings
 from evals.scifact import SCIFACT_DIR as SCIFACT
 from tests.conftest import GOLD_CLAIMS, run_cli
 from tools.embedder import TritonEmbedder
+from tools.errors import StoreError
 from tools.retrieval import Retriever
-from tools.store import StoreError, VectorStore
+from tools.retrieval_config import RetrievalConfig
+from tools.store import VectorStore
 
 pytestmark = pytest.mark.stack
 
@@ -41,7 +43,7 @@ async def test_reingest_same_file_adds_no_chunks(store: VectorStore, settings: S
 async def test_scifact_claim_retrieves_gold_abstract_in_top_10(
     store: VectorStore, embedder: TritonEmbedder, query_id: str, gold_doc: str
 ) -> None:
-    retriever = Retriever(embedder, store, mode="dense")
+    retriever = Retriever(embedder, store, RetrievalConfig(mode="dense"))
     result = await retriever.search(claim_text(query_id), top_k=10)
     assert gold_doc in [p.doc_id for p in result.passages]
     assert [p.number for p in result.passages] == list(range(1, 11))
@@ -50,7 +52,7 @@ async def test_scifact_claim_retrieves_gold_abstract_in_top_10(
 async def test_hybrid_search_returns_numbered_passages_with_scores(
     store: VectorStore, embedder: TritonEmbedder
 ) -> None:
-    result = await Retriever(embedder, store, mode="hybrid").search(claim_text("36"), top_k=5)
+    result = await Retriever(embedder, store, RetrievalConfig(mode="hybrid")).search(claim_text("36"), top_k=5)
     assert len(result.passages) == 5
     scores = [p.score for p in result.passages]
     assert scores == sorted(scores, reverse=True)
@@ -86,7 +88,7 @@ async def test_store_built_for_another_embedder_is_refused(ingested: str) -> Non
 
 
 async def test_wrong_embedding_shape_is_refused(store: VectorStore) -> None:
-    from tools.store import ChunkRecord, DocumentRecord
+    from tools.records import ChunkRecord, DocumentRecord
 
     doc = DocumentRecord("bad", "t", "s", "h", [ChunkRecord(0, "x", 1, np.zeros(3, dtype=np.float32))])
     before = await store.count()

@@ -19,7 +19,8 @@ from evals.retrieval_eval import ensure_database
 from tests.conftest import cli_env
 from tests.pgbouncer import pgbouncer
 from tests.store_helpers import DIM, MODEL, record, unit_vector, without_statistics
-from tools.store import DENSE_FILTERED_SQL, DENSE_SQL, ChunkRecord, DocumentRecord, VectorStore
+from tools.records import ChunkRecord, DocumentRecord
+from tools.store import DENSE_FILTERED_SQL, DENSE_SQL, VectorStore
 
 DATABASE = "test_store_pgbouncer"
 SEARCH_SETTINGS = ("hnsw.ef_search", "hnsw.iterative_scan", "plan_cache_mode", "enable_indexscan")

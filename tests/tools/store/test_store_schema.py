@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from evals.retrieval_eval import ensure_database
-from tools.store import ChunkRecord, DocumentRecord, StoreError, VectorStore
+from tools.errors import StoreError
+from tools.records import ChunkRecord, DocumentRecord
+from tools.store import VectorStore
 
 
 async def fresh_database(postgres_url: str, name: str, *setup: str) -> str:

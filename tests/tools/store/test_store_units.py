@@ -1,5 +1,5 @@
 """The store's pure logic, no server: error translation (asyncpg's and the socket's exceptions -> the store's
-types), how the interfaces classify the store's types, listing cursors and search settings."""
+types), how the interfaces classify the store's types, and search settings."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import pytest
 
 from agent.core.failures import describe
 from agent.http.errors import STATUS_OF_KIND
-from tools.scope import collection_of, qualified_doc_id
-from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
+from tools.errors import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 from tools.store.errors import translate, translated
-from tools.store.listing import decode_cursor, encode_cursor
-from tools.store.records import chunk_id
 from tools.store.search import settings_sql
 
 
@@ -64,42 +61,6 @@ def test_store_errors_keep_their_kinds_and_statuses(exc: StoreError, kind: str, 
     failure = describe(exc)
     assert failure is not None and (failure.kind, failure.retryable) == (kind, retryable)
     assert STATUS_OF_KIND[kind] == status
-
-
-@pytest.mark.parametrize("doc_id", ["a", "docs/handbook.md", "naïve café ☕", "x" * 500, "==", "-_", '"],["'])
-@pytest.mark.parametrize("collection", ["default", "team-a.v2"])
-def test_cursors_round_trip_any_doc_id(doc_id: str, collection: str) -> None:
-    cursor = encode_cursor(doc_id, collection)
-    assert decode_cursor(cursor) == (doc_id, collection)
-    assert "=" not in cursor and "/" not in cursor and "+" not in cursor
-
-
-@pytest.mark.parametrize(
-    ("collection", "doc_id", "qualified"),
-    [
-        ("default", "a/handbook.md", "a/handbook.md"),
-        ("default", "https://x.org/a", "https://x.org/a"),
-        ("team-a", "a/handbook.md", "team-a::a/handbook.md"),
-        ("default", "team-a::a/handbook.md", "default::team-a::a/handbook.md"),
-        ("default", "Not A Name::x", "Not A Name::x"),
-    ],
-)
-def test_qualified_doc_ids_are_one_to_one_across_collections(collection: str, doc_id: str, qualified: str) -> None:
-    assert qualified_doc_id(collection, doc_id) == qualified
-    assert chunk_id(collection, doc_id, 3) == f"{qualified}#3"
-    assert collection_of(chunk_id(collection, doc_id, 3), doc_id) == collection  # the inverse
-
-
-def test_a_chunk_id_of_another_document_has_no_collection() -> None:
-    assert collection_of("papers::b12#0", "b1") is None
-    assert collection_of("b12#0", "b1") is None
-    assert collection_of("Not A Name::b1#0", "b1") is None
-
-
-@pytest.mark.parametrize("cursor", ["", "%%%", "YQ==", "a", "Zm9v YmFy", "_w"])
-def test_foreign_cursors_are_refused(cursor: str) -> None:
-    with pytest.raises(StoreError, match="not a cursor this store issued"):
-        decode_cursor(cursor)
 
 
 def test_search_settings_are_local_to_the_transaction() -> None:

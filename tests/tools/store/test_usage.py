@@ -8,9 +8,9 @@ from datetime import date
 import asyncpg
 import pytest
 
+from tools.records import Usage
 from tools.scope import ScopeError
 from tools.store.keys import KEEP, open_keys
-from tools.store.usage import Usage
 
 DAY = date(2026, 3, 1)
 
