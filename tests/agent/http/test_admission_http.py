@@ -28,9 +28,9 @@ from agent.http.guards import HOLDER_STATE
 from tests.agent_corpus import COVERED, DOCUMENTS
 from tests.http_rig import sse_events
 from tools.in_memory import InMemoryCollection
+from tools.records import ApiKey
 from tools.retrieval import RetrievalResult
 from tools.scope import SearchScope
-from tools.store.keys import ApiKey
 
 
 class CountingCollection(InMemoryCollection):
