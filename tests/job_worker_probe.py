@@ -11,7 +11,8 @@ from agent.config.settings import Settings
 from agent.core.wiring import build_embedder, build_store, ingest_options
 from tools.jobs import work
 from tools.model_specs import get_spec
-from tools.store.jobs import Job, JobQueue
+from tools.store.jobs import Job, PostgresJobQueue
+from tools.store.sync_state import PostgresSyncLedger
 
 
 async def main() -> None:
@@ -27,9 +28,10 @@ async def main() -> None:
         build_embedder(settings, max_in_flight=2) as embedder,
     ):
         await work(
-            JobQueue(store.pool, store.acquire_timeout_s),
+            PostgresJobQueue(store.pool, store.acquire_timeout_s),
             embedder,
             store,
+            PostgresSyncLedger(store),
             options=ingest_options(settings),
             lease_s=settings.jobs_lease_s,
             poll_s=0.2,

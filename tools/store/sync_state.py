@@ -3,7 +3,7 @@ write pool: each file's change is one transaction under the writers' lock (`tool
 writes the document and its `sync_files` row together, so an interrupted sync leaves every file either done (state
 and document) or untouched, and a re-run finishes it.
 
-Schema (created idempotently by `SyncLedger.setup`, like the jobs tables):
+Schema (created idempotently by `PostgresSyncLedger.setup`, like the jobs tables):
 - `sync_sources(id, folder, collection, root, prefix, include jsonb, exclude jsonb, created_at, synced_at)`, UNIQUE
   (folder, collection): one synced folder per collection; the naming options and globs of its last run;
 - `sync_files(source_id -> sync_sources, rel_path, size, mtime_ns, file_hash, doc_id, content_hash, status,
@@ -18,8 +18,8 @@ file's document: the sync adopts it (same content) or replaces it, and from then
 other means (`rag docs delete`, `DELETE /v1/documents`) deletes the `sync_files` rows naming it in the same
 transaction (`tools.store.writes.delete_documents`), so the next sync adds the file again.
 
-One sync of a source at a time: `SyncLedger.exclusive` holds a transaction-level advisory lock keyed on the source
-(its folder and collection) for the whole run, on a connection of its own (an open transaction pins one server
+One sync of a source at a time: `PostgresSyncLedger.exclusive` holds a transaction-level advisory lock keyed on the
+source (its folder and collection) for the whole run, on a connection of its own (an open transaction pins one server
 connection behind PgBouncer in transaction mode, where a session lock would not); a second sync of the same source
 waits for the first to end, then finds what is left to do.
 
@@ -81,8 +81,8 @@ SCHEMA_LOCK = 4245
 """Advisory lock key that serialises concurrent creation of the sync tables."""
 
 SYNC_LOCK = 4246
-"""First key of the two-key advisory lock one sync of a source holds (`SyncLedger.exclusive`); the second is
-`hashtext(collection || newline || folder)` (a collection name holds no newline)."""
+"""First key of the two-key advisory lock one sync of a source holds (`PostgresSyncLedger.exclusive`); the second
+is `hashtext(collection || newline || folder)` (a collection name holds no newline)."""
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,9 @@ class StoredFile(NamedTuple):
     removed: str | None = None
 
 
-class SyncLedger:
-    """The sync tables over a connected `VectorStore`'s pools; one transaction per method.
+class PostgresSyncLedger:
+    """The sync tables over a connected `VectorStore`'s pools (the `tools.ingest.ports.SyncLedger` of Postgres); one
+    transaction per method.
 
     Args:
         store: connected; its write pool, acquire timeout and BM25 parameters are used.
@@ -385,4 +386,3 @@ async def _rename(conn: Conn, document_id: int, collection: str, doc_id: str, so
             [r["id"] for r in rows],
             [chunk_id(collection, doc_id, r["chunk_index"]) for r in rows],
         )
-

@@ -38,7 +38,7 @@ from tools.ingest.sync_plan import file_hash_and_kind
 from tools.originals import Originals
 from tools.store import VectorStore
 from tools.store.records import chunk_id
-from tools.store.sync_state import SYNC_LOCK, FileState, SyncLedger
+from tools.store.sync_state import SYNC_LOCK, FileState, PostgresSyncLedger
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ async def test_sync_converges_to_a_fresh_ingest_and_embeds_only_changed_chunks(
     request = SyncRequest(folder, collection="synced")
     counted = CountingEmbedder(embedder)
 
-    first = await sync_folder(request, counted, store, options, originals=originals)
+    first = await sync_folder(request, counted, store, PostgresSyncLedger(store), options, originals=originals)
     assert (len(first.added), first.failed, first.removed) == (21, [], [])
     await ingest(plan_inputs([other], root=other.parent), embedder, store, ingest_options(settings, "synced"))
 
@@ -75,7 +75,7 @@ async def test_sync_converges_to_a_fresh_ingest_and_embeds_only_changed_chunks(
     change = change_folder(folder, names)
     after = {n: chunk_texts(folder / n, n, settings, counted) for n in change.edited}
     calls, texts = counted.calls, counted.texts
-    second = await sync_folder(request, counted, store, options, originals=originals)
+    second = await sync_folder(request, counted, store, PostgresSyncLedger(store), options, originals=originals)
 
     assert sorted(second.updated) == sorted(change.edited)
     assert sorted(second.removed) == sorted(change.deleted)
@@ -100,7 +100,7 @@ async def test_sync_converges_to_a_fresh_ingest_and_embeds_only_changed_chunks(
     assert originals.find("synced", new) is not None and originals.find("synced", old) is None
     assert all(originals.find("synced", d) is None for d in change.deleted)
 
-    third = await sync_folder(request, counted, store, options, originals=originals)
+    third = await sync_folder(request, counted, store, PostgresSyncLedger(store), options, originals=originals)
     assert not third.changed and third.embed_calls == 0 and third.unchanged == len(synced)
     async with store.pool.acquire() as conn:
         assert await collection_version(conn, "synced") == version
@@ -127,7 +127,7 @@ async def test_an_interrupted_sync_converges_when_run_again(
     names = write_folder(folder, 8)
     options = replace(ingest_options(settings), batch_docs=2)
     request = SyncRequest(folder, collection="synced")
-    await sync_folder(request, embedder, store, options)
+    await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     change_folder(folder, names)
     for i in range(3):  # new files too, embedded in batches of 2 after the changed ones
         (folder / f"new-{i}.md").write_text(f"# New {i}\n\nA new file, number {i}, about sea otters.\n")
@@ -136,7 +136,7 @@ async def test_an_interrupted_sync_converges_when_run_again(
         await sync_folder(request, FailingEmbedder(embedder, calls=1), store, options)
     async with store.pool.acquire() as conn:
         partial = await snapshot(conn, "synced")
-    resumed = await sync_folder(request, embedder, store, options)
+    resumed = await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     assert resumed.failed == [] and resumed.changed
 
     await fresh_ingest(folder, embedder, store, settings)
@@ -144,7 +144,7 @@ async def test_an_interrupted_sync_converges_when_run_again(
         synced, fresh = await snapshot(conn, "synced"), await snapshot(conn, "fresh")
     assert differences(synced, fresh) == []
     assert differences(partial, fresh) != []  # the interrupted run had not finished
-    again = await sync_folder(request, embedder, store, options)
+    again = await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     assert not again.changed and again.embed_calls == 0
 
 
@@ -164,11 +164,11 @@ async def test_documents_the_sync_does_not_own_are_never_removed(
     (folder / "anim.gif").write_bytes(b"GIF89a" + bytes(range(256)))  # GIF: not a synced type
     (folder / "kept.md").write_text("# Kept\n\nThe synced file.\n")
     request = SyncRequest(folder, collection="synced")
-    first = await sync_folder(request, embedder, store, ingest_options(settings))
+    first = await sync_folder(request, embedder, store, PostgresSyncLedger(store), ingest_options(settings))
     assert (first.added, first.removed, len(first.skipped)) == (["kept.md"], [], 1)
     for name in ("blank.md", "anim.gif", "kept.md"):
         (folder / name).unlink()
-    second = await sync_folder(request, embedder, store, ingest_options(settings))
+    second = await sync_folder(request, embedder, store, PostgresSyncLedger(store), ingest_options(settings))
     assert second.removed == ["kept.md"]
     assert set(await store.stored_versions(["blank.md", "anim.gif", "kept.md"], "synced")) == {"blank.md", "anim.gif"}
 
@@ -181,7 +181,7 @@ async def test_a_second_sync_of_the_same_folder_waits_for_the_first(
     folder = (tmp_path / "folder").resolve()
     folder.mkdir()
     (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
-    ledger = SyncLedger(store)
+    ledger = PostgresSyncLedger(store)
     await ledger.setup()
     async with ledger.exclusive(str(folder), "synced"):
         task = asyncio.create_task(sync_folder(SyncRequest(folder, collection="synced"), embedder, store,
@@ -212,7 +212,7 @@ async def test_a_move_whose_document_is_gone_leaves_the_target_alone(
     (folder / "b.md").write_text("# Beta\n\nOtters float on their backs.\n")
     first = await sync_folder(SyncRequest(folder, collection="synced"), embedder, store, ingest_options(settings))
     assert first.added == ["b.md"]
-    ledger = SyncLedger(store)
+    ledger = PostgresSyncLedger(store)
     source = await ledger.find_source(str(folder), "synced")
     assert source is not None
     recorded = (await ledger.files(source.id))["b.md"]
@@ -279,14 +279,14 @@ async def test_a_document_stored_under_a_files_id_is_taken_over(
     (folder / "other.md").write_text("# Other\n\nThe synced file's own content.\n")
     request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
 
-    first = await sync_folder(request, embedder, store, options)
+    first = await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     assert (first.added, first.updated, first.unchanged, first.embed_calls) == (["other.md"], [], 1, 1)
     (folder / "same.md").write_text("# Same\n\nEdited after it was taken over.\n")
-    second = await sync_folder(request, embedder, store, options)
+    second = await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     assert second.updated == ["same.md"]
     for name in ("same.md", "other.md"):
         (folder / name).unlink()
-    third = await sync_folder(request, embedder, store, options)
+    third = await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     assert sorted(third.removed) == ["other.md", "same.md"]
     assert await store.stored_versions(["same.md", "other.md"], "synced") == {}
 
@@ -301,9 +301,9 @@ async def test_a_synced_document_deleted_by_hand_comes_back_with_the_next_sync(
     (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
     (folder / "b.md").write_text("# Beta\n\nOtters float on their backs.\n")
     request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
-    await sync_folder(request, embedder, store, options)
+    await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     assert await store.delete_documents(["a.md"], collections=["synced"]) == ["a.md"]
-    again = await sync_folder(request, embedder, store, options)
+    again = await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     assert (again.added, again.unchanged) == (["a.md"], 1)
     assert set(await store.stored_versions(["a.md", "b.md"], "synced")) == {"a.md", "b.md"}
 
@@ -321,7 +321,7 @@ async def test_a_renamed_file_without_text_removes_its_document_and_reports_it(
     elsewhere.mkdir()
     (elsewhere / "gone.md").write_text("# Gone\n\nThe document the file had.\n")
     await ingest(plan_inputs([elsewhere], root=elsewhere), embedder, store, ingest_options(settings, "synced"))
-    ledger = SyncLedger(store)
+    ledger = PostgresSyncLedger(store)
     await ledger.setup()
     source_id = await ledger.open_source(str(folder), "synced", str(folder), "", (), ())
     digest, _ = file_hash_and_kind(blank)
@@ -340,9 +340,9 @@ async def test_a_renamed_pdf_is_moved_without_being_read_again(
     folder.mkdir()
     print_pdf(GUIDE_HTML, folder / "guide.pdf")
     request, options = SyncRequest(folder, collection="synced"), ingest_options(settings)
-    assert (await sync_folder(request, embedder, store, options)).added == ["guide.pdf"]
+    assert (await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)).added == ["guide.pdf"]
     (folder / "guide.pdf").rename(folder / "manual.pdf")
-    report = await sync_folder(request, embedder, store, replace(options, max_file_bytes=10))
+    report = await sync_folder(request, embedder, store, PostgresSyncLedger(store), replace(options, max_file_bytes=10))
     assert (report.moved, report.failed, report.embed_calls) == ([("guide.pdf", "manual.pdf")], [], 0)
     assert set(await store.stored_versions(["guide.pdf", "manual.pdf"], "synced")) == {"manual.pdf"}
 
@@ -358,7 +358,7 @@ async def test_a_folder_that_cannot_be_listed_removes_nothing(
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(f"# {rel}\n\nHerons and otters share the river {rel}.\n")
     request = SyncRequest(folder, collection="synced")
-    first = await sync_folder(request, embedder, store, ingest_options(settings))
+    first = await sync_folder(request, embedder, store, PostgresSyncLedger(store), ingest_options(settings))
     assert sorted(first.added) == ["a.md", "locked/b.md", "mount/c.md"]
     (folder / "mount" / "c.md").unlink()
     real_scandir = os.scandir
@@ -370,7 +370,7 @@ async def test_a_folder_that_cannot_be_listed_removes_nothing(
 
     monkeypatch.setattr(os, "scandir", scandir)
     for dry_run in (True, False):
-        report = await sync_folder(request, embedder, store, ingest_options(settings), dry_run=dry_run)
+        report = await sync_folder(request, embedder, store, PostgresSyncLedger(store), ingest_options(settings), dry_run=dry_run)
         assert report.removed == [] and report.any_failed
         assert [e.reason.split(":")[0] for e in report.failed] == [str(folder / "locked"), "mount"]
     stored = await store.stored_versions(["a.md", "locked/b.md", "mount/c.md"], "synced")
@@ -407,13 +407,13 @@ async def test_editor_files_are_left_out_and_a_file_being_written_waits(
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        first = await sync_folder(request, embedder, store, options)
+        first = await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     finally:
         await asyncio.to_thread(writer.join)
     assert not first.any_failed and first.skipped == [], first.failed
     assert sorted(first.added) == sorted(["notes.md", unicodedata.normalize("NFC", "café.md")])
     assert first.pending == [str(growing)]
-    second = await sync_folder(request, embedder, store, options)
+    second = await sync_folder(request, embedder, store, PostgresSyncLedger(store), options)
     assert (second.added, second.failed, second.pending) == (["growing.md"], [], [])
     async with store.pool.acquire() as conn:
         text = await conn.fetchval(

@@ -15,30 +15,31 @@ import pytest
 
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions
+from tools.ingest.ports import SyncLedger
 from tools.jobs import worker
 from tools.store import VectorStore
-from tools.store.jobs import Job, JobFile, JobQueue
+from tools.store.jobs import Job, JobFile, PostgresJobQueue
 
 
 @pytest.fixture
-async def queue(fresh_db: str) -> AsyncIterator[JobQueue]:
+async def queue(fresh_db: str) -> AsyncIterator[PostgresJobQueue]:
     """A jobs queue on a new, empty database of the test Postgres, dropped afterwards."""
     pool = await asyncpg.create_pool(fresh_db, min_size=1, max_size=4)
     try:
-        jobs = JobQueue(pool)
+        jobs = PostgresJobQueue(pool)
         await jobs.setup()
         yield jobs
     finally:
         await pool.close()
 
 
-async def expire_lease(queue: JobQueue, job_id: int) -> None:
+async def expire_lease(queue: PostgresJobQueue, job_id: int) -> None:
     """The lease of `job_id` ran out (as when its worker paused past it): no clock is waited for."""
     await queue.pool.execute("UPDATE ingest_jobs SET lease_until = now() - interval '1 second' WHERE id = $1", job_id)
 
 
 async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing_more(
-    queue: JobQueue, monkeypatch: pytest.MonkeyPatch
+    queue: PostgresJobQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     files = [JobFile(f"note{i}.txt", b"Vitamin B12 lowers homocysteine.") for i in range(3)]
     job_id = await queue.submit(files)
@@ -70,6 +71,7 @@ async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing_more(
         queue,
         cast(TritonEmbedder, nothing),
         cast(VectorStore, nothing),
+        cast(SyncLedger, nothing),
         worker="A",
         options=IngestOptions(chunk_tokens=128, overlap_tokens=16, max_file_bytes=1 << 20),
         lease_s=600,
@@ -87,7 +89,7 @@ async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing_more(
     assert await queue.progress(job_id, "B", 1, 1, [], attempt=2)
 
 
-async def test_a_job_whose_worker_keeps_dying_is_failed_after_max_attempts(queue: JobQueue) -> None:
+async def test_a_job_whose_worker_keeps_dying_is_failed_after_max_attempts(queue: PostgresJobQueue) -> None:
     job_id = await queue.submit([JobFile("crash.pdf", b"%PDF-1.7 crashes the reader")])
     for attempt in (1, 2, 3):
         claimed = await queue.claim(f"w{attempt}", 600, max_attempts=3)
@@ -99,11 +101,11 @@ async def test_a_job_whose_worker_keeps_dying_is_failed_after_max_attempts(queue
     assert "3 times" in state.errors[-1]["error"] and state.errors[-1]["file"] == ""
 
 
-async def file_rows(queue: JobQueue, job_id: int) -> int:
+async def file_rows(queue: PostgresJobQueue, job_id: int) -> int:
     return int(await queue.pool.fetchval("SELECT count(*) FROM ingest_job_files WHERE job_id = $1", job_id))
 
 
-async def test_a_finished_or_abandoned_job_keeps_its_row_but_not_its_uploaded_bytes(queue: JobQueue) -> None:
+async def test_a_finished_or_abandoned_job_keeps_its_row_but_not_its_uploaded_bytes(queue: PostgresJobQueue) -> None:
     done_id = await queue.submit([JobFile("a.txt", b"Vitamin B12.")])
     dead_id = await queue.submit([JobFile("b.txt", b"Folate.")])
     claimed = await queue.claim("A", 600)
@@ -120,7 +122,7 @@ async def test_a_finished_or_abandoned_job_keeps_its_row_but_not_its_uploaded_by
     assert failed is not None and failed.status == "failed" and await file_rows(queue, dead_id) == 0
 
 
-async def test_setup_deletes_the_bytes_of_jobs_that_ended_before_the_rule(queue: JobQueue) -> None:
+async def test_setup_deletes_the_bytes_of_jobs_that_ended_before_the_rule(queue: PostgresJobQueue) -> None:
     job_id = await queue.submit([JobFile("a.txt", b"Vitamin B12.")])
     await queue.pool.execute("UPDATE ingest_jobs SET status = 'done', finished_at = now() WHERE id = $1", job_id)
     queued = await queue.submit([JobFile("b.txt", b"Folate.")])

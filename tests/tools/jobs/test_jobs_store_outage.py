@@ -22,23 +22,24 @@ from tenacity.wait import wait_base
 from tests.http_rig import assert_error, serve
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions
+from tools.ingest.ports import SyncLedger
 from tools.jobs import worker
 from tools.store import StoreQueryError, StoreUnavailableError, VectorStore
-from tools.store.jobs import Job, JobFile, JobQueue
+from tools.store.jobs import Job, JobFile, PostgresJobQueue
 
 
 @pytest.fixture
-async def gone_queue(tmp_path: Path) -> AsyncIterator[JobQueue]:
+async def gone_queue(tmp_path: Path) -> AsyncIterator[PostgresJobQueue]:
     """A jobs queue over a real asyncpg pool whose Postgres socket folder does not exist (as while the embedded
     Postgres restarts): every connection attempt fails at once."""
     pool = await asyncpg.create_pool(f"postgresql://postgres@/postgres?host={tmp_path / 'gone'}", min_size=0)
     try:
-        yield JobQueue(pool, acquire_timeout_s=5)
+        yield PostgresJobQueue(pool, acquire_timeout_s=5)
     finally:
         await pool.close()
 
 
-async def test_job_routes_answer_503_with_retry_after_while_postgres_is_down(gone_queue: JobQueue) -> None:
+async def test_job_routes_answer_503_with_retry_after_while_postgres_is_down(gone_queue: PostgresJobQueue) -> None:
     served = serve()
     served.app.state.jobs = gone_queue
     async with served.client() as client:
@@ -69,7 +70,7 @@ def a_job(job_id: int) -> Job:
 
 
 class FlakyQueue:
-    """The part of `JobQueue` the worker loop calls, as a script: `setup` and each `claim` take the next step of
+    """The part of `PostgresJobQueue` the worker loop calls, as a script: `setup` and each `claim` take the next step of
     `steps` (an exception is raised, a job or None returned); when the script is done, `stop` is set and claims
     return None."""
 
@@ -116,9 +117,10 @@ async def run_worker(
 async def work(queue: object, stop: asyncio.Event, backoff: wait_base) -> None:
     """`worker.work` over the double `queue` (no embedder, no store: the doubles never reach them), polling at once."""
     await worker.work(
-        cast(JobQueue, queue),
+        cast(PostgresJobQueue, queue),
         cast(TritonEmbedder, None),
         cast(VectorStore, None),
+        cast(SyncLedger, None),
         options=IngestOptions(chunk_tokens=200, overlap_tokens=20, max_file_bytes=1000),
         lease_s=30,
         poll_s=0,
@@ -201,7 +203,7 @@ def test_the_default_backoff_grows_and_is_capped() -> None:
 
 
 class LeaseQueue:
-    """The part of `JobQueue` one job's run calls, as a double: two files; while `down`, a lease renewal raises
+    """The part of `PostgresJobQueue` one job's run calls, as a double: two files; while `down`, a lease renewal raises
     `StoreUnavailableError` (and sets `raised`); `finished` records the job's final status."""
 
     def __init__(self) -> None:
@@ -254,9 +256,10 @@ async def test_a_lease_renewal_that_meets_an_outage_is_tried_again(
     with caplog.at_level(logging.WARNING, logger=worker.__name__):
         await worker.run_job(
             a_job(21),
-            cast(JobQueue, queue),
+            cast(PostgresJobQueue, queue),
             cast(TritonEmbedder, None),
             cast(VectorStore, None),
+            cast(SyncLedger, None),
             worker="w",
             options=IngestOptions(chunk_tokens=200, overlap_tokens=20, max_file_bytes=1000),
             lease_s=0.03,

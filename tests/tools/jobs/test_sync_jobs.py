@@ -15,7 +15,8 @@ from agent.core.wiring import ingest_options
 from tools.embedder import TritonEmbedder
 from tools.jobs.worker import run_job
 from tools.store import VectorStore
-from tools.store.jobs import JobQueue
+from tools.store.jobs import PostgresJobQueue
+from tools.store.sync_state import PostgresSyncLedger
 
 OLD_JOBS_TABLE = """
 CREATE TABLE ingest_jobs (
@@ -44,7 +45,7 @@ async def test_a_sync_job_runs_the_sync_and_records_its_summary(
         await conn.execute(OLD_JOBS_TABLE)
     finally:
         await conn.close()
-    queue = JobQueue(store.pool)
+    queue = PostgresJobQueue(store.pool)
     await queue.setup()
     old = await queue.get(1)
     assert old is not None and old.kind == "upload" and old.result is None
@@ -55,7 +56,17 @@ async def test_a_sync_job_runs_the_sync_and_records_its_summary(
     job = await queue.claim("w", 30.0)
     assert job is not None and job.id == job_id and job.kind == "sync"
     options = ingest_options(settings)
-    done = await run_job(job, queue, embedder, store, worker="w", options=options, lease_s=30.0, sync_roots=[tmp_path])
+    done = await run_job(
+        job,
+        queue,
+        embedder,
+        store,
+        PostgresSyncLedger(store),
+        worker="w",
+        options=options,
+        lease_s=30.0,
+        sync_roots=[tmp_path],
+    )
     assert done is not None and done.status == "done", done
     assert done.result is not None and done.result["added"] == ["a.md"] and done.result["embed_calls"] == 1
     assert (done.files_done, done.files_total, done.errors) == (1, 1, [])
@@ -71,14 +82,24 @@ async def test_a_sync_job_outside_the_workers_sync_roots_fails(
     allowed.mkdir()
     other.mkdir()
     (other / "a.md").write_text("# Alpha\n\nNot to be synced.\n")
-    queue = JobQueue(store.pool)
+    queue = PostgresJobQueue(store.pool)
     await queue.setup()
     options = ingest_options(settings)
     for roots in ([allowed], []):
         await queue.submit_sync({"path": str(other)}, "kb")
         job = await queue.claim("w", 30.0)
         assert job is not None
-        done = await run_job(job, queue, embedder, store, worker="w", options=options, lease_s=30.0, sync_roots=roots)
+        done = await run_job(
+            job,
+            queue,
+            embedder,
+            store,
+            PostgresSyncLedger(store),
+            worker="w",
+            options=options,
+            lease_s=30.0,
+            sync_roots=roots,
+        )
         assert done is not None and done.status == "failed"
         assert "SYNC_ROOTS" in done.errors[-1]["error"] and str(other) in done.errors[-1]["error"]
     assert await store.stored_versions(["a.md"], "kb") == {}
