@@ -24,6 +24,7 @@ from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions
 from tools.ingest.ports import SyncLedger
 from tools.jobs import worker
+from tools.jobs.ports import JobQueue
 from tools.store import StoreQueryError, StoreUnavailableError, VectorStore
 from tools.store.jobs import Job, JobFile, PostgresJobQueue
 
@@ -70,7 +71,7 @@ def a_job(job_id: int) -> Job:
 
 
 class FlakyQueue:
-    """The part of `PostgresJobQueue` the worker loop calls, as a script: `setup` and each `claim` take the next step of
+    """The part of `JobQueue` the worker loop calls, as a script: `setup` and each `claim` take the next step of
     `steps` (an exception is raised, a job or None returned); when the script is done, `stop` is set and claims
     return None."""
 
@@ -117,7 +118,7 @@ async def run_worker(
 async def work(queue: object, stop: asyncio.Event, backoff: wait_base) -> None:
     """`worker.work` over the double `queue` (no embedder, no store: the doubles never reach them), polling at once."""
     await worker.work(
-        cast(PostgresJobQueue, queue),
+        cast(JobQueue, queue),
         cast(TritonEmbedder, None),
         cast(VectorStore, None),
         cast(SyncLedger, None),
@@ -203,7 +204,7 @@ def test_the_default_backoff_grows_and_is_capped() -> None:
 
 
 class LeaseQueue:
-    """The part of `PostgresJobQueue` one job's run calls, as a double: two files; while `down`, a lease renewal raises
+    """The part of the `JobQueue` port one job's run calls, as a double: two files; while `down`, a lease renewal raises
     `StoreUnavailableError` (and sets `raised`); `finished` records the job's final status."""
 
     def __init__(self) -> None:
@@ -256,7 +257,7 @@ async def test_a_lease_renewal_that_meets_an_outage_is_tried_again(
     with caplog.at_level(logging.WARNING, logger=worker.__name__):
         await worker.run_job(
             a_job(21),
-            cast(PostgresJobQueue, queue),
+            cast(JobQueue, queue),
             cast(TritonEmbedder, None),
             cast(VectorStore, None),
             cast(SyncLedger, None),
