@@ -96,13 +96,7 @@ class InMemorySyncLedger:
         self.states.setdefault(source_id, {})[state.rel_path] = state
 
     async def move(
-        self,
-        source_id: int,
-        collection: str,
-        old: FileState,
-        new: FileState,
-        source: str,
-        record: DocumentRecord | None,
+        self, source_id: int, collection: str, old: FileState, new: FileState, path: str, record: DocumentRecord | None
     ) -> IngestCounts:
         """Move the document of `old` to `new.doc_id` with the state rows (see `tools.ingest.ports.SyncLedger.move`)."""
         documents = self.sink.documents
@@ -112,7 +106,7 @@ class InMemorySyncLedger:
             if moving is None:
                 return IngestCounts(missing=(old.doc_id,))
             del documents[collection, old.doc_id]
-            documents[collection, new.doc_id] = replace(moving, doc_id=new.doc_id, source=source)
+            documents[collection, new.doc_id] = replace(moving, doc_id=new.doc_id, source=path)
         else:
             self._remove_owned(source_id, collection, old.doc_id, keep=new.doc_id)
             counts = await self.sink.add_documents([record], {}, collection=collection)

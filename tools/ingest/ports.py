@@ -159,17 +159,11 @@ class SyncLedger(Protocol):
         ...
 
     async def move(
-        self,
-        source_id: int,
-        collection: str,
-        old: FileState,
-        new: FileState,
-        source: str,
-        record: DocumentRecord | None,
+        self, source_id: int, collection: str, old: FileState, new: FileState, path: str, record: DocumentRecord | None
     ) -> IngestCounts:
         """Move the document of `old` to `new.doc_id` (a renamed file) together with the state rows: `record` None
-        keeps its chunks and vectors (doc id and `source` updated; a document already under the new id is
-        replaced), else `record` replaces both.
+        keeps its chunks and vectors (doc id updated, `source` set to `path`, the new file's; a document already
+        under the new id is replaced), else `record` replaces both.
 
         Returns:
             The write's counts; with `record` None and no document under `old.doc_id`, `missing` holds it and

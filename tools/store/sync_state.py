@@ -137,6 +137,9 @@ class PostgresSyncLedger:
     def _write(self, action: str) -> AbstractAsyncContextManager[Conn]:
         return pools.transaction(self.store.write_pool, self.store.acquire_timeout_s, action)
 
+    def _read(self, action: str) -> AbstractAsyncContextManager[Conn]:
+        return pools.transaction(self.store.pool, self.store.acquire_timeout_s, action, "BEGIN READ ONLY")
+
     async def setup(self) -> None:
         """Create the tables when missing (idempotent; concurrent callers serialised by an advisory lock)."""
         async with self._write("creating the sync tables") as conn:
@@ -173,9 +176,7 @@ class PostgresSyncLedger:
 
     async def find_source(self, folder: str, collection: str) -> SyncSource | None:
         """The source of `folder` (absolute) in `collection`, or None when it was never synced."""
-        async with pools.transaction(
-            self.store.pool, self.store.acquire_timeout_s, "reading a sync source", "BEGIN READ ONLY"
-        ) as conn:
+        async with self._read("reading a sync source") as conn:
             row = await conn.fetchrow(
                 "SELECT id, folder, collection, root, prefix, include, exclude FROM sync_sources "
                 "WHERE folder = $1 AND collection = $2",
@@ -219,9 +220,7 @@ class PostgresSyncLedger:
 
     async def files(self, source_id: int) -> dict[str, FileState]:
         """rel_path -> what the last sync recorded of it, for source `source_id`."""
-        async with pools.transaction(
-            self.store.pool, self.store.acquire_timeout_s, "reading the synced files", "BEGIN READ ONLY"
-        ) as conn:
+        async with self._read("reading the synced files") as conn:
             rows = await conn.fetch(
                 "SELECT rel_path, size, mtime_ns, file_hash, doc_id, content_hash, status FROM sync_files "
                 "WHERE source_id = $1",
@@ -276,18 +275,12 @@ class PostgresSyncLedger:
             await _upsert(conn, source_id, state)
 
     async def move(
-        self,
-        source_id: int,
-        collection: str,
-        old: FileState,
-        new: FileState,
-        source: str,
-        record: DocumentRecord | None,
+        self, source_id: int, collection: str, old: FileState, new: FileState, path: str, record: DocumentRecord | None
     ) -> IngestCounts:
         """Move the document of `old` to `new.doc_id` (a renamed file) in one transaction with the state rows.
 
         `record` None: the content is unchanged; the document row, its chunks and vectors are kept, their doc id,
-        chunk ids and `source` updated (a document already stored under the new id is the new path's document,
+        chunk ids and `source` (`path`) updated (a document already stored under the new id is the new path's document,
         replaced as any write replaces it: see Ownership above). Else `record` (the new version, vectors reused where
         the text is unchanged) replaces both.
 
@@ -310,7 +303,7 @@ class PostgresSyncLedger:
                     return IngestCounts(missing=(old.doc_id,))
                 if new.doc_id in ids and new.doc_id != old.doc_id:
                     await delete_rows(conn, [ids[new.doc_id]])
-                await _rename(conn, ids[old.doc_id], collection, new.doc_id, source)
+                await _rename(conn, ids[old.doc_id], collection, new.doc_id, path)
             else:
                 await _remove_owned(conn, source_id, collection, old.doc_id, keep=new.doc_id)
                 counts = await add_documents(conn, [record], {}, self.store.bm25_k1, self.store.bm25_b, collection)

@@ -16,14 +16,12 @@ from agent.config.settings import Settings
 from agent.core.wiring import ingest_options
 from evals.bench_sync import (
     change_folder,
-    changed_chunks,
     chunk_texts,
     collection_version,
     differences,
     snapshot,
-    write_folder,
 )
-from tests.document_files import GUIDE_HTML, print_pdf
+from tests.sync_scenario import check_second_sync, make_folder
 from tools.embedder import TritonEmbedder
 from tools.ingest import ingest, plan_inputs
 from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
@@ -47,13 +45,7 @@ async def fresh_ingest(folder: Path, embedder: TritonEmbedder, store: VectorStor
 async def test_sync_converges_to_a_fresh_ingest_and_embeds_only_changed_chunks(
     tmp_path: Path, embedder: TritonEmbedder, store: VectorStore, settings: Settings
 ) -> None:
-    folder = (tmp_path / "folder").resolve()
-    names = write_folder(folder, 20)
-    print_pdf(GUIDE_HTML, folder / "guide.pdf")
-    names.append("guide.pdf")
-    other = tmp_path / "other" / "elsewhere.md"
-    other.parent.mkdir()
-    other.write_text("# Elsewhere\n\nThis document was ingested by other means.\n")
+    folder, names, other = make_folder(tmp_path)
     options = ingest_options(settings)
     originals = Originals(tmp_path / "originals")
     request = SyncRequest(folder, collection="synced")
@@ -66,18 +58,9 @@ async def test_sync_converges_to_a_fresh_ingest_and_embeds_only_changed_chunks(
     before = {n: chunk_texts(folder / n, n, settings, counted) for n in names}
     change = change_folder(folder, names)
     after = {n: chunk_texts(folder / n, n, settings, counted) for n in change.edited}
-    calls, texts = counted.calls, counted.texts
+    embedded_before = counted.calls, counted.texts
     second = await sync_folder(request, counted, store, PostgresSyncLedger(store), options, originals=originals)
-
-    assert sorted(second.updated) == sorted(change.edited)
-    assert sorted(second.removed) == sorted(change.deleted)
-    assert second.moved == change.renamed
-    assert (second.added, second.failed) == ([], [])
-    expected = changed_chunks(before, after)
-    assert 0 < expected < sum(len(t) for t in after.values())
-    assert counted.texts - texts == second.chunks_embedded == expected
-    assert counted.calls - calls == second.embed_calls == 1
-    assert second.chunks_reused == sum(len(t) for t in after.values()) - expected
+    check_second_sync(second, change, before, after, counted, embedded_before)
 
     await fresh_ingest(folder, embedder, store, settings)
     async with store.pool.acquire() as conn:

@@ -90,13 +90,14 @@ async def run_until_done(
     queue: PostgresJobQueue, embedder: TritonEmbedder, store: VectorStore, ids: list[int], workers: int
 ) -> None:
     stop = asyncio.Event()
+    ledger = PostgresSyncLedger(store)
     loops = [
         asyncio.create_task(
             work(
                 queue,
                 embedder,
                 store,
-                PostgresSyncLedger(store),
+                ledger,
                 options=IngestOptions(chunk_tokens=200, overlap_tokens=40, max_file_bytes=10_000_000),
                 lease_s=LEASE_S,
                 poll_s=0.2,
