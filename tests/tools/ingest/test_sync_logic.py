@@ -13,6 +13,7 @@ import os
 import threading
 import time
 import unicodedata
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -337,3 +338,37 @@ async def test_editor_files_are_left_out_and_a_file_being_written_waits(
     assert (second.added, second.failed, second.pending) == (["growing.md"], [], [])
     text = " ".join(c.text for c in doubles.sink.documents["synced", "growing.md"].chunks)
     assert "Line 24 of a long download" in text
+
+
+async def test_a_sync_holds_its_sources_lock_and_a_dry_run_takes_none(
+    tmp_path: Path, doubles: Doubles, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync asks for the lock of its folder's source and waits while another holder has it (nothing written), then
+    runs once it is released; a dry run meanwhile takes no lock and ends at once."""
+    folder = (tmp_path / "folder").resolve()
+    folder.mkdir()
+    (folder / "a.md").write_text("# Alpha\n\nHerons fish at dawn.\n")
+    request, options = SyncRequest(folder, collection="synced"), replace(ingest_options(settings), settle_s=0.0)
+    ledger = doubles.ledger
+    async with ledger.exclusive(str(folder), "synced"):
+        held = ledger.exclusive
+        asked: list[tuple[str, str]] = []
+        requested = asyncio.Event()
+
+        def exclusive(folder: str, collection: str) -> AbstractAsyncContextManager[None]:
+            asked.append((folder, collection))
+            requested.set()
+            return held(folder, collection)
+
+        monkeypatch.setattr(ledger, "exclusive", exclusive)
+        async with asyncio.timeout(60):
+            dry = await doubles.sync(request, options, dry_run=True)
+        assert dry.added == ["a.md"] and dry.dry_run and asked == []
+        task = asyncio.create_task(doubles.sync(request, options))
+        async with asyncio.timeout(60):
+            await requested.wait()
+        await asyncio.sleep(0.2)  # time to write, were the lock not held
+        assert asked == [(str(folder), "synced")] and not task.done() and doubles.sink.documents == {}
+    async with asyncio.timeout(60):
+        report = await task
+    assert report.added == ["a.md"] and await doubles.stored("a.md") == {"a.md"}
