@@ -40,6 +40,7 @@ from tools.ingest.readers import read_file_document
 from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
 from tools.store import VectorStore
 from tools.store.records import Conn
+from tools.store.sync_state import PostgresSyncLedger
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,7 @@ async def run_sync_bench(settings: Settings, files: int) -> dict[str, Any]:
 
             async def step(name: str) -> dict[str, Any]:
                 calls, texts, start = counted.calls, counted.texts, time.perf_counter()
-                report = await sync_folder(request, counted, store, options)
+                report = await sync_folder(request, counted, store, PostgresSyncLedger(store), options)
                 figures = {
                     "wall_s": round(time.perf_counter() - start, 3),
                     "embed_calls": counted.calls - calls,

@@ -12,7 +12,8 @@ from agent.core.wiring import build_embedder, build_store, ingest_options
 from tools.jobs import work
 from tools.model_specs import get_spec
 from tools.records import Job
-from tools.store.jobs import JobQueue
+from tools.store.jobs import PostgresJobQueue
+from tools.store.sync_state import PostgresSyncLedger
 
 
 async def main() -> None:
@@ -28,9 +29,10 @@ async def main() -> None:
         build_embedder(settings, max_in_flight=2) as embedder,
     ):
         await work(
-            JobQueue(store.pool, store.acquire_timeout_s),
+            PostgresJobQueue(store.pool, store.acquire_timeout_s),
             embedder,
             store,
+            PostgresSyncLedger(store),
             options=ingest_options(settings),
             lease_s=settings.jobs_lease_s,
             poll_s=0.2,

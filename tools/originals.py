@@ -28,7 +28,8 @@ class OriginalsNotWritableError(OSError):
 
 
 class Originals:
-    """Original files keyed by (collection, doc id) under `root` (created when first written).
+    """Original files keyed by (collection, doc id) under `root` (created when first written): the
+    `tools.ingest.ports.KeptOriginals` of the file system.
 
     Thread-safe for distinct keys; two writers of one key leave one of the two files whole.
     """
@@ -69,6 +70,20 @@ class Originals:
         """The kept original's path, or None when none is kept."""
         path = self.path(collection, doc_id)
         return path if path.is_file() else None
+
+    def read(self, collection: str, doc_id: str) -> bytes | None:
+        """The bytes of the kept original, or None when none is kept.
+
+        Raises:
+            OSError: the kept file cannot be read.
+        """
+        path = self.find(collection, doc_id)
+        if path is None:
+            return None
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:  # removed meanwhile
+            return None
 
     def keep(self, collection: str, doc_id: str, source: Path | bytes) -> Path:
         """Copy `source` (a file, or the bytes) as the original of (`collection`, `doc_id`), replacing any.

@@ -19,12 +19,14 @@ from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.wiring import build_embedder, build_originals, build_store, check_originals, ingest_options
 from tools.jobs import work
+from tools.jobs.ports import JobQueue
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
 from tools.records import Job, JobFile
 from tools.scope import DEFAULT_COLLECTION, check_collection
 from tools.store import VectorStore
-from tools.store.jobs import JobQueue
+from tools.store.jobs import PostgresJobQueue
+from tools.store.sync_state import PostgresSyncLedger
 
 jobs_app = typer.Typer(help="Ingestion jobs in Postgres: submit files, list jobs, show one.", no_args_is_help=True)
 console = Console()
@@ -35,7 +37,7 @@ async def open_queue(settings: Settings) -> AsyncIterator[tuple[JobQueue, Vector
     """The jobs queue (tables created when missing) on the configured store, and the store."""
     spec = get_spec(settings.embedder_model)
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
-        queue = JobQueue(store.pool, store.acquire_timeout_s)
+        queue = PostgresJobQueue(store.pool, store.acquire_timeout_s)
         await queue.setup()
         yield queue, store
 
@@ -57,6 +59,7 @@ async def run_workers(settings: Settings, workers: int, stop: asyncio.Event | No
                     queue,
                     embedder,
                     store,
+                    PostgresSyncLedger(store),
                     options=ingest_options(settings),
                     lease_s=settings.jobs_lease_s,
                     poll_s=settings.jobs_poll_s,

@@ -12,6 +12,7 @@ from tools.ingest.sync import SyncRequest, sync_folder
 from tools.ingest.sync_plan import SyncReport
 from tools.ingest.sync_watch import ErrorFn, ReportFn, watch_folder
 from tools.originals import Originals
+from tools.store.sync_state import PostgresSyncLedger
 
 
 async def sync_files(
@@ -35,7 +36,14 @@ async def sync_files(
     options = ingest_options(settings, request.collection)
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
         return await sync_folder(
-            request, embedder, store, options, originals=originals, on_progress=on_progress, dry_run=dry_run
+            request,
+            embedder,
+            store,
+            PostgresSyncLedger(store),
+            options,
+            originals=originals,
+            on_progress=on_progress,
+            dry_run=dry_run,
         )
 
 
@@ -57,6 +65,6 @@ async def watch_files(
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
 
         async def once() -> SyncReport:
-            return await sync_folder(request, embedder, store, options, originals=originals)
+            return await sync_folder(request, embedder, store, PostgresSyncLedger(store), options, originals=originals)
 
         return await watch_folder(request.folder, once, on_report, stop=stop, on_error=on_error)

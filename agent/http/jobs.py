@@ -43,10 +43,12 @@ from tools.extract import sniff_bytes
 from tools.extract.dispatch import REFUSED
 from tools.ingest.sync import within_roots
 from tools.jobs import work
+from tools.jobs.ports import JobQueue
 from tools.jobs.worker import worker_name
 from tools.model_specs import get_spec
 from tools.records import Job, JobFile
-from tools.store.jobs import JobQueue
+from tools.store.jobs import PostgresJobQueue
+from tools.store.sync_state import PostgresSyncLedger
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 MAX_FILES = 1000
@@ -200,7 +202,7 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
     (`tools.jobs.worker.work`)."""
     spec = get_spec(settings.embedder_model)
     async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
-        queue = JobQueue(store.pool, store.acquire_timeout_s)
+        queue = PostgresJobQueue(store.pool, store.acquire_timeout_s)
         await queue.setup()
         if settings.jobs_serve_workers == 0:
             yield queue
@@ -213,6 +215,7 @@ async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
                         queue,
                         embedder,
                         store,
+                        PostgresSyncLedger(store),
                         options=ingest_options(settings),
                         lease_s=settings.jobs_lease_s,
                         poll_s=settings.jobs_poll_s,

@@ -4,6 +4,7 @@ param: Postgres, and Triton where the port embeds). Each real one gets a databas
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -12,19 +13,27 @@ from agent.config.settings import Settings
 from agent.core.library import StoreLibrary
 from agent.core.wiring import build_retriever
 from evals.retrieval_eval import ensure_database
-from tests.contracts.ports import Documents
+from tests.contracts.ports import DIM, Documents, Ledger
 from tools.conversations import ConversationLog
 from tools.embedder import TritonEmbedder
 from tools.feedback import FeedbackLog
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
 from tools.in_memory_feedback import InMemoryFeedback
+from tools.in_memory_jobs import InMemoryJobQueue
+from tools.in_memory_originals import InMemoryOriginals
 from tools.in_memory_sink import InMemorySink
+from tools.in_memory_sync import InMemorySyncLedger
 from tools.ingest import ChunkSink, IngestOptions
+from tools.ingest.ports import KeptOriginals
+from tools.jobs.ports import JobQueue
 from tools.model_specs import get_spec
+from tools.originals import Originals
 from tools.store import VectorStore
 from tools.store.conversations import ConversationStore
 from tools.store.feedback import PostgresFeedback
+from tools.store.jobs import PostgresJobQueue
+from tools.store.sync_state import PostgresSyncLedger
 
 IMPLEMENTATIONS = ["in_memory", pytest.param("postgres", marks=pytest.mark.stack)]
 """The params of every contract fixture: the double, then the real implementation (stack tier)."""
@@ -117,3 +126,42 @@ async def chunk_sink(real_servers: tuple[str, Settings] | None) -> AsyncIterator
         yield store
     finally:
         await store.close()
+
+
+@pytest.fixture
+async def sync_ledger(real_servers: tuple[str, Settings] | None) -> AsyncIterator[Ledger]:
+    """`InMemorySyncLedger` over an `InMemorySink`, or `PostgresSyncLedger` over the Postgres store (no source)."""
+    if real_servers is None:
+        sink = InMemorySink(DIM)
+        yield Ledger(InMemorySyncLedger(sink), sink)
+        return
+    store = await empty_store(real_servers[0], "test_contract_sync", real_servers[1])
+    try:
+        ledger = PostgresSyncLedger(store)
+        await ledger.setup()
+        await store.pool.execute("DELETE FROM sync_sources")  # and their files (ON DELETE CASCADE)
+        yield Ledger(ledger, store)
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def job_queue(real_servers: tuple[str, Settings] | None) -> AsyncIterator[JobQueue]:
+    """`InMemoryJobQueue`, or `PostgresJobQueue` over Postgres (no job)."""
+    if real_servers is None:
+        yield InMemoryJobQueue()
+        return
+    store = await empty_store(real_servers[0], "test_contract_jobs", real_servers[1])
+    try:
+        queue = PostgresJobQueue(store.pool, store.acquire_timeout_s)
+        await queue.setup()
+        await store.pool.execute("TRUNCATE ingest_jobs RESTART IDENTITY CASCADE")
+        yield queue
+    finally:
+        await store.close()
+
+
+@pytest.fixture(params=["in_memory", "files"])
+def kept_originals(request: pytest.FixtureRequest, tmp_path: Path) -> KeptOriginals:
+    """`InMemoryOriginals`, or `Originals` on a temporary folder (no server: both run in the fast tier)."""
+    return InMemoryOriginals() if request.param == "in_memory" else Originals(tmp_path / "originals")

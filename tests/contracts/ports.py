@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
 from agent.core.library import DocumentLibrary
+from tools.in_memory_jobs import InMemoryJobQueue
 from tools.in_memory_sink import InMemorySink
 from tools.ingest import ChunkSink
+from tools.ingest.ports import SyncLedger
+from tools.jobs.ports import JobQueue
+from tools.records import ChunkRecord, DocumentRecord
 from tools.retrieval import PassageSearch
 from tools.store import VectorStore
+from tools.store.jobs import PostgresJobQueue
+
+DIM = 384
+"""The embedding width of the contract suites' documents (all-MiniLM-L6-v2's)."""
+
+
+def vector(text: str) -> npt.NDArray[np.float32]:
+    """A `(384,)` float32 unit vector seeded by `text`."""
+    v = np.random.default_rng(zlib.crc32(text.encode())).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def record(doc_id: str, *texts: str, content_hash: str | None = None) -> DocumentRecord:
+    """A document of one chunk per text; its content hash is `content_hash` or derived from the texts."""
+    chunks = [ChunkRecord(i, t, len(t.split()), vector(t), {"page": i + 1}) for i, t in enumerate(texts)]
+    return DocumentRecord(doc_id, doc_id.title(), f"{doc_id}.md", content_hash or f"h-{'|'.join(texts)}", chunks)
 
 
 class Documents:
@@ -32,3 +58,21 @@ async def stored_chunk_texts(sink: ChunkSink, collection: str, doc_id: str) -> l
         doc_id,
     )
     return [r["text"] for r in rows]
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """One implementation of `SyncLedger` and the chunk sink its documents are written to."""
+
+    ledger: SyncLedger
+    sink: ChunkSink
+
+
+async def expire_lease(queue: JobQueue, job_id: int) -> None:
+    """The lease of `job_id` ran out (its worker paused past it or died), set past the port: no clock is waited
+    for."""
+    if isinstance(queue, InMemoryJobQueue):
+        queue.leases[job_id] = queue.clock() - 1.0
+        return
+    assert isinstance(queue, PostgresJobQueue)
+    await queue.pool.execute("UPDATE ingest_jobs SET lease_until = now() - interval '1 second' WHERE id = $1", job_id)

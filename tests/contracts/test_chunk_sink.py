@@ -5,31 +5,15 @@ a large document's chunks)."""
 from __future__ import annotations
 
 import json
-import zlib
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 
-from tests.contracts.ports import stored_chunk_texts
+from tests.contracts.ports import DIM, record, stored_chunk_texts, vector
 from tools.errors import StoreError
 from tools.ingest import ChunkSink
 from tools.ingest.reuse import text_hash
 from tools.records import ChunkRecord, DocumentRecord, StagedDocument, StagedRow
-
-DIM = 384
-
-
-def vector(text: str) -> npt.NDArray[np.float32]:
-    """A `(384,)` float32 unit vector seeded by `text`."""
-    v = np.random.default_rng(zlib.crc32(text.encode())).standard_normal(DIM).astype(np.float32)
-    return v / np.linalg.norm(v)
-
-
-def record(doc_id: str, *texts: str, content_hash: str | None = None) -> DocumentRecord:
-    """A document of one chunk per text; its content hash is `content_hash` or derived from the texts."""
-    chunks = [ChunkRecord(i, t, len(t.split()), vector(t), {"page": i + 1}) for i, t in enumerate(texts)]
-    return DocumentRecord(doc_id, doc_id.title(), f"{doc_id}.md", content_hash or f"h-{'|'.join(texts)}", chunks)
 
 
 def staged(doc: StagedDocument, *texts: str, start: int = 0, collection: str = "default") -> list[StagedRow]:

@@ -1,15 +1,21 @@
-"""What ingestion needs of the outside world: an embedder for documents and a chunk sink, and one options object.
+"""What ingestion needs of the outside world: an embedder for documents, a chunk sink, a folder sync's ledger and
+the kept originals, and one options object.
 
-The pipeline (`tools.ingest.pipeline`) depends on these two protocols only. `tools.embedder.TritonEmbedder` and
-`tools.store.VectorStore` implement them over Triton and Postgres; `tools.in_memory_sink.InMemorySink` (with any
-embedder) keeps the pipeline's own logic testable without a server, and one contract suite
-(`tests/contracts/test_chunk_sink.py`) runs over both sinks.
+The pipeline (`tools.ingest.pipeline`) depends on the first two protocols only, a folder sync (`tools.ingest.sync`)
+on all four. `tools.embedder.TritonEmbedder`, `tools.store.VectorStore`,
+`tools.store.sync_state.PostgresSyncLedger` and `tools.originals.Originals` implement them over Triton, Postgres and
+the file system; the in-memory doubles (`tools.in_memory_sink.InMemorySink`, `tools.in_memory_sync.InMemorySyncLedger`,
+`tools.in_memory_originals.InMemoryOriginals`, with any embedder) keep the pipeline's and the sync's own logic
+testable without a server, and one contract suite per port (`tests/contracts/test_chunk_sink.py`,
+`test_sync_ledger.py`, `test_originals.py`) holds the double to the real behaviour.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -21,7 +27,16 @@ from tools.extract import MAX_FILE_BYTES
 from tools.extract.ocr import OcrOptions
 from tools.ingest.inputs import TEMPORARY_NAMES
 from tools.model_specs import EmbeddingModelSpec
-from tools.records import DocumentRecord, IngestCounts, StagedDocument, StagedRow, TextKind
+from tools.records import (
+    DocumentRecord,
+    FileState,
+    IngestCounts,
+    StagedDocument,
+    StagedRow,
+    StoredFile,
+    SyncSource,
+    TextKind,
+)
 from tools.scope import DEFAULT_COLLECTION
 
 
@@ -91,6 +106,115 @@ class ChunkSink(Protocol):
     async def commit_staged(self, doc: StagedDocument, collection: str = DEFAULT_COLLECTION) -> int:
         """Store `doc`'s staged chunks in `collection` in one transaction, replacing a stored version, and drop the
         staged rows; returns the chunks stored."""
+        ...
+
+
+class SyncLedger(Protocol):
+    """What a folder sync needs of the store's sync state (`tools.store.sync_state.PostgresSyncLedger`): the synced
+    folders (sources) and each file's recorded state, one sync of a source at a time, and every change of a file
+    written together with its document (one transaction: an interrupted sync leaves each file done or untouched).
+
+    A source owns the documents its file states name (status `stored`); removing a file's document spares one that
+    another source of the same collection also names. Every method raises `tools.store.StoreError` on failure, with
+    nothing half-written.
+    """
+
+    async def setup(self) -> None:
+        """Make the ledger ready (idempotent)."""
+        ...
+
+    def exclusive(self, folder: str, collection: str) -> AbstractAsyncContextManager[None]:
+        """Hold the lock of the source of `folder` (absolute) in `collection` while the block runs: a second holder
+        of the same source waits until the first block ends (another source does not)."""
+        ...
+
+    async def find_source(self, folder: str, collection: str) -> SyncSource | None:
+        """The source of `folder` (absolute) in `collection`, or None when it was never synced."""
+        ...
+
+    async def open_source(
+        self, folder: str, collection: str, root: str, prefix: str, include: Sequence[str], exclude: Sequence[str]
+    ) -> int:
+        """The id of the source of `folder` in `collection`, created when new; its naming options and globs set to
+        this run's."""
+        ...
+
+    async def files(self, source_id: int) -> dict[str, FileState]:
+        """rel_path -> the state last recorded of it, for source `source_id` (the plan's input)."""
+        ...
+
+    async def finished(self, source_id: int) -> None:
+        """Record that a sync of source `source_id` ran to its end."""
+        ...
+
+    async def store_file(
+        self, source_id: int, collection: str, state: FileState, record: DocumentRecord | None
+    ) -> StoredFile:
+        """Write `record` and the file's `state` together (`record` None: the document is stored unchanged with
+        `state.content_hash`; status `empty` or `skipped`: no document); the document the file's recorded state
+        owned goes with it when it is not the one written, unless another source of the collection names it.
+
+        Returns:
+            The write's counts and the doc id removed (or None). With `record` None and the document no longer
+            stored with that hash, its id is in `counts.missing` and nothing is written.
+        """
+        ...
+
+    async def touch(self, source_id: int, state: FileState) -> None:
+        """Record a file's new stat (its bytes unchanged): no document is written."""
+        ...
+
+    async def move(
+        self, source_id: int, collection: str, old: FileState, new: FileState, path: str, record: DocumentRecord | None
+    ) -> IngestCounts:
+        """Move the document of `old` to `new.doc_id` (a renamed file) together with the state rows: `record` None
+        keeps its chunks and vectors (doc id updated, `source` set to `path`, the new file's; a document already
+        under the new id is replaced), else `record` replaces both.
+
+        Returns:
+            The write's counts; with `record` None and no document under `old.doc_id`, `missing` holds it and
+            nothing is written.
+        """
+        ...
+
+    async def remove(self, source_id: int, collection: str, state: FileState) -> bool:
+        """A file gone: its document (when `state` is `stored`, unless another source of the collection names it)
+        and its state go together; returns whether a document was deleted."""
+        ...
+
+
+class KeptOriginals(Protocol):
+    """Where the original files of stored documents are kept, by (collection, doc id) (`tools.originals.Originals`
+    on the file system): a sync and a job keep, move and remove them with their documents. Blocking calls (a caller
+    on an event loop runs them in a worker thread)."""
+
+    def keep(self, collection: str, doc_id: str, source: Path | bytes) -> object:
+        """Keep `source` (a file, or the bytes) as the original of (`collection`, `doc_id`), replacing any.
+
+        Raises:
+            OSError: the file cannot be read or the original cannot be written.
+        """
+        ...
+
+    def keep_files(self, collection: str, files: list[tuple[str, Path]]) -> None:
+        """Keep each `(doc id, file)` of `files` (the ingest pipeline's `on_stored` hook); one that fails is logged
+        and left out."""
+        ...
+
+    def move(self, collection: str, old_id: str, new_id: str) -> None:
+        """Rename the original of `old_id` to `new_id` (nothing when none is kept).
+
+        Raises:
+            OSError: the rename fails.
+        """
+        ...
+
+    def remove(self, collection: str, doc_id: str) -> bool:
+        """Delete the original of (`collection`, `doc_id`); returns whether one was kept."""
+        ...
+
+    def read(self, collection: str, doc_id: str) -> bytes | None:
+        """The bytes of the kept original, or None when none is kept."""
         ...
 
 

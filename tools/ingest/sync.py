@@ -2,8 +2,9 @@
 
 The folder is scanned and compared with the state recorded by the last sync (`tools.ingest.sync_plan`: stat first,
 bytes hashed only when the stat changed), then each change is applied, each file in its own transaction that also
-records its state (`tools.store.sync_state.SyncLedger`), in this order: moves, removals, additions and updates (read
-and embedded `batch_docs` files at a time, one embed call per batch), recorded stats. So an interrupted sync keeps
+records its state (the `tools.ingest.ports.SyncLedger`, e.g. `tools.store.sync_state.PostgresSyncLedger`), in this
+order: moves, removals, additions and updates (read and embedded `batch_docs` files at a time, one embed call per
+batch), recorded stats. So an interrupted sync keeps
 what it finished and a re-run completes the rest; a run with nothing changed reads no file and writes nothing.
 
 - New and changed files are read as `rag ingest` reads them (`tools.ingest.readers`; document id: `prefix` + the path
@@ -23,7 +24,10 @@ what it finished and a re-run completes the rest; a run with nothing changed rea
 - A file that cannot be read or extracted fails alone (listed with the cause) and its stored document is kept; a file
   of a type that is not synced (unsupported, a JSONL corpus: use `rag ingest`) is listed as skipped.
 - `originals`: when given, each added or updated file is kept as its document's original, moved on a rename and
-  removed with its document (`tools.originals.Originals`).
+  removed with its document (a `tools.ingest.ports.KeptOriginals`: `tools.originals.Originals`).
+
+The sync takes its ports (`tools.ingest.ports`): the embedder, the chunk sink, the ledger and the originals, so its
+logic runs over the in-memory doubles as over Triton, Postgres and the file system.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from tools.extract import Kind
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import prepare
 from tools.ingest.inputs import InputFile, printable
-from tools.ingest.ports import DocumentEmbedder, IngestOptions
+from tools.ingest.ports import ChunkSink, DocumentEmbedder, IngestOptions, KeptOriginals, SyncLedger
 from tools.ingest.readers import read_file_document
 from tools.ingest.report import FileError, ProgressFn
 from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
@@ -59,11 +63,8 @@ from tools.ingest.sync_plan import (
     settle,
 )
 from tools.model_specs import EmbeddingModelSpec
-from tools.originals import Originals
 from tools.records import FileState, TextKind
 from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
-from tools.store import VectorStore
-from tools.store.sync_state import SyncLedger
 
 log = logging.getLogger(__name__)
 
@@ -185,17 +186,19 @@ def _synced(candidate: Candidate) -> str | None:
 async def sync_folder(
     request: SyncRequest,
     embedder: DocumentEmbedder,
-    store: VectorStore,
+    store: ChunkSink,
+    ledger: SyncLedger,
     options: IngestOptions,
     *,
-    originals: Originals | None = None,
+    originals: KeptOriginals | None = None,
     on_progress: ProgressFn | None = None,
     dry_run: bool = False,
 ) -> SyncReport:
     """Sync `request.folder` into `request.collection` (see the module docstring).
 
     Args:
-        embedder: connected; store: connected.
+        embedder: connected; store: connected (where documents are read from and staged).
+        ledger: the sync state (`tools.store.sync_state.PostgresSyncLedger` over the same store).
         options: the chunk window, `batch_docs` (files read and embedded per embed call), `max_file_bytes` and
             `ocr` (how scanned pages and images are read) (its `collection` is not used: `request.collection` is).
         originals: where added and updated files are kept (None: not kept).
@@ -206,12 +209,11 @@ async def sync_folder(
         IngestError: the folder or root is wrong (see `SyncRequest.checked`).
         EmbedderError / StoreError: Triton or Postgres failed; the files done before stay done, a re-run finishes.
 
-    One sync of a folder into a collection runs at a time (`SyncLedger.exclusive`, a Postgres advisory lock held for
-    the whole run): a second one (another job, a job claimed again, `--watch` beside a job) waits for the first to end,
-    then plans against the state it left. A dry run takes no lock.
+    One sync of a folder into a collection runs at a time (`SyncLedger.exclusive`: in Postgres an advisory lock held
+    for the whole run): a second one (another job, a job claimed again, `--watch` beside a job) waits for the first to
+    end, then plans against the state it left. A dry run takes no lock.
     """
     start = time.perf_counter()
-    ledger = SyncLedger(store)
     await ledger.setup()
     if dry_run:
         return await _sync(request, ledger, embedder, store, options, originals, on_progress, start, dry_run=True)
@@ -224,9 +226,9 @@ async def _sync(
     request: SyncRequest,
     ledger: SyncLedger,
     embedder: DocumentEmbedder,
-    store: VectorStore,
+    store: ChunkSink,
     options: IngestOptions,
-    originals: Originals | None,
+    originals: KeptOriginals | None,
     on_progress: ProgressFn | None,
     start: float,
     *,
@@ -296,9 +298,9 @@ class _Run:
     ledger: SyncLedger
     source_id: int
     embedder: CountingEmbedder
-    store: VectorStore
+    store: ChunkSink
     options: IngestOptions
-    originals: Originals | None
+    originals: KeptOriginals | None
     report: SyncReport
     on_progress: ProgressFn | None
     total: int = 0
@@ -322,7 +324,7 @@ class _Run:
         return read.document
 
     async def _original(self, action: str, *args: object) -> None:
-        """`Originals.<action>(collection, *args)` in a worker thread; a failure is logged (the document stays)."""
+        """`KeptOriginals.<action>(collection, *args)` in a worker thread; a failure is logged (the document stays)."""
         if self.originals is None:
             return
         try:

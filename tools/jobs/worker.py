@@ -35,17 +35,15 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 from tenacity.wait import wait_base
 
-from tools.embedder import TritonEmbedder
 from tools.errors import StoreUnavailableError
 from tools.extract import sniff
 from tools.ingest import IngestOptions, InputFile, ingest
 from tools.ingest.documents import IngestError
+from tools.ingest.ports import ChunkSink, DocumentEmbedder, KeptOriginals, SyncLedger
 from tools.ingest.sync import SyncRequest, sync_folder, within_roots
 from tools.ingest.sync_plan import SyncReport
-from tools.originals import Originals
+from tools.jobs.ports import JobQueue
 from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobStatus
-from tools.store import VectorStore
-from tools.store.jobs import JobQueue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -85,17 +83,19 @@ def worker_name() -> str:
 async def run_job(
     job: Job,
     queue: JobQueue,
-    embedder: TritonEmbedder,
-    store: VectorStore,
+    embedder: DocumentEmbedder,
+    store: ChunkSink,
+    ledger: SyncLedger,
     *,
     worker: str,
     options: IngestOptions,
     lease_s: float,
     after_file: JobHook | None = None,
-    originals: Originals | None = None,
+    originals: KeptOriginals | None = None,
     sync_roots: Sequence[Path] = (),
 ) -> Job | None:
-    """Run one claimed job to the end; returns its final state. With `originals`, each uploaded file whose document
+    """Run one claimed job to the end, writing its documents to `store` (a sync job's state to `ledger`); returns its
+    final state. With `originals`, each uploaded file whose document
     is stored is kept there as its original (`tools.originals`), for its pages to be rendered. A sync job runs only
     when its folder is inside one of `sync_roots` (`SYNC_ROOTS`; checked again here, as the settings may have changed
     since it was queued); otherwise it fails saying so.
@@ -127,7 +127,7 @@ async def run_job(
     result: dict[str, object] | None = None
     try:
         if job.kind == "sync":
-            synced = await run_sync(job, embedder, store, options, originals, sync_roots)
+            synced = await run_sync(job, embedder, store, ledger, options, originals, sync_roots)
             result = synced.to_json()
             errors += [{"file": e.path, "error": e.reason} for e in synced.failed]
             # the files the sync changed or that failed (its plan is known only as it runs): set once it ends
@@ -184,10 +184,11 @@ async def run_job(
 
 async def run_sync(
     job: Job,
-    embedder: TritonEmbedder,
-    store: VectorStore,
+    embedder: DocumentEmbedder,
+    store: ChunkSink,
+    ledger: SyncLedger,
     options: IngestOptions,
-    originals: Originals | None = None,
+    originals: KeptOriginals | None = None,
     sync_roots: Sequence[Path] = (),
 ) -> SyncReport:
     """A sync job's run: `tools.ingest.sync.sync_folder` of the folder and globs of `job.params` into
@@ -209,7 +210,7 @@ async def run_sync(
         include=tuple(str(g) for g in params.get("include") or ()),
         exclude=tuple(str(g) for g in params.get("exclude") or ()),
     )
-    return await sync_folder(request, embedder, store, options, originals=originals)
+    return await sync_folder(request, embedder, store, ledger, options, originals=originals)
 
 
 async def _nap(stop: asyncio.Event, seconds: float) -> None:
@@ -255,8 +256,9 @@ async def _when_store_answers(
 
 async def work(
     queue: JobQueue,
-    embedder: TritonEmbedder,
-    store: VectorStore,
+    embedder: DocumentEmbedder,
+    store: ChunkSink,
+    ledger: SyncLedger,
     *,
     options: IngestOptions,
     lease_s: float,
@@ -265,7 +267,7 @@ async def work(
     worker: str | None = None,
     after_file: JobHook | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    originals: Originals | None = None,
+    originals: KeptOriginals | None = None,
     backoff: wait_base = STORE_BACKOFF,
     sync_roots: Sequence[Path] = (),
 ) -> None:
@@ -302,6 +304,7 @@ async def work(
                 queue,
                 embedder,
                 store,
+                ledger,
                 worker=name,
                 options=options,
                 lease_s=lease_s,

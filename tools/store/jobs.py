@@ -2,7 +2,7 @@
 (`tools.store.pools.transaction`, bounded acquire), and Postgres' failures come out as the store's errors
 (`StoreUnavailableError` while Postgres is down or restarting, `StoreBusyError`, `StoreQueryError`), never asyncpg's.
 
-Schema (created idempotently by `JobQueue.setup`):
+Schema (created idempotently by `PostgresJobQueue.setup`):
 - `ingest_jobs(id, status, created_at, started_at, finished_at, lease_until, worker, attempts, prefix, collection,
   files_total, files_done, chunks, errors jsonb, timings jsonb)`; `collection` is where the job's documents go
   (`tools.scope`), and jobs are listed and read only within the collections asked for; status is `queued`,
@@ -32,8 +32,9 @@ from typing import Any
 
 import asyncpg
 
+from tools.jobs.ports import ABANDONED, check_sync, check_upload
 from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobStatus
-from tools.scope import DEFAULT_COLLECTION, check_collection
+from tools.scope import DEFAULT_COLLECTION
 from tools.store import pools
 from tools.store.records import Conn
 
@@ -89,8 +90,9 @@ def _job(row: asyncpg.Record) -> Job:
     return Job(**values)
 
 
-class JobQueue:
-    """Jobs in Postgres over an asyncpg pool (the store's), one transaction per operation.
+class PostgresJobQueue:
+    """Jobs in Postgres over an asyncpg pool (the store's; the `tools.jobs.ports.JobQueue` of Postgres), one
+    transaction per operation.
 
     Args:
         pool: a connected asyncpg pool on the store's database.
@@ -135,12 +137,7 @@ class JobQueue:
             ValueError: no files, a file name that is blank or holds a path separator, or an invalid collection
                 name (`tools.scope.ScopeError`).
         """
-        check_collection(collection)
-        if not files:
-            raise ValueError("a job needs at least one file")
-        for f in files:
-            if not f.name.strip() or "/" in f.name or "\\" in f.name or f.name in (".", ".."):
-                raise ValueError(f"file name {f.name!r}: expected a plain name without path separators")
+        check_upload(files, collection)
         async with self._tx("queueing a job") as conn:
             job_id: int = await conn.fetchval(
                 "INSERT INTO ingest_jobs (files_total, prefix, collection) VALUES ($1, $2, $3) RETURNING id",
@@ -162,9 +159,7 @@ class JobQueue:
         Raises:
             ValueError: no path, or an invalid collection name (`tools.scope.ScopeError`).
         """
-        check_collection(collection)
-        if not str(params.get("path") or "").strip():
-            raise ValueError("a sync job needs the folder's path")
+        check_sync(params, collection)
         async with self._tx("queueing a sync job") as conn:
             job_id: int = await conn.fetchval(
                 "INSERT INTO ingest_jobs (files_total, prefix, collection, kind, params) "
@@ -189,14 +184,14 @@ class JobQueue:
                 WITH failed AS (
                     UPDATE ingest_jobs SET status = 'failed', finished_at = now(), lease_until = NULL,
                         errors = errors || jsonb_build_array(jsonb_build_object('file', '', 'error', format(
-                            'its worker stopped while running it %s times (a file may crash the process); not retried',
-                            attempts)))
+                            $2::text, attempts)))
                     WHERE status = 'running' AND lease_until < now() AND attempts >= $1
                     RETURNING id
                 )
                 DELETE FROM ingest_job_files WHERE job_id IN (SELECT id FROM failed)
                 """,
                 max_attempts,
+                ABANDONED,
             )
             row = await conn.fetchrow(
                 f"""

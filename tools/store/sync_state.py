@@ -3,7 +3,7 @@ write pool: each file's change is one transaction under the writers' lock (`tool
 writes the document and its `sync_files` row together, so an interrupted sync leaves every file either done (state
 and document) or untouched, and a re-run finishes it.
 
-Schema (created idempotently by `SyncLedger.setup`, like the jobs tables):
+Schema (created idempotently by `PostgresSyncLedger.setup`, like the jobs tables):
 - `sync_sources(id, folder, collection, root, prefix, include jsonb, exclude jsonb, created_at, synced_at)`, UNIQUE
   (folder, collection): one synced folder per collection; the naming options and globs of its last run;
 - `sync_files(source_id -> sync_sources, rel_path, size, mtime_ns, file_hash, doc_id, content_hash, status,
@@ -18,8 +18,8 @@ file's document: the sync adopts it (same content) or replaces it, and from then
 other means (`rag docs delete`, `DELETE /v1/documents`) deletes the `sync_files` rows naming it in the same
 transaction (`tools.store.writes.delete_documents`), so the next sync adds the file again.
 
-One sync of a source at a time: `SyncLedger.exclusive` holds a transaction-level advisory lock keyed on the source
-(its folder and collection) for the whole run, on a connection of its own (an open transaction pins one server
+One sync of a source at a time: `PostgresSyncLedger.exclusive` holds a transaction-level advisory lock keyed on the
+source (its folder and collection) for the whole run, on a connection of its own (an open transaction pins one server
 connection behind PgBouncer in transaction mode, where a session lock would not); a second sync of the same source
 waits for the first to end, then finds what is left to do.
 
@@ -76,14 +76,15 @@ SCHEMA_LOCK = 4245
 """Advisory lock key that serialises concurrent creation of the sync tables."""
 
 SYNC_LOCK = 4246
-"""First key of the two-key advisory lock one sync of a source holds (`SyncLedger.exclusive`); the second is
-`hashtext(collection || newline || folder)` (a collection name holds no newline)."""
+"""First key of the two-key advisory lock one sync of a source holds (`PostgresSyncLedger.exclusive`); the second
+is `hashtext(collection || newline || folder)` (a collection name holds no newline)."""
 
 log = logging.getLogger(__name__)
 
 
-class SyncLedger:
-    """The sync tables over a connected `VectorStore`'s pools; one transaction per method.
+class PostgresSyncLedger:
+    """The sync tables over a connected `VectorStore`'s pools (the `tools.ingest.ports.SyncLedger` of Postgres); one
+    transaction per method.
 
     Args:
         store: connected; its write pool, acquire timeout and BM25 parameters are used.
@@ -94,6 +95,9 @@ class SyncLedger:
 
     def _write(self, action: str) -> AbstractAsyncContextManager[Conn]:
         return pools.transaction(self.store.write_pool, self.store.acquire_timeout_s, action)
+
+    def _read(self, action: str) -> AbstractAsyncContextManager[Conn]:
+        return pools.transaction(self.store.pool, self.store.acquire_timeout_s, action, "BEGIN READ ONLY")
 
     async def setup(self) -> None:
         """Create the tables when missing (idempotent; concurrent callers serialised by an advisory lock)."""
@@ -131,9 +135,7 @@ class SyncLedger:
 
     async def find_source(self, folder: str, collection: str) -> SyncSource | None:
         """The source of `folder` (absolute) in `collection`, or None when it was never synced."""
-        async with pools.transaction(
-            self.store.pool, self.store.acquire_timeout_s, "reading a sync source", "BEGIN READ ONLY"
-        ) as conn:
+        async with self._read("reading a sync source") as conn:
             row = await conn.fetchrow(
                 "SELECT id, folder, collection, root, prefix, include, exclude FROM sync_sources "
                 "WHERE folder = $1 AND collection = $2",
@@ -177,9 +179,7 @@ class SyncLedger:
 
     async def files(self, source_id: int) -> dict[str, FileState]:
         """rel_path -> what the last sync recorded of it, for source `source_id`."""
-        async with pools.transaction(
-            self.store.pool, self.store.acquire_timeout_s, "reading the synced files", "BEGIN READ ONLY"
-        ) as conn:
+        async with self._read("reading the synced files") as conn:
             rows = await conn.fetch(
                 "SELECT rel_path, size, mtime_ns, file_hash, doc_id, content_hash, status FROM sync_files "
                 "WHERE source_id = $1",
@@ -234,18 +234,12 @@ class SyncLedger:
             await _upsert(conn, source_id, state)
 
     async def move(
-        self,
-        source_id: int,
-        collection: str,
-        old: FileState,
-        new: FileState,
-        source: str,
-        record: DocumentRecord | None,
+        self, source_id: int, collection: str, old: FileState, new: FileState, path: str, record: DocumentRecord | None
     ) -> IngestCounts:
         """Move the document of `old` to `new.doc_id` (a renamed file) in one transaction with the state rows.
 
         `record` None: the content is unchanged; the document row, its chunks and vectors are kept, their doc id,
-        chunk ids and `source` updated (a document already stored under the new id is the new path's document,
+        chunk ids and `source` (`path`) updated (a document already stored under the new id is the new path's document,
         replaced as any write replaces it: see Ownership above). Else `record` (the new version, vectors reused where
         the text is unchanged) replaces both.
 
@@ -268,7 +262,7 @@ class SyncLedger:
                     return IngestCounts(missing=(old.doc_id,))
                 if new.doc_id in ids and new.doc_id != old.doc_id:
                     await delete_rows(conn, [ids[new.doc_id]])
-                await _rename(conn, ids[old.doc_id], collection, new.doc_id, source)
+                await _rename(conn, ids[old.doc_id], collection, new.doc_id, path)
             else:
                 await _remove_owned(conn, source_id, collection, old.doc_id, keep=new.doc_id)
                 counts = await add_documents(conn, [record], {}, self.store.bm25_k1, self.store.bm25_b, collection)

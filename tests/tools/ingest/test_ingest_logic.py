@@ -7,55 +7,18 @@ What only Postgres and Triton show (transactions, restarts, kills) stays in `tes
 from __future__ import annotations
 
 import json
-import zlib
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import pytest
-from tokenizers import Tokenizer
 
+from tests.ingest_doubles import MODEL, POISON, ScriptedEmbedder
 from tools.errors import EmbedderError
 from tools.in_memory_sink import InMemorySink
 from tools.ingest import IngestError, IngestOptions, ingest, ingest_documents, plan_inputs
 from tools.ingest.documents import SourceDocument
 from tools.ingest.staging import LARGE_DOC_CHARS, SUB_BATCH_CHUNKS
-from tools.model_specs import EmbeddingModelSpec, get_spec
-from tools.tokenizer import load_tokenizer
-
-MODEL = "all-minilm-l6-v2"
-POISON = "POISON"
-"""A chunk containing this word gets a NaN embedding from the scripted embedder (a non-finite output)."""
-
-
-class ScriptedEmbedder:
-    """A `DocumentEmbedder`: the real model's spec and tokenizer, deterministic unit vectors per text (seeded by its
-    CRC-32), NaN for a text containing `POISON`; records the size of every call."""
-
-    def __init__(self) -> None:
-        self.spec: EmbeddingModelSpec = get_spec(MODEL)
-        self.tokenizer: Tokenizer = load_tokenizer(MODEL)
-        self.calls: list[int] = []
-        self.fail_with: Exception | None = None
-
-    async def embed(self, texts: Sequence[str], kind: str = "document") -> npt.NDArray[np.float32]:
-        self.calls.append(len(texts))
-        if self.fail_with is not None:
-            raise self.fail_with
-        out = np.empty((len(texts), self.spec.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            if POISON in text:
-                out[i] = np.nan
-                continue
-            vector = np.random.default_rng(zlib.crc32(text.encode())).standard_normal(self.spec.dim)
-            out[i] = vector / np.linalg.norm(vector)
-        return out
-
-    @property
-    def embedded(self) -> int:
-        """Texts embedded so far (a text embedded alone after its batch failed counts again)."""
-        return sum(self.calls)
+from tools.model_specs import get_spec
 
 
 @pytest.fixture

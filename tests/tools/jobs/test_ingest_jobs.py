@@ -26,7 +26,8 @@ from tools.ingest import IngestOptions
 from tools.jobs import work
 from tools.records import JobFile
 from tools.store import VectorStore
-from tools.store.jobs import JobQueue
+from tools.store.jobs import PostgresJobQueue
+from tools.store.sync_state import PostgresSyncLedger
 
 LEASE_S = 2.0
 DONE_WITHIN_S = 600.0
@@ -87,15 +88,17 @@ async def fingerprint(url: str) -> set[tuple[str, str, str]]:
 
 
 async def run_until_done(
-    queue: JobQueue, embedder: TritonEmbedder, store: VectorStore, ids: list[int], workers: int
+    queue: PostgresJobQueue, embedder: TritonEmbedder, store: VectorStore, ids: list[int], workers: int
 ) -> None:
     stop = asyncio.Event()
+    ledger = PostgresSyncLedger(store)
     loops = [
         asyncio.create_task(
             work(
                 queue,
                 embedder,
                 store,
+                ledger,
                 options=IngestOptions(chunk_tokens=200, overlap_tokens=40, max_file_bytes=10_000_000),
                 lease_s=LEASE_S,
                 poll_s=0.2,
@@ -126,7 +129,7 @@ async def test_a_job_whose_worker_is_killed_ends_with_the_chunks_of_a_clean_run(
 
     # A clean run, for reference.
     async with VectorStore(clean_db, spec.name, spec.dim) as store:
-        queue = JobQueue(store.pool)
+        queue = PostgresJobQueue(store.pool)
         await queue.setup()
         clean_id = await queue.submit(files, prefix="up/")
         await run_until_done(queue, embedder, store, [clean_id], workers=1)
@@ -140,7 +143,7 @@ async def test_a_job_whose_worker_is_killed_ends_with_the_chunks_of_a_clean_run(
         "PYTHONPATH": str(REPO_ROOT),
     }
     async with VectorStore(killed_db, spec.name, spec.dim) as store:
-        queue = JobQueue(store.pool)
+        queue = PostgresJobQueue(store.pool)
         await queue.setup()
         job_id = await queue.submit(files, prefix="up/")
         probe = start_probe(env)
@@ -177,7 +180,7 @@ async def test_a_job_whose_worker_is_killed_ends_with_the_chunks_of_a_clean_run(
 async def test_several_workers_run_each_job_once(fresh_dbs: list[str], embedder: TritonEmbedder) -> None:
     spec = embedder.spec
     async with VectorStore(fresh_dbs[0], spec.name, spec.dim) as store:
-        queue = JobQueue(store.pool)
+        queue = PostgresJobQueue(store.pool)
         await queue.setup()
         ids = [await queue.submit([JobFile(f"n{i}.md", f"# Note {i}\n\nText of note {i}.".encode())]) for i in range(6)]
         await run_until_done(queue, embedder, store, ids, workers=3)

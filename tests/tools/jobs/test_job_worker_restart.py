@@ -24,10 +24,11 @@ from infra.config import StackConfig
 from tests.store_helpers import own_postgres
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions
+from tools.ingest.ports import SyncLedger
 from tools.jobs import worker
 from tools.records import Job, JobFile
 from tools.store import VectorStore
-from tools.store.jobs import JobQueue
+from tools.store.jobs import PostgresJobQueue
 
 pytestmark = pytest.mark.stack
 
@@ -39,7 +40,7 @@ def pg(settings: Settings, server_root: Path) -> Iterator[Settings]:
         yield own
 
 
-class WatchedQueue(JobQueue):
+class WatchedQueue(PostgresJobQueue):
     """The product's queue; `answered` is set each time a claim got an answer from Postgres."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
@@ -102,6 +103,7 @@ async def test_the_job_worker_survives_a_postgres_restart_then_runs_a_queued_job
             queue,
             cast(TritonEmbedder, nothing),
             cast(VectorStore, nothing),
+            cast(SyncLedger, nothing),
             options=IngestOptions(chunk_tokens=128, overlap_tokens=16, max_file_bytes=1 << 20),
             lease_s=600,
             poll_s=0.05,
@@ -123,9 +125,11 @@ async def test_the_job_worker_survives_a_postgres_restart_then_runs_a_queued_job
                 postgres.start(StackConfig.of(pg))
             assert pg.resolved_database_url() == url
             async with asyncpg.create_pool(url, min_size=1, max_size=1) as own:  # the test's own, fresh connections
-                job_id = await JobQueue(own).submit([JobFile("after-restart.txt", b"Vitamin B12 lowers homocysteine.")])
+                job_id = await PostgresJobQueue(own).submit(
+                    [JobFile("after-restart.txt", b"Vitamin B12 lowers homocysteine.")]
+                )
                 await asyncio.wait_for(task, 300)  # a bound for a loaded machine: the worker runs the job, then stops
-                job = await JobQueue(own).get(job_id)
+                job = await PostgresJobQueue(own).get(job_id)
     finally:
         stop.set()
         task.cancel()

@@ -23,24 +23,26 @@ from tests.http_rig import assert_error, serve
 from tools.embedder import TritonEmbedder
 from tools.errors import StoreQueryError, StoreUnavailableError
 from tools.ingest import IngestOptions
+from tools.ingest.ports import SyncLedger
 from tools.jobs import worker
+from tools.jobs.ports import JobQueue
 from tools.records import Job, JobFile
 from tools.store import VectorStore
-from tools.store.jobs import JobQueue
+from tools.store.jobs import PostgresJobQueue
 
 
 @pytest.fixture
-async def gone_queue(tmp_path: Path) -> AsyncIterator[JobQueue]:
+async def gone_queue(tmp_path: Path) -> AsyncIterator[PostgresJobQueue]:
     """A jobs queue over a real asyncpg pool whose Postgres socket folder does not exist (as while the embedded
     Postgres restarts): every connection attempt fails at once."""
     pool = await asyncpg.create_pool(f"postgresql://postgres@/postgres?host={tmp_path / 'gone'}", min_size=0)
     try:
-        yield JobQueue(pool, acquire_timeout_s=5)
+        yield PostgresJobQueue(pool, acquire_timeout_s=5)
     finally:
         await pool.close()
 
 
-async def test_job_routes_answer_503_with_retry_after_while_postgres_is_down(gone_queue: JobQueue) -> None:
+async def test_job_routes_answer_503_with_retry_after_while_postgres_is_down(gone_queue: PostgresJobQueue) -> None:
     served = serve()
     served.app.state.jobs = gone_queue
     async with served.client() as client:
@@ -121,6 +123,7 @@ async def work(queue: object, stop: asyncio.Event, backoff: wait_base) -> None:
         cast(JobQueue, queue),
         cast(TritonEmbedder, None),
         cast(VectorStore, None),
+        cast(SyncLedger, None),
         options=IngestOptions(chunk_tokens=200, overlap_tokens=20, max_file_bytes=1000),
         lease_s=30,
         poll_s=0,
@@ -203,7 +206,7 @@ def test_the_default_backoff_grows_and_is_capped() -> None:
 
 
 class LeaseQueue:
-    """The part of `JobQueue` one job's run calls, as a double: two files; while `down`, a lease renewal raises
+    """The part of the `JobQueue` port one job's run calls, as a double: two files; while `down`, a lease renewal raises
     `StoreUnavailableError` (and sets `raised`); `finished` records the job's final status."""
 
     def __init__(self) -> None:
@@ -259,6 +262,7 @@ async def test_a_lease_renewal_that_meets_an_outage_is_tried_again(
             cast(JobQueue, queue),
             cast(TritonEmbedder, None),
             cast(VectorStore, None),
+            cast(SyncLedger, None),
             worker="w",
             options=IngestOptions(chunk_tokens=200, overlap_tokens=20, max_file_bytes=1000),
             lease_s=0.03,

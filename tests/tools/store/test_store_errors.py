@@ -18,7 +18,7 @@ from tests.store_helpers import DIM, MODEL, own_postgres, record, unit_vector
 from tools.errors import StoreError, StoreQueryError, StoreUnavailableError
 from tools.records import JobFile, StagedDocument
 from tools.store import VectorStore
-from tools.store.jobs import JobQueue
+from tools.store.jobs import PostgresJobQueue
 from tools.store.keys import PostgresKeys
 from tools.store.staging import commit_staged, resume_point, stage_chunks
 
@@ -82,7 +82,7 @@ async def test_every_operation_is_store_unavailable_while_postgres_is_down_then_
 def table_operations(store: VectorStore) -> dict[str, Callable[[], Awaitable[Any]]]:
     """One call of each operation on the service's other tables (jobs, staged chunks, API keys), in an order that
     works: a staged chunk is committed after it is staged."""
-    jobs, keys = JobQueue(store.pool, acquire_timeout_s=5), PostgresKeys(store.pool, acquire_timeout_s=5)
+    jobs, keys = PostgresJobQueue(store.pool, acquire_timeout_s=5), PostgresKeys(store.pool, acquire_timeout_s=5)
     big = StagedDocument("big", "hash-1", "Big", "test", {})
     row = ("default", "big", "hash-1", 0, "okapi habitat", 3, unit_vector(2), "{}")
     return {
