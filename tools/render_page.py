@@ -2,13 +2,14 @@
 highlights: what `GET /v1/documents/{doc_id}/pages/{n}` and `rag docs page` return.
 
 PDFium renders the page (its crop box, as a viewer shows it) in a worker process of its own (`RENDERER`, a
-`tools.extract.pdf.PdfExtractor` apart from the ingest's `EXTRACTOR`, so a page asked for is not queued behind a long
-scan's OCR; PDFium is not thread-safe, and a malformed file crashes that process, not the caller); Pillow draws the
-boxes there too. Async callers wait for it in `RENDER_THREADS` threads of their own (`in_render_thread`), not in the
-event loop's default executor: at most that many renders run at once, the others wait in its queue without holding a
-thread. A box `(left, bottom, right, top)` in PDF points becomes the pixels `((left - x0) * scale, (y1 - top) * scale,
-(right - x0) * scale, (y1 - bottom) * scale)`, where `(x0, y1)` is the crop box's top-left corner in page space; a
-page shown turned (`/Rotate`) is drawn without highlights (its text has no boxes, `tools.extract.pdf`).
+`tools.extract.pdfium_worker.PdfiumWorker` apart from the ingest's `tools.extract.pdf.EXTRACTOR`, so a page asked for is
+not queued behind a long scan's OCR; PDFium is not thread-safe, and a malformed file crashes that process, not the
+caller); Pillow draws the boxes there too. Async callers wait for it in `RENDER_THREADS` threads of their own
+(`in_render_thread`), not in the event loop's default executor: at most that many renders run at once, the others wait
+in its queue without holding a thread. A box `(left, bottom, right, top)` in PDF points becomes the pixels `((left - x0)
+* scale, (y1 - top) * scale, (right - x0) * scale, (y1 - bottom) * scale)`, where `(x0, y1)` is the crop box's top-left
+corner in page space; a page shown turned (`/Rotate`) is drawn without highlights (its text has no boxes,
+`tools.extract.pdf`).
 
 An image's page n is its frame n (`render_image_here`), decoded by Pillow in the same worker process, turned upright
 as its EXIF orientation says and scaled to `scale` pixels per point at the image's own dpi, as OCR measured its boxes
@@ -32,7 +33,7 @@ from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from tools.extract.image import upright
 from tools.extract.ocr import MAX_OCR_PIXELS
-from tools.extract.pdf import _LOCK, PdfExtractor
+from tools.extract.pdfium_worker import PDFIUM_LOCK, PdfiumWorker
 
 MIN_SCALE = 0.25
 MAX_SCALE = 4.0
@@ -45,7 +46,7 @@ OUTLINE = (230, 150, 0, 200)
 
 RENDER_THREADS = 2
 """Renders waited for at once (`in_render_thread`); more wait in its queue."""
-RENDERER = PdfExtractor()
+RENDERER = PdfiumWorker()
 """The process-wide worker process pages are rendered in (one process, started at the first render; `close`)."""
 _THREADS = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="page-render")
 T = TypeVar("T")
@@ -80,7 +81,6 @@ class RenderedPage:
     pages: int
 
 
-
 def _check_pixels(width: float, height: float, scale: float, page: int, pages: int) -> None:
     """Raise RenderError ("too_large") when a `width` x `height` point page at `scale` is over `MAX_PIXELS`."""
     if width * height * scale * scale > MAX_PIXELS:
@@ -91,6 +91,7 @@ def _check_pixels(width: float, height: float, scale: float, page: int, pages: i
             pages,
         )
 
+
 def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> RenderedPage:
     """Page `page` (from 1) of the PDF `path` at `scale` pixels per point, `boxes` highlighted; in this process
     (the worker's target: call `render_page` elsewhere).
@@ -98,7 +99,7 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
     Raises:
         RenderError: not a readable PDF, no page `page`, or too large an image at this scale.
     """
-    with _LOCK:
+    with PDFIUM_LOCK:
         try:
             document = pdfium.PdfDocument(path)
         except pdfium.PdfiumError as exc:

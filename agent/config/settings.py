@@ -154,7 +154,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
-    # --- local stack ---------------------------------------------------------------------------------------
+    # --- local stack (`rag up`) ---------------------------------------------------------------------------------------
     data_dir: Path = Field(
         default=Path(".rag"),
         description="Project data directory: Postgres data, Triton backend dir, converted LLM, PID files, logs.",
@@ -164,8 +164,42 @@ class Settings(BaseSettings):
         description="Triton model repository (`<model>/config.pbtxt`, `<model>/1/model.onnx`) the local Triton "
         "serves; relative paths are from the working directory (the source checkout).",
     )
+    triton_python_env: Path = Field(
+        default=Path(".venv-triton"),
+        description="Python environment of the local Triton's Python backend (numpy<2 + onnxruntime), made by "
+        "`infra/setup.sh`; relative paths are from the working directory.",
+    )
+    services: Annotated[
+        tuple[Literal["postgres", "triton", "vllm"], ...], NoDecode, BeforeValidator(_comma_or_json_list)
+    ] = Field(
+        default=("postgres", "triton", "vllm"),
+        description="Local services `rag up` starts: comma-separated (`postgres,triton`) or a JSON list.",
+    )
+    triton_http_port: Port = Field(default=8000, description="Port of the local Triton's HTTP endpoint.")
+    triton_metrics_port: Port = Field(default=8002, description="Port of the local Triton's Prometheus metrics.")
+    triton_start_timeout_s: float = Field(default=120.0, description="How long `rag up` waits for Triton, seconds.")
+    triton_extra_models: tuple[str, ...] = Field(
+        default=(),
+        description='Models the local Triton loads besides the embedder, e.g. `["all-minilm-l6-v2-int8"]` (JSON).',
+    )
+    vllm_port: Port = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
+    vllm_kvcache_space_gib: int = Field(default=2, description="VLLM_CPU_KVCACHE_SPACE for the local vLLM, GiB.")
+    vllm_max_model_len: int = Field(default=4096, description="Context length the local vLLM serves, tokens.")
+    vllm_nice: int = Field(
+        default=5,
+        ge=0,
+        le=19,
+        description="Niceness of the local vLLM and its engine processes (Linux `nice`, 0-19). The engine keeps "
+        "every core busy while it decodes; at 5 the HTTP app's event loop (admission, refusals, streaming) is "
+        "scheduled before it, while the bulk embedder (niceness 10) still yields to it. 0: same as the app.",
+    )
+    vllm_start_timeout_s: float = Field(
+        default=900.0,
+        description="How long `rag up` waits for vLLM, seconds: its first start on a machine compiles the model "
+        "(torch.compile, cached in ~/.cache/vllm afterwards), measured at 6 min on a busy 2-core machine.",
+    )
 
-    # --- Triton (embeddings) -------------------------------------------------------------------------------
+    # --- Triton (embeddings) ------------------------------------------------------------------------------------------
     triton_grpc_url: GrpcTargets = Field(
         default="localhost:8001",
         description="Triton KServe gRPC endpoint(s): `host:port`; a gRPC target such as `dns:///host:port` (one "
@@ -182,8 +216,6 @@ class Settings(BaseSettings):
         '"grpc.keepalive_time_ms": 30000}`; an object value is sent as its JSON text. Message size limits stay '
         "at least 256 MiB.",
     )
-    triton_http_port: Port = Field(default=8000, description="Port of the local Triton's HTTP endpoint.")
-    triton_metrics_port: Port = Field(default=8002, description="Port of the local Triton's Prometheus metrics.")
     embedder_model: str = Field(
         default="all-minilm-l6-v2", description="Embedding model: a Triton model name in `tools.model_specs`."
     )
@@ -206,12 +238,8 @@ class Settings(BaseSettings):
         "(more wait in the client, in order). Unset: twice the model's max_batch_size (read from Triton) per "
         "endpoint of TRITON_GRPC_URL. The "
         "default of 8 comes from `rag bench query` on the local CPU stack (docs/benchmarks.md): more "
-        "requests in flight there lowered embed throughput instead of filling batches.",
-    )
-    triton_python_env: Path = Field(
-        default=Path(".venv-triton"),
-        description="Python environment of the local Triton's Python backend (numpy<2 + onnxruntime), made by "
-        "`infra/setup.sh`; relative paths are from the working directory.",
+        "requests in flight there lowered embed throughput instead of filling batches. Time waiting for a slot is "
+        "`rag_embedder_slot_wait_seconds` on `/metrics`.",
     )
     triton_timeout_s: float = Field(
         default=60.0,
@@ -219,22 +247,18 @@ class Settings(BaseSettings):
         description="Deadline of one embedding request to Triton, seconds (gRPC deadline and Triton's request "
         "timeout, which drops it from Triton's queue once the caller gave up).",
     )
-    triton_start_timeout_s: float = Field(default=120.0, description="How long `rag up` waits for Triton, seconds.")
     triton_connect_timeout_s: float = Field(
         default=5.0, gt=0, description="Deadline of each Triton readiness check when the embedder connects, seconds."
     )
     triton_retries: int = Field(
         default=3, ge=1, description="Attempts per Triton call on UNAVAILABLE (jittered exponential backoff, tenacity)."
     )
-    triton_extra_models: tuple[str, ...] = Field(
-        default=(),
-        description='Models the local Triton loads besides the embedder, e.g. `["all-minilm-l6-v2-int8"]` (JSON).',
-    )
 
-    # --- Postgres + pgvector -------------------------------------------------------------------------------
+    # --- Postgres + pgvector ------------------------------------------------------------------------------------------
     database_url: Annotated[str | None, AfterValidator(_postgres_url)] = Field(
         default=None,
-        description="postgresql:// URL of a Postgres with pgvector; unset means the embedded server in data_dir.",
+        description="postgresql:// URL of a Postgres with pgvector; unset means the embedded server in DATA_DIR, whose "
+        "URL `rag up` records in `DATA_DIR/run/postgres.url`.",
     )
     db_pool_max_size: int = Field(
         default=8, ge=1, description="Most connections of the store's read pool (searches, listings, counts)."
@@ -274,7 +298,7 @@ class Settings(BaseSettings):
         "in transaction mode.",
     )
 
-    # --- LLM (OpenAI-compatible) ---------------------------------------------------------------------------
+    # --- LLM (OpenAI-compatible) --------------------------------------------------------------------------------------
     llm_base_url: HttpUrlStr = Field(
         default="http://localhost:9000/v1",
         description="OpenAI-compatible API base URL; unset, it follows `VLLM_PORT` (`http://localhost:<VLLM_PORT>/v1`).",
@@ -308,32 +332,27 @@ class Settings(BaseSettings):
         "`--scheduling-policy priority`; Triton's OpenAI frontend refuses unknown request fields, so production "
         "sets 0 (infra/production/README.md).",
     )
-    vllm_port: Port = Field(default=9000, description="Port of the local vLLM OpenAI server (`/v1`).")
-    vllm_kvcache_space_gib: int = Field(default=2, description="VLLM_CPU_KVCACHE_SPACE for the local vLLM, GiB.")
-    vllm_max_model_len: int = Field(default=4096, description="Context length the local vLLM serves, tokens.")
-    vllm_nice: int = Field(
-        default=5,
-        ge=0,
-        le=19,
-        description="Niceness of the local vLLM and its engine processes (Linux `nice`, 0-19). The engine keeps "
-        "every core busy while it decodes; at 5 the HTTP app's event loop (admission, refusals, streaming) is "
-        "scheduled before it, while the bulk embedder (niceness 10) still yields to it. 0: same as the app.",
+    llm_context_tokens: int = Field(
+        default=4096,
+        ge=256,
+        description="The LLM's context window, tokens, used when the server's `GET /v1/models` reports no "
+        "`max_model_len` (vLLM reports it). Prompt passages are fitted to it: the lowest-ranked are dropped.",
     )
-    vllm_start_timeout_s: float = Field(
-        default=900.0,
-        description="How long `rag up` waits for vLLM, seconds: its first start on a machine compiles the model "
-        "(torch.compile, cached in ~/.cache/vllm afterwards), measured at 6 min on a busy 2-core machine.",
+    llm_tokenizer: Path | None = Field(
+        default=None,
+        description="The LLM's tokenizer.json (file or folder), to count prompt tokens exactly (the converted "
+        "SmolLM2 folder under DATA_DIR/llm has one). Unset: a conservative estimate of 3 characters per token.",
     )
 
-    # --- retrieval and chunking ----------------------------------------------------------------------------
+    # --- retrieval (tools/retrieval.py) -------------------------------------------------------------------------------
     top_k: int = Field(default=5, ge=1, le=100, description="Passages retrieved per question.")
-    chunk_tokens: int = Field(default=200, ge=8, description="Chunk size in embedder tokens (specials excluded).")
-    chunk_overlap_tokens: int = Field(default=40, ge=0, description="Overlap between consecutive chunks, tokens.")
     hnsw_ef_search: int = Field(
         default=100, ge=1, le=1000, description="pgvector `hnsw.ef_search` (at least top_k is used)."
     )
     retrieval_mode: Literal["dense", "full_text", "hybrid"] = Field(
-        default="hybrid", description="Retrieval: `dense` (HNSW cosine), `full_text` (Postgres) or `hybrid` (RRF)."
+        default="hybrid",
+        description="Retrieval: `dense` (HNSW cosine), `full_text` (BM25 in Postgres) or `hybrid` (both lists, "
+        "fused by FUSION_METHOD).",
     )
     rrf_k: float = Field(
         default=5.0,
@@ -424,8 +443,25 @@ class Settings(BaseSettings):
         "for); bounds a full-text search's cost whatever the corpus size. 100: SciFact train nDCG@10 equal to "
         "unpruned BM25 (0.6963 vs 0.6959).",
     )
+
+    # --- ingestion: chunking, document files, OCR (tools/ingest, tools/extract) ---------------------------------------
+    chunk_tokens: int = Field(
+        default=200,
+        ge=8,
+        description="Chunk size in embedder tokens (specials excluded); a size above the model's limit minus 2 is "
+        "clamped to it, and the overlap shrinks in proportion.",
+    )
+    chunk_overlap_tokens: int = Field(
+        default=40, ge=0, description="Overlap between consecutive chunks, tokens; must be below CHUNK_TOKENS."
+    )
     ingest_batch_docs: int = Field(default=64, ge=1, description="Documents per embed + insert transaction.")
-    # --- document files (tools/extract) ---
+    ingest_max_in_flight: int = Field(
+        default=4,
+        ge=1,
+        description="Most concurrent gRPC requests (each up to the model's max_batch_size chunks) the ingestion "
+        "embedder sends: its own limit, apart from queries'. At least 2 keeps the next request queued at Triton; "
+        "more only adds queueing time, which counts against TRITON_TIMEOUT_S.",
+    )
     ingest_max_file_bytes: int = Field(
         default=100 * 1024 * 1024,
         ge=1,
@@ -465,6 +501,19 @@ class Settings(BaseSettings):
         "is dropped and a warning names it, rather than storing junk (clean print reads at 90-96, a page read "
         "sideways at 30-40); 0 keeps every reading. Pages are read level and upright first (skew, quarter turns).",
     )
+    keep_originals: bool = Field(
+        default=True,
+        description="Keep each ingested or uploaded document file's original under ORIGINALS_DIR, so that a cited "
+        "PDF page can be rendered with its passage highlighted (`GET /v1/documents/{doc_id}/pages/{n}`, "
+        "`rag docs page`); deleting a document deletes its original.",
+    )
+    originals_dir: Path | None = Field(
+        default=None,
+        description="Where the original files are kept (`<collection>/<sha256 of the doc id>`); unset: "
+        "`<DATA_DIR>/originals`. Every app replica and ingest must see the same folder (a shared volume).",
+    )
+
+    # --- ingestion jobs and folder sync (tools/jobs, tools/ingest/sync.py) --------------------------------------------
     jobs_lease_s: float = Field(
         default=30.0,
         gt=0,
@@ -480,8 +529,8 @@ class Settings(BaseSettings):
     sync_roots: Annotated[tuple[Path, ...], NoDecode, BeforeValidator(_comma_list)] = Field(
         default=(),
         description="Folders (comma-separated) under which `POST /v1/sync` may sync a folder of the server's; empty: "
-        "sync over HTTP is disabled (403). Job workers check a sync job's folder against their own when they run it "
-        "(set it on `rag worker` too). The CLI's `rag sync` is not bound by it.",
+        "sync over HTTP is disabled (403 `sync_disabled`). Job workers check a sync job's folder against their own "
+        "when they run it (set it on `rag worker` too). The CLI's `rag sync` is not bound by it.",
     )
     sync_ignore: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = Field(
         default=TEMPORARY_NAMES,
@@ -495,25 +544,8 @@ class Settings(BaseSettings):
         description="A folder sync reads a file modified less than this long ago (s) only once its size and mtime "
         "stayed the same that long; a file still being written is left for the next sync (0: no wait).",
     )
-    upload_max_file_bytes: int = Field(
-        default=50 * 1024 * 1024,
-        ge=1,
-        description="Largest file `POST /v1/documents/files` accepts, bytes; a larger one answers 413 naming it.",
-    )
-    ingest_max_in_flight: int = Field(
-        default=4,
-        ge=1,
-        description="Most concurrent gRPC requests (each up to the model's max_batch_size chunks) the ingestion "
-        "embedder sends: its own limit, apart from queries'. At least 2 keeps the next request queued at Triton; "
-        "more only adds queueing time, which counts against TRITON_TIMEOUT_S.",
-    )
 
-    # --- agent -----------------------------------------------------------------------------------------------
-    otel_exporter_otlp_endpoint: str | None = Field(
-        default=None,
-        description="OpenTelemetry collector base URL for traces over OTLP/HTTP (e.g. `http://otel-collector:4318`); "
-        "unset: no tracing set-up at all (agent/core/telemetry.py).",
-    )
+    # --- answers (agent/core/answer.py, agent/core/rag_agent.py) ------------------------------------------------------
     agent_policy: Policy = Field(
         default="always",
         description="Retrieval policy: `always` retrieves with the question before the model writes (weak models); "
@@ -524,39 +556,6 @@ class Settings(BaseSettings):
         description='Refuse ("the documents do not cover it") when no retrieved chunk has a dense cosine similarity '
         "at least this high. Unset: the embedder's calibrated value (`tools/model_specs.py`, 0.42 for "
         "all-minilm-l6-v2); -1 turns refusals off. Measure per embedder with `python -m evals.refusal --top-k 5`.",
-    )
-    support_check: Literal["flag", "strict", "off"] = Field(
-        default="flag",
-        description="Per-sentence support check of answers (agent/core/support.py, docs/support.md): `flag` labels "
-        "every sentence SUPPORT / CONTRADICT / NOT_ENOUGH_INFO against the retrieved passages, points each supported "
-        "sentence's citation at the passage sentence that supports it, collapses repeated sentences and marks the "
-        "unsupported; `strict` also removes unsupported sentences (the answer says how many); `off` skips the check. "
-        "When no sentence is supported (flag or strict) the answer quotes the best evidence sentences instead.",
-    )
-    support_model: str = Field(
-        default="minilm-l6-scifact-verifier",
-        description="Triton model of the support check's verifier (`tools.embedder.verifier`); the local one ships "
-        "in model_repository/ (trained on SciFact train by `python -m evals.train_verifier`).",
-    )
-    support_candidates_by: Literal["lexical", "embedding"] = Field(
-        default="lexical",
-        description="How the support check picks a sentence's candidate evidence sentences: `lexical` (Okapi BM25 "
-        "over the answer's passage sentences, no server call) or `embedding` (cosine of the embedder's vectors, one "
-        "Triton call per answer). `lexical` measured better on SciFact test (a rationale among the top 3 for 82.7 % "
-        "of claims, against 64.0 %) and costs ~0 ms against ~580 ms here (docs/support.md).",
-    )
-    support_candidates: int = Field(
-        default=3,
-        ge=1,
-        le=10,
-        description="Passage sentences the verifier reads per answer sentence, picked by embedding similarity "
-        "(besides the best sentence of each passage the sentence cites); each is one verifier pair.",
-    )
-    support_max_sentences: int = Field(
-        default=12,
-        ge=1,
-        description="Sentences of an answer the support check labels at most; later ones are labelled "
-        "NOT_ENOUGH_INFO without a verifier call (bounds the check's cost on runaway answers).",
     )
     agent_request_limit: int = Field(default=4, ge=1, description="LLM requests per answer (pydantic-ai UsageLimits).")
     agent_tool_calls_limit: int = Field(default=3, ge=0, description="Tool calls per answer (UsageLimits).")
@@ -592,7 +591,42 @@ class Settings(BaseSettings):
         description="Output token budget of the rewrite of a follow-up (`FOLLOWUP_QUERY=rewrite`), tokens.",
     )
 
-    # --- admission control of answers (agent/core/admission.py) ---------------------------------------------
+    # --- support check (agent/core/support.py) ------------------------------------------------------------------------
+    support_check: Literal["flag", "strict", "off"] = Field(
+        default="flag",
+        description="Per-sentence support check of answers (agent/core/support.py, docs/support.md): `flag` labels "
+        "every sentence SUPPORT / CONTRADICT / NOT_ENOUGH_INFO against the retrieved passages, points each supported "
+        "sentence's citation at the passage sentence that supports it, collapses repeated sentences and marks the "
+        "unsupported; `strict` also removes unsupported sentences (the answer says how many); `off` skips the check. "
+        "When no sentence is supported (flag or strict) the answer quotes the best evidence sentences instead.",
+    )
+    support_model: str = Field(
+        default="minilm-l6-scifact-verifier",
+        description="Triton model of the support check's verifier (`tools.embedder.verifier`); the local one ships "
+        "in model_repository/ (trained on SciFact train by `python -m evals.train_verifier`).",
+    )
+    support_candidates_by: Literal["lexical", "embedding"] = Field(
+        default="lexical",
+        description="How the support check picks a sentence's candidate evidence sentences: `lexical` (Okapi BM25 "
+        "over the answer's passage sentences, no server call) or `embedding` (cosine of the embedder's vectors, one "
+        "Triton call per answer). `lexical` measured better on SciFact test (a rationale among the top 3 for 82.7 % "
+        "of claims, against 64.0 %) and costs ~0 ms against ~580 ms here (docs/support.md).",
+    )
+    support_candidates: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Passage sentences the verifier reads per answer sentence, picked by SUPPORT_CANDIDATES_BY "
+        "(besides the best sentence of each passage the sentence cites); each is one verifier pair.",
+    )
+    support_max_sentences: int = Field(
+        default=12,
+        ge=1,
+        description="Sentences of an answer the support check labels at most; later ones are labelled "
+        "NOT_ENOUGH_INFO without a verifier call (bounds the check's cost on runaway answers).",
+    )
+
+    # --- admission control of answers (agent/core/admission.py) -------------------------------------------------------
     answer_max_in_progress: int = Field(
         default=32,
         ge=1,
@@ -623,7 +657,8 @@ class Settings(BaseSettings):
         "leaves room for the others, and a freed slot goes to the waiting key holding the fewest slots (fair "
         "queuing). Requests without a key are not bounded by it.",
     )
-    # --- answer cache (agent/core/answer_cache.py, docs/answer-cache.md) ---------------------------------------
+
+    # --- answer cache and feedback records (agent/core/answer_cache.py, agent/core/feedback.py) -----------------------
     answer_cache: bool = Field(
         default=True,
         description="Answer a repeated first-turn question from the answer cache in Postgres (shared by every app "
@@ -643,27 +678,17 @@ class Settings(BaseSettings):
         default=90,
         ge=0,
         description="Days the record of each answer (question, searches, retrieved and cited passages, support "
-        "labels, scope, corpus version, model, settings) and its rating are kept, counted from the answer; 0 keeps "
-        "no records, so answers cannot be rated (docs/feedback.md).",
+        "labels, scope, corpus version, model, settings, the key that asked) and its rating are kept, counted from "
+        "the answer; 0 keeps no records, so answers cannot be rated (docs/feedback.md).",
     )
 
-    keep_originals: bool = Field(
-        default=True,
-        description="Keep each ingested or uploaded document file's original under ORIGINALS_DIR, so that a cited "
-        "PDF page can be rendered with its passage highlighted (`GET /v1/documents/{doc_id}/pages/{n}`, "
-        "`rag docs page`); deleting a document deletes its original.",
-    )
-    originals_dir: Path | None = Field(
-        default=None,
-        description="Where the original files are kept (`<collection>/<sha256 of the doc id>`); unset: "
-        "`<DATA_DIR>/originals`. Every app replica and ingest must see the same folder (a shared volume).",
-    )
-
+    # --- API keys and quotas (agent/core/keys.py, agent/core/quotas.py) -----------------------------------------------
     api_key: SecretStr | None = Field(
         default=None,
         description="When set, `rag serve` requires `Authorization: Bearer <API_KEY>` on every route except `/health`, "
         "`/metrics` and the web page (UTF-8 bytes compared in constant time). Surrounding whitespace is dropped (a key "
-        "read from a file or secret often ends in a newline); an empty key is refused, never read as `no auth`.",
+        "read from a file or secret often ends in a newline); an empty key is refused, never read as `no auth`. "
+        "Required when `rag serve --host` is not a loopback address.",
     )
     api_keys_cache_s: float = Field(
         default=5.0,
@@ -690,7 +715,7 @@ class Settings(BaseSettings):
         "keys update --tokens-per-day`) wins.",
     )
 
-    # --- HTTP hardening (agent/http/guards.py, agent/http/shutdown.py, agent/core/context_window.py) -----------
+    # --- HTTP service (agent/http/guards.py, agent/http/shutdown.py) --------------------------------------------------
     allowed_hosts: Annotated[tuple[str, ...] | None, NoDecode] = Field(
         default=None,
         description="Host names `rag serve` answers (the request's `Host` header, port ignored), comma-separated; "
@@ -709,6 +734,11 @@ class Settings(BaseSettings):
         default=200 * 1024 * 1024,
         ge=1,
         description="Largest upload request body (`Content-Length`), bytes; checked before the body is read (413).",
+    )
+    upload_max_file_bytes: int = Field(
+        default=50 * 1024 * 1024,
+        ge=1,
+        description="Largest file `POST /v1/documents/files` accepts, bytes; a larger one answers 413 naming it.",
     )
     documents_max_text_chars: int = Field(
         default=100_000,
@@ -731,23 +761,12 @@ class Settings(BaseSettings):
         "failed (`TimeoutError`), so /health answers within it. Keep it below the probes' `timeoutSeconds` (5 s in "
         "Kubernetes). Readiness (`GET /ready`) runs no dependency check.",
     )
-    llm_context_tokens: int = Field(
-        default=4096,
-        ge=256,
-        description="The LLM's context window, tokens, used when the server's `GET /v1/models` reports no "
-        "`max_model_len` (vLLM reports it). Prompt passages are fitted to it: the lowest-ranked are dropped.",
-    )
-    llm_tokenizer: Path | None = Field(
-        default=None,
-        description="The LLM's tokenizer.json (file or folder), to count prompt tokens exactly (the converted "
-        "SmolLM2 folder under DATA_DIR/llm has one). Unset: a conservative estimate of 3 characters per token.",
-    )
 
-    services: Annotated[
-        tuple[Literal["postgres", "triton", "vllm"], ...], NoDecode, BeforeValidator(_comma_or_json_list)
-    ] = Field(
-        default=("postgres", "triton", "vllm"),
-        description="Local services `rag up` starts: comma-separated (`postgres,triton`) or a JSON list.",
+    # --- tracing (agent/core/telemetry.py) ----------------------------------------------------------------------------
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OpenTelemetry collector base URL for traces over OTLP/HTTP (e.g. `http://otel-collector:4318`); "
+        "unset: no tracing set-up at all (agent/core/telemetry.py).",
     )
 
     @field_validator("api_key", mode="before")

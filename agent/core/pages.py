@@ -16,6 +16,7 @@ from agent.core.errors import InputError
 from agent.core.library import DocumentLibrary
 from agent.core.results import location_fields
 from tools.extract import ExtractError, sniff
+from tools.extract.formats import is_renderable
 from tools.highlight import sentence_boxes
 from tools.originals import Originals
 from tools.render_page import Box, RenderedPage, RenderError, in_render_thread, render_page
@@ -108,7 +109,7 @@ def _render_kept(
         )
     path = kept[0]
     kind = sniff(path)
-    if kind not in ("pdf", "image"):
+    if not is_renderable(kind):
         raise PageError(
             "not_a_pdf", f"document {doc_id!r} is not a PDF or an image; only PDF and image pages can be shown"
         )
@@ -128,4 +129,3 @@ def _render_kept(
             f"document {doc_id!r}, page {page}: its kept original cannot be rendered (the renderer crashed on it; "
             "a malformed PDF)",
         ) from None
-

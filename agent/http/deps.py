@@ -1,5 +1,6 @@
-"""What the routes depend on, as FastAPI dependencies: the app's `RagApp`, its `Settings`, the caller (who holds which
-key, and so which collections it may use), a place in admission control.
+"""What the routes depend on, as FastAPI dependencies: the app's `RagApp`, its `Settings`, its API keys, the caller
+(who holds which key, and so which collections it may use: `Caller`, also for mounted ASGI apps through
+`request_caller`), the admin-key guard (`API_KEY`), a place in admission control (`Admitted`).
 
 `create_app` stores the settings on `app.state` at creation, the opened `RagApp` and the API keys (`agent.core.keys`) in
 its lifespan; only these functions read `app.state`. Tests replace them with

@@ -70,11 +70,13 @@ class Extracted:
     ocr_s: float = 0.0
 
 
-_SPACES = re.compile(r"[ \t\f\v]+\n")
-_BLANK_RUNS = re.compile(r"\n{3,}")
+TRAILING_SPACES = re.compile(r"[ \t\f\v]+\n")
+"""Spaces and tabs at the end of a line (with its line break), which `tidy` removes."""
+BLANK_RUNS = re.compile(r"\n{3,}")
+"""Runs of blank lines, which `tidy` cuts to one."""
 
 
 def tidy(text: str) -> str:
     """`text` with `\\r\\n`/`\\r` as `\\n`, trailing spaces of lines removed and runs of blank lines cut to one."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return _BLANK_RUNS.sub("\n\n", _SPACES.sub("\n", text)).strip()
+    return BLANK_RUNS.sub("\n\n", TRAILING_SPACES.sub("\n", text)).strip()

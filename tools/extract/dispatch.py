@@ -1,24 +1,15 @@
-"""One entry point: a file and its sniffed kind in, an `Extracted` out."""
+"""One entry point: a file and its sniffed kind in, an `Extracted` out, by the format's reader
+(`tools.extract.formats`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tools.extract.base import Extracted, ExtractError
-from tools.extract.encoding import decode_text
+from tools.extract.formats import REFUSED, Kind, format_of
 from tools.extract.ocr import OcrOptions
-from tools.extract.sniff import Kind
 
-REFUSED: dict[str, str] = {
-    "empty": "the file is empty (0 bytes)",
-    "zip": "a ZIP archive, not a document (expected PDF, HTML, DOCX, Markdown, text, JSONL or PNG/JPEG/TIFF "
-    "content)",
-    "ole": "an OLE compound file: a password-encrypted Office document or a legacy .doc/.xls; expected an "
-    "unencrypted .docx",
-    "unsupported": "binary content of an unsupported type (expected PDF, HTML, DOCX, Markdown, text, JSONL or a "
-    "PNG/JPEG/TIFF image)",
-}
-"""Why a sniffed kind that is no document is refused."""
+__all__ = ["REFUSED", "extract"]
 
 
 def extract(path: Path, kind: Kind, max_bytes: int, ocr: OcrOptions | None = None) -> Extracted:
@@ -43,27 +34,7 @@ def extract(path: Path, kind: Kind, max_bytes: int, ocr: OcrOptions | None = Non
     size = path.stat().st_size
     if size > max_bytes:
         raise ExtractError(f"{path}: {size} bytes, over the limit of {max_bytes} bytes (INGEST_MAX_FILE_BYTES)")
-    if kind == "pdf":
-        from tools.extract.pdf import extract_pdf
-
-        return extract_pdf(path, ocr)
-    if kind == "image":
-        from tools.extract.image import extract_image
-
-        return extract_image(path, ocr)
-    if kind == "docx":
-        from tools.extract.docx import extract_docx
-
-        return extract_docx(path)
-    if kind == "html":
-        from tools.extract.html import extract_html
-
-        return extract_html(path, path.read_bytes())
-    text = decode_text(path, path.read_bytes())
-    if kind == "markdown":
-        from tools.extract.markdown import extract_markdown
-
-        return extract_markdown(text, path.stem)
-    if kind == "text":
-        return Extracted(text, path.stem)
-    raise ExtractError(f"{path}: {kind} content is not read as one document")
+    document_format = format_of(kind)
+    if document_format is None or document_format.read is None:
+        raise ExtractError(f"{path}: {kind} content is not read as one document")
+    return document_format.read(path, ocr)

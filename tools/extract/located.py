@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from tools.extract.base import _BLANK_RUNS, _SPACES
+from tools.extract.base import BLANK_RUNS, TRAILING_SPACES
 
 Sources = npt.NDArray[np.intp]
 """`(len(text),)` intp: per character, the row of its source in a box table; -1 where it has none."""
@@ -79,8 +79,8 @@ def tidy(text: str, sources: Sources) -> tuple[str, Sources]:
     lines cut to one, stripped."""
     text, sources = substitute(text, sources, _CRLF, lambda _: "\n", "tail")
     text, sources = substitute(text, sources, _CR, lambda _: "\n", "spread")
-    text, sources = substitute(text, sources, _SPACES, lambda _: "\n", "tail")
-    text, sources = substitute(text, sources, _BLANK_RUNS, lambda _: "\n\n", "tail")
+    text, sources = substitute(text, sources, TRAILING_SPACES, lambda _: "\n", "tail")
+    text, sources = substitute(text, sources, BLANK_RUNS, lambda _: "\n\n", "tail")
     return strip(text, sources)
 
 

@@ -19,9 +19,9 @@ page whose text cannot be aligned with PDFium's characters one to one, or read b
 than wrong ones.
 
 PDFium is not thread-safe, and a malformed or hostile PDF can crash it (a segfault ends the process): every PDF is
-read in a worker process (`PdfExtractor`, one process, started with `spawn`), where one lock serialises the calls into
-PDFium. A worker that dies fails the file it was reading (`ExtractError`) and the next file starts a new one; the
-calling process (`rag serve`, an ingest) goes on.
+read in a worker process (`PdfExtractor`, a `tools.extract.pdfium_worker.PdfiumWorker`: one process, started with
+`spawn`), where `PDFIUM_LOCK` serialises the calls into PDFium. A worker that dies fails the file it was reading
+(`ExtractError`) and the next file starts a new one; the calling process (`rag serve`, an ingest) goes on.
 
 A page without a text layer (a scan), or with fewer than `OCR_MIN_CHARS` characters of text, is rendered by PDFium and
 read by Tesseract (`tools.extract.ocr`) in the same worker process, several pages at once (`OCR_WORKERS` tesseract
@@ -33,20 +33,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import logging.handlers
 import math
-import multiprocessing
-import multiprocessing.queues
 import re
-import signal
-import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -64,10 +56,9 @@ from tools.extract.ocr import (
     render_page,
     tesseract_installed,
 )
+from tools.extract.pdfium_worker import PDFIUM_LOCK, PdfiumWorker
 
 log = logging.getLogger(__name__)
-_LOCK = threading.Lock()
-T = TypeVar("T")
 _PEEK_BYTES = 65_536
 _NO_PAGES = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+0\b|/Count\s+0\b[^>]*?/Type\s*/Pages\b")
 _SOFT_HYPHEN_BREAK = "\ufffe\r\n"
@@ -79,9 +70,6 @@ _ROTATED_RAD = 0.05
 """A character whose baseline turns more than this from the page's x axis, radians (about 3°), is rotated text."""
 _CROP_SLACK_PT = 0.5
 """A crop box within this of the media box on every side (points) is no crop."""
-WORKER_DEATHS = 2
-"""Tries of one file when its worker process dies under it: the second death fails the file (a file that crashes
-PDFium is not retried forever; the first retry spares the files that were queued behind it)."""
 
 
 def _letters(text: str) -> str:
@@ -288,7 +276,7 @@ def extract_here(path: str | Path, ocr: OcrOptions | None = None) -> Extracted:
     """
     ocr = OcrOptions() if ocr is None else ocr
     path = Path(path)
-    with _LOCK:
+    with PDFIUM_LOCK:
         try:
             document = pdfium.PdfDocument(path)
         except pdfium.PdfiumError as exc:
@@ -378,7 +366,7 @@ def _ocr_short_pages(
 ) -> dict[int, tuple[str, PageBoxes, tuple[float, float]]]:
     """index -> (text, character boxes, page size in points) of each page whose text layer has fewer than
     `ocr.min_chars` characters, OCR'd; the text layer is kept where OCR reads less (a page number alone, say).
-    Pages with rotated text (None in `read`) are not OCR'd. Called with `_LOCK` held (pages are rendered one at a
+    Pages with rotated text (None in `read`) are not OCR'd. Called with `PDFIUM_LOCK` held (pages are rendered one at a
     time, read by `ocr.workers` tesseract processes at once)."""
     short = [i for i, text in enumerate(read) if text is not None and len(text) < ocr.min_chars]
     if short and not tesseract_installed() and any(text and len(text) >= ocr.min_chars for text in read):
@@ -400,38 +388,10 @@ def _ocr_short_pages(
     return out
 
 
-def _ignore_interrupts(records: multiprocessing.queues.Queue[logging.LogRecord] | None = None) -> None:
-    """Initializer of each worker process: SIGINT is ignored there. A Ctrl+C in a terminal (or a supervisor's SIGINT
-    to the process group) reaches the workers too; the server that owns them shuts its pool down itself, so a
-    worker must neither die mid-file nor print a KeyboardInterrupt traceback of its own. The `tools.extract`
-    loggers' INFO records (OCR progress) go to the owner through `records` (the logging cookbook's QueueHandler)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if records is not None:
-        logger = logging.getLogger("tools.extract")
-        logger.setLevel(logging.INFO)
-        logger.addHandler(logging.handlers.QueueHandler(records))
-        logger.propagate = False
-
-
-class _Forward(logging.Handler):
-    """A record from a worker process, handed to the logger of its name here (whose level and handlers decide)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        logger = logging.getLogger(record.name)
-        if logger.isEnabledFor(record.levelno):
-            logger.handle(record)
-
-
-class PdfExtractor:
-    """`extract_here` in a worker process: PDFium's crashes and its thread-unsafety stay out of the caller.
-
-    One `ProcessPoolExecutor` (`max_workers` processes, `spawn` start method: no copy of the caller's threads, locks
-    or event loop; SIGINT ignored, the owner stops them), started at the first file. Callers block in `extract`
-    (call it from a thread, as the ingest pipeline does); their files queue for the workers. A worker that dies
-    (BrokenProcessPool: every file queued on the pool fails with it) is replaced by a new pool, and each file it
-    failed is tried once more; a file under which workers died `WORKER_DEATHS` times fails with `ExtractError`
-    naming it. Thread-safe. What the workers log under `tools.extract` (OCR progress) is logged here, by the logger
-    of the same name, through a queue (`logging.handlers.QueueListener`, one per pool).
+class PdfExtractor(PdfiumWorker):
+    """`extract_here` in a PDFium worker process (`tools.extract.pdfium_worker.PdfiumWorker`): PDFium's crashes and
+    its thread-unsafety stay out of the caller. Thread-safe; callers block in `extract` (call it from a thread, as
+    the ingest pipeline does).
 
     Args:
         target: what a worker runs for a path and the OCR options (`extract_here`; tests pass one that crashes).
@@ -442,38 +402,8 @@ class PdfExtractor:
     def __init__(
         self, target: Callable[[str, OcrOptions | None], Extracted] = extract_here, max_workers: int = 1
     ) -> None:
+        super().__init__(max_workers)
         self.target = target
-        self.max_workers = max_workers
-        self._lock = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
-        self._listener: logging.handlers.QueueListener | None = None
-        self._generation = 0
-
-    def _current(self) -> tuple[ProcessPoolExecutor, int]:
-        with self._lock:
-            if self._pool is None:
-                context = multiprocessing.get_context("spawn")
-                records: multiprocessing.queues.Queue[logging.LogRecord] = context.Queue()
-                records.cancel_join_thread()  # a worker that died writing must not hold up this process's exit
-                self._listener = logging.handlers.QueueListener(records, _Forward())
-                self._listener.start()
-                self._pool = ProcessPoolExecutor(
-                    self.max_workers, mp_context=context, initializer=_ignore_interrupts, initargs=(records,)
-                )
-            return self._pool, self._generation
-
-
-    def _replace(self, generation: int) -> None:
-        """Drop the broken pool of `generation` (once, whichever caller sees it first); the next call starts one."""
-        with self._lock:
-            if self._generation != generation or self._pool is None:
-                return
-            broken, self._pool = self._pool, None
-            self._generation += 1
-            listener, self._listener = self._listener, None
-        if listener is not None:  # its thread ends at the sentinel; not waited for (a dead worker may hold the queue)
-            listener.enqueue_sentinel()
-        broken.shutdown(wait=False, cancel_futures=True)
 
     def extract(self, path: Path, ocr: OcrOptions | None = None) -> Extracted:
         """`extract_here(path, ocr)` run by a worker process; blocks until it is done.
@@ -484,43 +414,6 @@ class PdfExtractor:
             OSError: the file cannot be read.
         """
         return self.call(self.target, str(path), ocr, path=path)
-
-    def call(self, fn: Callable[..., T], *args: object, path: Path) -> T:
-        """`fn(*args)` run by a worker process (another use of PDFium on the file `path`, e.g. rendering one of
-        its pages); blocks until it is done. `fn` must be a module-level function, its arguments and result
-        picklable.
-
-        Raises:
-            ExtractError: the worker process died under this call `WORKER_DEATHS` times (names `path`).
-            Exception: what `fn` raises.
-        """
-        for _ in range(WORKER_DEATHS):
-            pool, generation = self._current()
-            try:
-                return pool.submit(fn, *args).result()
-            except BrokenProcessPool:
-                self._replace(generation)
-        raise ExtractError(
-            f"{path}: the PDF reader's worker process died while reading this file ({WORKER_DEATHS} times: PDFium "
-            "crashed on it, a malformed or hostile PDF); it is not retried, and the other files go on"
-        )
-
-    def worker_pids(self) -> set[int]:
-        """Process ids of the current pool's workers (empty before the first file or after `close`)."""
-        with self._lock:
-            pool = self._pool
-        return set() if pool is None else {p.pid for p in pool._processes.values() if p.pid is not None}
-
-    def close(self) -> None:
-        """Stop the workers (waits for the files they are reading); a later `extract` starts new ones."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-            listener, self._listener = self._listener, None
-            self._generation += 1
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if listener is not None:
-            listener.stop()
 
 
 EXTRACTOR = PdfExtractor()

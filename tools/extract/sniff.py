@@ -8,8 +8,9 @@ followed by a space or `>`, in whatever encoding the page is (`tools.extract.enc
 a detected legacy encoding such as windows-1252). Other text is JSONL when named `.jsonl` (its reader then checks
 every line) or when its first line is a JSON object with `_id` (a BEIR corpus under another name); else Markdown
 when named `.md`/`.markdown` (both are text: the name only picks how headings are read); else plain text. A file
-named `.jsonl`, `.md` or `.txt` that no encoding reads as text keeps that kind, so that its reader says why. An OLE
-compound file (`ole`) is a legacy or password-encrypted Office document. PNG (`\\x89PNG\\r\\n\\x1a\\n`, RFC 2083
+named as a text format (`.jsonl`, `.md`, `.txt`, ...: `tools.extract.formats`) that no encoding reads as text keeps
+that kind, so that its reader says why. An OLE compound file (`ole`) is a legacy or password-encrypted Office
+document. PNG (`\\x89PNG\\r\\n\\x1a\\n`, RFC 2083
 §3.1), JPEG (`\\xff\\xd8\\xff`, a start-of-image marker and the next marker's prefix) and TIFF (`II*\\0` or `MM\\0*`,
 TIFF 6.0 §2) are `image` (read by OCR). Anything else (other images, archives, other binary data) is `unsupported`.
 """
@@ -22,13 +23,10 @@ import json
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 from tools.extract.encoding import bom_encoding, text_encoding
+from tools.extract.formats import FORMATS, TEXT_SUFFIXES, Kind
 
-Kind = Literal["pdf", "docx", "html", "jsonl", "markdown", "text", "image", "zip", "ole", "empty", "unsupported"]
-"""What `sniff` finds; the first seven are ingested, the others are refused with a reason."""
-DOCUMENT_KINDS: tuple[Kind, ...] = ("pdf", "docx", "html", "jsonl", "markdown", "text", "image")
 HEAD_BYTES = 8192
 """Bytes read to sniff a file."""
 _HTML_TAGS = (
@@ -39,8 +37,6 @@ _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 """OLE compound file signature ([MS-CFB] §2.2): legacy .doc/.xls, and every password-encrypted Office document."""
 _IMAGES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")
 """PNG, JPEG and TIFF (little- and big-endian) signatures."""
-_MARKDOWN_SUFFIXES = (".md", ".markdown")
-_TEXT_SUFFIXES: dict[str, Kind] = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", ".txt": "text"}
 
 
 def _is_html(head: str) -> bool:
@@ -111,9 +107,9 @@ def _kind(head: bytes, suffix: str, is_docx: Callable[[], bool]) -> Kind:
         return "image"
     text = _text_head(head)
     if text is None:  # a file named as text keeps its kind, so that its reader names the offending byte
-        return _TEXT_SUFFIXES.get(suffix, "unsupported")
+        return TEXT_SUFFIXES.get(suffix, "unsupported")
     if _is_html(text):
         return "html"
-    if suffix == ".jsonl" or _beir_line(text):
+    if suffix in FORMATS["jsonl"].suffixes or _beir_line(text):
         return "jsonl"
-    return "markdown" if suffix in _MARKDOWN_SUFFIXES else "text"
+    return "markdown" if suffix in FORMATS["markdown"].suffixes else "text"

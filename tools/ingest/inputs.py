@@ -20,19 +20,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from tools.extract import DOCUMENT_KINDS, Kind, sniff
+from tools.extract import DOCUMENT_KINDS, DOCUMENT_SUFFIXES, Kind, sniff
+from tools.extract.formats import FORMAT_NAMES, is_paged, is_structured
 from tools.ingest.documents import IngestError
 
 TEMPORARY_NAMES = ("*~", "#*#", ".#*", "~$*", "*.part", "*.crdownload", "*.swp", "*.tmp")
 """File name globs of editors' backups and autosaves (`notes.md~`, `#notes.md#`), lock files (Emacs `.#notes.md`,
 Word's `~$report.docx`), partial downloads (`.part`, `.crdownload`) and temporary files: not documents, or not yet
 (a folder sync leaves them out unless an `--include` glob names them: `SYNC_IGNORE`)."""
-
-DOCUMENT_SUFFIXES = (
-    ".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text", ".jsonl",
-    ".png", ".jpg", ".jpeg", ".tif", ".tiff",
-)  # fmt: skip
-"""Names that claim a document type: such a file whose content is no document is a failure, not a skip."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +50,16 @@ class InputFile:
     def supported(self) -> bool:
         """A document type, or content that claims one by its name (refused later with the cause)."""
         return self.kind in DOCUMENT_KINDS or self.path.suffix.lower() in DOCUMENT_SUFFIXES
+
+    @property
+    def structured(self) -> bool:
+        """Its extractor finds a title and structure (`tools.extract.formats.Format.structured`)."""
+        return is_structured(self.kind)
+
+    @property
+    def paged(self) -> bool:
+        """Its document has pages, counted with the run's extraction time (`Format.paged`)."""
+        return is_paged(self.kind)
 
 
 def printable(path: Path | str) -> str:
@@ -132,7 +137,7 @@ def expand(paths: Sequence[Path], include: Sequence[str] = (), exclude: Sequence
         IngestError: no paths, or a path that does not exist.
     """
     if not paths:
-        raise IngestError("no input paths given; expected files or folders of PDF, HTML, DOCX, Markdown, text or JSONL")
+        raise IngestError(f"no input paths given; expected files or folders of {FORMAT_NAMES}")
     files: list[Path] = []
     for path in paths:
         if path.is_dir():

@@ -70,7 +70,7 @@ def _batches(inputs: list[InputFile], report: IngestReport, options: IngestOptio
                 report.count(inp.kind).failed += 1
                 report.file_errors.append(FileError(printable(inp.path), inp.kind, str(exc)))
                 continue
-            if inp.kind in ("pdf", "image"):
+            if inp.paged:
                 report.pages += read.pages
                 report.extract_s += read.extract_s
                 report.ocr_pages += read.ocr_pages

@@ -75,7 +75,7 @@ def read_file_document(
     layout = extracted.layout if len(text) == len(extracted.text) else None  # characters removed: no longer aligned
     if not text.strip():
         return FileDocument(None, extracted.pages, elapsed, extracted.ocr_pages, extracted.ocr_s)
-    structured = inp.kind in ("pdf", "html", "docx", "image")
+    structured = inp.structured
     metadata: dict[str, object] = {"format": inp.kind}
     if extracted.pages:
         metadata["pages"] = extracted.pages

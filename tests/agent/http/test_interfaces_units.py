@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import time
@@ -180,12 +181,34 @@ def test_pid_file_records_start_time_and_command_line(tmp_path: Path) -> None:
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def read_fifo(fd: int, timeout_s: float) -> str:
+    """What was written to the FIFO open for reading at `fd` until its writer closed it. Open `fd` (O_NONBLOCK)
+    before the writer starts: Linux then reports it not readable until a writer came and wrote or went, so each wait
+    is on the writer, not on a clock. `timeout_s` is only a safety net: reaching it fails the test."""
+    chunks: list[bytes] = []
+    while select.select([fd], [], [], timeout_s)[0]:
+        chunk = os.read(fd, 4096)
+        if not chunk:  # the writer closed it
+            return b"".join(chunks).decode()
+        chunks.append(chunk)
+    raise AssertionError(f"nothing wrote and closed the FIFO within {timeout_s:.0f} s")
+
+
 def test_a_service_spawned_nice_runs_at_that_niceness_under_its_own_pid(tmp_path: Path) -> None:
-    pid = processes.spawn(tmp_path, "svc", ["sh", "-c", "nice; echo $$"], nice=7)  # prints its niceness and PID
-    psutil.Process(pid).wait(timeout=120)
-    niceness, own_pid = processes.log_file(tmp_path, "svc").read_text().split()
-    assert int(niceness) == min(psutil.Process().nice() + 7, 19)
-    assert int(own_pid) == pid  # `nice` exec'd the command: the recorded PID is the service's own
+    fifo = tmp_path / "report"
+    os.mkfifo(fifo)
+    report = f'echo "$(nice) $$" > {fifo}; exec sleep 120'  # its niceness and PID, then it stays until stopped
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the reader exists before the service: its write never blocks
+    try:
+        pid = processes.spawn(tmp_path, "svc", ["sh", "-c", report], nice=7)
+        niceness, own_pid = read_fifo(fd, timeout_s=120).split()
+        expected = min(psutil.Process().nice() + 7, 19)
+        assert int(niceness) == expected
+        assert int(own_pid) == pid  # `nice` exec'd the command: the recorded PID is the service's own
+        assert psutil.Process(pid).nice() == expected  # still running (it sleeps until stopped): not a reused PID
+    finally:
+        os.close(fd)
+        processes.stop_service(tmp_path, "svc", timeout_s=10)
 
 
 def test_a_reused_pid_is_never_signalled(
