@@ -40,7 +40,7 @@ from agent.config.settings import Policy, Settings, describe_validation_error
 from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.errors import InputError
-from agent.core.failures import Failure, describe
+from agent.core.failures import EmbedderError, Failure, describe
 from agent.core.pages import PageError
 from agent.core.results import AskResult, SupportMode
 from agent.core.wiring import ingest_files
@@ -48,7 +48,6 @@ from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
 from infra.processes import ServiceError
-from tools.embedder import EmbedderError
 from tools.ingest import IngestReport, plan_inputs
 from tools.render_page import MAX_SCALE, MIN_SCALE, RenderedPage
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
@@ -254,9 +253,8 @@ def sync(
     keep their vectors), renamed files moved (no embedding), deleted files' documents removed (only documents synced
     from FOLDER). A second run with nothing changed reads no file. Files that fail are listed with the cause and
     keep their stored document; the exit code is 1 when any failed. Progress goes to stderr."""
-    from agent.core.sync import sync_files, watch_files
-    from tools.ingest.sync import SyncRequest
-    from tools.ingest.sync_plan import SyncReport
+    from agent.core.ingestion import SyncReport, SyncRequest
+    from agent.core.wiring import open_ingestion
 
     settings = Settings()
     one_line_pool_warnings()
@@ -279,9 +277,10 @@ def sync(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
             err_console.print(f"watching {folder} (Ctrl-C stops)", markup=False)
-            return await watch_files(
-                settings, request, show, stop, on_error=lambda exc: _print_error(f"{exc}; the next change retries")
-            )
+            async with open_ingestion(settings) as service:
+                return await service.watch(
+                    request, show, stop, on_error=lambda exc: _print_error(f"{exc}; the next change retries")
+                )
 
         runs = asyncio.run(watching())
         err_console.print(f"stopped after {runs} syncs", markup=False)
@@ -289,7 +288,8 @@ def sync(
 
     async def once() -> SyncReport:
         with ingest_progress(err_console, err_console.is_terminal and not dry_run, "sync") as progress:
-            return await sync_files(settings, request, progress, dry_run=dry_run)
+            async with open_ingestion(settings) as service:
+                return await service.sync(request, progress, dry_run=dry_run)
 
     try:
         report = asyncio.run(once())

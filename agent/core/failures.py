@@ -29,6 +29,9 @@ from tools.ingest import IngestError
 from tools.scope import ScopeError
 from tools.store import StoreBusyError, StoreError, StoreQueryError, StoreUnavailableError
 
+EmbedderError = embedder.EmbedderError
+"""Triton failed (`tools.embedder.EmbedderError`), for the interfaces, which do not import the embedder."""
+
 
 @dataclass(frozen=True)
 class Failure:

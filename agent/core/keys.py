@@ -1,6 +1,7 @@
 """The service's view of the API keys (`tools.store.keys`, the table in the store's database): what the HTTP API needs
 of them (`KeyRing`), a cache of what it read (`CachedKeys`), the keys of the configured database (`settings_keys`),
-and keys in memory for tests of the interfaces (`InMemoryKeys`). `API_KEY` (settings) stays the admin key of every
+the keys over the process' store (`StoreKeys`, `rag serve`), and keys in memory for tests of the interfaces
+(`InMemoryKeys`). `API_KEY` (settings) stays the admin key of every
 collection.
 """
 
@@ -16,8 +17,11 @@ from typing import Protocol
 from cachetools import TTLCache
 
 from agent.config.settings import Settings
+from agent.core.quotas import InMemoryUsage, UsageLog
+from tools.store import VectorStore
 from tools.store.keys import (
     KEEP,
+    TOKEN_PREFIX,
     ApiKey,
     Keep,
     PostgresKeys,
@@ -27,6 +31,22 @@ from tools.store.keys import (
     open_keys,
     token_hash,
 )
+from tools.store.usage import Usage, UsageRow, report_json
+
+__all__ = [
+    "KEEP",
+    "TOKEN_PREFIX",
+    "ApiKey",
+    "Keep",
+    "KeyRing",
+    "KeyStore",
+    "PostgresKeys",
+    "StoreKeys",
+    "Usage",
+    "UsageRow",
+    "check_collections",
+    "report_json",
+]
 
 
 class KeyRing(Protocol):
@@ -39,6 +59,58 @@ class KeyRing(Protocol):
     async def any_keys(self) -> bool:
         """Whether the table holds any key, revoked or not (then every request needs a key)."""
         ...
+
+
+class KeyStore(KeyRing, Protocol):
+    """The keys of one server (`Services.keys`): a `KeyRing` and the keys' usage (`agent.core.quotas`)."""
+
+    @property
+    def usage(self) -> UsageLog:
+        """Where the keys' usage is kept."""
+        ...
+
+
+class StoreKeys:
+    """The API keys and their usage in the process' store (`tools.store.keys.PostgresKeys` over the store's read
+    pool, no pool of their own); their tables are created on entry. A `KeyStore` once entered.
+
+    Args:
+        store: the process' store, connected before this is entered.
+    """
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+        self._keys: PostgresKeys | None = None
+
+    async def __aenter__(self) -> StoreKeys:
+        keys = PostgresKeys(self.store.pool, self.store.acquire_timeout_s)
+        await keys.setup()
+        await keys.usage.setup()
+        self._keys = keys
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._keys = None
+
+    @property
+    def keys(self) -> PostgresKeys:
+        """The keys table. Raises RuntimeError before entry."""
+        if self._keys is None:
+            raise RuntimeError("StoreKeys is not entered")
+        return self._keys
+
+    @property
+    def usage(self) -> UsageLog:
+        """The keys' usage (`tools.store.usage.PostgresUsage`) over the same pool."""
+        return self.keys.usage
+
+    async def holder(self, token: str) -> ApiKey | None:
+        """See `PostgresKeys.holder`."""
+        return await self.keys.holder(token)
+
+    async def any_keys(self) -> bool:
+        """See `PostgresKeys.any_keys`."""
+        return await self.keys.any_keys()
 
 
 class CachedKeys:
@@ -104,6 +176,8 @@ class InMemoryKeys:
 
     rows: dict[int, tuple[ApiKey, str]] = field(default_factory=dict)
     """id -> (key, token hash)."""
+    usage: InMemoryUsage = field(default_factory=InMemoryUsage)
+    """The keys' usage (`agent.core.quotas.InMemoryUsage`)."""
 
     async def create(
         self,

@@ -20,6 +20,7 @@ from agent.config.settings import Settings, SettingsError
 from agent.core.admission import AdmissionController
 from agent.core.keys import InMemoryKeys
 from agent.http import create_app
+from agent.http.deps import app_state
 from agent.http.guards import LOOPBACK_HOSTS, allowed_hosts_for, documents_body_bytes, require_key_off_loopback
 from tests.conftest import REPO_ROOT
 
@@ -47,7 +48,7 @@ def base_settings(**update: Any) -> Settings:
 
 def app_with(settings: Settings, rag: object | None = None) -> FastAPI:
     app = create_app(settings)
-    app.state.rag = rag or MemoryDocuments()
+    app_state(app).rag = rag or MemoryDocuments()
     return app
 
 
@@ -100,7 +101,7 @@ async def test_an_unknown_key_holder_token_is_refused_before_the_body_is_read_or
     keys = InMemoryKeys()
     _, token = await keys.create(["a"])
     app = app_with(base_settings())
-    app.state.keys = keys  # what the lifespan opens
+    app_state(app).keys = keys  # what the lifespan opens
     pulled = 0
 
     async def body() -> AsyncIterator[bytes]:
