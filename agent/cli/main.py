@@ -583,6 +583,7 @@ def serve(
     <key>` (required when --host is not a loopback address). Answers only the hosts of ALLOWED_HOSTS; SIGTERM
     drains for at most SHUTDOWN_GRACE_S seconds, then exits 0."""
     from agent.http import create_app
+    from agent.http.deps import app_state
     from agent.http.guards import allowed_hosts_for, require_key_off_loopback
     from agent.http.shutdown import serve as serve_drained
 
@@ -590,7 +591,7 @@ def serve(
     require_key_off_loopback(settings, host)
     processes.require_free_ports("rag serve", {"--port": port})
     api = create_app(settings.model_copy(update={"allowed_hosts": allowed_hosts_for(settings, host)}))
-    serve_drained(api, api.state.drain, host, port, settings.shutdown_grace_s)
+    serve_drained(api, app_state(api).drain, host, port, settings.shutdown_grace_s)
 
 
 @app.command()

@@ -115,7 +115,7 @@ class StoreKeys:
 
 class CachedKeys:
     """A `KeyRing` that remembers what it read for `ttl_s` seconds, so an authenticated request or one to a server
-    without keys costs no Postgres round trip (the keys' own pool holds two connections, and every request asks).
+    without keys costs no Postgres round trip (every request asks).
 
     Remembered: the key found for a token (by its hash; a token without a key is asked again next time, so a new key
     works at once), for `ttl_s`: a revoked key keeps working until then; "no key exists", for `ttl_s`: the first key

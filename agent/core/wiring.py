@@ -347,16 +347,14 @@ class Services:
     keys: KeyStore | None = None
 
 
-def build_ingestion(
-    settings: Settings, store: VectorStore, *, workers: int = 0, collection: str = DEFAULT_COLLECTION
-) -> IngestionService:
+def build_ingestion(settings: Settings, store: VectorStore, *, workers: int = 0) -> IngestionService:
     """The ingestion service over `store` and a bulk embedder (`build_embedder(settings, workload="bulk")`), with
     the settings' ingestion options (`ingest_options`), originals (`build_originals`) and jobs settings, running
     `workers` job workers while entered."""
     return IngestionService(
         build_embedder(settings, workload="bulk"),
         store,
-        ingest_options(settings, collection),
+        ingest_options(settings),
         settings,
         originals=build_originals(settings),
         workers=workers,
@@ -512,24 +510,9 @@ async def ingest_files(
     exclude: Sequence[str] = (),
     collection: str = DEFAULT_COLLECTION,
 ) -> tuple[IngestReport, int, int]:
-    """Ingest files and folders (PDF, HTML, DOCX, Markdown, text, BEIR JSONL; types sniffed from the content) with
-    the ingestion service over its own store (`open_ingestion`, `IngestionService.ingest_files`), an embedder limited
-    to `INGEST_MAX_IN_FLIGHT` requests in flight. Opens only the store and that embedder (no LLM).
-
-    Args:
-        on_progress: called as `(documents handled, documents in all inputs, chunks written)` per batch.
-        root, prefix: how document files are named (see `tools.ingest.plan_inputs`).
-        include, exclude: globs filtering the files found in folders.
-        collection: the collection every document goes into (`tools.scope`).
-
-    Returns:
-        (the run's report, documents stored afterwards, chunks stored afterwards).
-
-    Raises:
-        tools.ingest.IngestError: a path is missing, unreadable, unsupported, malformed, or two inputs get the same
-            document id.
-        EmbedderError / StoreError: Triton or Postgres failed; stored batches stay, re-running resumes.
-    """
+    """`IngestionService.ingest_files` (files and folders of PDF, HTML, DOCX, Markdown, text, BEIR JSONL; types sniffed
+    from the content) with the ingestion service over its own store (`open_ingestion`): only the store and the bulk
+    embedder are opened (no LLM). Arguments, result and errors: as `IngestionService.ingest_files`."""
     async with open_ingestion(settings) as service:
         return await service.ingest_files(
             paths, on_progress, root=root, prefix=prefix, include=include, exclude=exclude, collection=collection

@@ -63,7 +63,6 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
         redoc_url=None,
         redirect_slashes=False,  # a redirect would name the address the request reached (a pod's own, behind a proxy)
     )
-    setattr(app.state, STATE, AppState(settings))
     mcp = McpEndpoint(lambda: opened_rag(app))
     app.router.routes.extend(mcp.routes)
     configure_tracing(settings.otel_exporter_otlp_endpoint)
@@ -72,7 +71,8 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.add_middleware(AdmissionGate)  # inside the guards: refuses an overloaded answer before its body is read
     app.add_middleware(QuotaGate)  # inside the key guard, outside admission: a key over its quota takes no slot
     install_guards(app, settings, settings.allowed_hosts or ("*",))
-    app.state.drain = install_drain(app, stream_ending, self_ending=(MCP_PATH,))  # MCP answers a tool error
+    drain = install_drain(app, stream_ending, self_ending=(MCP_PATH,))  # MCP answers a tool error
+    setattr(app.state, STATE, AppState(settings, drain))
     app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)

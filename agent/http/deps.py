@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -35,6 +35,9 @@ from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
+if TYPE_CHECKING:
+    from agent.http.shutdown import Drain
+
 
 @dataclass
 class AppState:
@@ -42,12 +45,14 @@ class AppState:
 
     Attributes:
         settings: what the app was created with.
+        drain: the server's shutdown drain (`agent.http.shutdown.install_drain`).
         rag: the `RagApp` the lifespan opened; None before.
         keys: the API keys (`RagApp.keys`); None: no keys.
         quotas: the keys' quotas (`RagApp.quotas`); None: no keys.
     """
 
     settings: Settings
+    drain: Drain
     rag: RagApp | None = None
     keys: KeyRing | None = None
     quotas: Quotas | None = None
