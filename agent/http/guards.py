@@ -40,12 +40,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.config.settings import Settings, SettingsError
 from agent.core.keys import TOKEN_PREFIX, ApiKey, KeyRing
 from agent.http.deps import scope_state
+from agent.http.errors import error_json
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page with its script and
@@ -55,11 +55,6 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """`ALLOWED_HOSTS` of a server listening on a loopback address when the setting is unset."""
 
 log = logging.getLogger(__name__)
-
-
-def error_json(status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The API's error response: `{"error": kind, "detail": detail}` with `status`."""
-    return JSONResponse({"error": kind, "detail": detail}, status_code=status, headers=headers)
 
 
 def is_loopback(bind_host: str) -> bool:

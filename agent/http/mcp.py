@@ -40,8 +40,8 @@ from agent.core.errors import QuotaExceededError
 from agent.core.keys import ApiKey
 from agent.core.quotas import Quotas, metering
 from agent.http.deps import CallerIdentity, request_caller, scope_state
-from agent.http.errors import ApiError, error_response, failure_of
-from agent.http.guards import HOLDER_STATE, error_json, origin_allowed
+from agent.http.errors import ApiError, error_json, error_response, failure_of
+from agent.http.guards import HOLDER_STATE, origin_allowed
 from agent.http.mcp_server import RagSource, build_mcp_server
 from agent.http.shutdown import cut_of
 from tools.scope import SearchScope
