@@ -43,7 +43,7 @@ from agent.core.errors import InputError
 from agent.core.failures import EmbedderError, Failure, describe
 from agent.core.pages import PageError
 from agent.core.results import AskResult, SupportMode
-from agent.core.wiring import ingest_files
+from agent.core.wiring import open_ingestion
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
@@ -199,9 +199,10 @@ def ingest(
 
     async def run() -> tuple[IngestReport, int, int]:
         with ingest_progress(err_console, err_console.is_terminal) as progress:
-            return await ingest_files(
-                settings, paths, tally.track(progress), root=root, prefix=prefix, collection=collection, **globs
-            )
+            async with open_ingestion(settings) as ingestion:
+                return await ingestion.ingest_files(
+                    paths, tally.track(progress), root=root, prefix=prefix, collection=collection, **globs
+                )
 
     check_collection(collection)
     plan_inputs(paths, root, prefix, **globs)

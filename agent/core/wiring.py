@@ -9,7 +9,7 @@ the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
   `FunctionModel`).
 - `build_agents`, `build_rewriter`, `answer_limits`: the agent per retrieval policy, the LLM rewrite of follow-ups
   (`FOLLOWUP_QUERY=rewrite`) and the bounds of one answer.
-- `open_ingestion`, `ingest_files`: the ingestion service (`agent.core.ingestion`) over its own store, for the
+- `open_ingestion`: the ingestion service (`agent.core.ingestion`) over its own store, for the
   commands that only ingest (`rag ingest`, `rag sync`, `rag worker`, `rag jobs`); `rag serve` gets it in `Services`.
 """
 
@@ -20,7 +20,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic_ai import Agent
@@ -48,7 +47,7 @@ from tools.feedback import FeedbackLog
 from tools.fusion import Rm3Params
 from tools.in_memory_conversations import InMemoryConversations
 from tools.in_memory_feedback import InMemoryFeedback
-from tools.ingest import IngestOptions, IngestReport, ProgressFn
+from tools.ingest import IngestOptions
 from tools.model_specs import get_spec
 from tools.originals import Originals
 from tools.retrieval import PassageSearch, Retriever
@@ -497,26 +496,6 @@ def check_originals(settings: Settings) -> None:
     originals = build_originals(settings)
     if originals is not None:
         originals.check_writable()
-
-
-async def ingest_files(
-    settings: Settings,
-    paths: list[Path],
-    on_progress: ProgressFn | None = None,
-    *,
-    root: Path | None = None,
-    prefix: str = "",
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    collection: str = DEFAULT_COLLECTION,
-) -> tuple[IngestReport, int, int]:
-    """`IngestionService.ingest_files` (files and folders of PDF, HTML, DOCX, Markdown, text, BEIR JSONL; types sniffed
-    from the content) with the ingestion service over its own store (`open_ingestion`): only the store and the bulk
-    embedder are opened (no LLM). Arguments, result and errors: as `IngestionService.ingest_files`."""
-    async with open_ingestion(settings) as service:
-        return await service.ingest_files(
-            paths, on_progress, root=root, prefix=prefix, include=include, exclude=exclude, collection=collection
-        )
 
 
 async def run_check(check: HealthCheck, timeout_s: float | None = None) -> dict[str, object]:
