@@ -16,9 +16,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.core.admission import Tenant
 from agent.core.errors import OverloadedError
-from agent.http.deps import scope_state
 from agent.http.errors import error_response, failure_of
 from agent.http.guards import HOLDER_STATE
+from agent.http.state import scope_state
 
 ANSWER_PATHS = frozenset({"/v1/ask", "/v1/ask/stream", "/v1/chat/completions"})
 """The paths whose `POST` takes a place in admission control (`agent.http.deps.Admitted`, `openai_chat`)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -30,55 +30,12 @@ from agent.core.admission import Ticket
 from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.keys import KeyRing
-from agent.core.quotas import Quotas
 from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError
+from agent.http.state import STATE, AppState, app_state, scope_state
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
-if TYPE_CHECKING:
-    from agent.http.shutdown import Drain
-
-
-@dataclass
-class AppState:
-    """What one app holds (`create_app` makes it; its lifespan fills it).
-
-    Attributes:
-        settings: what the app was created with.
-        drain: the server's shutdown drain (`agent.http.shutdown.install_drain`).
-        rag: the `RagApp` the lifespan opened; None before.
-        keys: the API keys (`RagApp.keys`); None: no keys.
-        quotas: the keys' quotas (`RagApp.quotas`); None: no keys.
-    """
-
-    settings: Settings
-    drain: Drain
-    rag: RagApp | None = None
-    keys: KeyRing | None = None
-    quotas: Quotas | None = None
-
-
-STATE = "served"
-"""The attribute of `app.state` holding the `AppState`."""
-
-
-def app_state(app: Any) -> AppState:
-    """The typed state of `app` (the FastAPI app, or an ASGI scope's `scope["app"]`).
-
-    Raises:
-        RuntimeError: the app was not made by `create_app`.
-    """
-    state = getattr(getattr(app, "state", None), STATE, None)
-    if not isinstance(state, AppState):
-        raise RuntimeError("not an app of `agent.http.create_app`: it holds no AppState")
-    return state
-
-
-def scope_state(scope: Mapping[str, Any]) -> AppState | None:
-    """The `AppState` of an ASGI scope's app, for the middlewares; None for a scope without one (e.g. a test's bare
-    ASGI app)."""
-    state = getattr(getattr(scope.get("app"), "state", None), STATE, None)
-    return state if isinstance(state, AppState) else None
+__all__ = ["STATE", "AppState", "app_state", "scope_state"]  # the app's typed state (`agent.http.state`), re-exported
 
 
 def opened_rag(app: Any) -> RagApp:

@@ -44,8 +44,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.config.settings import Settings, SettingsError
 from agent.core.keys import TOKEN_PREFIX, ApiKey, KeyRing
-from agent.http.deps import scope_state
 from agent.http.errors import error_json
+from agent.http.state import scope_state
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page with its script and

@@ -39,11 +39,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agent.core.errors import QuotaExceededError
 from agent.core.keys import ApiKey
 from agent.core.quotas import Quotas, metering
-from agent.http.deps import CallerIdentity, request_caller, scope_state
+from agent.http.deps import CallerIdentity, request_caller
 from agent.http.errors import ApiError, error_json, error_response, failure_of
 from agent.http.guards import HOLDER_STATE, origin_allowed
 from agent.http.mcp_server import RagSource, build_mcp_server
 from agent.http.shutdown import cut_of
+from agent.http.state import scope_state
 from tools.scope import SearchScope
 
 log = logging.getLogger(__name__)

@@ -26,9 +26,9 @@ from agent.core.errors import QuotaExceededError
 from agent.core.keys import ApiKey, Usage
 from agent.core.quotas import Quotas, Reservation, metering
 from agent.http.admission_gate import ANSWER_PATHS
-from agent.http.deps import scope_state
 from agent.http.errors import error_response, failure_of
 from agent.http.guards import HOLDER_STATE
+from agent.http.state import scope_state
 
 METERED_PATHS = ANSWER_PATHS
 """The paths whose `POST` by a key holder is checked against its quotas and recorded in its usage. `/mcp` is not one:
