@@ -29,6 +29,7 @@ from agent.core.app import RagApp
 from agent.core.keys import InMemoryKeys
 from agent.core.wiring import Services
 from agent.http import create_app
+from agent.http.deps import app_state
 from evals.machine import machine_info
 from evals.plots import emit_report
 from infra.threaded_server import ThreadedServer
@@ -129,7 +130,7 @@ async def run_fairness_bench(params: FairnessBenchParams, honour_retry_after: bo
     outcomes: dict[str, Counter[str]] = {"flood": Counter(), "steady": Counter()}
     latencies: dict[str, list[float]] = {"flood": [], "steady": []}
     with ThreadedServer(app) as served:
-        app.state.keys = keys  # after the lifespan, which opens none for a given RagApp
+        app_state(app).keys = keys  # after the lifespan, which opens none for a given RagApp
         end = time.perf_counter() + params.duration_s
         limits = httpx.Limits(max_connections=params.flood_clients + 64)
 

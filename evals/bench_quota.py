@@ -31,6 +31,7 @@ from agent.core.keys import InMemoryKeys
 from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
 from agent.core.wiring import Services
 from agent.http import create_app
+from agent.http.deps import app_state
 from evals.machine import machine_info
 from evals.plots import emit_report
 from infra.threaded_server import ThreadedServer
@@ -119,8 +120,8 @@ async def run_quota_bench(params: QuotaBenchParams) -> dict[str, Any]:
     }
     phases: list[dict[str, Any]] = []
     with ThreadedServer(app) as served:
-        app.state.keys = keys  # after the lifespan, which opens none for a given RagApp
-        app.state.quotas = Quotas(settings, usage, QuotaMetrics.create(CollectorRegistry()))
+        app_state(app).keys = keys  # after the lifespan, which opens none for a given RagApp
+        app_state(app).quotas = Quotas(settings, usage, QuotaMetrics.create(CollectorRegistry()))
         async with httpx.AsyncClient(base_url=served.url, headers={"Authorization": f"Bearer {rpm_token}"}) as c:
             first = await c.post("/v1/ask", json={"question": "q"})  # the one request of its minute
             if first.status_code != 200:

@@ -37,7 +37,7 @@ from pydantic_ai.models.test import TestModel
 from agent.config.settings import Settings
 from agent.core.app import RagApp
 from agent.core.library import StoreLibrary
-from agent.core.wiring import Services, build_embedder, build_store, ingest_options
+from agent.core.wiring import Services, build_ingestion, build_store
 from agent.http import create_app
 from evals.machine import machine_info
 from evals.plots import emit_report
@@ -99,7 +99,7 @@ def free_port() -> int:
 @contextlib.asynccontextmanager
 async def served(settings: Settings, store: VectorStore) -> AsyncIterator[str]:
     """The app over `store`, served by uvicorn in this event loop; its base URL."""
-    library = StoreLibrary(build_embedder(settings), store, ingest_options(settings))  # the embedder is never used
+    library = StoreLibrary(store, build_ingestion(settings, store))  # nothing is added: its embedder is never used
     rag = RagApp(settings, Services(InMemoryCollection([]), library, TestModel()))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings, rag), host="127.0.0.1", port=port, log_level="warning"))

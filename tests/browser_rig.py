@@ -17,7 +17,7 @@ from agent.core.keys import InMemoryKeys
 from agent.core.support import SupportChecker
 from agent.core.wiring import Services
 from agent.http import create_app
-from agent.http.deps import get_keys
+from agent.http.deps import app_state, get_keys
 from tests import external_tools
 from tests.agent_corpus import COVERED, DOCUMENTS
 from tests.chromium import CHROMIUM, CHROMIUM_ARGS
@@ -41,7 +41,7 @@ async def browser_page(
     app = create_app(rag.settings, rag)
     with ThreadedServer(app) as server:
         if keys is not None:  # after the lifespan, which opens no keys for a given app
-            app.state.keys = keys
+            app_state(app).keys = keys
             app.dependency_overrides[get_keys] = lambda: keys
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

@@ -1,12 +1,10 @@
-"""`rag worker` (run ingestion jobs) and `rag jobs submit|list|show` (queue and inspect them), over the jobs table of
-`tools.store.jobs` in the store's database."""
+"""`rag worker` (run ingestion jobs) and `rag jobs submit|list|show` (queue and inspect them), through the ingestion
+service (`agent.core.ingestion`), over the jobs table in the store's database."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -17,60 +15,24 @@ from rich.text import Text
 
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.wiring import build_embedder, build_originals, build_store, check_originals, ingest_options
-from tools.jobs import work
-from tools.jobs.ports import JobQueue
-from tools.jobs.worker import worker_name
-from tools.model_specs import get_spec
-from tools.records import Job, JobFile
+from agent.core.ingestion import Job, JobFile
+from agent.core.wiring import check_originals, open_ingestion
 from tools.scope import DEFAULT_COLLECTION, check_collection
-from tools.store import VectorStore
-from tools.store.jobs import PostgresJobQueue
-from tools.store.sync_state import PostgresSyncLedger
 
 jobs_app = typer.Typer(help="Ingestion jobs in Postgres: submit files, list jobs, show one.", no_args_is_help=True)
 console = Console()
 
 
-@asynccontextmanager
-async def open_queue(settings: Settings) -> AsyncIterator[tuple[JobQueue, VectorStore]]:
-    """The jobs queue (tables created when missing) on the configured store, and the store."""
-    spec = get_spec(settings.embedder_model)
-    async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
-        queue = PostgresJobQueue(store.pool, store.acquire_timeout_s)
-        await queue.setup()
-        yield queue, store
-
-
 async def run_workers(settings: Settings, workers: int, stop: asyncio.Event | None = None) -> None:
-    """`workers` worker loops in this process over one ingestion embedder and one store, until `stop` is set.
+    """`workers` worker loops in this process over the ingestion service (one bulk embedder, one store) until `stop`
+    is set.
 
     Raises:
         OriginalsNotWritableError: `KEEP_ORIGINALS` is on and `ORIGINALS_DIR` is not writable (checked first).
     """
     check_originals(settings)
-    async with (
-        open_queue(settings) as (queue, store),
-        build_embedder(settings, workload="bulk") as embedder,
-    ):
-        await asyncio.gather(
-            *(
-                work(
-                    queue,
-                    embedder,
-                    store,
-                    PostgresSyncLedger(store),
-                    options=ingest_options(settings),
-                    lease_s=settings.jobs_lease_s,
-                    poll_s=settings.jobs_poll_s,
-                    stop=stop,
-                    originals=build_originals(settings),
-                    worker=f"{worker_name()}:{i}",
-                    sync_roots=settings.sync_roots,
-                )
-                for i in range(workers)
-            )
-        )
+    async with open_ingestion(settings) as service:
+        await service.run_workers(workers, stop)
 
 
 def worker(
@@ -113,8 +75,8 @@ def submit(
     files = [JobFile(p.name, p.read_bytes()) for p in paths]
 
     async def run() -> int:
-        async with open_queue(Settings()) as (queue, _):
-            return await queue.submit(files, prefix, collection)
+        async with open_ingestion(Settings()) as service:
+            return await service.submit(files, prefix, collection)
 
     job_id = asyncio.run(run())
     console.print(json.dumps({"job_id": job_id}) if as_json else f"queued job {job_id}", markup=False)
@@ -128,8 +90,8 @@ def list_jobs(
     """The most recent jobs: status, files done, chunks, errors, attempts."""
 
     async def run() -> list[Job]:
-        async with open_queue(Settings()) as (queue, _):
-            return await queue.list(limit)
+        async with open_ingestion(Settings()) as service:
+            return await service.list(limit)
 
     jobs = asyncio.run(run())
     if as_json:
@@ -159,8 +121,8 @@ def show(
     """One job: status, files done, chunks, errors per file, timings. Exit 1 when there is no such job."""
 
     async def run() -> Job | None:
-        async with open_queue(Settings()) as (queue, _):
-            return await queue.get(job_id)
+        async with open_ingestion(Settings()) as service:
+            return await service.get(job_id)
 
     job = asyncio.run(run())
     if job is None:

@@ -1,5 +1,5 @@
-"""`rag keys create|list|update|revoke|usage`: API keys scoped to collections (`tools.store.keys`), their quotas and
-their usage per UTC day (`tools.store.usage`), in the store's database."""
+"""`rag keys create|list|update|revoke|usage`: API keys scoped to collections (`agent.core.keys`), their quotas and
+their usage per UTC day (`agent.core.quotas`), in the store's database."""
 
 from __future__ import annotations
 
@@ -16,11 +16,8 @@ from rich.text import Text
 
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.keys import settings_keys
-from tools.records import ApiKey
+from agent.core.keys import KEEP, ApiKey, Keep, PostgresKeys, check_collections, report_json, settings_keys
 from tools.scope import ScopeError
-from tools.store.keys import KEEP, Keep, PostgresKeys, check_collections
-from tools.store.usage import report_json
 
 T = TypeVar("T")
 

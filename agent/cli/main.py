@@ -43,7 +43,7 @@ from agent.core.errors import InputError
 from agent.core.failures import Failure, describe
 from agent.core.pages import PageError
 from agent.core.results import AskResult, SupportMode
-from agent.core.wiring import ingest_files
+from agent.core.wiring import open_ingestion
 from evals.cli import bench_app, eval_app
 from infra import processes, stack
 from infra.config import StackConfig
@@ -165,9 +165,7 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON only
 def ingest(
     paths: Annotated[
         list[Path],
-        typer.Argument(
-            help="Files or folders (walked recursively): PDF, HTML, DOCX, Markdown, text, BEIR .jsonl, PNG/JPEG/TIFF"
-        ),
+        typer.Argument(help="Files or folders (walked recursively): PDF, HTML, DOCX, Markdown, text, BEIR .jsonl"),
     ],
     root: Annotated[
         Path | None,
@@ -202,9 +200,10 @@ def ingest(
 
     async def run() -> tuple[IngestReport, int, int]:
         with ingest_progress(err_console, err_console.is_terminal) as progress:
-            return await ingest_files(
-                settings, paths, tally.track(progress), root=root, prefix=prefix, collection=collection, **globs
-            )
+            async with open_ingestion(settings) as ingestion:
+                return await ingestion.ingest_files(
+                    paths, tally.track(progress), root=root, prefix=prefix, collection=collection, **globs
+                )
 
     check_collection(collection)
     plan_inputs(paths, root, prefix, **globs)
@@ -256,9 +255,8 @@ def sync(
     keep their vectors), renamed files moved (no embedding), deleted files' documents removed (only documents synced
     from FOLDER). A second run with nothing changed reads no file. Files that fail are listed with the cause and
     keep their stored document; the exit code is 1 when any failed. Progress goes to stderr."""
-    from agent.core.sync import sync_files, watch_files
-    from tools.ingest.sync import SyncRequest
-    from tools.ingest.sync_plan import SyncReport
+    from agent.core.ingestion import SyncReport, SyncRequest
+    from agent.core.wiring import open_ingestion
 
     settings = Settings()
     one_line_pool_warnings()
@@ -281,9 +279,10 @@ def sync(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
             err_console.print(f"watching {folder} (Ctrl-C stops)", markup=False)
-            return await watch_files(
-                settings, request, show, stop, on_error=lambda exc: _print_error(f"{exc}; the next change retries")
-            )
+            async with open_ingestion(settings) as service:
+                return await service.watch(
+                    request, show, stop, on_error=lambda exc: _print_error(f"{exc}; the next change retries")
+                )
 
         runs = asyncio.run(watching())
         err_console.print(f"stopped after {runs} syncs", markup=False)
@@ -291,7 +290,8 @@ def sync(
 
     async def once() -> SyncReport:
         with ingest_progress(err_console, err_console.is_terminal and not dry_run, "sync") as progress:
-            return await sync_files(settings, request, progress, dry_run=dry_run)
+            async with open_ingestion(settings) as service:
+                return await service.sync(request, progress, dry_run=dry_run)
 
     try:
         report = asyncio.run(once())
@@ -585,6 +585,7 @@ def serve(
     <key>` (required when --host is not a loopback address). Answers only the hosts of ALLOWED_HOSTS; SIGTERM
     drains for at most SHUTDOWN_GRACE_S seconds, then exits 0."""
     from agent.http import create_app
+    from agent.http.deps import app_state
     from agent.http.guards import allowed_hosts_for, require_key_off_loopback
     from agent.http.shutdown import serve as serve_drained
 
@@ -592,7 +593,7 @@ def serve(
     require_key_off_loopback(settings, host)
     processes.require_free_ports("rag serve", {"--port": port})
     api = create_app(settings.model_copy(update={"allowed_hosts": allowed_hosts_for(settings, host)}))
-    serve_drained(api, api.state.drain, host, port, settings.shutdown_grace_s)
+    serve_drained(api, app_state(api).drain, host, port, settings.shutdown_grace_s)
 
 
 @app.command()

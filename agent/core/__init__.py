@@ -6,7 +6,7 @@ The API and its parts:
 - `wiring`: every factory that turns `Settings` into a connected part (`Services`, `build_services`).
 - `library`: the stored documents as the interfaces see them: list, add, delete, count.
 - `pages`: a page of a stored document as an image with a cited chunk highlighted.
-- `sync`: `rag sync`'s wiring around one folder sync or a watch.
+- `ingestion`: the document side composed once: ingest, add, sync and watch, upload and sync jobs, workers.
 
 One answer:
 - `answer`: one answer, a typed request run through the agent, streamed, with citations, refusal and limits.

@@ -31,7 +31,9 @@ from agent.core.conversations import ConversationNotFoundError, follow_up
 from agent.core.errors import InputError
 from agent.core.events import AgentEvent, Queued, TextDelta
 from agent.core.feedback import FeedbackDesk
-from agent.core.quotas import meter_answer
+from agent.core.ingestion import IngestionService
+from agent.core.keys import CachedKeys
+from agent.core.quotas import Quotas, meter_answer
 from agent.core.rag_agent import RagDeps
 from agent.core.results import AskResult, new_answer_id
 from agent.core.telemetry import answer_span
@@ -104,6 +106,10 @@ class RagApp:
             AnswerCache(cache_store, self.settings) if cache_store is not None and self.settings.answer_cache else None
         )
         self.feedback = FeedbackDesk(self.services.feedback, self.settings)
+        self.keys: CachedKeys | None = None
+        """The services' API keys behind a cache (`API_KEYS_CACHE_S`), set on entry; None: no keys."""
+        self.quotas: Quotas | None = None
+        """The keys' quotas and usage (`agent.core.quotas`), set on entry with the keys; None: no keys."""
         self._tools_checked = self.services.tool_check is None
         self._tools_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
@@ -117,6 +123,10 @@ class RagApp:
         try:
             for resource in self.services.resources:
                 await self._stack.enter_async_context(resource)
+            keys = self.services.keys
+            if keys is not None:
+                self.keys = CachedKeys(keys, self.settings.api_keys_cache_s)
+                self.quotas = Quotas(self.settings, keys.usage)
             if self.settings.agent_policy == "agentic":
                 await self._check_tools()
         except BaseException:
@@ -129,6 +139,12 @@ class RagApp:
             await self.feedback.settled()  # the answer records still being written, before the pool closes
         finally:
             await self._stack.aclose()
+
+    @property
+    def ingestion(self) -> IngestionService | None:
+        """The document side (`agent.core.ingestion`: files, syncs, upload and sync jobs); None: this app queues no
+        jobs."""
+        return self.services.ingestion
 
     async def _check_tools(self) -> None:
         async with self._tools_lock:

@@ -28,7 +28,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.answer_cache import PROMPT_VERSION, answer_settings
 from agent.core.errors import AgentError, InputError
 from agent.core.results import AskResult
-from agent.core.wiring import build_store
+from agent.core.wiring import settings_store
 from tools.feedback import (
     MAX_COMMENT_CHARS,
     MAX_LIST,
@@ -41,7 +41,6 @@ from tools.feedback import (
     Rated,
     Rating,
 )
-from tools.model_specs import get_spec
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
 from tools.store.feedback import PostgresFeedback
@@ -303,6 +302,5 @@ async def stored_feedback(settings: Settings) -> AsyncIterator[tuple[FeedbackDes
     Raises:
         StoreError (`tools.store.errors`): Postgres is unreachable.
     """
-    spec = get_spec(settings.embedder_model)
-    async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
+    async with settings_store(settings) as store:
         yield FeedbackDesk(PostgresFeedback(store), settings), store

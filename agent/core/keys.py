@@ -1,6 +1,7 @@
 """The service's view of the API keys (`tools.store.keys`, the table in the store's database): what the HTTP API needs
 of them (`KeyRing`), a cache of what it read (`CachedKeys`), the keys of the configured database (`settings_keys`),
-and keys in memory for tests of the interfaces (`InMemoryKeys`). `API_KEY` (settings) stays the admin key of every
+the keys over the process' store (`StoreKeys`, `rag serve`), and keys in memory for tests of the interfaces
+(`InMemoryKeys`). `API_KEY` (settings) stays the admin key of every
 collection.
 """
 
@@ -16,8 +17,36 @@ from typing import Protocol
 from cachetools import TTLCache
 
 from agent.config.settings import Settings
-from tools.records import ApiKey
-from tools.store.keys import KEEP, Keep, PostgresKeys, check_collections, check_limit, new_token, open_keys, token_hash
+from agent.core.quotas import InMemoryUsage, UsageLog
+from tools.records import ApiKey, Usage, UsageRow
+from tools.store import VectorStore
+from tools.store.keys import (
+    KEEP,
+    TOKEN_PREFIX,
+    Keep,
+    PostgresKeys,
+    check_collections,
+    check_limit,
+    new_token,
+    open_keys,
+    token_hash,
+)
+from tools.store.usage import report_json
+
+__all__ = [
+    "KEEP",
+    "TOKEN_PREFIX",
+    "ApiKey",
+    "Keep",
+    "KeyRing",
+    "KeyStore",
+    "PostgresKeys",
+    "StoreKeys",
+    "Usage",
+    "UsageRow",
+    "check_collections",
+    "report_json",
+]
 
 
 class KeyRing(Protocol):
@@ -32,9 +61,61 @@ class KeyRing(Protocol):
         ...
 
 
+class KeyStore(KeyRing, Protocol):
+    """The keys of one server (`Services.keys`): a `KeyRing` and the keys' usage (`agent.core.quotas`)."""
+
+    @property
+    def usage(self) -> UsageLog:
+        """Where the keys' usage is kept."""
+        ...
+
+
+class StoreKeys:
+    """The API keys and their usage in the process' store (`tools.store.keys.PostgresKeys` over the store's read
+    pool, no pool of their own); their tables are created on entry. A `KeyStore` once entered.
+
+    Args:
+        store: the process' store, connected before this is entered.
+    """
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+        self._keys: PostgresKeys | None = None
+
+    async def __aenter__(self) -> StoreKeys:
+        keys = PostgresKeys(self.store.pool, self.store.acquire_timeout_s)
+        await keys.setup()
+        await keys.usage.setup()
+        self._keys = keys
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._keys = None
+
+    @property
+    def keys(self) -> PostgresKeys:
+        """The keys table. Raises RuntimeError before entry."""
+        if self._keys is None:
+            raise RuntimeError("StoreKeys is not entered")
+        return self._keys
+
+    @property
+    def usage(self) -> UsageLog:
+        """The keys' usage (`tools.store.usage.PostgresUsage`) over the same pool."""
+        return self.keys.usage
+
+    async def holder(self, token: str) -> ApiKey | None:
+        """See `PostgresKeys.holder`."""
+        return await self.keys.holder(token)
+
+    async def any_keys(self) -> bool:
+        """See `PostgresKeys.any_keys`."""
+        return await self.keys.any_keys()
+
+
 class CachedKeys:
     """A `KeyRing` that remembers what it read for `ttl_s` seconds, so an authenticated request or one to a server
-    without keys costs no Postgres round trip (the keys' own pool holds two connections, and every request asks).
+    without keys costs no Postgres round trip (every request asks).
 
     Remembered: the key found for a token (by its hash; a token without a key is asked again next time, so a new key
     works at once), for `ttl_s`: a revoked key keeps working until then; "no key exists", for `ttl_s`: the first key
@@ -95,6 +176,8 @@ class InMemoryKeys:
 
     rows: dict[int, tuple[ApiKey, str]] = field(default_factory=dict)
     """id -> (key, token hash)."""
+    usage: InMemoryUsage = field(default_factory=InMemoryUsage)
+    """The keys' usage (`agent.core.quotas.InMemoryUsage`)."""
 
     async def create(
         self,

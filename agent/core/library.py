@@ -1,17 +1,16 @@
 """The stored documents as the interfaces see them: list, add (chunk, embed, store), delete, count.
 Every method is scoped by collection (`tools.scope`): reads and deletes see only `collections` (None: all), an add
-goes into one `collection`. `DocumentLibrary` is what `RagApp` needs; `StoreLibrary` implements it over the Triton
-embedder and the Postgres store, `tools.in_memory.InMemoryCollection` in memory (tests).
+goes into one `collection`. `DocumentLibrary` is what `RagApp` needs; `StoreLibrary` implements it over the Postgres
+store and the ingestion service's bulk embedder (`agent.core.ingestion`), `tools.in_memory.InMemoryCollection` in
+memory (tests).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Protocol
 
-from tools.embedder import TritonEmbedder
-from tools.ingest import IngestOptions, SourceDocument, ingest_documents
+from tools.ingest import SourceDocument
 from tools.records import DocumentPage, IngestCounts, StoredChunk, StoredDocument
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
@@ -75,18 +74,23 @@ class DocumentLibrary(Protocol):
         ...
 
 
+class DocumentIntake(Protocol):
+    """What adds documents: `agent.core.ingestion.IngestionService` (chunk, embed on the bulk embedder, store)."""
+
+    async def add_documents(
+        self, documents: Sequence[SourceDocument], *, collection: str = DEFAULT_COLLECTION
+    ) -> IngestCounts:
+        """Chunk, embed and store `documents` in `collection`."""
+        ...
+
+
 class StoreLibrary:
-    """`DocumentLibrary` over a connected Triton embedder and Postgres store.
+    """`DocumentLibrary` over a connected Postgres store; documents are added through `intake` (the ingestion
+    service, on the bulk embedder)."""
 
-    Args:
-        options: the chunk window and the documents per embed call and store transaction (`batch_docs`); its
-            collection is replaced by each call's (`agent.core.wiring.ingest_options`).
-    """
-
-    def __init__(self, embedder: TritonEmbedder, store: VectorStore, options: IngestOptions) -> None:
-        self.embedder = embedder
+    def __init__(self, store: VectorStore, intake: DocumentIntake) -> None:
         self.store = store
-        self.options = options
+        self.intake = intake
 
     async def list_documents(
         self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
@@ -123,21 +127,13 @@ class StoreLibrary:
     async def add_documents(
         self, documents: Sequence[SourceDocument], *, collection: str = DEFAULT_COLLECTION
     ) -> IngestCounts:
-        """Chunk, embed and store `documents` in `collection`, `batch_docs` per transaction (batches already
-        written stay when a later one fails).
+        """Chunk, embed and store `documents` in `collection` through the intake (`batch_docs` per transaction;
+        batches already written stay when a later one fails).
 
         Raises:
             EmbedderError / StoreError: embedding or storing failed.
         """
-        total = IngestCounts()
-        options = replace(self.options, collection=collection)
-        for i in range(0, len(documents), options.batch_docs):
-            batch = list(documents[i : i + options.batch_docs])
-            counts = await ingest_documents(batch, self.embedder, self.store, options)
-            total = IngestCounts(
-                total.added + counts.added, total.skipped + counts.skipped, total.chunks + counts.chunks
-            )
-        return total
+        return await self.intake.add_documents(documents, collection=collection)
 
     async def delete_documents(
         self, doc_ids: Sequence[str] = (), source: str | None = None, *, collections: Sequence[str] | None = None

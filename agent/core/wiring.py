@@ -9,17 +9,17 @@ the HTTP API, the Python API (`agent.core.app.RagApp`) and the evals share.
   `FunctionModel`).
 - `build_agents`, `build_rewriter`, `answer_limits`: the agent per retrieval policy, the LLM rewrite of follow-ups
   (`FOLLOWUP_QUERY=rewrite`) and the bounds of one answer.
-- `ingest_files`: `rag ingest`, which opens only the store and an ingestion embedder.
+- `open_ingestion`: the ingestion service (`agent.core.ingestion`) over its own store, for the
+  commands that only ingest (`rag ingest`, `rag sync`, `rag worker`, `rag jobs`); `rag serve` gets it in `Services`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic_ai import Agent
@@ -32,6 +32,8 @@ from agent.core.answer import AnswerLimits
 from agent.core.answer_cache import AnswerCacheStore
 from agent.core.context_window import ContextFitter
 from agent.core.followup import LLMRewriter
+from agent.core.ingestion import IngestionService
+from agent.core.keys import KeyStore, StoreKeys
 from agent.core.library import DocumentLibrary, StoreLibrary
 from agent.core.llm import build_model, check_tool_calling, model_settings, served_model
 from agent.core.rag_agent import RagDeps, build_agent
@@ -44,7 +46,7 @@ from tools.extract.ocr import OcrOptions, default_workers
 from tools.feedback import FeedbackLog
 from tools.in_memory_conversations import InMemoryConversations
 from tools.in_memory_feedback import InMemoryFeedback
-from tools.ingest import IngestOptions, IngestReport, ProgressFn, ingest, plan_inputs
+from tools.ingest import IngestOptions
 from tools.model_specs import get_spec
 from tools.originals import Originals
 from tools.retrieval import PassageSearch, Retriever
@@ -141,6 +143,13 @@ def build_store(url: str, model_name: str, dim: int, settings: Settings) -> Vect
         command_timeout_s=settings.db_command_timeout_s,
         statement_cache_size=settings.db_statement_cache_size,
     )
+
+
+def settings_store(settings: Settings) -> VectorStore:
+    """The (unconnected) VectorStore at `DATABASE_URL` for `EMBEDDER_MODEL`'s vectors (`build_store`): the one store of
+    a process."""
+    spec = get_spec(settings.embedder_model)
+    return build_store(settings.resolved_database_url(), spec.name, spec.dim, settings)
 
 
 def build_reranker(settings: Settings) -> TritonReranker:
@@ -262,7 +271,7 @@ class Clients:
     Attributes:
         settings: what they were built from.
         embedder: `build_embedder(settings)`.
-        store: `build_store(...)` at `DATABASE_URL` for the embedder's model and width.
+        store: `settings_store(settings)`: `DATABASE_URL`, for `EMBEDDER_MODEL`'s vectors.
         reranker: `build_reranker(settings)` when `RERANK_DEPTH` > 0, else None.
         verifier: `build_verifier(settings)` unless `SUPPORT_CHECK=off` (then None).
     """
@@ -270,8 +279,7 @@ class Clients:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.embedder = build_embedder(settings)
-        spec = self.embedder.spec
-        self.store = build_store(settings.resolved_database_url(), spec.name, spec.dim, settings)
+        self.store = settings_store(settings)
         self.reranker = build_reranker(settings) if settings.rerank_depth > 0 else None
         self.verifier = build_verifier(settings) if settings.support_check != "off" else None
         self._stack = AsyncExitStack()
@@ -314,6 +322,11 @@ class Services:
             `SUPPORT_CHECK=off`.
         feedback: records of answers and their ratings (`tools.feedback`); default: in this process' memory (a
             test's `Services`), `build_services` keeps them in Postgres.
+        ingestion: the document side (`agent.core.ingestion.IngestionService`: files, syncs, upload and sync jobs,
+            workers) over the same store; None: this app queues no jobs (a test's `Services` unless it passes one;
+            the job routes answer 503).
+        keys: the API keys and their usage (`agent.core.keys.StoreKeys` in `rag serve`, over the same store);
+            None: no keys (a test's `Services` unless it passes one, e.g. `agent.core.keys.InMemoryKeys`).
     """
 
     search: PassageSearch
@@ -327,19 +340,55 @@ class Services:
     answer_cache: AnswerCacheStore | None = None
     support: SupportChecker | None = None
     feedback: FeedbackLog = field(default_factory=InMemoryFeedback)
+    ingestion: IngestionService | None = None
+    keys: KeyStore | None = None
 
 
-def build_services(settings: Settings) -> Services:
+def build_ingestion(settings: Settings, store: VectorStore, *, workers: int = 0) -> IngestionService:
+    """The ingestion service over `store` and a bulk embedder (`build_embedder(settings, workload="bulk")`), with
+    the settings' ingestion options (`ingest_options`), originals (`build_originals`) and jobs settings, running
+    `workers` job workers while entered."""
+    return IngestionService(
+        build_embedder(settings, workload="bulk"),
+        store,
+        ingest_options(settings),
+        settings,
+        originals=build_originals(settings),
+        workers=workers,
+    )
+
+
+@asynccontextmanager
+async def open_ingestion(settings: Settings) -> AsyncIterator[IngestionService]:
+    """The ingestion service over the settings' store (`settings_store`), both open until exit: what `rag ingest`,
+    `rag sync`, `rag worker` and `rag jobs` use (no LLM; Triton only once something is embedded).
+
+    Raises:
+        StoreError: Postgres is unreachable or holds another embedder's vectors.
+    """
+    async with settings_store(settings) as store, build_ingestion(settings, store) as service:
+        yield service
+
+
+def build_services(settings: Settings, *, serving: bool = False) -> Services:
     """The service's parts: `Retriever` over Triton and Postgres (`Clients`), the store-backed library and
     conversations, the OpenAI-compatible model (`agent.core.llm`), and checks of Triton (embeds one word), Postgres
     (reads one chunk row at most), the LLM (`GET /models` lists `LLM_MODEL`) and, with `RERANK_DEPTH` > 0, the
     reranker (scores one pair), and unless `SUPPORT_CHECK=off` the verifier (classifies one pair) with the support
-    check over the interactive embedder and the verifier. Nothing is connected until the app
-    enters `resources`.
+    check over the interactive embedder and the verifier; the ingestion service over the same store (documents
+    added on the bulk embedder). Nothing is connected until the app enters `resources`: one store, so one read and
+    one write pool, per process.
+
+    Args:
+        serving: for `rag serve`: the originals folder is checked first (`check_originals`), the ingestion service
+            runs `JOBS_SERVE_WORKERS` job workers, and the API keys (`StoreKeys`) are kept in the same store.
 
     Raises:
         KeyError: the embedder model is not in `tools.model_specs`.
+        OriginalsNotWritableError: `serving`, `KEEP_ORIGINALS` on and `ORIGINALS_DIR` not writable.
     """
+    if serving:  # the server keeps originals: fail the start now, not every upload later
+        check_originals(settings)
     clients = Clients(settings)
     embedder, store = clients.embedder, clients.store
 
@@ -376,12 +425,14 @@ def build_services(settings: Settings) -> Services:
 
         checks["verifier"] = support_check
 
+    ingestion = build_ingestion(settings, store, workers=settings.jobs_serve_workers if serving else 0)
+    keys = StoreKeys(store) if serving else None
     return Services(
         search=build_retriever(embedder, store, settings, clients.reranker),
-        library=StoreLibrary(embedder, store, ingest_options(settings)),
+        library=StoreLibrary(store, ingestion),
         model=build_model(settings),
         checks=checks,
-        resources=[clients],
+        resources=[clients, ingestion] if keys is None else [clients, keys, ingestion],
         tool_check=tools,
         context=ContextFitter(settings),
         conversations=ConversationStore(store),
@@ -392,6 +443,8 @@ def build_services(settings: Settings) -> Services:
         ),
         feedback=PostgresFeedback(store),
         support=None if verifier is None else build_support_checker(settings, embedder, verifier),
+        ingestion=ingestion,
+        keys=keys,
     )
 
 
@@ -441,48 +494,6 @@ def check_originals(settings: Settings) -> None:
     originals = build_originals(settings)
     if originals is not None:
         originals.check_writable()
-
-
-async def ingest_files(
-    settings: Settings,
-    paths: list[Path],
-    on_progress: ProgressFn | None = None,
-    *,
-    root: Path | None = None,
-    prefix: str = "",
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    collection: str = DEFAULT_COLLECTION,
-) -> tuple[IngestReport, int, int]:
-    """Ingest files and folders (PDF, HTML, DOCX, Markdown, text, BEIR JSONL; types sniffed from the content) through
-    `tools.ingest.ingest`: every input is scanned first (a
-    malformed one stores nothing), then documents stream through chunking, embedding and storing in batches of
-    `INGEST_BATCH_DOCS`, with an embedder limited to `INGEST_MAX_IN_FLIGHT` requests in flight. Opens only the
-    store and that embedder (no LLM).
-
-    Args:
-        on_progress: called as `(documents handled, documents in all inputs, chunks written)` per batch.
-        root, prefix: how document files are named (see `tools.ingest.plan_inputs`).
-        include, exclude: globs filtering the files found in folders.
-        collection: the collection every document goes into (`tools.scope`).
-
-    Returns:
-        (the run's report, documents stored afterwards, chunks stored afterwards).
-
-    Raises:
-        tools.ingest.IngestError: a path is missing, unreadable, unsupported, malformed, or two inputs get the same
-            document id.
-        EmbedderError / StoreError: Triton or Postgres failed; stored batches stay, re-running resumes.
-    """
-    inputs = plan_inputs(paths, root, prefix, include, exclude)
-    embedder = build_embedder(settings, workload="bulk")
-    spec = embedder.spec
-    async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store, embedder:
-        keep = build_originals(settings)
-        on_stored = None if keep is None else keep.keep_files
-        report = await ingest(inputs, embedder, store, ingest_options(settings, collection), on_progress, on_stored)
-        docs, chunks = await store.count()
-    return report, docs, chunks
 
 
 async def run_check(check: HealthCheck, timeout_s: float | None = None) -> dict[str, object]:

@@ -18,6 +18,7 @@ from agent.core.admission import Tenant
 from agent.core.errors import OverloadedError
 from agent.http.errors import error_response, failure_of
 from agent.http.guards import HOLDER_STATE
+from agent.http.state import scope_state
 
 ANSWER_PATHS = frozenset({"/v1/ask", "/v1/ask/stream", "/v1/chat/completions"})
 """The paths whose `POST` takes a place in admission control (`agent.http.deps.Admitted`, `openai_chat`)."""
@@ -35,7 +36,7 @@ class AdmissionGate:
 
     Args:
         app: the rest of the application; the admission controller is the one of the app's opened `RagApp`
-            (`scope["app"].state.rag.admission`; until the lifespan opened it, every request passes).
+            (`AppState.rag`'s `admission`; until the lifespan opened it, every request passes).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -43,7 +44,8 @@ class AdmissionGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in ANSWER_PATHS:
-            rag = getattr(scope["app"].state, "rag", None)
+            state = scope_state(scope)
+            rag = None if state is None else state.rag
             if rag is not None:
                 try:
                     rag.admission.check(tenant_of(scope))

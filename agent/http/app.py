@@ -5,18 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
-from agent.core.keys import CachedKeys, settings_keys
-from agent.core.quotas import Quotas
 from agent.core.telemetry import configure_tracing, metrics_app
-from agent.core.wiring import check_originals
+from agent.core.wiring import build_services
 from agent.http import ask, conversations, documents, feedback, jobs, openai_chat, service, usage
 from agent.http.admission_gate import AdmissionGate
+from agent.http.deps import STATE, AppState, app_state, opened_rag
 from agent.http.errors import install_error_handlers
 from agent.http.guards import install_guards
 from agent.http.loop_lag import watch_loop_lag
@@ -29,29 +28,25 @@ from agent.http.streams import EventStreamHeaders
 
 
 def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> FastAPI:
-    """The FastAPI application; its lifespan opens one `RagApp` (`rag`, default `RagApp(settings)`) and closes it at
-    shutdown.
+    """The FastAPI application; its lifespan enters one `RagApp` (`rag`, default over
+    `build_services(settings, serving=True)`: one store for answers, documents, jobs and API keys, with
+    `JOBS_SERVE_WORKERS` job workers) and closes it at shutdown; it holds the app's typed state (`AppState`).
 
     Args:
         settings: default: environment / `.env`.
-        rag: the app to serve (unopened; the lifespan enters it); default built from `settings` at start-up.
+        rag: the app to serve (unopened; the lifespan enters it; tests pass one over their own `Services`); default
+            built from `settings` at start-up.
     """
     settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if rag is None:  # the real server keeps originals: fail the start now, not every upload later
-            check_originals(settings)
-        # a given (test) app runs without the jobs queue, which needs the real store
-        job_queue = jobs.serve_jobs(settings) if rag is None else nullcontext(None)
-        api_keys = settings_keys(settings) if rag is None else nullcontext(None)  # a test app brings its own keys
         lag = asyncio.create_task(watch_loop_lag())
         try:
-            async with rag or RagApp(settings) as opened, job_queue as queue, api_keys as keys, mcp.running():
-                app.state.rag = opened
-                app.state.jobs = queue
-                app.state.keys = None if keys is None else CachedKeys(keys, settings.api_keys_cache_s)
-                app.state.quotas = None if keys is None else Quotas(settings, keys.usage)
+            served = rag or RagApp(settings, build_services(settings, serving=True))
+            async with served as opened, mcp.running():
+                state = app_state(app)
+                state.rag, state.keys, state.quotas = opened, opened.keys, opened.quotas
                 yield
         finally:
             lag.cancel()
@@ -68,8 +63,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
         redoc_url=None,
         redirect_slashes=False,  # a redirect would name the address the request reached (a pod's own, behind a proxy)
     )
-    app.state.settings = settings
-    mcp = McpEndpoint(lambda: app.state.rag)
+    mcp = McpEndpoint(lambda: opened_rag(app))
     app.router.routes.extend(mcp.routes)
     configure_tracing(settings.otel_exporter_otlp_endpoint)
     app.router.routes.extend(metrics_routes(metrics_app()))
@@ -77,7 +71,8 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.add_middleware(AdmissionGate)  # inside the guards: refuses an overloaded answer before its body is read
     app.add_middleware(QuotaGate)  # inside the key guard, outside admission: a key over its quota takes no slot
     install_guards(app, settings, settings.allowed_hosts or ("*",))
-    app.state.drain = install_drain(app, stream_ending, self_ending=(MCP_PATH,))  # MCP answers a tool error
+    drain = install_drain(app, stream_ending, self_ending=(MCP_PATH,))  # MCP answers a tool error
+    setattr(app.state, STATE, AppState(settings, drain))
     app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)

@@ -2,9 +2,11 @@
 (who holds which key, and so which collections it may use: `Caller`, also for mounted ASGI apps through
 `request_caller`), the admin-key guard (`API_KEY`), a place in admission control (`Admitted`).
 
-`create_app` stores the settings on `app.state` at creation, the opened `RagApp` and the API keys (`agent.core.keys`) in
-its lifespan; only these functions read `app.state`. Tests replace them with
-`app.dependency_overrides[get_rag] = lambda: rag` (and `get_keys` for keys of their own).
+`create_app` keeps one typed `AppState` on the app (`app_state`): the settings at creation, the opened `RagApp` and its
+API keys and quotas (`agent.core.keys`, `agent.core.quotas`) in its lifespan; only `app_state` reads `app.state`, for
+the routes' dependencies and the middlewares alike. Tests replace the dependencies with
+`app.dependency_overrides[get_rag] = lambda: rag` (and `get_keys` for keys of their own), or set `app_state(app)`'s
+fields.
 
 Who the caller is (`get_caller`): a bearer token equal to `API_KEY` is the admin (every collection); a token of an
 active key in `api_keys` is that key's holder (its collections only); with neither `API_KEY` set nor any key ever
@@ -31,19 +33,32 @@ from agent.core.errors import InputError
 from agent.core.keys import KeyRing
 from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError
+from agent.http.state import STATE, AppState, app_state, scope_state
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
+
+__all__ = ["STATE", "AppState", "app_state", "scope_state"]  # the app's typed state (`agent.http.state`), re-exported
+
+
+def opened_rag(app: Any) -> RagApp:
+    """The `RagApp` the lifespan of `app` opened.
+
+    Raises:
+        RuntimeError: the lifespan has not opened it.
+    """
+    rag = app_state(app).rag
+    if rag is None:
+        raise RuntimeError("the app's lifespan has not opened its RagApp")
+    return rag
 
 
 def get_rag(request: Request) -> RagApp:
-    """The `RagApp` the app's lifespan opened."""
-    rag: RagApp = request.app.state.rag
-    return rag
+    """The `RagApp` the app's lifespan opened (`opened_rag`)."""
+    return opened_rag(request.app)
 
 
 def get_settings(request: Request) -> Settings:
     """The settings the app was created with."""
-    settings: Settings = request.app.state.settings
-    return settings
+    return app_state(request.app).settings
 
 
 Rag = Annotated[RagApp, Depends(get_rag)]
@@ -78,9 +93,8 @@ key holders depend on `Caller` instead)."""
 
 
 def get_keys(request: Request) -> KeyRing | None:
-    """The API keys the app's lifespan opened (`tools.store.keys.PostgresKeys`); None for an app without them."""
-    keys: KeyRing | None = getattr(request.app.state, "keys", None)
-    return keys
+    """The API keys the app's lifespan opened (`agent.core.keys.CachedKeys`); None for an app without them."""
+    return app_state(request.app).keys
 
 
 Keys = Annotated[KeyRing | None, Depends(get_keys)]
@@ -212,7 +226,7 @@ async def get_caller(
 
 async def request_caller(request: Request) -> CallerIdentity:
     """`get_caller` outside FastAPI's dependencies (an ASGI app mounted in the router, e.g. MCP): the caller of
-    `request` from its `Authorization` header, the app's settings and its API keys (`app.state`).
+    `request` from its `Authorization` header, the app's settings and its API keys (`app_state`).
 
     Raises:
         As `get_caller`.

@@ -69,6 +69,11 @@ KIND_OF_STATUS = {
 log = logging.getLogger("agent.http")
 
 
+def error_json(status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The API's error response: `{"error": kind, "detail": detail}` with `status`."""
+    return JSONResponse({"error": kind, "detail": detail}, status_code=status, headers=headers)
+
+
 class ApiError(HTTPException):
     """An HTTP error of a route with its own kind (e.g. 403 `forbidden_collection`): answered as `ErrorBody`
     `{"error": kind, "detail": detail}` with `status`."""

@@ -40,12 +40,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.config.settings import Settings, SettingsError
-from tools.records import ApiKey
-from tools.store.keys import TOKEN_PREFIX
+from agent.core.keys import TOKEN_PREFIX, ApiKey, KeyRing
+from agent.http.errors import error_json
+from agent.http.state import scope_state
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"})
 """Paths served without the API key: the readiness check, Prometheus' scrape and the web page with its script and
@@ -55,11 +55,6 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """`ALLOWED_HOSTS` of a server listening on a loopback address when the setting is unset."""
 
 log = logging.getLogger(__name__)
-
-
-def error_json(status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The API's error response: `{"error": kind, "detail": detail}` with `status`."""
-    return JSONResponse({"error": kind, "detail": detail}, status_code=status, headers=headers)
 
 
 def is_loopback(bind_host: str) -> bool:
@@ -239,13 +234,14 @@ def caller_path(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in CALLER_PATHS)
 
 
-def _app_keys(scope: Scope) -> Any:
-    """The app's API keys (`app.state.keys`, an `agent.core.keys.KeyRing` opened by its lifespan); None without them."""
-    return getattr(getattr(scope.get("app"), "state", None), "keys", None)
+def _app_keys(scope: Scope) -> KeyRing | None:
+    """The app's API keys (`AppState.keys`, an `agent.core.keys.KeyRing` opened by its lifespan); None without them."""
+    state = scope_state(scope)
+    return None if state is None else state.keys
 
 
 async def keys_exist(scope: Scope) -> bool:
-    """Whether the app's API keys (`app.state.keys`, opened by its lifespan) hold any key."""
+    """Whether the app's API keys (`AppState.keys`, opened by its lifespan) hold any key."""
     keys = _app_keys(scope)
     return keys is not None and bool(await keys.any_keys())
 

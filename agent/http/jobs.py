@@ -1,7 +1,7 @@
 """Uploads and folder syncs as ingestion jobs: `POST /v1/documents/files` (multipart, one or many files) queues a
 job and answers 202 with its id, `POST /v1/sync` queues a sync of a server folder; `GET /v1/jobs/{id}` and
-`GET /v1/jobs` report jobs. `serve_jobs` runs `JOBS_SERVE_WORKERS` job workers
-inside `rag serve`.
+`GET /v1/jobs` report jobs, all through the app's ingestion service (`agent.core.ingestion`), whose
+`JOBS_SERVE_WORKERS` job workers run inside `rag serve`.
 
 Upload rules: the request's `Content-Length` is required and checked against `UPLOAD_MAX_REQUEST_BYTES` before the
 body is read (411 / 413); each file against `UPLOAD_MAX_FILE_BYTES` (413 naming it); each file's type is sniffed
@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import unicodedata
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
@@ -34,40 +33,31 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
-from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.wiring import build_embedder, build_originals, build_store, ingest_options
-from agent.http.deps import CALLER, AppSettings, Caller
+from agent.core.ingestion import IngestionService, Job, JobFile
+from agent.http.deps import CALLER, AppSettings, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError
 from tools.extract import sniff_bytes
 from tools.extract.dispatch import REFUSED
 from tools.ingest.sync import within_roots
-from tools.jobs import work
-from tools.jobs.ports import JobQueue
-from tools.jobs.worker import worker_name
-from tools.model_specs import get_spec
-from tools.records import Job, JobFile
-from tools.store.jobs import PostgresJobQueue
-from tools.store.sync_state import PostgresSyncLedger
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 MAX_FILES = 1000
 """Most files in one upload request."""
 
 
-def get_jobs(request: Request) -> JobQueue:
-    """The jobs queue `serve_jobs` opened.
+def get_jobs(rag: Rag) -> IngestionService:
+    """The app's ingestion service (`RagApp.ingestion`), which queues and reports the jobs.
 
     Raises:
-        HTTPException: 503 when this server runs without a jobs queue.
+        HTTPException: 503 when this app runs without one (a test's `Services` without `ingestion`).
     """
-    queue: JobQueue | None = getattr(request.app.state, "jobs", None)
-    if queue is None:
+    if rag.ingestion is None:
         raise HTTPException(503, "this server has no ingestion jobs queue", headers={"Retry-After": "5"})
-    return queue
+    return rag.ingestion
 
 
-Jobs = Annotated[JobQueue, Depends(get_jobs)]
+Jobs = Annotated[IngestionService, Depends(get_jobs)]
 
 
 class JobAccepted(BaseModel):
@@ -193,44 +183,3 @@ async def job_list(jobs: Jobs, caller: Caller, limit: int = 50) -> dict[str, lis
     """The most recent jobs of the caller's collections, newest first."""
     listed: list[Job] = await jobs.list(max(1, min(limit, 500)), caller.collections)
     return {"jobs": [j.to_json() for j in listed]}
-
-
-@asynccontextmanager
-async def serve_jobs(settings: Settings) -> AsyncIterator[JobQueue]:
-    """The jobs queue on the configured store, with `JOBS_SERVE_WORKERS` worker loops running until exit (a job in
-    progress at shutdown is claimed again by a worker once its lease expires); a worker waits out a Postgres restart
-    (`tools.jobs.worker.work`)."""
-    spec = get_spec(settings.embedder_model)
-    async with build_store(settings.resolved_database_url(), spec.name, spec.dim, settings) as store:
-        queue = PostgresJobQueue(store.pool, store.acquire_timeout_s)
-        await queue.setup()
-        if settings.jobs_serve_workers == 0:
-            yield queue
-            return
-        stop = asyncio.Event()
-        async with build_embedder(settings, workload="bulk") as embedder:
-            workers = [
-                asyncio.create_task(
-                    work(
-                        queue,
-                        embedder,
-                        store,
-                        PostgresSyncLedger(store),
-                        options=ingest_options(settings),
-                        lease_s=settings.jobs_lease_s,
-                        poll_s=settings.jobs_poll_s,
-                        stop=stop,
-                        originals=build_originals(settings),
-                        worker=f"{worker_name()}:serve{i}",
-                        sync_roots=settings.sync_roots,
-                    )
-                )
-                for i in range(settings.jobs_serve_workers)
-            ]
-            try:
-                yield queue
-            finally:
-                stop.set()
-                for task in workers:
-                    task.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)

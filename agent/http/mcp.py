@@ -37,13 +37,14 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.core.errors import QuotaExceededError
+from agent.core.keys import ApiKey
 from agent.core.quotas import Quotas, metering
 from agent.http.deps import CallerIdentity, request_caller
-from agent.http.errors import ApiError, error_response, failure_of
-from agent.http.guards import HOLDER_STATE, error_json, origin_allowed
+from agent.http.errors import ApiError, error_json, error_response, failure_of
+from agent.http.guards import HOLDER_STATE, origin_allowed
 from agent.http.mcp_server import RagSource, build_mcp_server
 from agent.http.shutdown import cut_of
-from tools.records import ApiKey
+from agent.http.state import scope_state
 from tools.scope import SearchScope
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,8 @@ def drain_cut(request: Any) -> asyncio.Event | None:
 
 
 def _allowed_hosts(scope: Scope) -> Sequence[str]:
-    settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
-    return getattr(settings, "allowed_hosts", None) or ()
+    state = scope_state(scope)
+    return (None if state is None else state.settings.allowed_hosts) or ()
 
 
 @asynccontextmanager
@@ -93,7 +94,8 @@ async def meter_caller(request: Any) -> AsyncIterator[None]:
     `tools/list` are protocol, not answer requests."""
     scope = request.scope if isinstance(request, Request) else {}
     key = scope.get("state", {}).get(HOLDER_STATE)
-    quotas: Quotas | None = getattr(getattr(scope.get("app"), "state", None), "quotas", None)
+    state = scope_state(scope)
+    quotas: Quotas | None = None if state is None else state.quotas
     if not isinstance(key, ApiKey) or quotas is None:
         yield
         return

@@ -3,7 +3,7 @@
 It sits inside the key guard (`agent.http.guards.BearerKeyGuard`, which leaves the holder's key in
 `scope["state"][HOLDER_STATE]`) and outside admission control (`agent.http.admission_gate.AdmissionGate`), so a key
 over its quota is refused before its body is read and never takes an admission slot. On a key holder's `POST` to a
-metered path (`METERED_PATHS`: the answer paths) it asks the app's quotas (`app.state.quotas`,
+metered path (`METERED_PATHS`: the answer paths) it asks the app's quotas (`AppState.quotas`,
 `agent.core.quotas.Quotas.admit`, which reserves the most tokens the answer may use until its usage is recorded): a
 refusal is 429 `quota_exceeded` with `Retry-After` (the OpenAI routes get OpenAI's
 error shape from `agent.http.openai_errors.OpenAIErrorShape`, outside it). A request let through runs inside a meter
@@ -23,11 +23,12 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.core.errors import QuotaExceededError
+from agent.core.keys import ApiKey, Usage
 from agent.core.quotas import Quotas, Reservation, metering
 from agent.http.admission_gate import ANSWER_PATHS
 from agent.http.errors import error_response, failure_of
 from agent.http.guards import HOLDER_STATE
-from tools.records import ApiKey, Usage
+from agent.http.state import scope_state
 
 METERED_PATHS = ANSWER_PATHS
 """The paths whose `POST` by a key holder is checked against its quotas and recorded in its usage. `/mcp` is not one:
@@ -37,9 +38,9 @@ log = logging.getLogger(__name__)
 
 
 def _quotas(scope: Scope) -> Quotas | None:
-    """The app's quotas (`app.state.quotas`, opened by its lifespan with the API keys); None without them."""
-    quotas: Quotas | None = getattr(getattr(scope.get("app"), "state", None), "quotas", None)
-    return quotas
+    """The app's quotas (`AppState.quotas`, opened by its lifespan with the API keys); None without them."""
+    state = scope_state(scope)
+    return None if state is None else state.quotas
 
 
 class QuotaGate:

@@ -45,7 +45,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.core.telemetry import shutdown_telemetry
-from agent.http.guards import error_json
+from agent.http.errors import error_json
 
 CANCEL_AFTER_S = 2
 """Seconds uvicorn waits, after the drain ended, for requests still running before it cancels them."""

@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from agent.core.quotas import Quotas, utc_day
-from agent.http.deps import Caller
+from agent.core.keys import report_json
+from agent.core.quotas import utc_day
+from agent.http.deps import Caller, app_state
 from agent.http.errors import ERROR_RESPONSES, ApiError
-from tools.store.usage import report_json
 
 MAX_DAYS = 366
 """Most days one request may cover."""
@@ -29,7 +29,7 @@ async def usage(
     "usage": [{"key_id", "key_name", "day", "requests", "prompt_tokens", "completion_tokens", "total_tokens",
     "embed_ms", "llm_ms"}], "totals": {...}}` (rows by day then key id; a key holder gets only its own key's rows).
     404 `not_found` on a server without API keys."""
-    quotas: Quotas | None = getattr(request.app.state, "quotas", None)
+    quotas = app_state(request.app).quotas
     if quotas is None:
         raise ApiError(404, "not_found", "this server keeps no usage: it has no API keys table")
     since = utc_day(quotas.clock()) - timedelta(days=days - 1)

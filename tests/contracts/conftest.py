@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from agent.config.settings import Settings
+from agent.core.ingestion import IngestionService
 from agent.core.library import StoreLibrary
 from agent.core.wiring import build_retriever
 from evals.retrieval_eval import ensure_database
@@ -109,7 +110,8 @@ async def documents(
     embedder = real_embedder
     store = await empty_store(postgres_url, "test_contract_documents", settings)
     try:
-        library = StoreLibrary(embedder, store, IngestOptions(200, 40, batch_docs=8))
+        intake = IngestionService(embedder, store, IngestOptions(200, 40, batch_docs=8), settings)
+        library = StoreLibrary(store, intake)
         yield Documents(library, build_retriever(embedder, store, settings))
     finally:
         await store.close()

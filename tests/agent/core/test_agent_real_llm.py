@@ -23,7 +23,7 @@ from agent.core.app import RagApp
 from agent.core.events import AgentEvent, ToolCall
 from agent.core.prompts import REFUSAL
 from agent.core.results import AskResult
-from agent.core.wiring import ingest_files
+from agent.core.wiring import open_ingestion
 from evals.off_topic import OFF_TOPIC as OFF_TOPIC_QUESTIONS
 from evals.scifact import SCIFACT_DIR as SCIFACT
 from tests.conftest import GOLD_CLAIMS
@@ -122,7 +122,8 @@ async def injection_app(llm_settings: Settings, postgres_url: str, tmp_path: Pat
     corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
     try:
         injected = llm_settings.model_copy(update={"database_url": dsn})
-        await ingest_files(injected, [corpus])
+        async with open_ingestion(injected) as ingestion:
+            await ingestion.ingest_files([corpus])
         async with RagApp(injected) as rag:
             yield rag
     finally:

@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from agent.core.errors import InputError
 from agent.core.keys import CachedKeys, InMemoryKeys
-from agent.http.deps import ADMIN, CallerIdentity, get_keys
+from agent.http.deps import ADMIN, CallerIdentity, app_state, get_keys
 from agent.http.errors import ApiError
 from tests.http_rig import Served, assert_error, serve
 from tests.key_rig import scopes_asked
@@ -25,11 +25,9 @@ from tools.store.keys import TOKEN_PREFIX, new_token, token_hash
 
 def keyed(keys: InMemoryKeys, **settings: Any) -> Served:
     served = serve(**settings)
-    served.app.state.keys = keys  # what the lifespan opens: the guard's view of the keys
+    app_state(served.app).keys = keys  # what the lifespan opens: the guard's view of the keys
     served.app.dependency_overrides[get_keys] = lambda: keys
     return served
-
-
 
 
 def bearer(token: str) -> dict[str, str]:

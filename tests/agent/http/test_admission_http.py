@@ -23,7 +23,7 @@ from agent.core.events import Queued
 from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.admission_gate import tenant_of
-from agent.http.deps import get_rag
+from agent.http.deps import app_state, get_rag
 from agent.http.guards import HOLDER_STATE
 from tests.agent_corpus import COVERED, DOCUMENTS
 from tests.http_rig import sse_events
@@ -80,7 +80,7 @@ class Rig:
             return self.rag
 
         self.app.dependency_overrides[get_rag] = rag
-        self.app.state.rag = self.rag  # what the lifespan sets: the admission gate reads it before any route
+        app_state(self.app).rag = self.rag  # what the lifespan sets: the admission gate reads it before any route
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://rag", timeout=30)

@@ -24,7 +24,7 @@ from httpx_sse import EventSource
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.config.settings import Settings
-from agent.core.wiring import ingest_files
+from agent.core.wiring import open_ingestion
 from evals.bench_serve import ServeBenchParams, render, run_serve_bench, write_plot
 from evals.scifact import SCIFACT_DIR
 from tests.fake_openai import FakeState, Reply, ThreadedServer, build_app
@@ -76,7 +76,8 @@ async def small_store(postgres_url: str, triton_server: Settings, tmp_path_facto
         lines = [next(handle) for _ in range(5)]
     corpus = tmp_path_factory.mktemp("admission") / "corpus.jsonl"
     corpus.write_text("".join(lines))
-    await ingest_files(triton_server.model_copy(update={"database_url": dsn}), [corpus])
+    async with open_ingestion(triton_server.model_copy(update={"database_url": dsn})) as ingestion:
+        await ingestion.ingest_files([corpus])
     return dsn
 
 

@@ -11,7 +11,7 @@ import httpx
 from pydantic import SecretStr
 
 from agent.core.keys import InMemoryKeys
-from agent.http.deps import get_keys
+from agent.http.deps import app_state, get_keys
 from tests.agent_corpus import COVERED
 from tests.http_rig import Served, assert_error, serve, sse_events
 from tests.key_rig import scopes_asked
@@ -32,7 +32,7 @@ async def keyed(collections: list[str]) -> AsyncIterator[tuple[Served, httpx.Asy
     await served.collection.add_documents([SECRET], collection="secret")
     keys = InMemoryKeys()
     _, token = await keys.create(collections)
-    served.app.state.keys = keys
+    app_state(served.app).keys = keys
     served.app.dependency_overrides[get_keys] = lambda: keys
     async with (
         served.client(authorization=f"Bearer {token}") as holder,

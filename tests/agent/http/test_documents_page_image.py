@@ -21,7 +21,7 @@ from agent.core.app import RagApp
 from agent.core.keys import InMemoryKeys
 from agent.core.wiring import Services
 from agent.http import create_app
-from agent.http.deps import get_keys, get_rag
+from agent.http.deps import app_state, get_keys, get_rag
 from tests.conversation_rig import Model
 from tools import render_page
 from tools.extract.pdf import EXTRACTOR
@@ -65,7 +65,7 @@ async def served(tmp_path: Path) -> tuple[httpx.AsyncClient, dict[str, str]]:
     _, manuals = await keys.create(["manuals"])
     _, other = await keys.create(["other"])
     app = create_app(settings)
-    app.state.keys = keys
+    app_state(app).keys = keys
     app.dependency_overrides[get_keys] = lambda: keys
 
     async def the_rag() -> RagApp:

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
 from agent.core.keys import InMemoryKeys
-from agent.http.deps import get_keys
+from agent.http.deps import app_state, get_keys
 from tests.agent_corpus import COVERED, OFF_TOPIC
 from tests.http_rig import assert_error
 from tests.openai_rig import Rig, ask
@@ -28,7 +28,7 @@ async def keyed(rig: Rig, *collections: list[str]) -> list[str]:
     """Keys over each of `collections` in `rig`'s app; their tokens."""
     keys = InMemoryKeys()
     tokens = [(await keys.create(c))[1] for c in collections]
-    rig.app.state.keys = keys
+    app_state(rig.app).keys = keys
     rig.app.dependency_overrides[get_keys] = lambda: keys
     return tokens
 

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -18,8 +18,10 @@ from pydantic import SecretStr, ValidationError
 
 from agent.config.settings import Settings, SettingsError
 from agent.core.admission import AdmissionController
+from agent.core.app import RagApp
 from agent.core.keys import InMemoryKeys
 from agent.http import create_app
+from agent.http.deps import app_state
 from agent.http.guards import LOOPBACK_HOSTS, allowed_hosts_for, documents_body_bytes, require_key_off_loopback
 from tests.conftest import REPO_ROOT
 
@@ -47,7 +49,7 @@ def base_settings(**update: Any) -> Settings:
 
 def app_with(settings: Settings, rag: object | None = None) -> FastAPI:
     app = create_app(settings)
-    app.state.rag = rag or MemoryDocuments()
+    app_state(app).rag = cast(RagApp, rag or MemoryDocuments())  # only the document routes are called
     return app
 
 
@@ -100,7 +102,7 @@ async def test_an_unknown_key_holder_token_is_refused_before_the_body_is_read_or
     keys = InMemoryKeys()
     _, token = await keys.create(["a"])
     app = app_with(base_settings())
-    app.state.keys = keys  # what the lifespan opens
+    app_state(app).keys = keys  # what the lifespan opens
     pulled = 0
 
     async def body() -> AsyncIterator[bytes]:
@@ -252,14 +254,14 @@ async def test_no_path_redirects_to_the_server_s_own_address_and_metrics_slash_a
             response = await http.get(path, headers=keyed)
             assert response.status_code in (404, 405) and "location" not in response.headers, (path, response.headers)
     app = app_with(base_settings())
-    app.state.drain.begin(30.0)
+    app_state(app).drain.begin(30.0)
     async with client(app) as http:
         assert (await http.get("/metrics/")).status_code == 200  # scraped while draining, like /metrics
 
 
 async def test_while_draining_requests_and_health_get_503_and_metrics_still_answers() -> None:
     app = app_with(base_settings(), MemoryDocuments("d1"))
-    app.state.drain.begin(30.0)
+    app_state(app).drain.begin(30.0)
     async with client(app) as http:
         health = await http.get("/health")
         assert health.status_code == 503 and health.json()["error"] == "shutting_down"

@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
 from agent.config.settings import Settings
-from agent.core.wiring import ingest_files
+from agent.core.wiring import open_ingestion
 from evals.scifact import SCIFACT_DIR
 from tests.conftest import REPO_ROOT, cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply
@@ -48,7 +48,8 @@ async def mcp_store(postgres_url: str, triton_server: Settings, tmp_path_factory
         lines = [next(handle) for _ in range(DOCUMENTS)]
     corpus = tmp_path_factory.mktemp("mcp") / "corpus.jsonl"
     corpus.write_text("".join(lines))
-    await ingest_files(triton_server.model_copy(update={"database_url": dsn}), [corpus])
+    async with open_ingestion(triton_server.model_copy(update={"database_url": dsn})) as ingestion:
+        await ingestion.ingest_files([corpus])
     return dsn
 
 

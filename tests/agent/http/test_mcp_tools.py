@@ -20,6 +20,7 @@ from pydantic_ai.exceptions import ModelHTTPError
 
 from agent.core.app import RagApp
 from agent.http import create_app
+from agent.http.deps import app_state
 from agent.http.shutdown import Drain
 from tests.agent_corpus import COVERED
 from tests.mcp_rig import connected, rag_app, text_of
@@ -146,7 +147,7 @@ async def over_http(rag: RagApp, key: str, mode: str, drains: list[Drain] | None
     `drains`."""
     app = create_app(rag.settings.model_copy(update={"api_key": SecretStr(key)}), rag)
     if drains is not None:
-        drains.append(app.state.drain)
+        drains.append(app_state(app).drain)
     headers = {"Authorization": f"Bearer {key}"}
     transport = httpx2.ASGITransport(app=app)
     async with (

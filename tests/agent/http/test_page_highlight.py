@@ -21,7 +21,7 @@ from agent.config.settings import Settings
 from agent.core.app import RagApp
 from agent.core.keys import InMemoryKeys
 from agent.http import create_app
-from agent.http.deps import get_keys, get_rag
+from agent.http.deps import app_state, get_keys, get_rag
 from tests.conftest import LOADED_MACHINE_TRITON_TIMEOUT_S, run_cli
 from tests.document_files import print_pdf
 from tools import render_page
@@ -123,7 +123,7 @@ async def test_a_cited_chunk_s_boxes_cover_its_words_and_the_page_shows_them(
     try:
         async with RagApp(settings) as rag:
             app = create_app(settings)
-            app.state.keys = keys
+            app_state(app).keys = keys
             app.dependency_overrides[get_keys] = lambda: keys
             app.dependency_overrides[get_rag] = lambda: rag
             transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from agent.core.keys import InMemoryKeys
 from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
-from agent.http.deps import get_keys
+from agent.http.deps import app_state, get_keys
 from tests.openai_rig import Rig, ask
 
 ADMIN_KEY = "admin-secret"
@@ -24,8 +24,8 @@ async def quota_rig(**settings: Any) -> tuple[Rig, list[str]]:
     tokens = [(await keys.create(["default"], name))[1] for name in ("a", "b")]
     rig = Rig(api_key=SecretStr(ADMIN_KEY), **settings)
     quotas = Quotas(rig.settings, InMemoryUsage(), QuotaMetrics.create(CollectorRegistry()))
-    rig.app.state.keys = keys
-    rig.app.state.quotas = quotas
+    app_state(rig.app).keys = keys
+    app_state(rig.app).quotas = quotas
     rig.app.dependency_overrides[get_keys] = lambda: keys
     return rig, tokens
 
@@ -103,7 +103,7 @@ async def test_a_streamed_answer_s_usage_is_recorded_before_the_stream_ends() ->
 
 async def test_a_key_over_its_quota_is_refused_before_admission_control_and_takes_no_place() -> None:
     rig, (token, other) = await quota_rig(key_requests_per_minute=1, answer_max_in_progress=1, answer_queue_max=0)
-    rig.app.state.rag = rig.rag  # what the lifespan sets: the admission gate now asks this app's controller
+    app_state(rig.app).rag = rig.rag  # what the lifespan sets: the admission gate now asks this app's controller
     async with rig.http(Authorization=f"Bearer {token}") as client:
         assert (await client.post("/v1/ask", json={"question": "q"})).status_code == 200
     held = rig.rag.admission.enter()  # the only slot is busy and nothing may queue

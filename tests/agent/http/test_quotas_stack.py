@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from agent.config.settings import Settings
 from agent.core.keys import CachedKeys
 from agent.core.quotas import Quotas
-from agent.http.deps import get_keys
+from agent.http.deps import app_state, get_keys
 from tests.agent_corpus import COVERED
 from tests.conftest import run_cli
 from tests.openai_rig import Rig, ask
@@ -36,8 +36,8 @@ def served(keys: PostgresKeys, **settings: Any) -> Rig:
     """The app over the real keys and usage, as `create_app`'s lifespan opens them."""
     rig = Rig(api_key=SecretStr(ADMIN_KEY), **settings)
     cached = CachedKeys(keys, rig.settings.api_keys_cache_s)
-    rig.app.state.keys = cached
-    rig.app.state.quotas = Quotas(rig.settings, keys.usage)
+    app_state(rig.app).keys = cached
+    app_state(rig.app).quotas = Quotas(rig.settings, keys.usage)
     rig.app.dependency_overrides[get_keys] = lambda: cached
     return rig
 
@@ -68,7 +68,13 @@ async def test_quotas_and_usage_of_keys_made_with_the_cli(settings: Settings, fr
         # the key's own limit cleared, a token budget that its usage so far has spent
         spent = mine["totals"]["total_tokens"]
         changed = await keys_cli(
-            settings, fresh_db, "update", str(limited["id"]), "--requests-per-minute", "default", "--tokens-per-day",
+            settings,
+            fresh_db,
+            "update",
+            str(limited["id"]),
+            "--requests-per-minute",
+            "default",
+            "--tokens-per-day",
             str(spent),
         )
         assert (changed["requests_per_minute"], changed["tokens_per_day"]) == (None, spent)
@@ -90,7 +96,14 @@ async def test_quotas_and_usage_of_keys_made_with_the_cli(settings: Settings, fr
     assert set(printed) == {"days", "since", "usage", "totals"} and printed["days"] == 2
     assert printed["usage"] == every["usage"] and printed["totals"] == every["totals"]
     assert set(printed["usage"][0]) == {
-        "key_id", "key_name", "day", "requests", "prompt_tokens", "completion_tokens", "total_tokens", "embed_ms",
+        "key_id",
+        "key_name",
+        "day",
+        "requests",
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "embed_ms",
         "llm_ms",
     }
     assert printed["totals"]["requests"] == 3

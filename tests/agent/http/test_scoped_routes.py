@@ -26,7 +26,7 @@ from agent.core.keys import InMemoryKeys
 from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
 from agent.core.wiring import Services
 from agent.http import create_app
-from agent.http.deps import get_keys
+from agent.http.deps import app_state, get_keys
 from tests.agent_corpus import COVERED, DOCUMENTS
 from tests.conversation_rig import FOLLOW_UP, SUBJECT, ConversationServed
 from tests.key_rig import scopes_asked
@@ -45,7 +45,7 @@ async def keyed_rig(collections: list[str], **settings: Any) -> tuple[Rig, str]:
     keys = InMemoryKeys()
     _, token = await keys.create(collections)
     rig = Rig(**settings)
-    rig.app.state.keys = keys  # what the lifespan opens: the guard's view of the keys
+    app_state(rig.app).keys = keys  # what the lifespan opens: the guard's view of the keys
     rig.app.dependency_overrides[get_keys] = lambda: keys
     return rig, token
 
@@ -104,7 +104,7 @@ async def test_a_key_holder_sees_only_its_own_conversations() -> None:
     keys = InMemoryKeys()
     (a, token_a), (_, token_b) = await keys.create(["default"]), await keys.create(["default"])
     served = ConversationServed(api_key=SecretStr(ADMIN_KEY))
-    served.app.state.keys = keys
+    app_state(served.app).keys = keys
     served.app.dependency_overrides[get_keys] = lambda: keys
     async with served.client(Authorization=f"Bearer {token_a}") as tenant_a:
         mine = (await tenant_a.post("/v1/conversations", json={"title": "a's"})).json()["id"]
@@ -147,7 +147,7 @@ async def test_a_conversation_s_turns_search_the_asking_caller_s_collections() -
     keys = InMemoryKeys()
     _, token = await keys.create(["papers", "notes"])
     served = ConversationServed()
-    served.app.state.keys = keys
+    app_state(served.app).keys = keys
     served.app.dependency_overrides[get_keys] = lambda: keys
     scopes = scopes_asked(served.rag)
     async with served.client(Authorization=f"Bearer {token}") as client:
@@ -183,8 +183,8 @@ async def mcp_as(
     transport = httpx2.ASGITransport(app=app)
     headers = {"Authorization": f"Bearer {token}"}
     async with app.router.lifespan_context(app):
-        app.state.keys = keys  # a test app's lifespan brings no keys
-        app.state.quotas = quotas
+        app_state(app).keys = keys  # a test app's lifespan brings no keys
+        app_state(app).quotas = quotas
         async with (
             httpx2.AsyncClient(transport=transport, base_url="http://localhost", headers=headers) as http,
             Client(streamable_http_client("http://localhost/mcp", http_client=http), mode=mode) as client,

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from agent.core.telemetry import shutdown_telemetry
+from agent.http.deps import app_state
 from agent.http.shutdown import Drain, DrainingServer
 from tests.agent_corpus import COVERED
 from tests.http_rig import Served, serve, sse_events
@@ -30,7 +31,7 @@ async def cut_while_answering(served: Served, path: str, body: dict[str, Any]) -
     async with served.client() as client:
         call = asyncio.create_task(client.post(path, json=body))
         await asyncio.wait_for(served.script.started.wait(), 30)
-        drain: Drain = served.app.state.drain
+        drain = app_state(served.app).drain
         drain.begin(0.0)
         assert drain.done()
         drain.cut()

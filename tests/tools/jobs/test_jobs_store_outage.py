@@ -19,6 +19,7 @@ import pytest
 from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
+from agent.http.jobs import get_jobs
 from tests.http_rig import assert_error, serve
 from tools.embedder import TritonEmbedder
 from tools.errors import StoreQueryError, StoreUnavailableError
@@ -44,7 +45,7 @@ async def gone_queue(tmp_path: Path) -> AsyncIterator[PostgresJobQueue]:
 
 async def test_job_routes_answer_503_with_retry_after_while_postgres_is_down(gone_queue: PostgresJobQueue) -> None:
     served = serve()
-    served.app.state.jobs = gone_queue
+    served.app.dependency_overrides[get_jobs] = lambda: gone_queue
     async with served.client() as client:
         responses = {
             "list": await client.get("/v1/jobs"),
