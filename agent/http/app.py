@@ -14,6 +14,7 @@ from agent.core.app import RagApp
 from agent.core.telemetry import configure_tracing, metrics_app
 from agent.core.wiring import build_services
 from agent.http import ask, conversations, documents, feedback, jobs, openai_chat, service, usage
+from agent.http.a2a import A2aEndpoint
 from agent.http.admission_gate import AdmissionGate
 from agent.http.deps import STATE, AppState, app_state, opened_rag
 from agent.http.errors import install_error_handlers
@@ -44,7 +45,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
         lag = asyncio.create_task(watch_loop_lag())
         try:
             served = rag or RagApp(settings, build_services(settings, serving=True))
-            async with served as opened, mcp.running():
+            async with served as opened, mcp.running(), a2a.running():
                 state = app_state(app)
                 state.rag, state.keys, state.quotas = opened, opened.keys, opened.quotas
                 yield
@@ -65,6 +66,8 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     )
     mcp = McpEndpoint(lambda: opened_rag(app))
     app.router.routes.extend(mcp.routes)
+    a2a = A2aEndpoint(lambda: (opened_rag(app), app_state(app).quotas))
+    app.router.routes.extend(a2a.routes)
     configure_tracing(settings.otel_exporter_otlp_endpoint)
     app.router.routes.extend(metrics_routes(metrics_app()))
     install_error_handlers(app)

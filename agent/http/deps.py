@@ -25,6 +25,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
 
 from agent.config.settings import Settings
 from agent.core.admission import Ticket
@@ -32,7 +33,7 @@ from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.keys import KeyRing
 from agent.http.admission_gate import tenant_of
-from agent.http.errors import ApiError
+from agent.http.errors import ApiError, error_json, error_response, failure_of
 from agent.http.state import STATE, AppState, app_state, scope_state
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
@@ -232,6 +233,20 @@ async def request_caller(request: Request) -> CallerIdentity:
         As `get_caller`.
     """
     return await get_caller(get_settings(request), get_keys(request), await _bearer(request))
+
+
+async def caller_or_refused(scope: Scope, receive: Receive, send: Send) -> CallerIdentity | None:
+    """`request_caller` of an ASGI request for a protocol endpoint mounted in the router (MCP, A2A); None once the
+    refusal has been answered: 401 `unauthorized` with `WWW-Authenticate: Bearer` for a wrong or revoked token, the
+    app's error answer (503) when the keys cannot be read."""
+    try:
+        return await request_caller(Request(scope))
+    except HTTPException as exc:
+        headers = dict(exc.headers or {})
+        await error_json(exc.status_code, "unauthorized", str(exc.detail), headers)(scope, receive, send)
+    except Exception as exc:  # noqa: BLE001 - the keys cannot be read: the app's error answer (503)
+        await error_response(failure_of(exc))(scope, receive, send)
+    return None
 
 
 Caller = Annotated[CallerIdentity, Depends(get_caller)]

@@ -47,9 +47,14 @@ from agent.core.keys import TOKEN_PREFIX, ApiKey, KeyRing
 from agent.http.errors import error_json
 from agent.http.state import scope_state
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"})
-"""Paths served without the API key: the readiness check, Prometheus' scrape and the web page with its script and
-style sheet (the page asks for the key itself)."""
+OPEN_PATHS = frozenset(
+    {
+        *("/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"),
+        *("/.well-known/agent-card.json", "/a2a/.well-known/agent-card.json"),
+    }
+)
+"""Paths served without the API key: the readiness check, Prometheus' scrape, the web page with its script and
+style sheet (the page asks for the key itself) and the A2A agent card (discovery; `agent.http.a2a`)."""
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """`ALLOWED_HOSTS` of a server listening on a loopback address when the setting is unset."""
@@ -222,11 +227,12 @@ CALLER_PATHS = (
     "/v1/usage",
     "/v1/feedback",
     "/mcp",
+    "/a2a",
     "/openapi.json",
     "/docs",
 )
 """Path prefixes whose routes identify key holders (`agent.http.deps.Caller`; MCP's `agent.http.mcp.CallerGate`) and
-scope them to their collections."""
+scope them to their collections (A2A's `agent.http.a2a.A2aGate`)."""
 
 
 def caller_path(path: str) -> bool:

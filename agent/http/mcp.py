@@ -20,7 +20,6 @@ balancer need no session affinity (the tools keep no state between calls).
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -31,23 +30,21 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.core.errors import QuotaExceededError
 from agent.core.keys import ApiKey
-from agent.core.quotas import Quotas, metering
-from agent.http.deps import CallerIdentity, request_caller
-from agent.http.errors import ApiError, error_json, error_response, failure_of
+from agent.core.quotas import Quotas
+from agent.http.deps import CallerIdentity, caller_or_refused
+from agent.http.errors import ApiError, error_json
 from agent.http.guards import HOLDER_STATE, origin_allowed
 from agent.http.mcp_server import RagSource, build_mcp_server
+from agent.http.quota_gate import metered_answer
 from agent.http.shutdown import cut_of
 from agent.http.state import scope_state
 from tools.scope import SearchScope
-
-log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 """Where `rag serve` answers MCP (streamable HTTP)."""
@@ -104,15 +101,8 @@ async def meter_caller(request: Any) -> AsyncIterator[None]:
     except QuotaExceededError as exc:
         said = str(exc).removesuffix("; retry after the Retry-After seconds")  # no Retry-After header here
         raise ToolError(f"quota_exceeded: {said} (retry after {math.ceil(exc.retry_after_s)} s)") from None
-    with metering() as used:
-        used.requests = 1
-        try:
-            yield
-        finally:
-            try:
-                await quotas.record(key, used, reservation)
-            except Exception:
-                log.warning("could not record the usage of API key %d", key.id, exc_info=True)
+    async with metered_answer(quotas, key, reservation):
+        yield
 
 
 class CallerGate:
@@ -139,14 +129,8 @@ class CallerGate:
                 detail = f"{scope['method']} /mcp: this MCP server is stateless (no sessions nor event streams); POST"
                 await error_json(405, "method_not_allowed", detail, {"Allow": "POST"})(scope, receive, send)
                 return
-            try:
-                caller = await request_caller(Request(scope))
-            except HTTPException as exc:
-                headers = dict(exc.headers or {})
-                await error_json(exc.status_code, "unauthorized", str(exc.detail), headers)(scope, receive, send)
-                return
-            except Exception as exc:  # noqa: BLE001 - the keys cannot be read: the app's error answer (503)
-                await error_response(failure_of(exc))(scope, receive, send)
+            caller = await caller_or_refused(scope, receive, send)
+            if caller is None:
                 return
             scope[CALLER_KEY] = caller
         await self.app(scope, receive, send)

@@ -13,11 +13,15 @@ ends sees it). A recording that fails is logged; the answer is not failed for it
 
 MCP is metered per tool call instead (`agent.http.mcp.meter_caller`): `initialize`, notifications and `tools/list`
 are not answer requests, and a tool call over the quota must be a tool error the client can show, not an HTTP 429.
+A2A likewise per task (`agent.http.a2a_tasks`): an A2A task over the quota is a rejected task. Both record their
+usage with `metered_answer`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,8 +35,8 @@ from agent.http.guards import HOLDER_STATE
 from agent.http.state import scope_state
 
 METERED_PATHS = ANSWER_PATHS
-"""The paths whose `POST` by a key holder is checked against its quotas and recorded in its usage. `/mcp` is not one:
-its `ask` tool calls are metered one by one (`agent.http.mcp.meter_caller`), its protocol messages not at all."""
+"""The paths whose `POST` by a key holder is checked against its quotas and recorded in its usage. `/mcp` and `/a2a`
+are not: their answers (`ask` tool calls, tasks) are metered one by one, their protocol messages not at all."""
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +75,7 @@ class QuotaGate:
             nonlocal recorded
             if message["type"] == "http.response.body" and not message.get("more_body", False) and not recorded:
                 recorded = True
-                await self._record(quotas, key, used, reservation)
+                await record_usage(quotas, key, used, reservation)
             await send(message)
 
         with metering() as used:
@@ -81,11 +85,25 @@ class QuotaGate:
             finally:
                 if not recorded:  # the response never ended normally (the client left, an error)
                     recorded = True
-                    await self._record(quotas, key, used, reservation)
+                    await record_usage(quotas, key, used, reservation)
 
-    @staticmethod
-    async def _record(quotas: Quotas, key: ApiKey, used: Usage, reservation: Reservation) -> None:
+
+async def record_usage(quotas: Quotas, key: ApiKey, used: Usage, reservation: Reservation) -> None:
+    """Record what an answer of `key` used (`Quotas.record`, giving back what `reservation` held beyond it); a
+    recording that fails is logged, never raised."""
+    try:
+        await quotas.record(key, used, reservation)
+    except Exception:
+        log.warning("could not record the usage of API key %d", key.id, exc_info=True)
+
+
+@asynccontextmanager
+async def metered_answer(quotas: Quotas, key: ApiKey, reservation: Reservation) -> AsyncIterator[None]:
+    """One answer request of `key`, admitted with `reservation` (`Quotas.admit`): the block runs inside a meter
+    (`agent.core.quotas.metering`, one request) whose usage is recorded when it ends, however it ends."""
+    with metering() as used:
+        used.requests = 1
         try:
-            await quotas.record(key, used, reservation)
-        except Exception:
-            log.warning("could not record the usage of API key %d", key.id, exc_info=True)
+            yield
+        finally:
+            await record_usage(quotas, key, used, reservation)
