@@ -8,8 +8,10 @@ import asyncio
 from datetime import date
 from typing import Any
 
+import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.helpers.proto_helpers import get_data_parts, get_text_parts
 from a2a.types import GetTaskRequest, TaskState
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
@@ -22,7 +24,8 @@ from agent.core.keys import InMemoryKeys
 from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
 from agent.core.wiring import Services
 from agent.http import create_app
-from tests.a2a_rig import ask, served
+from infra.threaded_server import ThreadedServer
+from tests.a2a_rig import ask, question, served
 from tests.agent_corpus import COVERED, DOCUMENTS
 from tests.scripted_model import ScriptedModel as Model
 from tools.in_memory import InMemoryCollection
@@ -196,3 +199,21 @@ async def test_a_request_that_is_not_a2a_is_a_jsonrpc_error_not_a_crash(body: by
         response = await http.post("/a2a", content=body, headers=headers)
     assert response.status_code == 200, response.text
     assert response.json()["error"]["code"] == code and response.json()["error"]["data"]["detail"]
+
+
+async def test_the_documented_client_example_works_against_a_real_server() -> None:
+    """The example of docs/a2a.md, over a socket to the app under uvicorn: the card's URL is the address the client
+    used, and the streamed artifact carries the answer and its citations."""
+    with ThreadedServer(await keyed_app()) as server:
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        async with httpx.AsyncClient(headers=headers, timeout=120) as http:
+            client = await create_client(f"{server.url}/a2a", ClientConfig(httpx_client=http))
+            texts, citations = [], []
+            async for event in client.send_message(question(COVERED, {"collection": "default"})):
+                if event.HasField("artifact_update"):
+                    parts = list(event.artifact_update.artifact.parts)
+                    texts += get_text_parts(parts)
+                    citations += get_data_parts(parts)[0]["citations"]
+            card = (await http.get(f"{server.url}/.well-known/agent-card.json")).json()
+    assert card["supportedInterfaces"][0]["url"] == f"{server.url}/a2a"
+    assert texts[0].startswith("It does [1].") and [c["doc_id"] for c in citations] == ["b12"]
