@@ -17,7 +17,9 @@ and are its own (another key's task is not found). Admission control and quotas 
 
 A `SendMessage` answers when its task has ended (the answer in its artifact), a `SendStreamingMessage` streams the
 task's states and its artifact; neither needs session affinity between replicas. Tasks are kept in the memory of the
-process that made them, for `GetTask` (at the same replica) and `CancelTask`.
+process that made them, for `GetTask` (at the same replica) and `CancelTask`. A task still running when `rag
+serve`'s shutdown drain ends the request that started it (`/a2a` is one of the drain's `self_ending` paths) stops
+(the LLM with it) and ends `failed` with the retryable `shutting_down`, which the client receives.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from agent.http.a2a_tasks import (
 )
 from agent.http.deps import caller_or_refused
 from agent.http.guards import HOLDER_STATE
+from agent.http.shutdown import cut_of
 
 A2A_PATH = "/a2a"
 """Where `rag serve` answers A2A JSON-RPC requests (`POST`)."""
@@ -157,7 +160,7 @@ class A2aGate:
         if identity is None:
             return
         key = scope.get("state", {}).get(HOLDER_STATE)
-        token = REQUEST_CALLER.set(TaskCaller(identity, key))
+        token = REQUEST_CALLER.set(TaskCaller(identity, key, cut_of(scope)))
         try:
             await self.app({**scope, "path": "/", "raw_path": b"/", "root_path": ""}, receive, send)
         finally:

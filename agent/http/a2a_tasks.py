@@ -23,6 +23,7 @@ admin). At shutdown a task still running ends `failed` with `shutting_down` (ret
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -73,10 +74,13 @@ MAX_TASKS = 1000
 
 @dataclass(frozen=True)
 class TaskCaller:
-    """Who sent an A2A request: what it may see (`identity`) and, for a key holder, its key (`key`, for quotas)."""
+    """Who sent an A2A request: what it may see (`identity`), for a key holder its key (`key`, for quotas), and the
+    request's cut (`cut`: set when the shutdown drain ends the request, `agent.http.shutdown.cut_of`; the tasks it
+    started then end `failed` with `shutting_down`, which the client receives before its stream or answer ends)."""
 
     identity: CallerIdentity
     key: ApiKey | None = None
+    cut: asyncio.Event | None = None
 
     @property
     def owner(self) -> int | None:
@@ -140,6 +144,12 @@ class CallerTasks(InMemoryStorage[Any]):
             self.owners.pop(task_id, None)
 
 
+async def stop_when_set(event: asyncio.Event, scope: anyio.CancelScope) -> None:
+    """Cancel `scope` once `event` is set."""
+    await event.wait()
+    scope.cancel()
+
+
 def utc_now() -> str:
     """Now as RFC 3339 in UTC (`2026-01-02T03:04:05.678901Z`): the one form A2A 1.0's protobuf clients read
     (`fasta2a`'s own storage writes local time without an offset, which they refuse)."""
@@ -192,9 +202,12 @@ class AnswerBroker(Broker):
     async def _run(self, runner: Runner, params: TaskSendParams, caller: TaskCaller) -> None:
         with anyio.CancelScope() as scope:
             self._running[params["id"]] = scope
+            stop = None if caller.cut is None else asyncio.ensure_future(stop_when_set(caller.cut, scope))
             try:
                 await runner(params, caller)
             finally:
+                if stop is not None:
+                    stop.cancel()
                 self._running.pop(params["id"], None)
                 self.canceled.discard(params["id"])
                 self.finished.pop(params["id"]).set()

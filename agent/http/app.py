@@ -14,7 +14,7 @@ from agent.core.app import RagApp
 from agent.core.telemetry import configure_tracing, metrics_app
 from agent.core.wiring import build_services
 from agent.http import ask, conversations, documents, feedback, jobs, openai_chat, service, usage
-from agent.http.a2a import A2aEndpoint
+from agent.http.a2a import A2A_PATH, A2aEndpoint
 from agent.http.admission_gate import AdmissionGate
 from agent.http.deps import STATE, AppState, app_state, opened_rag
 from agent.http.errors import install_error_handlers
@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.add_middleware(AdmissionGate)  # inside the guards: refuses an overloaded answer before its body is read
     app.add_middleware(QuotaGate)  # inside the key guard, outside admission: a key over its quota takes no slot
     install_guards(app, settings, settings.allowed_hosts or ("*",))
-    drain = install_drain(app, stream_ending, self_ending=(MCP_PATH,))  # MCP answers a tool error
+    drain = install_drain(app, stream_ending, self_ending=(MCP_PATH, A2A_PATH))  # a tool error; a failed task
     setattr(app.state, STATE, AppState(settings, drain))
     app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.helpers.proto_helpers import get_data_parts, get_text_parts
-from a2a.types import GetTaskRequest, TaskState
+from a2a.types import CancelTaskRequest, GetTaskRequest, TaskState
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from pydantic_ai.exceptions import ModelHTTPError
@@ -24,6 +24,7 @@ from agent.core.keys import InMemoryKeys
 from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
 from agent.core.wiring import Services
 from agent.http import create_app
+from agent.http.deps import app_state
 from infra.threaded_server import ThreadedServer
 from tests.a2a_rig import ask, question, served
 from tests.agent_corpus import COVERED, DOCUMENTS
@@ -217,3 +218,48 @@ async def test_the_documented_client_example_works_against_a_real_server() -> No
             card = (await http.get(f"{server.url}/.well-known/agent-card.json")).json()
     assert card["supportedInterfaces"][0]["url"] == f"{server.url}/a2a"
     assert texts[0].startswith("It does [1].") and [c["doc_id"] for c in citations] == ["b12"]
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_task_cut_by_the_shutdown_drain_fails_with_a_retryable_error(streaming: bool) -> None:
+    model = Model()
+    model.gate = asyncio.Event()  # the model never writes: only the drain's end stops the answer
+    app = await keyed_app(model)
+    async with served(app) as http:
+        call = asyncio.create_task(ask(http, ADMIN_KEY, COVERED, streaming=streaming))
+        await asyncio.wait_for(model.started.wait(), 30)
+        drain = app_state(app).drain
+        drain.begin(0.0)
+        drain.cut()
+        outcome = await asyncio.wait_for(call, 30)
+    assert model.cancelled  # the answer stopped: no LLM left working for nobody
+    assert outcome.state == TaskState.TASK_STATE_FAILED and not outcome.artifacts
+    assert outcome.error["error"] == "shutting_down" and outcome.error["retryable"] is True
+
+
+async def test_a_task_is_canceled_by_its_caller_only() -> None:
+    """Over a real server (httpx's in-process transport gives a response only once it has ended)."""
+    model = Model()
+    model.gate = asyncio.Event()  # the answer runs until canceled
+    keys = InMemoryKeys()
+    _, mine = await keys.create(["default"])
+    _, theirs = await keys.create(["default"])
+    app = await keyed_app(model)
+    with ThreadedServer(app) as server:
+        app_state(app).keys = keys  # after the lifespan, which brings no keys here
+        async with (
+            httpx.AsyncClient(headers={"Authorization": f"Bearer {mine}"}, timeout=60) as http,
+            httpx.AsyncClient(headers={"Authorization": f"Bearer {theirs}"}, timeout=60) as other,
+        ):
+            client = await create_client(f"{server.url}/a2a", ClientConfig(httpx_client=http))
+            events = client.send_message(question(COVERED))
+            task_id = (await asyncio.wait_for(anext(events), 30)).task.id
+            while not model.started.is_set():  # noqa: ASYNC110 - set in the server's thread and loop: polled
+                await asyncio.sleep(0.01)
+            with pytest.raises(Exception, match=r"(?i)task not found"):
+                stranger = await create_client(f"{server.url}/a2a", ClientConfig(httpx_client=other))
+                await stranger.cancel_task(CancelTaskRequest(id=task_id))
+            assert not model.cancelled
+            await client.cancel_task(CancelTaskRequest(id=task_id))
+            states = [event.status_update.status.state async for event in events if event.HasField("status_update")]
+    assert states[-1] == TaskState.TASK_STATE_CANCELED and model.cancelled
