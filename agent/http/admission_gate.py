@@ -21,7 +21,9 @@ from agent.http.guards import HOLDER_STATE
 from agent.http.state import scope_state
 
 ANSWER_PATHS = frozenset({"/v1/ask", "/v1/ask/stream", "/v1/chat/completions"})
-"""The paths whose `POST` takes a place in admission control (`agent.http.deps.Admitted`, `openai_chat`)."""
+"""The paths whose `POST` takes a place in admission control (`agent.http.deps.Admitted`, `openai_chat`). `/mcp` and
+`/a2a` are not: their answers (`ask` tool calls, A2A tasks) take theirs one by one, and a refusal is a tool error or a
+rejected task, not a 503."""
 
 
 def tenant_of(scope: Scope) -> Tenant:
