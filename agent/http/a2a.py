@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import metadata
 from json import JSONDecodeError
 from typing import Any
 
@@ -146,6 +147,14 @@ async def jsonrpc_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})
 
 
+def served_version() -> str:
+    """The installed `triton-rag` package's version; `0.0.0` when it is not installed (run from a checkout)."""
+    try:
+        return metadata.version("triton-rag")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
 class A2aGate:
     """ASGI wrapper of the `FastA2A` app (its route takes only `POST`: any other method is 405): finds the
     request's caller (401 `unauthorized` with `WWW-Authenticate: Bearer` for a wrong or revoked token, 503 when the
@@ -172,11 +181,11 @@ class A2aEndpoint:
 
     Args:
         opened: the app's opened `RagApp` and its quotas (read when a task starts).
-        version: the version the agent card states.
+        version: the version the agent card states; default: the installed `triton-rag`'s.
     """
 
-    def __init__(self, opened: Opened, version: str = "0.1.0") -> None:
-        self.version = version
+    def __init__(self, opened: Opened, version: str | None = None) -> None:
+        self.version = version or served_version()
         self.storage = CallerTasks()
         self.broker = AnswerBroker(storage=self.storage)
         self.broker.runner = TaskAnswers(opened, self.broker, self.storage).run

@@ -72,6 +72,10 @@ MAX_TASKS = 1000
 """Ended tasks kept for `tasks/get` (the oldest go first); running tasks are always kept."""
 
 
+END_REPORT_S = 5.0
+"""Seconds a cancelled task has to record and publish its end (`canceled`, or `failed` at shutdown)."""
+
+
 @dataclass(frozen=True)
 class TaskCaller:
     """Who sent an A2A request: what it may see (`identity`), for a key holder its key (`key`, for quotas), and the
@@ -295,7 +299,7 @@ class TaskAnswers:
             await self._report(task_id, context_id, "working")
             artifact = await self._answer(params["message"], caller)
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(END_REPORT_S, shield=True):  # a stalled subscriber holds no shutdown
                 if task_id in self.broker.canceled:
                     await self._end(task_id, context_id, "canceled")
                 else:
