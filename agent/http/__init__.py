@@ -34,6 +34,10 @@
 - `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.http.mcp_server`: tools `search`, `get_document`, `ask`) over
   streamable HTTP, behind the API key like every other route; each tool call is scoped to the key of its HTTP
   request.
+- `a2a` (`agent.http.a2a`): `POST /a2a`, the A2A (Agent2Agent 1.0, JSON-RPC) agent whose skill `answer` answers a
+  question with citations (`agent.http.a2a_tasks`: each task through `RagApp.ask` as its caller, held to its key's
+  quotas and admission control, refusals as rejected tasks); its agent card at `/.well-known/agent-card.json` and
+  `/a2a/.well-known/agent-card.json`, readable without a key.
 
 Routes get what they need through FastAPI dependencies (`agent.http.deps`: `Rag`, `AppSettings`, `Caller`: who holds
 which key and so which collections a request may use);
@@ -43,9 +47,9 @@ included in `create_app`.
 Errors (`agent.http.errors`): every error body is an `ErrorBody` `{"error": kind, "detail": message}` — request
 validation included — with the status from `STATUS_OF_KIND` (the kinds of `agent.core.failures.describe`); a dependency
 that is down or overloaded (Triton, Postgres, the LLM) answers 503 with `Retry-After`, a timeout 504. With `API_KEY`
-set or API keys made (`rag keys`), every route except `/health`, `/metrics` and the page needs `Authorization: Bearer
-<key>` (401 with `WWW-Authenticate: Bearer` otherwise); a key of the table sees only its collections (403
-`forbidden_collection` for another one named).
+set or API keys made (`rag keys`), every route except `/health`, `/metrics`, the page and the agent card needs
+`Authorization: Bearer <key>` (401 with `WWW-Authenticate: Bearer` otherwise); a key of the table sees only its
+collections (403 `forbidden_collection` for another one named).
 """
 
 from agent.http.app import create_app
