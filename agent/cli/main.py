@@ -165,7 +165,9 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON only
 def ingest(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Files or folders (walked recursively): PDF, HTML, DOCX, Markdown, text, BEIR .jsonl"),
+        typer.Argument(
+            help="Files or folders (walked recursively): PDF, HTML, DOCX, Markdown, text, BEIR .jsonl, PNG/JPEG/TIFF"
+        ),
     ],
     root: Annotated[
         Path | None,
