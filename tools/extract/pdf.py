@@ -179,13 +179,25 @@ def _bounded_chars(textpage: pdfium.PdfTextPage, crop: tuple[float, float, float
     return chars if "".join(out) == raw else None
 
 
-def _has_rotated_text(textpage: pdfium.PdfTextPage) -> bool:
-    """Whether any character's baseline is turned (`_ROTATED_RAD`) from the page's x axis."""
+def _text_turn(textpage: pdfium.PdfTextPage) -> int | None:
+    """How far the page's text is turned clockwise in page space, degrees (0, 90, 180 or 270: PDFium's character
+    angles, whitespace and generated characters left out; 0 without text), or None where characters are turned
+    different ways or off a quarter turn by more than `_ROTATED_RAD` (a rotated block beside upright text: read by
+    `_rotated_text`)."""
+    turns: set[int] = set()
+    handle = textpage.raw
     for index in range(textpage.count_chars()):
-        angle = pdfium_c.FPDFText_GetCharAngle(textpage.raw, index)
-        if angle >= 0 and min(angle, 2 * math.pi - angle) > _ROTATED_RAD:
-            return True
-    return False
+        angle = pdfium_c.FPDFText_GetCharAngle(handle, index)
+        unicode = pdfium_c.FPDFText_GetUnicode(handle, index)
+        if angle < 0 or chr(unicode).isspace() or pdfium_c.FPDFText_IsGenerated(handle, index):
+            continue
+        quarter = round(angle / (math.pi / 2))
+        if abs(angle - quarter * math.pi / 2) > _ROTATED_RAD:
+            return None
+        turns.add(quarter % 4 * 90)
+    if len(turns) > 1:
+        return None
+    return turns.pop() if turns else 0
 
 
 def _crop(page: pdfium.PdfPage) -> tuple[float, float, float, float] | None:
@@ -198,26 +210,79 @@ def _crop(page: pdfium.PdfPage) -> tuple[float, float, float, float] | None:
     return crop
 
 
-def _page_text(document: pdfium.PdfDocument, index: int) -> tuple[str, Boxes | None] | None:
-    """The page's text and each of its characters' box (`Boxes`; None where the text cannot be aligned with
-    PDFium's characters), or None: the page has rotated text, to be read by `_rotated_text`."""
-    page = document[index]
+def _located_text(
+    textpage: pdfium.PdfTextPage, crop: tuple[float, float, float, float] | None
+) -> tuple[str, Boxes | None]:
+    """The text page's raw text (all of it, or what lies in `crop`) and its characters' boxes in the text page's
+    space (None where the text cannot be aligned with PDFium's characters)."""
+    if crop is None:
+        raw: str = textpage.get_text_range()
+        chars = _range_chars(textpage, raw)
+    else:
+        raw = textpage.get_text_bounded(*crop)
+        chars = _bounded_chars(textpage, crop, raw)
+    return raw, None if chars is None else _char_boxes(textpage, chars)
+
+
+def _clockwise(degrees: int) -> npt.NDArray[np.float64]:
+    """The 2x2 matrix turning points `degrees` (a multiple of 90) clockwise about the origin (`matrix @ (x, y)`)."""
+    quarter = degrees // 90 % 4
+    cos, sin = (1, 0, -1, 0)[quarter], (0, 1, 0, -1)[quarter]
+    return np.array([[cos, sin], [-sin, cos]], np.float64)
+
+
+def _shown_boxes(boxes: Boxes, turn: int, rotation: int, cropbox: tuple[float, float, float, float]) -> Boxes:
+    """`boxes` (`(n, 4)` float32, `(left, bottom, right, top)`, NaN rows kept) of a page space turned `turn` degrees
+    counter-clockwise (multiple of 90), mapped onto the page as shown: its crop box `cropbox` (page space) turned
+    `rotation` degrees clockwise (`/Rotate`) about its own bottom-left corner, which stays where it is; x runs to the
+    right and y up as the page is shown (0, 0: page space itself)."""
+    to_shown = _clockwise(rotation)
+    corners = np.array([[cropbox[0], cropbox[1]], [cropbox[2], cropbox[3]]], np.float64) @ to_shown.T
+    offset = np.array(cropbox[:2], np.float64) - corners.min(axis=0)
+    turned = _clockwise(rotation + turn).T
+    low = boxes[:, :2].astype(np.float64) @ turned + offset
+    high = boxes[:, 2:].astype(np.float64) @ turned + offset
+    return np.hstack([np.minimum(low, high), np.maximum(low, high)]).astype(np.float32)
+
+
+def _turned_page_text(page: pdfium.PdfPage, turn: int, rotation: int) -> tuple[str, Boxes | None]:
+    """The raw text and boxes of a page whose text is turned `turn` degrees clockwise or that is shown turned
+    (`rotation`, its `/Rotate`): its objects are turned upright in memory and `/Rotate` set to 0 while PDFium reads
+    the text (PDFium orders lines and infers spaces on the page as shown), then restored (nothing is written to the
+    file). The boxes are on the page as shown (`_shown_boxes`)."""
+    crop = _crop(page)
+    cropbox: tuple[float, float, float, float] = tuple(page.get_bbox())  # the crop box within the media box
+    upright = pdfium.PdfMatrix().rotate(turn, ccw=True)
+    for obj in page.get_objects(max_depth=0):
+        obj.transform(upright)
+    page.set_rotation(0)
     try:
         textpage = page.get_textpage()
         try:
-            if _has_rotated_text(textpage):
-                return None
-            crop = _crop(page)
-            raw: str
-            if crop is None:
-                raw = textpage.get_text_range()
-                chars = _range_chars(textpage, raw)
-            else:
-                raw = textpage.get_text_bounded(*crop)
-                chars = _bounded_chars(textpage, crop, raw)
-            boxes = None if chars is None else _char_boxes(textpage, chars)
+            raw, boxes = _located_text(textpage, None if crop is None else upright.on_rect(*crop))
         finally:
             textpage.close()
+    finally:
+        page.set_rotation(rotation)
+    return raw, None if boxes is None else _shown_boxes(boxes, turn, rotation, cropbox)
+
+
+def _page_text(document: pdfium.PdfDocument, index: int) -> tuple[str, Boxes | None] | None:
+    """The page's text, read upright and in lines as the page is shown, and each of its characters' box on the page
+    as shown (`Boxes`; None where the text cannot be aligned with PDFium's characters), or None: the page has text
+    turned different ways, to be read by `_rotated_text`."""
+    page = document[index]
+    try:
+        rotation = page.get_rotation() % 360
+        textpage = page.get_textpage()
+        try:
+            turn = _text_turn(textpage)
+            read = _located_text(textpage, _crop(page)) if turn == 0 and rotation == 0 else None
+        finally:
+            textpage.close()
+        if turn is None:
+            return None
+        raw, boxes = _turned_page_text(page, turn, rotation) if read is None else read
     finally:
         page.close()
     if boxes is None:
