@@ -85,7 +85,8 @@ def highlighted(pdf: Path, word: str) -> tuple[np.ndarray, np.ndarray]:
     extracted = extract_pdf(pdf)
     assert extracted.layout is not None
     at = extracted.text.index(word)
-    boxes = [tuple(box[1:]) for box in line_boxes(extracted.text, extracted.layout, at, at + len(word))]
+    lines = line_boxes(extracted.text, extracted.layout, at, at + len(word))
+    boxes = [(left, bottom, right, top) for _, left, bottom, right, top in lines]
     plain = pixels(render_here(str(pdf), 1, [], 1.0).png)
     marked = pixels(render_here(str(pdf), 1, boxes, 1.0).png)
     return plain.mean(axis=2), (marked != plain).any(axis=2)
