@@ -284,3 +284,31 @@ def test_a_turned_page_s_boxes_are_where_its_characters_are_shown(
     if not upright:
         want = np.array([_turn_box(box, rotate, size) for box in want])
     assert turned.layout.boxes[placed] == pytest.approx(want, abs=0.05)
+
+
+@pytest.mark.parametrize(("rotate", "upright"), TURNS)
+def test_a_cropped_turned_page_keeps_the_text_of_its_crop_box(
+    table: Path, tmp_path: Path, rotate: int, upright: bool
+) -> None:
+    writer = pypdf.PdfWriter(clone_from=str(table))
+    writer.pages[0].cropbox = RectangleObject([0, 700, 400, 792])  # the first two lines, cut on the right
+    cropped = tmp_path / "cropped.pdf"
+    writer.write(str(cropped))
+    plain = extract_pdf(cropped)
+    assert (
+        plain.text
+        == "Nutrients per serving, first line about quokkas on is\nSecond line about numbats eating termites."
+    )
+    turned_file = turned_pdf(cropped, tmp_path / "turned.pdf", rotate, upright=upright)
+    turned = extract_pdf(turned_file)
+    assert turned.text == plain.text
+    assert plain.layout is not None and turned.layout is not None
+    if upright:  # where the crop box's corner is shown, less that corner: where the upright page shows them
+        corner = np.array([*pypdf.PdfReader(turned_file).pages[0].cropbox.lower_left] * 2, np.float32)
+        want = plain.layout.boxes - np.array([0, 700, 0, 700], np.float32)
+        assert turned.layout.boxes - corner == pytest.approx(want, abs=0.05, nan_ok=True)
+    else:
+        corner = np.array([0, 700, 0, 700], np.float32)  # the crop box's corner stays where it is, the box turns
+        placed = plain.layout.pages > 0
+        want = np.array([_turn_box(box, rotate, (400, 92)) for box in plain.layout.boxes[placed] - corner]) + corner
+        assert turned.layout.boxes[placed] == pytest.approx(want, abs=0.05)
