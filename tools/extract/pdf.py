@@ -240,8 +240,9 @@ def _clockwise(degrees: int) -> npt.NDArray[np.float64]:
 
 
 def _shown_boxes(boxes: Boxes, turn: int, rotation: int, cropbox: tuple[float, float, float, float]) -> Boxes:
-    """`boxes` (`(n, 4)` float32, `(left, bottom, right, top)`, NaN rows kept) of a page space turned `turn` degrees
-    counter-clockwise (multiple of 90), mapped onto the page as shown: its crop box `cropbox` (page space) turned
+    """`boxes` (`(n, 4)` float32, `(left, bottom, right, top)`, NaN rows kept) measured in page space turned `turn`
+    degrees counter-clockwise (a multiple of 90: where text turned `turn` degrees clockwise stands upright), mapped
+    onto the page as shown: its crop box `cropbox` (page space) turned
     `rotation` degrees clockwise (`/Rotate`) about its own bottom-left corner, which stays where it is; x runs to the
     right and y up as the page is shown (0, 0: page space itself)."""
     to_shown = _clockwise(rotation)
