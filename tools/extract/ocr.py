@@ -9,8 +9,9 @@ character of a word gets an equal share of the word's width (Tesseract gives no 
 and line breaks get NaN boxes. Pixel boxes become points in page space, as the text layer's boxes are
 (`tools.extract.pdf`) and as `tools.render_page` draws them: with the rendered area's bottom-left corner at
 `(x0, y0)` (a PDF page's crop box; `(0, 0)` for an image) and its height `h`, `x_pt = x0 + x_px * 72 / dpi`,
-`y_pt = y0 + h - y_px * 72 / dpi`. A PDF page shown turned (`/Rotate`) is OCR'd as shown, but its characters get NaN
-boxes (no highlight), as the text layer's rotated pages do.
+`y_pt = y0 + h - y_px * 72 / dpi`. A PDF page shown turned (`/Rotate`) is OCR'd as shown, and its boxes are on the
+page as shown (the crop box turned about its bottom-left corner `(x0, y0)`, `h` the height shown), as the text layer's
+boxes of a turned page are and as `tools.render_page` draws them.
 
 Memory is bounded per page: a PDF page is rendered at `OcrOptions.dpi` unless that would give more than
 `MAX_OCR_PIXELS` pixels, when it is rendered at the highest resolution that stays within them (a page of A4 or US
@@ -136,13 +137,14 @@ def ocr_scale(size: tuple[float, float], dpi: int) -> float:
 def render_page(document: pdfium.PdfDocument, index: int, dpi: int) -> PageImage:
     """Page `index` (0-based) of `document` rendered by PDFium in grey levels at `dpi`, or lower where the image
     would exceed `MAX_OCR_PIXELS` (`ocr_scale`; logged) (the page as shown: crop box and `/Rotate` applied;
-    `origin` the crop box's bottom-left corner, None for a turned page). PDFium is not thread-safe: the caller
+    `origin` the crop box's bottom-left corner: a turned page's boxes are on the page as shown, the crop box turned
+    about that corner, as `tools.extract.pdf` gives a turned text layer's). PDFium is not thread-safe: the caller
     serialises calls."""
     page = document[index]
     try:
         size: tuple[float, float] = tuple(page.get_size())
-        left, bottom, _, _ = page.get_cropbox()
-        origin = None if page.get_rotation() % 360 else (float(left), float(bottom))
+        left, bottom, _, _ = page.get_bbox()  # the crop box within the media box
+        origin = (float(left), float(bottom))
         scale = ocr_scale(size, dpi)
         if scale < dpi / 72:
             log.info(

@@ -98,7 +98,9 @@ def box_of(extracted: Extracted, word: str) -> npt.NDArray[np.float32]:
     return np.array([boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()], np.float32)
 
 
-def test_a_cropped_scan_s_boxes_are_in_page_space_and_a_turned_one_has_none(scanned: Path, tmp_path: Path) -> None:
+def test_a_cropped_scan_s_boxes_are_in_page_space_and_a_turned_one_s_on_the_page_as_shown(
+    scanned: Path, tmp_path: Path
+) -> None:
     whole = extract_here(scanned, OCR)
     writer = pypdf.PdfWriter()
     writer.append(str(scanned))
@@ -115,7 +117,13 @@ def test_a_cropped_scan_s_boxes_are_in_page_space_and_a_turned_one_has_none(scan
     placed = layout.boxes[layout.pages == 1]
     assert (placed[:, [0, 2]] >= 24).all() and (placed[:, [0, 2]] <= 540).all()
     assert (placed[:, [1, 3]] >= 72).all() and (placed[:, [1, 3]] <= 720).all()
-    assert not (layout.pages == 2).any()  # the turned page is read, but without boxes
+    # the page turned a quarter clockwise is read as shown, its boxes on the page as shown: x from page space's y,
+    # y from the sheet's width less page space's x
+    assert whole.layout is not None
+    width, height = whole.layout.page_sizes[1]
+    assert layout.page_sizes[1] == pytest.approx((height, width))
+    left, bottom, right, top = box_of(whole, "numbats")
+    assert box_of(cropped, "numbats") == pytest.approx((bottom, width - right, top, width - left), abs=3)
 
 
 def test_ocr_progress_of_the_worker_process_is_logged_here(scanned: Path, caplog: pytest.LogCaptureFixture) -> None:
