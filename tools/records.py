@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -131,6 +131,19 @@ class DocumentPage:
     documents: list[StoredDocument]
     total: int
     next_cursor: str | None
+
+
+class DocumentFilter(TypedDict, total=False):
+    """The keyword-only narrowing of a document listing page (`document_page(limit, cursor, offset, **where)`).
+
+    Attributes:
+        collections: the collections listed and counted (None or absent: all); documents of others never appear.
+        matching: only documents whose doc id or title contains this text, case-insensitively; the total counts
+            those (None, empty or absent: all).
+    """
+
+    collections: Sequence[str] | None
+    matching: str | None
 
 
 @dataclass(frozen=True)

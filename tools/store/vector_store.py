@@ -9,7 +9,7 @@ import contextlib
 import math
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import asyncpg
 import numpy as np
@@ -19,6 +19,7 @@ from tools.errors import StoreError
 from tools.records import (
     MAX_PAGE,
     ChunkHit,
+    DocumentFilter,
     DocumentPage,
     DocumentRecord,
     FullTextMatch,
@@ -337,24 +338,19 @@ class VectorStore:
             return await listing.offset_page(conn, limit, offset, _collections(collections))
 
     async def document_page(
-        self,
-        limit: int = 100,
-        cursor: str | None = None,
-        offset: int = 0,
-        *,
-        collections: Sequence[str] | None = None,
-        matching: str | None = None,
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
     ) -> DocumentPage:
-        """One keyset page of the stored documents of `collections` (None: all) in (doc_id, collection) order,
-        with the total stored in those collections (one snapshot).
+        """One keyset page of the stored documents of `where["collections"]` (absent or None: all) in (doc_id,
+        collection) order, with the total stored in those collections (one snapshot).
 
         Args:
             limit: documents per page, 1..10,000.
             cursor: None for the first page, else the previous page's `next_cursor`.
             offset: documents to skip after the cursor first (reads them; prefer the cursor).
-            collections: the collections listed and counted; documents of others never appear.
-            matching: only documents whose doc id or title contains this text, case-insensitively (`ILIKE`, no
-                index: reads every document row of the collections); the total counts those. None or empty: all.
+            where: `DocumentFilter`: `collections`, the collections listed and counted (documents of others never
+                appear); `matching`, only documents whose doc id or title contains this text, case-insensitively
+                (`ILIKE`, no index: reads every document row of the collections), the total counts those (None or
+                empty: all).
 
         Raises:
             StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
@@ -364,7 +360,8 @@ class VectorStore:
         if cursor is not None:
             decode_cursor(cursor)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
-            return await listing.keyset_page(conn, limit, cursor, offset, _collections(collections), matching)
+            collections = _collections(where.get("collections"))
+            return await listing.keyset_page(conn, limit, cursor, offset, collections, where.get("matching"))
 
     async def iter_documents(
         self, page_size: int = 1000, *, collections: Sequence[str] | None = None
