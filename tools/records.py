@@ -62,6 +62,10 @@ class DocumentRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+Hashes = Mapping[str, str]
+"""doc_id -> `content_hash` of documents sent without their chunks (`add_documents`'s `unchanged`)."""
+
+
 @dataclass(frozen=True)
 class ChunkHit:
     """A retrieved chunk. `score` is cosine similarity for dense search, BM25 or `ts_rank_cd` for full text;

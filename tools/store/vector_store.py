@@ -24,6 +24,7 @@ from tools.records import (
     DocumentRecord,
     FullTextMatch,
     FullTextRank,
+    Hashes,
     IngestCounts,
     StagedDocument,
     StagedRow,
@@ -234,11 +235,7 @@ class VectorStore:
             return await listing.chunk_vectors(conn, doc_ids, collection)
 
     async def add_documents(
-        self,
-        docs: Sequence[DocumentRecord],
-        unchanged: Mapping[str, str] | None = None,
-        *,
-        collection: str = DEFAULT_COLLECTION,
+        self, docs: Sequence[DocumentRecord], unchanged: Hashes | None = None, *, collection: str = DEFAULT_COLLECTION
     ) -> IngestCounts:
         """Store `docs` and their chunks in `collection`, in one transaction, under the write lock; a document
         stored in that collection with the same content hash is skipped, one stored there with another hash is
