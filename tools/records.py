@@ -290,6 +290,28 @@ class JobFile:
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """How far a claimed job's run got (`JobQueue.progress`): `files_done` files, `chunks` chunks stored, per-file
+    `errors` (`{"file", "error"}`), and `files_total` when the run has learnt it (a sync job, once its plan is known;
+    None: leave the job's as it is)."""
+
+    files_done: int
+    chunks: int
+    errors: list[dict[str, str]]
+    files_total: int | None = None
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a claimed job ended (`JobQueue.finish`): `status` `done` or `failed`, `timings` (seconds, e.g.
+    `wall_s`), and its `result` (e.g. a sync's summary; None for an upload job)."""
+
+    status: JobStatus
+    timings: dict[str, float]
+    result: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Job:
     """A job's state: files done of `files_total`, `chunks` its documents hold in the store, per-file `errors`
     (`{"file", "error"}`), `timings` (seconds: `wall_s` of the last attempt), `attempts` (claims so far), and the
