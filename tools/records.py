@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tools.errors import StoreError
-from tools.scope import DEFAULT_COLLECTION, qualified_doc_id
+from tools.scope import DEFAULT_COLLECTION, SearchScope, qualified_doc_id
 
 TextKind = Literal["query", "document"]
 """What a text is embedded as: a search query or a document passage (a model may prefix each differently)."""
@@ -35,6 +35,24 @@ FullTextMatch = Literal["all", "any"]
 FullTextRank = Literal["bm25", "bm25_exhaustive", "ts_rank_cd"]
 """Full-text ranking: Okapi BM25 by pruned impact-ordered postings (`bm25`), the same BM25 over every posting of
 the query terms (`bm25_exhaustive`, cost grows with the corpus), or Postgres' `ts_rank_cd`."""
+
+
+class FullTextOptions(TypedDict, total=False):
+    """The keyword-only options of a full-text search (`full_text_search(query, top_k, match, **options)`,
+    `weighted_full_text_search`, `tools.rm3.rm3_search`); each absent one takes its default.
+
+    Attributes:
+        rank: the ranking (`FullTextRank`); default `ts_rank_cd` for `full_text_search`, `bm25` for the weighted
+            (RM3) search.
+        k1: BM25's k1 (None or absent: the store's).
+        b: BM25's b (None or absent: the store's).
+        scope: only chunks of documents in this scope (`tools.scope`); None or absent: every document.
+    """
+
+    rank: FullTextRank
+    k1: float | None
+    b: float | None
+    scope: SearchScope | None
 
 
 @dataclass(frozen=True)

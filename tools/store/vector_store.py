@@ -23,7 +23,7 @@ from tools.records import (
     DocumentPage,
     DocumentRecord,
     FullTextMatch,
-    FullTextRank,
+    FullTextOptions,
     Hashes,
     IngestCounts,
     StagedDocument,
@@ -473,14 +473,7 @@ class VectorStore:
         )
 
     async def full_text_search(
-        self,
-        query: str,
-        top_k: int,
-        match: FullTextMatch = "all",
-        rank: FullTextRank = "ts_rank_cd",
-        k1: float | None = None,
-        b: float | None = None,
-        scope: SearchScope | None = None,
+        self, query: str, top_k: int, match: FullTextMatch = "all", **options: Unpack[FullTextOptions]
     ) -> list[ChunkHit]:
         """Chunks matching the query's `english` lexemes (stored `tsvector`), ranked.
 
@@ -494,6 +487,7 @@ class VectorStore:
             rank: `ts_rank_cd` (Postgres cover density over the GIN index, no corpus statistics), `bm25` (Okapi
                 BM25, pruned: the top max(M, top_k) postings of each query term by stored impact, candidates
                 scored exactly; see `tools.bm25`) or `bm25_exhaustive` (every posting of every query term).
+            options: `FullTextOptions`: `rank` (default `ts_rank_cd`), `k1`, `b` and `scope`, as follows.
             k1, b: BM25 parameters of the score (default: the store's, which the stored impacts use).
             scope: only chunks of documents in this scope (`tools.scope`); None: every document. Each rank applies
                 it in its own statement; pruned BM25 reads each term's top M postings among the chunks in scope,
@@ -507,23 +501,23 @@ class VectorStore:
         Raises:
             StoreError: unknown `match` or `rank`, or top_k outside 1..1000.
         """
+        rank, scope = options.get("rank", "ts_rank_cd"), options.get("scope")
         search.check_top_k(top_k)
         search.check_full_text(match, rank)
-        k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
+        k1, b = self._bm25(options)
         return await self._read_only(
             "full-text search",
             self.search_settings(),
-            lambda c: search.full_text(c, query, top_k, match, rank, k1_, b_, self.postings_per_term, scope),
+            lambda c: search.full_text(c, query, top_k, match, rank, k1, b, self.postings_per_term, scope),
         )
 
+    def _bm25(self, options: FullTextOptions) -> tuple[float, float]:
+        """(k1, b) of a full-text search: `options`' where given (not None), else the store's."""
+        k1, b = options.get("k1"), options.get("b")
+        return float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
+
     async def weighted_full_text_search(
-        self,
-        terms: Mapping[str, float],
-        top_k: int,
-        rank: FullTextRank = "bm25",
-        k1: float | None = None,
-        b: float | None = None,
-        scope: SearchScope | None = None,
+        self, terms: Mapping[str, float], top_k: int, **options: Unpack[FullTextOptions]
     ) -> list[ChunkHit]:
         """BM25 for a weighted query of stored lexemes: score(chunk) = sum over t in `terms` of terms[t] * idf(t) *
         tf-part(t, chunk), e.g. a pseudo-relevance-feedback query (`tools.rm3.rm3_terms`).
@@ -531,7 +525,7 @@ class VectorStore:
         Args:
             terms: {`english` lexeme as stored (not re-analysed): weight > 0}; lexemes absent from the corpus
                 contribute nothing.
-            top_k, rank, k1, b, scope: as `full_text_search` (`rank` `bm25` or `bm25_exhaustive`).
+            top_k, options: as `full_text_search` (`rank` `bm25`, the default, or `bm25_exhaustive`).
 
         Returns:
             Up to `top_k` hits, best first; `score` = the weighted BM25 score.
@@ -540,15 +534,16 @@ class VectorStore:
             StoreError: no terms, a weight that is not a finite number > 0, rank `ts_rank_cd`, or top_k outside
                 1..1000.
         """
+        rank, scope = options.get("rank", "bm25"), options.get("scope")
         search.check_top_k(top_k)
         search.check_full_text("any", rank)
         if not terms or not all(math.isfinite(w) and w > 0 for w in terms.values()):
             raise StoreError(f"weighted full-text terms {dict(terms)!r}: expected at least one, weights finite > 0")
-        k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
+        k1, b = self._bm25(options)
         return await self._read_only(
             "weighted full-text search",
             self.search_settings(),
-            lambda c: search.full_text(c, "", top_k, "any", rank, k1_, b_, self.postings_per_term, scope, terms),
+            lambda c: search.full_text(c, "", top_k, "any", rank, k1, b, self.postings_per_term, scope, terms),
         )
 
     async def query_lexemes(self, query: str) -> list[str]:
