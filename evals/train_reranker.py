@@ -35,6 +35,7 @@ from typing import Annotated, Any
 import typer
 
 from evals.scifact import CorpusDoc, Qrels, Query, load_corpus, load_qrels, load_queries
+from evals.training import check_export, log_progress, optimizer_step, seed_everything
 from tools.embedder.pairs import pad_pairs, pair_tokenizer
 from tools.embedder.reranker import LOCAL_RERANKER, get_reranker_spec
 
@@ -137,16 +138,12 @@ def train(groups: Sequence[Group], corpus: dict[str, CorpusDoc], config: TrainCo
         the trained `BertForSequenceClassification` (eval mode) and the run's figures: steps, pairs scored, the mean
         loss of each epoch, seconds.
     """
-    import numpy as np
     import torch
     from transformers import BertForSequenceClassification, get_linear_schedule_with_warmup
 
     from tools.model_specs import get_spec
 
-    random.seed(config.seed)
-    np.random.seed(config.seed)
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(config.threads)
+    seed_everything(config.seed, config.threads)
     spec = get_reranker_spec(LOCAL_RERANKER)
     tokenizer = pair_tokenizer(spec.tokenizer_file(), config.max_tokens)
     weights = get_spec("all-minilm-l6-v2").weights_dir()
@@ -184,22 +181,9 @@ def train(groups: Sequence[Group], corpus: dict[str, CorpusDoc], config: TrainCo
             tensors = pad_pairs(encodings, [max(len(e.ids) for e in encodings)])
             logits = model(**{k: torch.from_numpy(v) for k, v in tensors.items()}).logits.view(len(batch), width)
             loss = torch.nn.functional.cross_entropy(logits, torch.zeros(len(batch), dtype=torch.long))
-            loss.backward()  # type: ignore[no-untyped-call]
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
+            losses.append(optimizer_step(model, loss, optimizer, schedule))
             pairs += len(texts)
-            if (step + 1) % 20 == 0:
-                log.info(
-                    "epoch %d step %d/%d: loss %.4f (mean of last 20), %.0f s",
-                    epoch + 1,
-                    step + 1,
-                    steps_per_epoch,
-                    sum(losses[-20:]) / 20,
-                    time.perf_counter() - start,
-                )
+            log_progress(epoch, step, steps_per_epoch, losses, start)
         epoch_losses.append(sum(losses) / len(losses))
         log.info("epoch %d: mean loss %.4f", epoch + 1, epoch_losses[-1])
     model.eval()  # type: ignore[no-untyped-call]
@@ -209,29 +193,6 @@ def train(groups: Sequence[Group], corpus: dict[str, CorpusDoc], config: TrainCo
         "epoch_mean_loss": [round(x, 4) for x in epoch_losses],
         "train_seconds": round(time.perf_counter() - start, 1),
     }
-
-
-def check_export(model: Any, onnx_file: Path, pairs: Sequence[tuple[str, str]], max_tokens: int) -> float:
-    """Largest |logit difference| between the trained model and its ONNX graph (ONNX Runtime, CPU) on `pairs`.
-
-    Raises:
-        ValueError: the difference exceeds 1e-3 (a broken export).
-    """
-    import numpy as np
-    import onnxruntime as ort
-    import torch
-
-    spec = get_reranker_spec(LOCAL_RERANKER)
-    encodings = pair_tokenizer(spec.tokenizer_file(), max_tokens).encode_batch(list(pairs))
-    tensors = pad_pairs(encodings, [max(len(e.ids) for e in encodings)])
-    with torch.no_grad():
-        expected = model(**{k: torch.from_numpy(v) for k, v in tensors.items()}).logits.numpy()
-    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
-    (got,) = session.run(["logits"], {i.name: tensors[i.name] for i in session.get_inputs()})
-    diff = float(np.abs(np.asarray(got) - expected).max())
-    if diff > 1e-3:
-        raise ValueError(f"{onnx_file}: ONNX logits differ from the trained model's by {diff:.2e} (> 1e-3)")
-    return diff
 
 
 def main(
@@ -303,7 +264,7 @@ def export_cross_encoder_and_check(
 
     export_cross_encoder(model, out)
     pairs = [(g.query, t) for g in groups[:2] for t in (g.positive, corpus[g.negatives[0]].content)]
-    diff = check_export(model, out, pairs, max_tokens)
+    diff = check_export(model, out, pairs, get_reranker_spec(LOCAL_RERANKER).tokenizer_file(), max_tokens)
     print(f"exported {out}: ONNX logits within {diff:.1e} of the trained model's", flush=True)
 
 

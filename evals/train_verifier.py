@@ -63,6 +63,7 @@ from evals.support_metrics import (
     tune_similarity,
     tune_thresholds,
 )
+from evals.training import check_export, log_progress, optimizer_step, seed_everything
 from evals.verifier_data import (
     Case,
     Example,
@@ -205,10 +206,7 @@ def train(examples: Sequence[Example], config: TrainConfig) -> tuple[Any, dict[s
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    random.seed(config.seed)
-    np.random.seed(config.seed)
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(config.threads)
+    seed_everything(config.seed, config.threads)
     spec = get_verifier_spec(LOCAL_VERIFIER)
     tokenizer = pair_tokenizer(spec.tokenizer_file(), config.max_tokens)
     encodings = tokenizer.encode_batch([(e.claim, e.evidence) for e in examples])
@@ -239,22 +237,8 @@ def train(examples: Sequence[Example], config: TrainConfig) -> tuple[Any, dict[s
         for step, batch in enumerate(batches):
             tensors = pad_pairs([encodings[i] for i in batch], [max(lengths[i] for i in batch)])
             logits = model(**{k: torch.from_numpy(v) for k, v in tensors.items()}).logits
-            loss = loss_fn(logits, targets[batch])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
-            if (step + 1) % 20 == 0:
-                log.info(
-                    "epoch %d step %d/%d: loss %.4f (mean of last 20), %.0f s",
-                    epoch + 1,
-                    step + 1,
-                    len(batches),
-                    sum(losses[-20:]) / len(losses[-20:]),
-                    time.perf_counter() - start,
-                )
+            losses.append(optimizer_step(model, loss_fn(logits, targets[batch]), optimizer, schedule))
+            log_progress(epoch, step, len(batches), losses, start)
         epoch_losses.append(sum(losses) / len(losses))
         log.info("epoch %d: mean loss %.4f", epoch + 1, epoch_losses[-1])
     model.eval()
@@ -266,28 +250,6 @@ def train(examples: Sequence[Example], config: TrainConfig) -> tuple[Any, dict[s
         "train_seconds": round(seconds, 1),
         "seconds_per_step": round(seconds / max(1, total_steps), 3),
     }
-
-
-def check_export(model: Any, onnx_file: Path, pairs: Sequence[tuple[str, str]], max_tokens: int) -> float:
-    """Largest |logit difference| between the trained model and its ONNX graph (ONNX Runtime, CPU) on `pairs`.
-
-    Raises:
-        ValueError: the difference exceeds 1e-3 (a broken export).
-    """
-    import onnxruntime as ort
-    import torch
-
-    spec = get_verifier_spec(LOCAL_VERIFIER)
-    encodings = pair_tokenizer(spec.tokenizer_file(), max_tokens).encode_batch(list(pairs))
-    tensors = pad_pairs(encodings, [max(len(e.ids) for e in encodings)])
-    with torch.no_grad():
-        expected = model(**{k: torch.from_numpy(v) for k, v in tensors.items()}).logits.numpy()
-    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
-    (got,) = session.run(["logits"], {i.name: tensors[i.name] for i in session.get_inputs()})
-    diff = float(np.abs(np.asarray(got) - expected).max())
-    if diff > 1e-3:
-        raise ValueError(f"{onnx_file}: ONNX logits differ from the trained model's by {diff:.2e} (> 1e-3)")
-    return diff
 
 
 def held_out_metrics(
@@ -359,7 +321,8 @@ def main(
     spec = get_verifier_spec(LOCAL_VERIFIER)
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = export_cross_encoder(model, Path(tmp) / "model.onnx", num_labels=len(SUPPORT_LABELS))
-        diff = check_export(model, fp32, [(e.claim, e.evidence) for e in examples[:8]], config.max_tokens)
+        sample = [(e.claim, e.evidence) for e in examples[:8]]
+        diff = check_export(model, fp32, sample, spec.tokenizer_file(), config.max_tokens)
         quantize_int8(fp32, out)
         pairs, gold_pairs = sentence_pairs(held_cases), gold_input_pairs(held_cases)
         int8_probs = onnx_classify(out, spec, [*pairs, *gold_pairs])

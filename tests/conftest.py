@@ -131,6 +131,15 @@ def server_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A `sleep 120` process of this test (an unrelated process for the pid-file checks), killed afterwards."""
+    proc = subprocess.Popen(["sleep", "120"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
 def server_dir(server_root: Path) -> Path:
     """A new directory for the data dir of a server this test starts itself (see `server_root`)."""
     return Path(tempfile.mkdtemp(prefix="own-", dir=server_root))

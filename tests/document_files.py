@@ -1,5 +1,5 @@
 """Real document files for the ingestion tests, made by the tools people make them with: PDFs printed by headless
-Debian Chromium, DOCX written by python-docx, encrypted and empty PDFs written by pypdf."""
+Debian Chromium, DOCX written by python-docx, encrypted, empty and turned (`/Rotate`) PDFs written by pypdf."""
 
 from __future__ import annotations
 
@@ -52,6 +52,34 @@ def print_pdf(html: str, out: Path) -> Path:
         timeout=PRINT_TIMEOUT_S,
     )
     page.unlink()
+    return out
+
+
+TABLE_HTML = """<!doctype html><html><head><style>
+body { font-family: "DejaVu Serif"; font-size: 14pt; } td { padding: 0 12mm 0 0; }
+</style></head><body>
+<p>Nutrients per serving, first line about quokkas on islands.</p>
+<p>Second line about numbats eating termites.</p>
+<table><tr><td>vitamin D</td><td>112</td><td>pelican</td></tr><tr><td>iron</td><td>87</td><td>heron</td></tr></table>
+</body></html>
+"""
+"""One printed page: two lines, then a table of two rows whose cells stand apart (no separator but the gap)."""
+
+
+def turned_pdf(source: Path, out: Path, rotate: int, *, upright: bool) -> Path:
+    """The first page of `source` given `/Rotate rotate` (clockwise degrees, a multiple of 90), as pypdf writes it.
+    With `upright`, its content is first turned the other way (`transfer_rotation_to_content`), so that the page is
+    shown exactly as `source`'s (a landscape table stored turned on its sheet, shown upright); else the page is
+    shown turned (a sheet scanned or printed sideways)."""
+    writer = pypdf.PdfWriter(clone_from=str(source))
+    for drop in range(len(writer.pages) - 1, 0, -1):
+        writer.remove_page(drop)
+    page = writer.pages[0]
+    if upright:
+        page.rotate(-rotate % 360)
+        page.transfer_rotation_to_content()
+    page.rotate(rotate)
+    writer.write(str(out))
     return out
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from agent.cli.main import app
-from tools.records import DocumentRecord, IngestCounts
+from tools.records import DocumentRecord, Hashes, IngestCounts
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
 
@@ -31,7 +31,7 @@ def install_gate(paused_file: Path, pause_before: int) -> None:
     async def gated(
         self: VectorStore,
         docs: Sequence[DocumentRecord],
-        unchanged: Mapping[str, str] | None = None,
+        unchanged: Hashes | None = None,
         *,
         collection: str = DEFAULT_COLLECTION,
     ) -> IngestCounts:

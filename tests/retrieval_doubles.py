@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
 
 from tools.errors import StoreError
-from tools.records import ChunkHit, FullTextMatch, FullTextRank
+from tools.records import ChunkHit, FullTextMatch, FullTextOptions
 from tools.scope import SearchScope
 
 
@@ -48,14 +48,7 @@ class FakeStore:
         return self.dense[:top_k]
 
     async def full_text_search(
-        self,
-        query: str,
-        top_k: int,
-        match: FullTextMatch = "all",
-        rank: FullTextRank = "ts_rank_cd",
-        k1: float | None = None,
-        b: float | None = None,
-        scope: SearchScope | None = None,
+        self, query: str, top_k: int, match: FullTextMatch = "all", **options: Unpack[FullTextOptions]
     ) -> list[ChunkHit]:
         self.release.set()
         if self.fail_full_text:

@@ -34,6 +34,7 @@ Retrieval:
 Answers:
 - `support`: per-sentence support of an answer by the retrieved sentences.
 - `sentences`: sentence boundaries of answers and passages.
+- `language`: the language of a short text (langid) and its content tokens in any script.
 - `highlight`: where a passage stands on its pages (one box per text line).
 - `render_page`: a page of a kept PDF or image as a PNG with a passage highlighted.
 

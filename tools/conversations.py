@@ -21,6 +21,8 @@ from tools.errors import StoreError
 
 MAX_TITLE_CHARS = 200
 """Longest conversation title, characters."""
+Citations = Sequence[dict[str, Any]]
+"""The citations of one answer, as stored with its turn (JSON objects)."""
 AUTO_TITLE_CHARS = 80
 """A conversation created without a title is named after its first question, cut to this many characters."""
 MAX_PAGE = 1000
@@ -105,13 +107,14 @@ class ConversationLog(Protocol):
         conversation_id: UUID,
         question: str,
         answer: str,
-        citations: Sequence[dict[str, Any]] = (),
+        citations: Citations = (),
         refused: bool = False,
         owner: str | None = None,
     ) -> ConversationTurn | None:
         """Append one finished turn (`reserve_turn` then `fill_turn`). None when the conversation is absent (nothing
-        stored)."""
-        ...
+        stored). Shared by every log that subclasses this protocol."""
+        n = await self.reserve_turn(conversation_id, question, owner)
+        return None if n is None else await self.fill_turn(conversation_id, n, answer, citations, refused)
 
     async def reserve_turn(self, conversation_id: UUID, question: str, owner: str | None = None) -> int | None:
         """Take the next turn number (after every finished and reserved one) for `question`, which has just arrived;
@@ -119,12 +122,7 @@ class ConversationLog(Protocol):
         ...
 
     async def fill_turn(
-        self,
-        conversation_id: UUID,
-        n: int,
-        answer: str,
-        citations: Sequence[dict[str, Any]] = (),
-        refused: bool = False,
+        self, conversation_id: UUID, n: int, answer: str, citations: Citations = (), refused: bool = False
     ) -> ConversationTurn | None:
         """Store the answer of reserved turn `n`, move `updated_at`, and name an untitled conversation after its first
         question, all at once. None when the conversation (or the reservation) is gone: nothing is stored."""

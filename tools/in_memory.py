@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,7 @@ import numpy.typing as npt
 from tools.ingest import SourceDocument
 from tools.records import (
     ChunkHit,
+    DocumentFilter,
     DocumentPage,
     IngestCounts,
     StoredChunk,
@@ -174,22 +175,17 @@ class InMemoryCollection:
         return sorted(k for k, e in self._entries.items() if collections is None or e.collection in collections)
 
     async def document_page(
-        self,
-        limit: int = 100,
-        cursor: str | None = None,
-        offset: int = 0,
-        *,
-        collections: Sequence[str] | None = None,
-        matching: str | None = None,
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
     ) -> DocumentPage:
-        """Documents of `collections` (None: all) by doc id after `cursor` (skipping `offset` more), at most
-        `limit`, their total and the next cursor (the store's cursor format); with `matching`, only those whose doc
-        id or title contains it, case-insensitively (the store's `ILIKE`)."""
+        """Documents of `where["collections"]` (absent or None: all) by doc id after `cursor` (skipping `offset`
+        more), at most `limit`, their total and the next cursor (the store's cursor format); with
+        `where["matching"]`, only those whose doc id or title contains it, case-insensitively (the store's
+        `ILIKE`)."""
         after = ("", "") if cursor is None else decode_cursor(cursor)
-        needle = (matching or "").casefold()
+        needle = (where.get("matching") or "").casefold()
         mine = [
             k
-            for k in self._keys(collections)
+            for k in self._keys(where.get("collections"))
             if k[0].casefold().find(needle) >= 0 or self._entries[k].document.title.casefold().find(needle) >= 0
         ]
         keys = [k for k in mine if k > after][offset:]

@@ -3,24 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 from uuid import UUID, uuid4
 
-from tools.conversations import (
-    Conversation,
-    ConversationPage,
-    ConversationTurn,
-    auto_title,
-    check_page,
-    decode_cursor,
-    encode_cursor,
-)
+from tools import conversations
+from tools.conversations import Citations, Conversation, ConversationLog, ConversationPage, ConversationTurn
 
 
-class InMemoryConversations:
+class InMemoryConversations(ConversationLog):
     """Conversations in a dict; safe within one event loop (no method awaits between its reads and writes)."""
 
     def __init__(self) -> None:
@@ -40,7 +31,7 @@ class InMemoryConversations:
 
     async def create(self, title: str = "", owner: str | None = None) -> Conversation:
         """A new, empty conversation. Raises StoreError for a title over `MAX_TITLE_CHARS`."""
-        check_page(1, title)
+        conversations.check_page(1, title)
         now = datetime.now(UTC)
         conversation = Conversation(uuid4(), title, owner, now, now, 0)
         self._conversations[conversation.id] = conversation
@@ -60,8 +51,8 @@ class InMemoryConversations:
 
     async def page(self, limit: int = 50, cursor: str | None = None, owner: str | None = None) -> ConversationPage:
         """One page, most recently updated first. Raises StoreError for a bad limit or cursor."""
-        check_page(limit)
-        after = None if cursor is None else decode_cursor(cursor)
+        conversations.check_page(limit)
+        after = None if cursor is None else conversations.decode_cursor(cursor)
         visible = sorted(
             (c for c in self._conversations.values() if owner is None or c.owner == owner),
             key=lambda c: (c.updated_at, c.id),
@@ -69,21 +60,8 @@ class InMemoryConversations:
         )
         rest = [c for c in visible if after is None or (c.updated_at, c.id) < after]
         listed = rest[:limit]
-        next_cursor = encode_cursor(listed[-1]) if len(rest) > limit else None
+        next_cursor = conversations.encode_cursor(listed[-1]) if len(rest) > limit else None
         return ConversationPage(listed, len(visible), next_cursor)
-
-    async def add_turn(
-        self,
-        conversation_id: UUID,
-        question: str,
-        answer: str,
-        citations: Sequence[dict[str, Any]] = (),
-        refused: bool = False,
-        owner: str | None = None,
-    ) -> ConversationTurn | None:
-        """Append one finished turn (`reserve_turn`, `fill_turn`); None when the conversation is absent."""
-        n = await self.reserve_turn(conversation_id, question, owner)
-        return None if n is None else await self.fill_turn(conversation_id, n, answer, citations, refused)
 
     async def reserve_turn(self, conversation_id: UUID, question: str, owner: str | None = None) -> int | None:
         """The next turn number, reserved for `question` (invisible until filled); None when absent."""
@@ -95,12 +73,7 @@ class InMemoryConversations:
         return n
 
     async def fill_turn(
-        self,
-        conversation_id: UUID,
-        n: int,
-        answer: str,
-        citations: Sequence[dict[str, Any]] = (),
-        refused: bool = False,
+        self, conversation_id: UUID, n: int, answer: str, citations: Citations = (), refused: bool = False
     ) -> ConversationTurn | None:
         """Store the answer of reserved turn `n`; None when the conversation or the reservation is gone."""
         conversation = self._conversations.get(conversation_id)
@@ -112,7 +85,7 @@ class InMemoryConversations:
         turn = ConversationTurn(n, question, answer, [dict(c) for c in citations], refused, now)
         slots[n] = turn
         first = slots[min(slots)]
-        title = conversation.title or auto_title(first if isinstance(first, str) else first.question)
+        title = conversation.title or conversations.auto_title(first if isinstance(first, str) else first.question)
         count = len(self._finished(conversation_id))
         self._conversations[conversation_id] = replace(conversation, title=title, updated_at=now, turn_count=count)
         return turn

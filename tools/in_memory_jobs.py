@@ -18,7 +18,7 @@ from typing import Any
 
 from tools.in_memory_sink import InMemorySink
 from tools.jobs.ports import ABANDONED, check_sync, check_upload
-from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobStatus
+from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobOutcome, JobProgress
 from tools.scope import DEFAULT_COLLECTION
 
 
@@ -135,44 +135,29 @@ class InMemoryJobQueue:
         """The job's files in upload order (none once it ended)."""
         return list(self.uploads.get(job_id, []))
 
-    async def progress(
-        self,
-        job_id: int,
-        worker: str,
-        files_done: int,
-        chunks: int,
-        errors: list[dict[str, str]],
-        *,
-        attempt: int,
-        files_total: int | None = None,
-    ) -> bool:
+    async def progress(self, job_id: int, worker: str, done: JobProgress, *, attempt: int) -> bool:
         """Record the claim's progress; False when the claim is gone."""
         job = self._claimed(job_id, worker, attempt)
         if job is None:
             return False
-        total = job.files_total if files_total is None else files_total
+        total = job.files_total if done.files_total is None else done.files_total
         self.jobs[job_id] = replace(
-            job, files_done=files_done, chunks=chunks, errors=copy.deepcopy(errors), files_total=total
+            job, files_done=done.files_done, chunks=done.chunks, errors=copy.deepcopy(done.errors), files_total=total
         )
         return True
 
-    async def finish(
-        self,
-        job_id: int,
-        worker: str,
-        status: JobStatus,
-        timings: dict[str, float],
-        *,
-        attempt: int,
-        result: dict[str, Any] | None = None,
-    ) -> bool:
+    async def finish(self, job_id: int, worker: str, outcome: JobOutcome, *, attempt: int) -> bool:
         """End the claim's job with `status`, `timings` and `result`, its files dropped; False when the claim is
         gone."""
         job = self._claimed(job_id, worker, attempt)
         if job is None:
             return False
         self.jobs[job_id] = replace(
-            job, status=status, finished_at=self._now(), timings=dict(timings), result=copy.deepcopy(result)
+            job,
+            status=outcome.status,
+            finished_at=self._now(),
+            timings=dict(outcome.timings),
+            result=copy.deepcopy(outcome.result),
         )
         self._end(job_id)
         return True

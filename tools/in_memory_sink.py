@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from tools.errors import StoreError
-from tools.records import ChunkRecord, DocumentRecord, IngestCounts, StagedDocument, StagedRow, check_batch
+from tools.records import ChunkRecord, DocumentRecord, Hashes, IngestCounts, StagedDocument, StagedRow, check_batch
 from tools.scope import DEFAULT_COLLECTION
 
 Key = tuple[str, str]
@@ -62,11 +62,7 @@ class InMemorySink:
         }
 
     async def add_documents(
-        self,
-        docs: Sequence[DocumentRecord],
-        unchanged: Mapping[str, str] | None = None,
-        *,
-        collection: str = DEFAULT_COLLECTION,
+        self, docs: Sequence[DocumentRecord], unchanged: Hashes | None = None, *, collection: str = DEFAULT_COLLECTION
     ) -> IngestCounts:
         """Store `docs` in `collection` as one write (see `tools.ingest.ports.ChunkSink.add_documents`).
 

@@ -19,13 +19,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from tools.errors import StoreError
-from tools.scope import DEFAULT_COLLECTION, qualified_doc_id
+from tools.scope import DEFAULT_COLLECTION, SearchScope, qualified_doc_id
 
 TextKind = Literal["query", "document"]
 """What a text is embedded as: a search query or a document passage (a model may prefix each differently)."""
@@ -35,6 +35,24 @@ FullTextMatch = Literal["all", "any"]
 FullTextRank = Literal["bm25", "bm25_exhaustive", "ts_rank_cd"]
 """Full-text ranking: Okapi BM25 by pruned impact-ordered postings (`bm25`), the same BM25 over every posting of
 the query terms (`bm25_exhaustive`, cost grows with the corpus), or Postgres' `ts_rank_cd`."""
+
+
+class FullTextOptions(TypedDict, total=False):
+    """The keyword-only options of a full-text search (`full_text_search(query, top_k, match, **options)`,
+    `weighted_full_text_search`, `tools.rm3.rm3_search`); each absent one takes its default.
+
+    Attributes:
+        rank: the ranking (`FullTextRank`); default `ts_rank_cd` for `full_text_search`, `bm25` for the weighted
+            (RM3) search.
+        k1: BM25's k1 (None or absent: the store's).
+        b: BM25's b (None or absent: the store's).
+        scope: only chunks of documents in this scope (`tools.scope`); None or absent: every document.
+    """
+
+    rank: FullTextRank
+    k1: float | None
+    b: float | None
+    scope: SearchScope | None
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,10 @@ class DocumentRecord:
     content_hash: str
     chunks: list[ChunkRecord]
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+Hashes = Mapping[str, str]
+"""doc_id -> `content_hash` of documents sent without their chunks (`add_documents`'s `unchanged`)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +153,19 @@ class DocumentPage:
     documents: list[StoredDocument]
     total: int
     next_cursor: str | None
+
+
+class DocumentFilter(TypedDict, total=False):
+    """The keyword-only narrowing of a document listing page (`document_page(limit, cursor, offset, **where)`).
+
+    Attributes:
+        collections: the collections listed and counted (None or absent: all); documents of others never appear.
+        matching: only documents whose doc id or title contains this text, case-insensitively; the total counts
+            those (None, empty or absent: all).
+    """
+
+    collections: Sequence[str] | None
+    matching: str | None
 
 
 @dataclass(frozen=True)
@@ -270,6 +305,28 @@ class JobFile:
 
     name: str
     data: bytes
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """How far a claimed job's run got (`JobQueue.progress`): `files_done` files, `chunks` chunks stored, per-file
+    `errors` (`{"file", "error"}`), and `files_total` when the run has learnt it (a sync job, once its plan is known;
+    None: leave the job's as it is)."""
+
+    files_done: int
+    chunks: int
+    errors: list[dict[str, str]]
+    files_total: int | None = None
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a claimed job ended (`JobQueue.finish`): `status` `done` or `failed`, `timings` (seconds, e.g.
+    `wall_s`), and its `result` (e.g. a sync's summary; None for an upload job)."""
+
+    status: JobStatus
+    timings: dict[str, float]
+    result: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

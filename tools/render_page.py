@@ -7,9 +7,10 @@ not queued behind a long scan's OCR; PDFium is not thread-safe, and a malformed 
 caller); Pillow draws the boxes there too. Async callers wait for it in `RENDER_THREADS` threads of their own
 (`in_render_thread`), not in the event loop's default executor: at most that many renders run at once, the others wait
 in its queue without holding a thread. A box `(left, bottom, right, top)` in PDF points becomes the pixels `((left - x0)
-* scale, (y1 - top) * scale, (right - x0) * scale, (y1 - bottom) * scale)`, where `(x0, y1)` is the crop box's top-left
-corner in page space; a page shown turned (`/Rotate`) is drawn without highlights (its text has no boxes,
-`tools.extract.pdf`).
+* scale, (y1 - top) * scale, (right - x0) * scale, (y1 - bottom) * scale)`, where `(x0, y1)` is the top-left corner of
+the page as shown: `x0` and `y0` the left and bottom of its crop box (within the media box), `y1 = y0 + h` with `h`
+the height shown. A page shown turned (`/Rotate`) has its boxes on the page as shown (the crop box turned about its
+bottom-left corner, `tools.extract.pdf`), so the same mapping highlights it.
 
 An image's page n is its frame n (`render_image_here`), decoded by Pillow in the same worker process, turned upright
 as its EXIF orientation says and scaled to `scale` pixels per point at the image's own dpi, as OCR measured its boxes
@@ -112,8 +113,7 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
             try:
                 width, height = pdf_page.get_size()
                 _check_pixels(width, height, scale, page, pages)
-                left, _, _, top = pdf_page.get_cropbox()
-                turned = pdf_page.get_rotation() % 360 != 0
+                left, bottom, _, _ = pdf_page.get_bbox()  # the crop box within the media box
                 bitmap = pdf_page.render(scale=scale)
                 try:
                     image = bitmap.to_pil().convert("RGBA")
@@ -123,7 +123,7 @@ def render_here(path: str, page: int, boxes: Sequence[Box], scale: float) -> Ren
                 pdf_page.close()
         finally:
             document.close()
-    return _finish(image, [] if turned else boxes, scale, (left, top), pages)
+    return _finish(image, boxes, scale, (left, bottom + height), pages)
 
 
 def _finish(

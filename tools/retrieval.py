@@ -12,13 +12,13 @@ import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import numpy as np
 import numpy.typing as npt
 
 from tools.fusion import convex_fusion, reciprocal_rank_fusion
-from tools.records import ChunkHit, FullTextMatch, FullTextRank, TextKind
+from tools.records import ChunkHit, FullTextMatch, FullTextOptions, TextKind
 from tools.rerank import PairScorer, rerank
 from tools.retrieval_config import RetrievalConfig, RetrievalMode
 from tools.rm3 import FeedbackStore, rm3_search
@@ -50,16 +50,9 @@ class SearchStore(Protocol):
         ...
 
     async def full_text_search(
-        self,
-        query: str,
-        top_k: int,
-        match: FullTextMatch = "all",
-        rank: FullTextRank = "ts_rank_cd",
-        k1: float | None = None,
-        b: float | None = None,
-        scope: SearchScope | None = None,
+        self, query: str, top_k: int, match: FullTextMatch = "all", **options: Unpack[FullTextOptions]
     ) -> list[ChunkHit]:
-        """Chunks by full-text score, best first, only from documents in `scope` (None: all)."""
+        """Chunks by full-text score, best first, only from documents in `options["scope"]` (absent or None: all)."""
         ...
 
     async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:

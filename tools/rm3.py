@@ -14,10 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Unpack, runtime_checkable
 
-from tools.records import ChunkHit, FullTextRank, TermVectors
-from tools.scope import SearchScope
+from tools.records import ChunkHit, FullTextOptions, TermVectors
 
 
 @dataclass(frozen=True)
@@ -92,13 +91,7 @@ class FeedbackStore(Protocol):
         ...
 
     async def weighted_full_text_search(
-        self,
-        terms: Mapping[str, float],
-        top_k: int,
-        rank: FullTextRank = "bm25",
-        k1: float | None = None,
-        b: float | None = None,
-        scope: SearchScope | None = None,
+        self, terms: Mapping[str, float], top_k: int, **options: Unpack[FullTextOptions]
     ) -> list[ChunkHit]:
         """BM25 of a weighted lexeme query, best first."""
         ...
@@ -114,13 +107,11 @@ async def rm3_search(
     first: Sequence[ChunkHit],
     top_k: int,
     params: Rm3Params,
-    rank: FullTextRank = "bm25",
-    k1: float | None = None,
-    b: float | None = None,
-    scope: SearchScope | None = None,
+    **options: Unpack[FullTextOptions],
 ) -> list[ChunkHit]:
     """The RM3 second search for `query` from its first BM25 hits `first` (best first): up to `top_k` hits of the
-    expanded, weighted query, best first, from the documents in `scope`; `first` itself when it is empty.
+    expanded, weighted query, best first, from the documents in `options["scope"]`, ranked by `options["rank"]`
+    (default `bm25`) with its `k1`, `b`; `first` itself when it is empty.
 
     Raises:
         StoreError: from the store.
@@ -132,4 +123,4 @@ async def rm3_search(
     terms = rm3_terms(lexemes, first, vectors, params)
     if not terms:
         return list(first)
-    return await store.weighted_full_text_search(terms, top_k, rank=rank, k1=k1, b=b, scope=scope)
+    return await store.weighted_full_text_search(terms, top_k, **options)

@@ -53,6 +53,13 @@ from tools.ingest import IngestReport, plan_inputs
 from tools.render_page import MAX_SCALE, MIN_SCALE, RenderedPage
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
+IdPrefix = Annotated[str, typer.Option(help="Prepended to every document id.")]
+"""The `--prefix` option of the commands that store documents."""
+TargetCollection = Annotated[
+    str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
+]
+"""The `--collection` option of the commands that store documents."""
+
 
 class RagTyper(typer.Typer):
     """`typer.Typer` with the CLI's one error handler around every command (see the module docstring)."""
@@ -165,16 +172,16 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON only
 def ingest(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Files or folders (walked recursively): PDF, HTML, DOCX, Markdown, text, BEIR .jsonl"),
+        typer.Argument(
+            help="Files or folders (walked recursively): PDF, HTML, DOCX, Markdown, text, BEIR .jsonl, PNG/JPEG/TIFF"
+        ),
     ],
     root: Annotated[
         Path | None,
         typer.Option(help="Ids of document files are their paths relative to this (default: cwd or common parent)."),
     ] = None,
-    prefix: Annotated[str, typer.Option(help="Prepended to every document id.")] = "",
-    collection: Annotated[
-        str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
-    ] = DEFAULT_COLLECTION,
+    prefix: IdPrefix = "",
+    collection: TargetCollection = DEFAULT_COLLECTION,
     include: Annotated[
         list[str] | None, typer.Option("--include", help="Only files in folders matching this glob (repeatable).")
     ] = None,
@@ -233,10 +240,8 @@ def sync(
     root: Annotated[
         Path | None, typer.Option(help="Document ids are paths relative to this folder (default: FOLDER itself).")
     ] = None,
-    prefix: Annotated[str, typer.Option(help="Prepended to every document id.")] = "",
-    collection: Annotated[
-        str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
-    ] = DEFAULT_COLLECTION,
+    prefix: IdPrefix = "",
+    collection: TargetCollection = DEFAULT_COLLECTION,
     include: Annotated[
         list[str] | None, typer.Option("--include", help="Only files matching this glob (repeatable).")
     ] = None,

@@ -501,6 +501,13 @@ class Settings(BaseSettings):
         "is dropped and a warning names it, rather than storing junk (clean print reads at 90-96, a page read "
         "sideways at 30-40); 0 keeps every reading. Pages are read level and upright first (skew, quarter turns).",
     )
+    ocr_file_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="OCR of one file stops with an error once it has run longer than this, seconds (a file of "
+        "thousands of frames or pages fails alone instead of holding a worker for an hour); blank pages and frames "
+        "are skipped without running Tesseract.",
+    )
     keep_originals: bool = Field(
         default=True,
         description="Keep each ingested or uploaded document file's original under ORIGINALS_DIR, so that a cited "

@@ -20,6 +20,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
+from typing import Unpack
 from uuid import UUID
 
 from agent.config.settings import Policy, Settings
@@ -48,7 +49,7 @@ from tools.errors import StoreError
 from tools.feedback import Rated, Rating
 from tools.ingest import SourceDocument
 from tools.originals import Originals
-from tools.records import MAX_PAGE, DocumentPage, IngestCounts, StoredDocument, decode_cursor
+from tools.records import MAX_PAGE, DocumentFilter, DocumentPage, IngestCounts, StoredDocument, decode_cursor
 from tools.render_page import RenderedPage
 from tools.retrieval import RetrievalResult
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
@@ -438,18 +439,13 @@ class RagApp:
         return await self.services.library.list_documents(limit=limit, offset=offset, collections=collections)
 
     async def document_page(
-        self,
-        limit: int = 100,
-        cursor: str | None = None,
-        offset: int = 0,
-        *,
-        collections: Sequence[str] | None = None,
-        matching: str | None = None,
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
     ) -> DocumentPage:
-        """One page of stored documents of `collections` (None: all) ordered by doc id, after `cursor` (a previous
-        page's `next_cursor`) and `offset` more, with the total stored in them and the next page's cursor (None on
-        the last page); documents of other collections are neither listed nor counted. `matching` (None or empty:
-        no narrowing) keeps only those whose doc id or title contains it, case-insensitively; the total counts those.
+        """One page of stored documents of `where["collections"]` (absent or None: all) ordered by doc id, after
+        `cursor` (a previous page's `next_cursor`) and `offset` more, with the total stored in them and the next
+        page's cursor (None on the last page); documents of other collections are neither listed nor counted.
+        `where["matching"]` (absent, None or empty: no narrowing) keeps only those whose doc id or title contains it,
+        case-insensitively; the total counts those (`tools.records.DocumentFilter`).
 
         Raises:
             agent.core.errors.InputError: `limit` outside 1..10,000, a negative `offset`, or a cursor this service did
@@ -462,9 +458,7 @@ class RagApp:
                 decode_cursor(cursor)
             except StoreError as exc:
                 raise InputError(str(exc)) from exc
-        return await self.services.library.document_page(
-            limit, cursor, offset, collections=collections, matching=matching
-        )
+        return await self.services.library.document_page(limit, cursor, offset, **where)
 
     async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
         """Collection name -> documents stored in it, by name: every collection holding a document (None: the

@@ -36,11 +36,19 @@ from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
+from tools.language import cjk_chars, content_tokens, detect
+
 log = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 1000
 """Longest condensed query, characters (about 250 tokens: inside the embedder's 256-token window of all-MiniLM-L6-v2
-with its query prefix; longer turns are cut, the oldest first)."""
+with its query prefix; longer turns are cut, the oldest first). A Han, kana or Hangul character counts as
+`CJK_CHAR_COST` characters: it is about one token, where four or five Latin-script characters are."""
+
+CJK_CHAR_COST = 4
+"""What one Han, kana or Hangul character counts for against `MAX_QUERY_CHARS` (about one token, like four Latin
+characters), so that a Chinese or Japanese history is cut to the same share of the embedder's window as an English
+one and the question keeps its weight."""
 
 MAX_EARLIER_TURNS = 2
 """Earlier user turns a follow-up's query may carry: the subject of a follow-up is almost always in the last one or
@@ -118,8 +126,9 @@ def condensed_query(
     max_chars: int = MAX_QUERY_CHARS,
 ) -> str:
     """The search query of `question` asked after `earlier_questions` (oldest first): the question, then the last
-    `max_earlier` earlier user turns, newest first, joined by newlines, at most `max_chars` characters (the question
-    is never cut below itself when it alone is longer: the embedder truncates it as it would a lone question).
+    `max_earlier` earlier user turns, newest first, joined by newlines, at most `max_chars` characters (CJK ones
+    counting `CJK_CHAR_COST`; the question is never cut below itself when it alone is longer: the embedder truncates
+    it as it would a lone question).
 
     Returns:
         `question` unchanged when there are no earlier turns.
@@ -132,15 +141,33 @@ def condensed_query(
     if max_earlier < 0 or max_chars < 1:
         raise ValueError(f"max_earlier={max_earlier}, max_chars={max_chars}; expected >= 0 and >= 1")
     parts = [question.strip()]
-    used = len(parts[0])
+    used = _cost(parts[0])
     earlier = [q.strip() for q in earlier_questions if q.strip()]
     for turn in reversed(earlier[len(earlier) - max_earlier :] if max_earlier else []):
-        room = max_chars - used - 1
-        if room <= 0:
+        kept = _fit(turn, max_chars - used - 1)
+        if not kept:
             break
-        parts.append(turn[:room])
-        used += 1 + len(parts[-1])
+        parts.append(kept)
+        used += 1 + _cost(kept)
     return "\n".join(parts)
+
+
+def _cost(text: str) -> int:
+    """`text`'s length against `MAX_QUERY_CHARS`: characters, a CJK character counting `CJK_CHAR_COST`."""
+    return len(text) + (CJK_CHAR_COST - 1) * cjk_chars(text)
+
+
+def _fit(text: str, room: int) -> str:
+    """The longest start of `text` whose `_cost` is at most `room` (empty when none)."""
+    if room <= 0:
+        return ""
+    if _cost(text) <= room:
+        return text
+    low, high = 0, min(len(text), room)
+    while low < high:  # the longest prefix within room (cost grows with the prefix)
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if _cost(text[:middle]) <= room else (low, middle - 1)
+    return text[:low]
 
 
 def rewrite_prompt(earlier_questions: Sequence[str], question: str) -> str:
@@ -149,20 +176,61 @@ def rewrite_prompt(earlier_questions: Sequence[str], question: str) -> str:
     return f"Earlier questions:\n{lines}\nFollow-up question: {question.strip()}\nStandalone search query:"
 
 
-_WORD = re.compile(r"[a-z0-9]{3,}")
 _STOPWORDS = frozenset(
     (
-        "the", "and", "for", "are", "was", "were", "with", "that", "this", "these", "those", "they", "them", "their",
-        "its", "has", "have", "had", "not", "but", "what", "which", "who", "how", "does", "did", "can", "could",
-        "would", "should", "about", "from", "into", "than", "then", "there", "here", "when", "where", "why", "you",
-        "your", "our", "any", "all",
+        "the",
+        "and",
+        "for",
+        "are",
+        "was",
+        "were",
+        "with",
+        "that",
+        "this",
+        "these",
+        "those",
+        "they",
+        "them",
+        "their",
+        "its",
+        "has",
+        "have",
+        "had",
+        "not",
+        "but",
+        "what",
+        "which",
+        "who",
+        "how",
+        "does",
+        "did",
+        "can",
+        "could",
+        "would",
+        "should",
+        "about",
+        "from",
+        "into",
+        "than",
+        "then",
+        "there",
+        "here",
+        "when",
+        "where",
+        "why",
+        "you",
+        "your",
+        "our",
+        "any",
+        "all",
     )
 )
 _LABEL = re.compile(r"^(?:standalone\s+)?(?:search\s+)?(?:query|question|rewrite|rewritten\s+query)\s*:\s*", re.I)
 
 
 def _words(text: str) -> set[str]:
-    return set(_WORD.findall(text.lower())) - _STOPWORDS
+    """Content tokens of `text` in any script (`tools.language.content_tokens`), common English words aside."""
+    return content_tokens(text) - _STOPWORDS
 
 
 def usable_rewrite(
@@ -172,16 +240,22 @@ def usable_rewrite(
 
     The first non-blank line is kept, without a leading label (`Query:`, `Standalone search query:`) or surrounding
     quotes. It is unusable when it is empty, longer than `max_chars`, a preamble ending in a colon, an echo quoting
-    an earlier question whole (`The answer to the question "..." is:`, which small models write), or shares no
-    content word (three letters or more, common words aside) with `earlier_questions`: then it lost the subject the
-    follow-up refers to, and the condensed query, which carries it, is better.
+    an earlier question whole (`The answer to the question "..." is:`, which small models write), in another
+    language than the conversation (`tools.language.detect` of the question, else of the earlier turns, and of the
+    rewrite both tell, and differ: an English rewrite of a German conversation searches for English passages), or
+    shares no content token (a word of three letters or more, common English words aside, or a CJK character bigram:
+    `tools.language.content_tokens`) with `earlier_questions`: then it lost the subject the follow-up refers to, and
+    the condensed query, which carries it, is better.
     """
-    del question  # the question's own words do not show that the earlier turn's subject was kept
     line = next((ln.strip() for ln in reply.splitlines() if ln.strip()), "")
     line = _LABEL.sub("", line).strip().strip("\"'`").strip()
     if not line or len(line) > max_chars or line.endswith(":"):
         return None
     if any(q.strip().lower() in line.lower() for q in earlier_questions if q.strip()):
+        return None
+    conversation = detect(question) or detect(" ".join(earlier_questions))
+    written = detect(line)
+    if conversation is not None and written is not None and written != conversation:
         return None
     earlier = set().union(*(_words(q) for q in earlier_questions)) if earlier_questions else set()
     return line if _words(line) & earlier else None

@@ -8,10 +8,10 @@ memory (tests).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from tools.ingest import SourceDocument
-from tools.records import DocumentPage, IngestCounts, StoredChunk, StoredDocument
+from tools.records import DocumentFilter, DocumentPage, IngestCounts, StoredChunk, StoredDocument
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
 
@@ -26,17 +26,12 @@ class DocumentLibrary(Protocol):
         ...
 
     async def document_page(
-        self,
-        limit: int = 100,
-        cursor: str | None = None,
-        offset: int = 0,
-        *,
-        collections: Sequence[str] | None = None,
-        matching: str | None = None,
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
     ) -> DocumentPage:
-        """One page of stored documents of `collections` by doc id after `cursor` (a previous page's
-        `next_cursor`), with the total stored in them and the next page's cursor; with `matching`, only (and the
-        total of) those whose doc id or title contains it, case-insensitively."""
+        """One page of stored documents by doc id after `cursor` (a previous page's `next_cursor`) and `offset`
+        more, with the total stored in them and the next page's cursor, narrowed by `where` (`DocumentFilter`:
+        `collections`, and `matching`: only, and the total of, those whose doc id or title contains it,
+        case-insensitively)."""
         ...
 
     async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
@@ -104,21 +99,15 @@ class StoreLibrary:
         return await self.store.list_documents(limit=limit, offset=offset, collections=collections)
 
     async def document_page(
-        self,
-        limit: int = 100,
-        cursor: str | None = None,
-        offset: int = 0,
-        *,
-        collections: Sequence[str] | None = None,
-        matching: str | None = None,
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
     ) -> DocumentPage:
-        """One keyset page of stored documents of `collections` (None: all), narrowed to ids or titles containing
-        `matching` when given, with their total and the next cursor (`VectorStore.document_page`).
+        """One keyset page of stored documents narrowed by `where` (`DocumentFilter`), with their total and the
+        next cursor (`VectorStore.document_page`).
 
         Raises:
             StoreError: a limit outside 1..10,000, a cursor the store did not issue, or the store failed.
         """
-        return await self.store.document_page(limit, cursor, offset, collections=collections, matching=matching)
+        return await self.store.document_page(limit, cursor, offset, **where)
 
     async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
         """Collection name -> documents stored (`VectorStore.collection_counts`)."""

@@ -207,13 +207,14 @@ def build_support_checker(settings: Settings, embedder: TextEmbedder, classifier
 
 def ocr_options(settings: Settings) -> OcrOptions:
     """How pages without a text layer and images are read (`OCR`, `OCR_LANGUAGE`, `OCR_DPI`, `OCR_MIN_CHARS`,
-    `OCR_WORKERS`, `OCR_MIN_CONFIDENCE`; unset workers: the CPUs, at most 4)."""
+    `OCR_WORKERS`, `OCR_MIN_CONFIDENCE`, `OCR_FILE_TIMEOUT_S`; unset workers: the CPUs, at most 4)."""
     return OcrOptions(
         enabled=settings.ocr,
         language=settings.ocr_language,
         dpi=settings.ocr_dpi,
         min_chars=settings.ocr_min_chars,
         min_confidence=settings.ocr_min_confidence,
+        file_timeout_s=settings.ocr_file_timeout_s,
         workers=settings.ocr_workers or default_workers(),
     )
 

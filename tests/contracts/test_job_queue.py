@@ -9,7 +9,7 @@ import pytest
 
 from tests.contracts.ports import expire_lease
 from tools.jobs.ports import JobQueue
-from tools.records import JobFile
+from tools.records import JobFile, JobOutcome, JobProgress
 
 FILES = [JobFile("a.txt", b"Vitamin B12."), JobFile("b.md", b"# Folate\n\nLeafy greens.\n")]
 
@@ -39,9 +39,9 @@ async def test_an_expired_lease_is_claimable_again_and_fences_the_old_claim(job_
     b = await job_queue.claim("B", 600)
     assert b is not None and (b.id, b.worker, b.attempts) == (job_id, "B", 2)
     assert not await job_queue.heartbeat(job_id, "A", 600, attempt=1)
-    assert not await job_queue.progress(job_id, "B", 2, 5, [], attempt=1)  # the same name, a stale attempt
-    assert not await job_queue.finish(job_id, "A", "done", {}, attempt=1)
-    assert await job_queue.progress(job_id, "B", 1, 3, [{"file": "b.md", "error": "bad"}], attempt=2)
+    assert not await job_queue.progress(job_id, "B", JobProgress(2, 5, []), attempt=1)  # the same name, a stale attempt
+    assert not await job_queue.finish(job_id, "A", JobOutcome("done", {}), attempt=1)
+    assert await job_queue.progress(job_id, "B", JobProgress(1, 3, [{"file": "b.md", "error": "bad"}]), attempt=2)
     state = await job_queue.get(job_id)
     assert state is not None and (state.status, state.worker, state.files_done, state.chunks) == ("running", "B", 1, 3)
     assert state.errors == [{"file": "b.md", "error": "bad"}] and state.finished_at is None
@@ -64,10 +64,10 @@ async def test_finish_records_the_outcome_and_drops_the_uploaded_bytes(job_queue
     job_id = await job_queue.submit(FILES)
     claimed = await job_queue.claim("A", 600)
     assert claimed is not None
-    assert await job_queue.progress(job_id, "A", 2, 7, [], attempt=1, files_total=2)
+    assert await job_queue.progress(job_id, "A", JobProgress(2, 7, [], files_total=2), attempt=1)
     result = {"added": ["a.txt"], "moved": [{"from": "x", "to": "y"}]}
-    assert await job_queue.finish(job_id, "A", "done", {"wall_s": 1.5}, attempt=1, result=result)
-    assert not await job_queue.finish(job_id, "A", "failed", {}, attempt=1)  # ended: no claim left
+    assert await job_queue.finish(job_id, "A", JobOutcome("done", {"wall_s": 1.5}, result), attempt=1)
+    assert not await job_queue.finish(job_id, "A", JobOutcome("failed", {}), attempt=1)  # ended: no claim left
     assert not await job_queue.heartbeat(job_id, "A", 600, attempt=1)
     state = await job_queue.get(job_id)
     assert state is not None and (state.status, state.files_done, state.chunks) == ("done", 2, 7)

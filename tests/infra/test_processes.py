@@ -12,14 +12,6 @@ import pytest
 from infra import processes
 
 
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["sleep", "120"])
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
 def test_a_pid_record_still_names_its_process_after_the_clock_moves(
     tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:

@@ -1,6 +1,7 @@
 """`tools.render_page` on image originals: frame n is page n, turned upright as its EXIF orientation says, scaled to
 `scale` pixels per point of the image's own dpi, with boxes in those points (as OCR gave them) highlighted where they
-lie; refusals name the page count or the cause, not the file."""
+lie; refusals name the page count or the cause, not the file. A PDF page shown turned (`/Rotate`, printed by headless
+Chromium and turned by pypdf) is highlighted where its words are shown, as the same page upright is."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.document_files import TABLE_HTML, print_pdf, turned_pdf
 from tools import render_page
-from tools.render_page import RenderError, render_image_here
+from tools.extract.pdf import extract_pdf
+from tools.highlight import line_boxes
+from tools.render_page import RenderError, render_here, render_image_here
 
 DPI = 144
 """The test images' resolution: two pixels per point."""
@@ -73,3 +77,47 @@ def test_an_image_page_renders_in_the_render_worker_process(tmp_path: Path) -> N
     finally:
         render_page.close()
     assert (rendered.width, rendered.height) == (80, 60)
+
+
+def highlighted(pdf: Path, word: str) -> tuple[np.ndarray, np.ndarray]:
+    """The page `pdf` rendered at one pixel per point (grey levels), and where highlighting the line boxes of the
+    first `word` of its extracted text changes it."""
+    extracted = extract_pdf(pdf)
+    assert extracted.layout is not None
+    at = extracted.text.index(word)
+    lines = line_boxes(extracted.text, extracted.layout, at, at + len(word))
+    boxes = [(left, bottom, right, top) for _, left, bottom, right, top in lines]
+    plain = pixels(render_here(str(pdf), 1, [], 1.0).png)
+    marked = pixels(render_here(str(pdf), 1, boxes, 1.0).png)
+    return plain.mean(axis=2), (marked != plain).any(axis=2)
+
+
+def extent(mask: np.ndarray) -> tuple[int, int, int, int]:
+    """The pixel rectangle `(x0, y0, x1, y1)` around the true pixels of `mask`."""
+    ys, xs = np.nonzero(mask)
+    return int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return print_pdf(TABLE_HTML, tmp_path_factory.mktemp("render_turned") / "table.pdf")
+
+
+@pytest.mark.parametrize("rotate", [90, 180, 270])
+@pytest.mark.parametrize("upright", [True, False])
+def test_a_turned_pdf_page_is_highlighted_over_its_word(
+    table: Path, tmp_path: Path, rotate: int, upright: bool
+) -> None:
+    """Shown upright (its content stored turned the other way), the turned page's highlight is the upright page's;
+    shown turned, it is the upright page's highlight turned with the page."""
+    plain, mask = highlighted(table, "pelican")
+    x0, y0, x1, y1 = extent(mask)
+    assert 20 < x1 - x0 < 80 and 5 < y1 - y0 < 25  # one word's line
+    assert (plain[y0 : y1 + 1, x0 : x1 + 1] < 128).sum() > 50  # over the word's dark letters
+    shown, turned_mask = highlighted(turned_pdf(table, tmp_path / "turned.pdf", rotate, upright=upright), "pelican")
+    quarters = 0 if upright else -rotate // 90  # np.rot90 turns counter-clockwise
+    assert shown.shape == np.rot90(plain, quarters).shape
+    want = extent(np.rot90(mask, quarters))
+    assert extent(turned_mask) == pytest.approx(want, abs=1)
+    tx0, ty0, tx1, ty1 = extent(turned_mask)
+    assert (shown[ty0 : ty1 + 1, tx0 : tx1 + 1] < 128).sum() > 50

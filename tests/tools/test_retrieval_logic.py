@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from typing import Unpack
 
 import pytest
 
 from tests.retrieval_doubles import DENSE, FULL_TEXT, FakeEmbedder, FakeStore, hit
 from tools.errors import StoreError
 from tools.fusion import reciprocal_rank_fusion
-from tools.records import ChunkHit, FullTextRank, TermVectors
+from tools.records import ChunkHit, FullTextOptions, TermVectors
 from tools.retrieval import CandidateLists, Retriever, rank_candidates, text_key
 from tools.retrieval_config import RetrievalConfig, RetrievalMode
 from tools.rm3 import Rm3Params
-from tools.scope import SearchScope
 
 
 def retriever(mode: RetrievalMode = "hybrid") -> tuple[Retriever, FakeStore]:
@@ -87,13 +87,7 @@ class FeedbackFakeStore(FakeStore):
         return TermVectors(100, {c: {"expans": 1} for c in chunk_ids}, {"expans": 2})
 
     async def weighted_full_text_search(
-        self,
-        terms: Mapping[str, float],
-        top_k: int,
-        rank: FullTextRank = "bm25",
-        k1: float | None = None,
-        b: float | None = None,
-        scope: SearchScope | None = None,
+        self, terms: Mapping[str, float], top_k: int, **options: Unpack[FullTextOptions]
     ) -> list[ChunkHit]:
         self.sent = dict(terms)
         return [hit("g#0", score=9.0)]

@@ -11,9 +11,9 @@ base client's in-flight slots, retries and request priority.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, Unpack
+from typing import ClassVar, Generic, Protocol, TypeVar, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,8 @@ from tokenizers import Encoding, Tokenizer
 from tools.embedder.client import PRIORITY_INTERACTIVE, ClientOptions, ServedModelSpec, TritonModelClient
 from tools.embedder.inputs import check_texts
 from tools.errors import EmbedderError
+
+T = TypeVar("T")
 
 PAIR_OUTPUT = "logits"
 """Name of a cross-encoder graph's output: FP32 `(batch, width)` logits."""
@@ -70,6 +72,18 @@ def pad_pairs(encodings: Sequence[Encoding], buckets: Sequence[int]) -> dict[str
     return out
 
 
+def spec_named(specs: Mapping[str, T], name: str, kind: str) -> T:
+    """`specs[name]`, the description of the `kind` model (e.g. "reranker") called `name`.
+
+    Raises:
+        ValueError: unknown name; the message lists the known ones.
+    """
+    try:
+        return specs[name]
+    except KeyError:
+        raise ValueError(f"unknown {kind} model {name!r}; expected one of {sorted(specs)}") from None
+
+
 class PairModelSpec(ServedModelSpec, Protocol):
     """What a cross-encoder's description gives: `name`, `max_tokens` and its packaged tokenizer."""
 
@@ -78,13 +92,17 @@ class PairModelSpec(ServedModelSpec, Protocol):
         ...
 
 
-class PairModelClient(TritonModelClient):
-    """A Triton-served cross-encoder: `pair_logits(pairs)` -> `(len(pairs), width)` float32 logits.
+S = TypeVar("S", bound=PairModelSpec)
+"""A cross-encoder's description type."""
+
+
+class PairModelClient(TritonModelClient, Generic[S]):
+    """A Triton-served cross-encoder: `pair_logits(pairs)` -> `(len(pairs), width)` float32 logits; a subclass sets
+    `width` and the description type `S`.
 
     Args:
         url: Triton gRPC endpoint(s), as `TritonEmbedder`'s.
-        spec: the model's description (`PairModelSpec`).
-        width: logits per pair the graph returns (`logits` dims `[width]`).
+        spec: the model's description (a `PairModelSpec`, e.g. `RerankerSpec`, `VerifierSpec`).
         tokenizer_path: its tokenizer.json (or the folder holding it); default: `spec.tokenizer_file()`.
         options: the keyword-only options of `TritonModelClient` (`ClientOptions`); `priority` defaults to
             `PRIORITY_INTERACTIVE` (both cross-encoders are on an answer's path).
@@ -93,11 +111,13 @@ class PairModelClient(TritonModelClient):
         ValueError: as `TritonModelClient`. LookupError / FileNotFoundError: no tokenizer found.
     """
 
+    width: ClassVar[int]
+    """Logits per pair the graph returns (`logits` dims `[width]`)."""
+
     def __init__(
         self,
         url: str,
-        spec: PairModelSpec,
-        width: int,
+        spec: S,
         timeout_s: float = 30.0,
         retries: int = 3,
         tokenizer_path: Path | None = None,
@@ -109,7 +129,7 @@ class PairModelClient(TritonModelClient):
             file = tokenizer_path / "tokenizer.json" if tokenizer_path.is_dir() else tokenizer_path
         options.setdefault("priority", PRIORITY_INTERACTIVE)
         super().__init__(url, spec, pair_tokenizer(file, spec.max_tokens), timeout_s, retries, **options)
-        self.width = width
+        self.spec: S = spec
 
     def _check_outputs(self, outputs: dict[str, list[int]], endpoint: str) -> None:
         """Raises:

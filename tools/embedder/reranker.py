@@ -18,14 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Unpack
 
 import numpy as np
 import numpy.typing as npt
 
-from tools.embedder.client import ClientOptions
 from tools.embedder.inputs import check_texts
-from tools.embedder.pairs import PAIR_OUTPUT, PairModelClient
+from tools.embedder.pairs import PAIR_OUTPUT, PairModelClient, spec_named
 from tools.model_specs import get_spec
 
 RERANK_OUTPUT = PAIR_OUTPUT
@@ -85,41 +83,20 @@ def get_reranker_spec(name: str) -> RerankerSpec:
     Raises:
         ValueError: unknown reranker; the message lists the known ones.
     """
-    try:
-        return RERANKER_SPECS[name]
-    except KeyError:
-        raise ValueError(f"unknown reranker model {name!r}; expected one of {sorted(RERANKER_SPECS)}") from None
+    return spec_named(RERANKER_SPECS, name, "reranker")
 
 
-class TritonReranker(PairModelClient):
+class TritonReranker(PairModelClient[RerankerSpec]):
     """Async client for one Triton-served cross-encoder: `score(query, passages)` -> one logit per passage.
 
-    Args:
-        url: Triton gRPC endpoint(s), as `TritonEmbedder`'s.
-        spec: the reranker's description (`RERANKER_SPECS`).
-        tokenizer_path: its tokenizer.json (or the folder holding it); default: the packaged one
-            (`RerankerSpec.tokenizer_file`).
-        options: the keyword-only options of `TritonModelClient` (`ClientOptions`); `priority` defaults to
-            `PRIORITY_INTERACTIVE` (reranking is on a question's path).
-
-    Raises:
-        ValueError: as `TritonModelClient`. LookupError / FileNotFoundError: no tokenizer found.
+    Constructed as `PairModelClient` (url, spec: a `RERANKER_SPECS` entry, timeout_s, retries, tokenizer_path,
+    options); reranking is on a question's path, so requests go at `PRIORITY_INTERACTIVE` unless `priority` is given.
 
     Use as `async with TritonReranker(...) as reranker: scores = await reranker.score(query, passages)`; keep one per
     process.
     """
 
-    def __init__(
-        self,
-        url: str,
-        spec: RerankerSpec,
-        timeout_s: float = 30.0,
-        retries: int = 3,
-        tokenizer_path: Path | None = None,
-        **options: Unpack[ClientOptions],
-    ) -> None:
-        super().__init__(url, spec, 1, timeout_s, retries, tokenizer_path, **options)
-        self.spec: RerankerSpec = spec
+    width = 1
 
     async def score(self, query: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
         """Relevance logits of (`query`, passage) for each passage, in order (`PairModelClient.pair_logits`).

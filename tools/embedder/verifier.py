@@ -19,13 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Unpack
 
 import numpy as np
 import numpy.typing as npt
 
-from tools.embedder.client import ClientOptions
-from tools.embedder.pairs import PAIR_OUTPUT, PairModelClient
+from tools.embedder.pairs import PAIR_OUTPUT, PairModelClient, spec_named
 from tools.model_specs import get_spec
 from tools.support import DecisionRule
 
@@ -87,10 +85,7 @@ def get_verifier_spec(name: str) -> VerifierSpec:
     Raises:
         ValueError: unknown verifier; the message lists the known ones.
     """
-    try:
-        return VERIFIER_SPECS[name]
-    except KeyError:
-        raise ValueError(f"unknown verifier model {name!r}; expected one of {sorted(VERIFIER_SPECS)}") from None
+    return spec_named(VERIFIER_SPECS, name, "verifier")
 
 
 def label_of(probs: npt.ArrayLike, spec: VerifierSpec) -> tuple[str, float]:
@@ -122,34 +117,17 @@ def softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return probs
 
 
-class TritonVerifier(PairModelClient):
+class TritonVerifier(PairModelClient[VerifierSpec]):
     """Async client for one Triton-served support verifier: `classify(pairs)` -> `(len(pairs), 3)` probabilities.
 
-    Args:
-        url: Triton gRPC endpoint(s), as `TritonEmbedder`'s.
-        spec: the verifier's description (`VERIFIER_SPECS`).
-        tokenizer_path: its tokenizer.json (or the folder holding it); default: the packaged one
-            (`VerifierSpec.tokenizer_file`).
-        options: the keyword-only options of `TritonModelClient` (`ClientOptions`); `priority` defaults to
-            `PRIORITY_INTERACTIVE` (verification is on an answer's path).
-
-    Raises:
-        ValueError: as `TritonModelClient`. FileNotFoundError: no tokenizer found.
+    Constructed as `PairModelClient` (url, spec: a `VERIFIER_SPECS` entry, timeout_s, retries, tokenizer_path,
+    options); verification is on an answer's path, so requests go at `PRIORITY_INTERACTIVE` unless `priority` is
+    given.
 
     Use as `async with TritonVerifier(...) as verifier: probs = await verifier.classify(pairs)`; keep one per process.
     """
 
-    def __init__(
-        self,
-        url: str,
-        spec: VerifierSpec,
-        timeout_s: float = 30.0,
-        retries: int = 3,
-        tokenizer_path: Path | None = None,
-        **options: Unpack[ClientOptions],
-    ) -> None:
-        super().__init__(url, spec, len(SUPPORT_LABELS), timeout_s, retries, tokenizer_path, **options)
-        self.spec: VerifierSpec = spec
+    width = len(SUPPORT_LABELS)
 
     async def classify(self, pairs: Sequence[tuple[str, str]]) -> npt.NDArray[np.float32]:
         """Label probabilities of each (claim, evidence) pair, in order (`PairModelClient.pair_logits`, softmaxed).

@@ -75,37 +75,30 @@ def _paragraph_text(p: Any) -> str:
     return "".join(parts)
 
 
-def _content(element: Any) -> Iterator[Any]:
-    """The block-level children (`w:p`, `w:tbl`) of a body, cell or content control, content controls opened."""
+def _children(element: Any, tags: tuple[str, ...]) -> Iterator[Any]:
+    """The children of `element` with one of `tags`, those inside content controls (`w:sdt`) included."""
     for child in element:
-        if child.tag in (_P, _TBL):
+        if child.tag in tags:
             yield child
         elif child.tag == _SDT:
             content = child.find(_SDT_CONTENT)
             if content is not None:
-                yield from _content(content)
+                yield from _children(content, tags)
+
+
+def _content(element: Any) -> Iterator[Any]:
+    """The block-level children (`w:p`, `w:tbl`) of a body, cell or content control, content controls opened."""
+    return _children(element, (_P, _TBL))
 
 
 def _rows(tbl: Any) -> Iterator[Any]:
     """The `w:tr` rows of a table, rows inside content controls included."""
-    for child in tbl:
-        if child.tag == _TR:
-            yield child
-        elif child.tag == _SDT:
-            content = child.find(_SDT_CONTENT)
-            if content is not None:
-                yield from _rows(content)
+    return _children(tbl, (_TR,))
 
 
 def _cells(tr: Any) -> Iterator[Any]:
     """The `w:tc` cells of a row, cells inside content controls included."""
-    for child in tr:
-        if child.tag == _TC:
-            yield child
-        elif child.tag == _SDT:
-            content = child.find(_SDT_CONTENT)
-            if content is not None:
-                yield from _cells(content)
+    return _children(tr, (_TC,))
 
 
 def _merged_continuation(tc: Any) -> bool:

@@ -2,10 +2,13 @@
 
 A multi-page TIFF (or an animated PNG) is one document of several pages, frame n its page n. A frame's size in points
 comes from the resolution the file records (Pillow's `info["dpi"]`: PNG `pHYs`, JPEG JFIF density, TIFF
-`XResolution`/`YResolution`); a file that records none, or a nonsensical one (below 10 dpi), is taken at 72 dpi, one
-point per pixel. A frame is first turned upright as its EXIF `Orientation` says (`ImageOps.exif_transpose`: a phone
-photo taken sideways), so its text is read upright and the layout's boxes are in points of the upright frame, origin at
-its bottom left, as for PDF pages (and as `tools.render_page` draws an image's page).
+`XResolution`/`YResolution`); a file that records none, or one outside `PLAUSIBLE_DPI` (a screenshot tool's 11 dpi, a
+scanner's 65,535), gets a resolution estimated from its pixels (`tools.extract.orientation.estimate_dpi`: the text's
+line pitch read as body text's, else the longer side read as a Letter page's), so that its page has a page's size in
+points, OCR is told a sensible resolution, and the cited page renders at a sensible size. A frame is first turned
+upright as its EXIF `Orientation` says (`ImageOps.exif_transpose`: a phone photo taken sideways), so its text is read
+upright and the layout's boxes are in points of the upright frame, origin at its bottom left, as for PDF pages (and as
+`tools.render_page` draws an image's page).
 Frames are decoded in this process, one at a time, and read by `OCR_WORKERS` tesseract processes at once; callers run
 this off the event loop (a thread), as for every extractor. Memory is bounded: a frame of more than
 `tools.extract.ocr.MAX_OCR_PIXELS` pixels (stricter than Pillow's own `MAX_IMAGE_PIXELS` warning), or an image of more
@@ -14,6 +17,7 @@ than `MAX_IMAGE_FRAMES` frames, is refused before it is decoded.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +26,13 @@ from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
 from tools.extract.base import Extracted, ExtractError
 from tools.extract.ocr import MAX_OCR_PIXELS, OcrOptions, PageBoxes, PageImage, progress_logger, read_pages
+from tools.extract.orientation import estimate_dpi
 from tools.extract.pages import join_pages, page_layout
 
-DEFAULT_DPI = 72.0
-"""Resolution of an image that records none: one pixel per point."""
-_MIN_DPI = 10.0
+log = logging.getLogger(__name__)
+
+PLAUSIBLE_DPI = (50.0, 1200.0)
+"""The resolutions (dots per inch) a recorded one is believed within; outside, the resolution is estimated."""
 _ORIENTATION = 0x0112
 """The EXIF tag of how the stored pixels are to be turned to show the image upright (1: as stored; 5-8: a quarter
 turn, with or without a mirror)."""
@@ -34,13 +40,14 @@ MAX_IMAGE_FRAMES = 1000
 """Most frames (pages) of one image file; a file with more is refused."""
 
 
-def _frame_dpi(dpi: object) -> tuple[float, float]:
-    """The resolution Pillow read (`info["dpi"]`), or `DEFAULT_DPI` for none or one below 10 dpi."""
+def _frame_dpi(dpi: object) -> tuple[float, float] | None:
+    """The resolution Pillow read (`info["dpi"]`), or None for none or one outside `PLAUSIBLE_DPI`."""
+    low, high = PLAUSIBLE_DPI
     if isinstance(dpi, tuple) and len(dpi) == 2:
         x, y = (float(v) for v in dpi)
-        if x >= _MIN_DPI and y >= _MIN_DPI:
+        if low <= x <= high and low <= y <= high:
             return x, y
-    return DEFAULT_DPI, DEFAULT_DPI
+    return None
 
 
 def check_frame(path: Path, frame: Image.Image, number: int) -> None:
@@ -65,10 +72,20 @@ def check_frame(path: Path, frame: Image.Image, number: int) -> None:
 
 def upright(frame: Image.Image) -> tuple[Image.Image, tuple[float, float]]:
     """`frame` turned as its EXIF `Orientation` says (`ImageOps.exif_transpose`; unchanged without one), and its
-    resolution `(x, y)` in dots per inch along the upright frame's axes (`_frame_dpi`, swapped for a quarter turn)."""
-    dpi_x, dpi_y = _frame_dpi(frame.info.get("dpi"))
+    resolution `(x, y)` in dots per inch along the upright frame's axes (`_frame_dpi`, swapped for a quarter turn; a
+    missing or implausible one estimated from the upright frame's pixels, `estimate_dpi`, the same on every call)."""
+    recorded = _frame_dpi(frame.info.get("dpi"))
     orientation = frame.getexif().get(_ORIENTATION, 1)
     turned = ImageOps.exif_transpose(frame)
+    if recorded is None:
+        dpi = estimate_dpi(turned)
+        log.info(
+            "an image frame records no plausible resolution (%s): read at an estimated %.0f dpi",
+            frame.info.get("dpi"),
+            dpi,
+        )
+        return turned, (dpi, dpi)
+    dpi_x, dpi_y = recorded
     if orientation in (5, 6, 7, 8):
         dpi_x, dpi_y = dpi_y, dpi_x
     return turned, (dpi_x, dpi_y)

@@ -9,8 +9,9 @@ character of a word gets an equal share of the word's width (Tesseract gives no 
 and line breaks get NaN boxes. Pixel boxes become points in page space, as the text layer's boxes are
 (`tools.extract.pdf`) and as `tools.render_page` draws them: with the rendered area's bottom-left corner at
 `(x0, y0)` (a PDF page's crop box; `(0, 0)` for an image) and its height `h`, `x_pt = x0 + x_px * 72 / dpi`,
-`y_pt = y0 + h - y_px * 72 / dpi`. A PDF page shown turned (`/Rotate`) is OCR'd as shown, but its characters get NaN
-boxes (no highlight), as the text layer's rotated pages do.
+`y_pt = y0 + h - y_px * 72 / dpi`. A PDF page shown turned (`/Rotate`) is OCR'd as shown, and its boxes are on the
+page as shown (the crop box turned about its bottom-left corner `(x0, y0)`, `h` the height shown), as the text layer's
+boxes of a turned page are and as `tools.render_page` draws them.
 
 Memory is bounded per page: a PDF page is rendered at `OcrOptions.dpi` unless that would give more than
 `MAX_OCR_PIXELS` pixels, when it is rendered at the highest resolution that stays within them (a page of A4 or US
@@ -24,6 +25,7 @@ Debian packages `tesseract-ocr-<lang>`.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -43,7 +45,7 @@ import pytesseract
 from PIL import Image
 
 from tools.extract.base import ExtractError
-from tools.extract.orientation import SKEW_MAX_DEG, boxes_back, quarter_turn, skew_angle, turned
+from tools.extract.orientation import SKEW_MAX_DEG, boxes_back, is_blank, quarter_turn, skew_angle, turned
 
 PageBoxes = npt.NDArray[np.float32]
 """`(len(text), 4)` float32 character boxes `(left, bottom, right, top)` in points; NaN rows for spaces and breaks."""
@@ -56,6 +58,13 @@ MAX_OCR_PIXELS = 40_000_000
 """Most pixels (width x height) of one page image read by OCR: 40 MB in grey levels, and `read_pages` holds up to
 twice `OCR_WORKERS` of them. A PDF page is rendered at a lower dpi to stay within it; a larger image frame is
 refused."""
+TESSERACT_MAX_SIDE = 32767
+"""Tesseract refuses an image with a side longer than this (its coordinates are 16-bit): longer ones are read in
+tiles (`TILE_SIDE_PX`)."""
+TILE_SIDE_PX = 8192
+"""The longest side of a tile of a page image too long for Tesseract; each cut is moved to the emptiest row (or
+column) within `TILE_SEARCH_PX` before it, so that it falls between lines of text."""
+TILE_SEARCH_PX = 512
 REORIENT_BELOW = 75.0
 """A first reading whose mean word confidence (0-100) is below this asks Tesseract's orientation detection for a
 quarter turn and reads the upright page again: an upright page of clean print reads at 90-96, the same page turned a
@@ -80,6 +89,8 @@ class OcrOptions:
         workers: `tesseract` processes at once (`OCR_WORKERS`).
         min_confidence: a page read at a lower mean word confidence (0-100, Tesseract's) is not stored: its text is
             dropped and a warning names it (`OCR_MIN_CONFIDENCE`; 0 keeps everything).
+        file_timeout_s: OCR of one file stops with an error once it has taken longer than this, seconds
+            (`OCR_FILE_TIMEOUT_S`): the bound of the work one file can make.
     """
 
     enabled: bool = True
@@ -88,9 +99,12 @@ class OcrOptions:
     min_chars: int = 20
     workers: int = field(default_factory=default_workers)
     min_confidence: float = 50.0
+    file_timeout_s: float = 900.0
 
     def __post_init__(self) -> None:
         """Raises ValueError for a dpi, min_chars or workers below 1, or an empty language."""
+        if not self.file_timeout_s > 0:
+            raise ValueError(f"OCR file_timeout_s={self.file_timeout_s}; expected more than 0 seconds")
         if not 0 <= self.min_confidence <= 100:
             raise ValueError(f"OCR min_confidence={self.min_confidence}; expected 0 to 100")
         if min(self.dpi, self.min_chars, self.workers) < 1 or not self.language.strip():
@@ -123,13 +137,14 @@ def ocr_scale(size: tuple[float, float], dpi: int) -> float:
 def render_page(document: pdfium.PdfDocument, index: int, dpi: int) -> PageImage:
     """Page `index` (0-based) of `document` rendered by PDFium in grey levels at `dpi`, or lower where the image
     would exceed `MAX_OCR_PIXELS` (`ocr_scale`; logged) (the page as shown: crop box and `/Rotate` applied;
-    `origin` the crop box's bottom-left corner, None for a turned page). PDFium is not thread-safe: the caller
+    `origin` the crop box's bottom-left corner: a turned page's boxes are on the page as shown, the crop box turned
+    about that corner, as `tools.extract.pdf` gives a turned text layer's). PDFium is not thread-safe: the caller
     serialises calls."""
     page = document[index]
     try:
         size: tuple[float, float] = tuple(page.get_size())
-        left, bottom, _, _ = page.get_cropbox()
-        origin = None if page.get_rotation() % 360 else (float(left), float(bottom))
+        left, bottom, _, _ = page.get_bbox()  # the crop box within the media box
+        origin = (float(left), float(bottom))
         scale = ocr_scale(size, dpi)
         if scale < dpi / 72:
             log.info(
@@ -199,15 +214,20 @@ def read_page(page: PageImage, language: str, min_confidence: float = 0.0) -> Oc
     points, page space (`page.origin` added; NaN rows for spaces and line breaks, and for every character of a page
     whose `origin` is None).
 
-    The page is read level (`tools.extract.orientation.skew_angle`); when the mean word confidence is below
-    `REORIENT_BELOW`, Tesseract's orientation detection is asked for a quarter turn and the upright page is read
-    again, the better reading kept. A reading whose mean word confidence is below `min_confidence` is not text:
-    the result has no text (the caller reports it). Boxes of a turned reading are mapped back onto the page image
-    (`boxes_back`); after a quarter turn each character gets its whole word's box.
+    A blank page (`tools.extract.orientation.is_blank`) is not read. A page with a side over `TESSERACT_MAX_SIDE` is
+    read in tiles along that side (`_read_tiles`). The page is read level (`tools.extract.orientation.skew_angle`);
+    when the mean word confidence is below `REORIENT_BELOW`, Tesseract's orientation detection is asked for a quarter
+    turn and the upright page is read again, the better reading kept. A reading whose mean word confidence is below
+    `min_confidence` is not text: the result has no text (the caller reports it). Boxes of a turned reading are
+    mapped back onto the page image (`boxes_back`); after a quarter turn each character gets its whole word's box.
 
     Raises:
         pytesseract.TesseractNotFoundError, pytesseract.TesseractError: see `ocr_error`.
     """
+    if max(page.image.size) > TESSERACT_MAX_SIDE:
+        return _read_tiles(page, language, min_confidence)
+    if is_blank(page.image):
+        return OcrPage("", np.empty((0, 4), np.float32), 0.0, 0.0)
     dpi = round(72 * page.px_per_pt[0])
     reading = _read(page.image, skew_angle(page.image), language, dpi)
     if reading.confidence < REORIENT_BELOW and (turn := quarter_turn(page.image, dpi)):
@@ -219,6 +239,56 @@ def read_page(page: PageImage, language: str, min_confidence: float = 0.0) -> Oc
         return OcrPage("", np.empty((0, 4), np.float32), reading.confidence, reading.degrees)
     text, boxes = _layout(page, reading)
     return OcrPage(text, boxes, reading.confidence, reading.degrees)
+
+
+def _cuts(image: Image.Image, vertical: bool) -> list[int]:
+    """Where to cut `image` along its rows (`vertical`) or columns into tiles of at most `TILE_SIDE_PX`: 0, the
+    cuts, the length; each cut in the middle of the longest run of the emptiest rows (or columns) within
+    `TILE_SEARCH_PX` before its nominal place, so that it falls between lines, in the widest gap."""
+    ink = (np.asarray(image.convert("L")) < 128).sum(axis=1 if vertical else 0)
+    length = ink.size
+    cuts = [0]
+    while length - cuts[-1] > TILE_SIDE_PX:
+        first = cuts[-1] + TILE_SIDE_PX - TILE_SEARCH_PX
+        window = ink[first : first + TILE_SEARCH_PX]
+        emptiest = np.concatenate([[False], window == window.min(), [False]])
+        edges = np.flatnonzero(emptiest[1:] != emptiest[:-1])  # run starts and ends, alternating
+        starts, ends = edges[::2], edges[1::2]
+        longest = int(np.argmax(ends - starts))
+        cuts.append(first + int((starts[longest] + ends[longest]) // 2))
+    return [*cuts, length]
+
+
+def _read_tiles(page: PageImage, language: str, min_confidence: float) -> OcrPage:
+    """`read_page` of a page image too long for Tesseract, in tiles along its long side (`_cuts`), their texts
+    joined by blank lines, their boxes in the page's space, the confidence the tiles' mean weighted by text."""
+    image, (sx, sy) = page.image, page.px_per_pt
+    vertical = image.height >= image.width
+    cuts = _cuts(image, vertical)
+    texts: list[str] = []
+    boxes: list[PageBoxes] = []
+    weighted = 0.0
+    for start, end in itertools.pairwise(cuts):
+        if vertical:
+            crop = (0, start, image.width, end)
+            size = (image.width / sx, (end - start) / sy)
+            origin = None if page.origin is None else (page.origin[0], page.origin[1] + (image.height - end) / sy)
+        else:
+            crop = (start, 0, end, image.height)
+            size = ((end - start) / sx, image.height / sy)
+            origin = None if page.origin is None else (page.origin[0] + start / sx, page.origin[1])
+        tile = read_page(PageImage(image.crop(crop), size, page.px_per_pt, origin), language, min_confidence)
+        if not tile.text:
+            continue
+        if texts:
+            texts.append("\n\n")
+            boxes.append(np.full((2, 4), np.nan, np.float32))
+        texts.append(tile.text)
+        boxes.append(tile.boxes)
+        weighted += tile.confidence * len(tile.text)
+    text = "".join(texts)
+    confidence = weighted / max(1, sum(len(t) for t in texts if t != "\n\n"))
+    return OcrPage(text, np.concatenate(boxes) if boxes else np.empty((0, 4), np.float32), confidence, 0.0)
 
 
 def _layout(page: PageImage, reading: _Reading) -> tuple[str, PageBoxes]:
@@ -302,11 +372,12 @@ def read_pages(
 
     Raises:
         ExtractError: tesseract is missing, a language's data is missing, or tesseract failed (`ocr_error`; names
-            `where`).
+            `where`); or pages remain after `options.file_timeout_s` (the pages read so far are dropped).
     """
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     ahead = 2 * options.workers
     done = 0
+    start = time.perf_counter()
     with ThreadPoolExecutor(options.workers, thread_name_prefix="ocr") as pool:
         queued: list[tuple[K, Future[OcrPage]]] = []
         source = iter(pages)
@@ -328,6 +399,15 @@ def read_pages(
                     other.cancel()
                 raise ocr_error(where, exc, options.language) from None
             done += 1
+            elapsed = time.perf_counter() - start
+            if elapsed > options.file_timeout_s and (queued or not exhausted):
+                for _, other in queued:
+                    other.cancel()
+                raise ExtractError(
+                    f"{where}: OCR stopped after {done} page image(s) and {elapsed:.0f} s, over "
+                    f"OCR_FILE_TIMEOUT_S={options.file_timeout_s:g}; split the file into smaller ones, or raise the "
+                    "limit"
+                )
             if 0 < page.confidence < options.min_confidence:  # a blank page has no words to be unsure of
                 log.warning(
                     "%s: page image %d read by OCR at a mean word confidence of %.0f, below OCR_MIN_CONFIDENCE=%g: "

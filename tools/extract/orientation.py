@@ -36,6 +36,11 @@ SKEW_MIN_GAIN = 1.1
 has no clear best angle)."""
 SKEW_SIDE_PX = 800
 """The longer side of the copy the skew is measured on, pixels."""
+BLANK_DARK_PIXELS = 20
+"""A page image with fewer dark pixels than this is blank: OCR is not run on it (a speck of dust is not text)."""
+BODY_PITCH_PT = 13.2
+"""The line pitch of body text, points (11 pt type at 1.2 leading), by which `estimate_dpi` reads a resolution off
+the text's line pitch in pixels."""
 OSD_MIN_CONFIDENCE = 1.5
 """Tesseract's orientation confidence below which its quarter turn is not trusted (its own scale; a clear page
 gives 5-15)."""
@@ -50,12 +55,52 @@ def _sharpness(ys: npt.NDArray[np.float64], xs: npt.NDArray[np.float64], degrees
     return float(np.sum(hist.astype(np.float64) ** 2))
 
 
+def _dark(image: Image.Image) -> tuple[npt.NDArray[np.bool_], float]:
+    """The dark pixels (< 128) of a grey copy of `image` at most `SKEW_SIDE_PX` on its longer side, and the copy's
+    pixels per pixel of `image`."""
+    small = image.convert("L")
+    small.thumbnail((SKEW_SIDE_PX, SKEW_SIDE_PX))
+    return np.asarray(small) < 128, small.width / max(image.width, 1)
+
+
+def is_blank(image: Image.Image) -> bool:
+    """Whether `image` has fewer than `BLANK_DARK_PIXELS` dark pixels (< 128) at full resolution: nothing for OCR."""
+    return int((np.asarray(image.convert("L")) < 128).sum()) < BLANK_DARK_PIXELS
+
+
+def line_pitch_px(image: Image.Image) -> float | None:
+    """The line pitch of a level `image`'s text, in its pixels: the first peak of the autocorrelation of its row
+    profile of dark pixels (robust to lines broken into several runs); None without a clear one (fewer than three
+    lines' worth of rows, or a peak under a quarter of the profile's energy)."""
+    dark, ratio = _dark(image)
+    rows = dark.sum(axis=1).astype(np.float64)
+    rows -= rows.mean()
+    energy = float(np.dot(rows, rows))
+    if energy == 0 or rows.size < 8:
+        return None
+    corr = np.correlate(rows, rows, mode="full")[rows.size - 1 :] / energy
+    below = np.flatnonzero(corr < 0)
+    if below.size == 0:
+        return None
+    lag = int(below[0] + np.argmax(corr[below[0] :]))
+    if corr[lag] < 0.25 or lag * 3 > rows.size:
+        return None
+    return lag / ratio
+
+
+def estimate_dpi(image: Image.Image, low: float = 72.0, high: float = 600.0) -> float:
+    """A plausible resolution of a document image that records none (or a nonsensical one), dots per inch: its
+    line pitch read as body text's (`BODY_PITCH_PT`), else its longer side read as a Letter page's 11 inches;
+    clamped to [`low`, `high`]."""
+    pitch = line_pitch_px(image)
+    dpi = pitch * 72 / BODY_PITCH_PT if pitch is not None else max(image.size) / 11
+    return float(min(max(dpi, low), high))
+
+
 def skew_angle(image: Image.Image) -> float:
     """Degrees to turn `image` counter-clockwise (Pillow's `rotate` sign) so that its text lines are level: the
     negative of the lines' tilt; 0.0 for a level page or one without a clear angle (module docstring)."""
-    small = image.convert("L")
-    small.thumbnail((SKEW_SIDE_PX, SKEW_SIDE_PX))
-    dark = np.asarray(small) < 128
+    dark, _ = _dark(image)
     ys, xs = (a.astype(np.float64) for a in np.nonzero(dark))
     if ys.size < 200:
         return 0.0

@@ -7,16 +7,21 @@ handle, one page at a time, so memory holds one page's text objects (plus the te
 What a page shows is what is extracted:
 - a page cropped with a `CropBox` smaller than its `MediaBox` gives only the text inside the crop box (PDFium's
   bounded text);
-- a page with rotated text (a landscape table turned on a portrait sheet and shown upright with `/Rotate`, or a
-  rotated block): PDFium's text page breaks such text into one character per line, so that page is read by `pypdf`,
-  which follows the text's own direction (its crop box is not applied then);
+- a page shown turned (`/Rotate`), or whose text is stored turned (a landscape table turned on a portrait sheet and
+  shown upright with `/Rotate`), reads upright, in lines top to bottom and with a table's cells apart, as the same page
+  shown upright reads: PDFium orders lines and infers spaces on the page as shown, and breaks turned text into one
+  character per line, so the page's objects are turned upright in memory and its `/Rotate` set to 0 while its text
+  is read (`_turned_page_text`; nothing is written back, and `/Rotate` is restored);
+- a page with text turned different ways (a rotated block beside upright text) is read by `pypdf`, which follows each
+  run of text's own direction (its crop box is not applied then);
 - typographic ligatures (U+FB00..FB06, ﬁ ﬂ ﬀ ...) come out as their letters, from fonts embedded simple or CID-keyed
   (Type0, Identity-H; how Chromium and most office suites embed fonts).
 
 Each character keeps its box on the page (`Extracted.layout`, PDFium's `FPDFText_GetCharBox`), so a cited passage can
 be highlighted on the rendered page: the cleaning of the page text (`_clean_located`) carries the boxes along, and a
 page whose text cannot be aligned with PDFium's characters one to one, or read by pypdf, has no boxes (NaN) rather
-than wrong ones.
+than wrong ones. A turned page's boxes are on the page as shown (`_shown_boxes`: the crop box turned by `/Rotate`
+about its bottom-left corner), as `tools.render_page` draws them on the page rendered with `/Rotate` applied.
 
 PDFium is not thread-safe, and a malformed or hostile PDF can crash it (a segfault ends the process): every PDF is
 read in a worker process (`PdfExtractor`, a `tools.extract.pdfium_worker.PdfiumWorker`: one process, started with
@@ -67,7 +72,8 @@ _LIGATURES = re.compile("[\ufb00-\ufb06]")
 _DROPPED = (re.compile(_SOFT_HYPHEN_BREAK), re.compile("\ufffe"), re.compile("\x02"))
 """What `_clean` deletes, in its order: the soft-hyphen line breaks, then lone U+FFFE and U+0002."""
 _ROTATED_RAD = 0.05
-"""A character whose baseline turns more than this from the page's x axis, radians (about 3°), is rotated text."""
+"""A character whose baseline turns more than this from a quarter turn, radians (about 3°), is text turned off the
+page's axes (the page is then read by `_rotated_text`)."""
 _CROP_SLACK_PT = 0.5
 """A crop box within this of the media box on every side (points) is no crop."""
 
@@ -179,13 +185,27 @@ def _bounded_chars(textpage: pdfium.PdfTextPage, crop: tuple[float, float, float
     return chars if "".join(out) == raw else None
 
 
-def _has_rotated_text(textpage: pdfium.PdfTextPage) -> bool:
-    """Whether any character's baseline is turned (`_ROTATED_RAD`) from the page's x axis."""
-    for index in range(textpage.count_chars()):
-        angle = pdfium_c.FPDFText_GetCharAngle(textpage.raw, index)
-        if angle >= 0 and min(angle, 2 * math.pi - angle) > _ROTATED_RAD:
-            return True
-    return False
+def _text_turn(textpage: pdfium.PdfTextPage) -> int | None:
+    """How far the page's text is turned clockwise in page space, degrees (0, 90, 180 or 270: PDFium's character
+    angles; 0 without text), or None where characters are turned different ways or off a quarter turn by more than
+    `_ROTATED_RAD` (a rotated block beside upright text: read by `_rotated_text`). The line breaks and spaces PDFium
+    generates, at angle 0 on any page, and whitespace are not counted as upright text on a turned page."""
+    handle = textpage.raw
+    count = textpage.count_chars()
+    angles = np.fromiter((pdfium_c.FPDFText_GetCharAngle(handle, i) for i in range(count)), np.float64, count)
+    known = angles >= 0  # -1: PDFium could not tell
+    quarters = np.rint(angles / (math.pi / 2))
+    if (known & (np.abs(angles - quarters * math.pi / 2) > _ROTATED_RAD)).any():
+        return None
+    quarters %= 4
+    turns = set(quarters[known & (quarters != 0)].astype(int).tolist())
+    if len(turns) != 1:
+        return None if turns else 0
+    for index in np.flatnonzero(known & (quarters == 0)).tolist():
+        generated = pdfium_c.FPDFText_IsGenerated(handle, index)
+        if not generated and not chr(pdfium_c.FPDFText_GetUnicode(handle, index)).isspace():
+            return None  # upright text beside turned text
+    return int(turns.pop()) * 90
 
 
 def _crop(page: pdfium.PdfPage) -> tuple[float, float, float, float] | None:
@@ -198,26 +218,80 @@ def _crop(page: pdfium.PdfPage) -> tuple[float, float, float, float] | None:
     return crop
 
 
-def _page_text(document: pdfium.PdfDocument, index: int) -> tuple[str, Boxes | None] | None:
-    """The page's text and each of its characters' box (`Boxes`; None where the text cannot be aligned with
-    PDFium's characters), or None: the page has rotated text, to be read by `_rotated_text`."""
-    page = document[index]
+def _located_text(
+    textpage: pdfium.PdfTextPage, crop: tuple[float, float, float, float] | None
+) -> tuple[str, Boxes | None]:
+    """The text page's raw text (all of it, or what lies in `crop`) and its characters' boxes in the text page's
+    space (None where the text cannot be aligned with PDFium's characters)."""
+    if crop is None:
+        raw: str = textpage.get_text_range()
+        chars = _range_chars(textpage, raw)
+    else:
+        raw = textpage.get_text_bounded(*crop)
+        chars = _bounded_chars(textpage, crop, raw)
+    return raw, None if chars is None else _char_boxes(textpage, chars)
+
+
+def _clockwise(degrees: int) -> npt.NDArray[np.float64]:
+    """The 2x2 matrix turning points `degrees` (a multiple of 90) clockwise about the origin (`matrix @ (x, y)`)."""
+    quarter = degrees // 90 % 4
+    cos, sin = (1, 0, -1, 0)[quarter], (0, 1, 0, -1)[quarter]
+    return np.array([[cos, sin], [-sin, cos]], np.float64)
+
+
+def _shown_boxes(boxes: Boxes, turn: int, rotation: int, cropbox: tuple[float, float, float, float]) -> Boxes:
+    """`boxes` (`(n, 4)` float32, `(left, bottom, right, top)`, NaN rows kept) measured in page space turned `turn`
+    degrees counter-clockwise (a multiple of 90: where text turned `turn` degrees clockwise stands upright), mapped
+    onto the page as shown: its crop box `cropbox` (page space) turned
+    `rotation` degrees clockwise (`/Rotate`) about its own bottom-left corner, which stays where it is; x runs to the
+    right and y up as the page is shown (0, 0: page space itself)."""
+    to_shown = _clockwise(rotation)
+    corners = np.array([[cropbox[0], cropbox[1]], [cropbox[2], cropbox[3]]], np.float64) @ to_shown.T
+    offset = np.array(cropbox[:2], np.float64) - corners.min(axis=0)
+    turned = _clockwise(rotation + turn).T
+    low = boxes[:, :2].astype(np.float64) @ turned + offset
+    high = boxes[:, 2:].astype(np.float64) @ turned + offset
+    return np.hstack([np.minimum(low, high), np.maximum(low, high)]).astype(np.float32)
+
+
+def _turned_page_text(page: pdfium.PdfPage, turn: int, rotation: int) -> tuple[str, Boxes | None]:
+    """The raw text and boxes of a page whose text is turned `turn` degrees clockwise or that is shown turned
+    (`rotation`, its `/Rotate`): its objects are turned upright in memory and `/Rotate` set to 0 while PDFium reads
+    the text (PDFium orders lines and infers spaces on the page as shown), then restored (nothing is written to the
+    file). The boxes are on the page as shown (`_shown_boxes`)."""
+    crop = _crop(page)
+    cropbox: tuple[float, float, float, float] = tuple(page.get_bbox())  # the crop box within the media box
+    upright = pdfium.PdfMatrix().rotate(turn, ccw=True)
+    for obj in page.get_objects(max_depth=0):
+        obj.transform(upright)
+    page.set_rotation(0)
     try:
         textpage = page.get_textpage()
         try:
-            if _has_rotated_text(textpage):
-                return None
-            crop = _crop(page)
-            raw: str
-            if crop is None:
-                raw = textpage.get_text_range()
-                chars = _range_chars(textpage, raw)
-            else:
-                raw = textpage.get_text_bounded(*crop)
-                chars = _bounded_chars(textpage, crop, raw)
-            boxes = None if chars is None else _char_boxes(textpage, chars)
+            raw, boxes = _located_text(textpage, None if crop is None else upright.on_rect(*crop))
         finally:
             textpage.close()
+    finally:
+        page.set_rotation(rotation)
+    return raw, None if boxes is None else _shown_boxes(boxes, turn, rotation, cropbox)
+
+
+def _page_text(document: pdfium.PdfDocument, index: int) -> tuple[str, Boxes | None] | None:
+    """The page's text, read upright and in lines as the page is shown, and each of its characters' box on the page
+    as shown (`Boxes`; None where the text cannot be aligned with PDFium's characters), or None: the page has text
+    turned different ways, to be read by `_rotated_text`."""
+    page = document[index]
+    try:
+        rotation = page.get_rotation() % 360
+        textpage = page.get_textpage()
+        try:
+            turn = _text_turn(textpage)
+            read = _located_text(textpage, _crop(page)) if turn == 0 and rotation == 0 else None
+        finally:
+            textpage.close()
+        if turn is None:
+            return None
+        raw, boxes = _turned_page_text(page, turn, rotation) if read is None else read
     finally:
         page.close()
     if boxes is None:
@@ -366,8 +440,8 @@ def _ocr_short_pages(
 ) -> dict[int, tuple[str, PageBoxes, tuple[float, float]]]:
     """index -> (text, character boxes, page size in points) of each page whose text layer has fewer than
     `ocr.min_chars` characters, OCR'd; the text layer is kept where OCR reads less (a page number alone, say).
-    Pages with rotated text (None in `read`) are not OCR'd. Called with `PDFIUM_LOCK` held (pages are rendered one at a
-    time, read by `ocr.workers` tesseract processes at once)."""
+    Pages with text turned different ways (None in `read`) are not OCR'd. Called with `PDFIUM_LOCK` held (pages are
+    rendered one at a time, read by `ocr.workers` tesseract processes at once)."""
     short = [i for i, text in enumerate(read) if text is not None and len(text) < ocr.min_chars]
     if short and not tesseract_installed() and any(text and len(text) >= ocr.min_chars for text in read):
         # A PDF with text whose other pages are (near) empty, e.g. a blank separator page, stays readable on a

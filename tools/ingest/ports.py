@@ -12,7 +12,7 @@ testable without a server, and one contract suite per port (`tests/contracts/tes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from tools.model_specs import EmbeddingModelSpec
 from tools.records import (
     DocumentRecord,
     FileState,
+    Hashes,
     IngestCounts,
     StagedDocument,
     StagedRow,
@@ -83,11 +84,7 @@ class ChunkSink(Protocol):
         ...
 
     async def add_documents(
-        self,
-        docs: Sequence[DocumentRecord],
-        unchanged: Mapping[str, str] | None = None,
-        *,
-        collection: str = DEFAULT_COLLECTION,
+        self, docs: Sequence[DocumentRecord], unchanged: Hashes | None = None, *, collection: str = DEFAULT_COLLECTION
     ) -> IngestCounts:
         """Store `docs` in `collection` in one transaction: the same content hash is skipped, another replaces the
         stored version; each of `unchanged` (doc_id -> hash, sent without chunks) counts as skipped if still stored

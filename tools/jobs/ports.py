@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobStatus
+from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobOutcome, JobProgress
 from tools.scope import DEFAULT_COLLECTION, check_collection
 
 ABANDONED = "its worker stopped while running it %s times (a file may crash the process); not retried"
@@ -90,33 +90,14 @@ class JobQueue(Protocol):
         """The files of job `job_id`, in upload order (none once it ended)."""
         ...
 
-    async def progress(
-        self,
-        job_id: int,
-        worker: str,
-        files_done: int,
-        chunks: int,
-        errors: list[dict[str, str]],
-        *,
-        attempt: int,
-        files_total: int | None = None,
-    ) -> bool:
-        """Record the progress of `worker`'s claim `attempt` (and `files_total` when given); False (nothing
-        written) when the claim is gone."""
+    async def progress(self, job_id: int, worker: str, done: JobProgress, *, attempt: int) -> bool:
+        """Record the progress `done` of `worker`'s claim `attempt` (its `files_total` only when given); False
+        (nothing written) when the claim is gone."""
         ...
 
-    async def finish(
-        self,
-        job_id: int,
-        worker: str,
-        status: JobStatus,
-        timings: dict[str, float],
-        *,
-        attempt: int,
-        result: dict[str, Any] | None = None,
-    ) -> bool:
-        """Mark the job `done` or `failed` with its `timings` and `result` and drop its uploaded bytes, if it is
-        still `worker`'s claim `attempt`; False (nothing written) otherwise."""
+    async def finish(self, job_id: int, worker: str, outcome: JobOutcome, *, attempt: int) -> bool:
+        """Mark the job `done` or `failed` with its `timings` and `result` (`outcome`) and drop its uploaded bytes,
+        if it is still `worker`'s claim `attempt`; False (nothing written) otherwise."""
         ...
 
     async def document_chunks(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> int:

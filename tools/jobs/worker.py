@@ -43,7 +43,7 @@ from tools.ingest.ports import ChunkSink, DocumentEmbedder, KeptOriginals, SyncL
 from tools.ingest.sync import SyncRequest, sync_folder, within_roots
 from tools.ingest.sync_plan import SyncReport
 from tools.jobs.ports import JobQueue
-from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobStatus
+from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobOutcome, JobProgress, JobStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -134,7 +134,7 @@ async def run_job(
             handled = len(synced.added) + len(synced.updated) + len(synced.moved) + len(synced.removed)
             handled += len(synced.failed)
             if not await queue.progress(
-                job.id, worker, handled, synced.chunks_written, errors, attempt=claim, files_total=handled
+                job.id, worker, JobProgress(handled, synced.chunks_written, errors, handled), attempt=claim
             ):
                 raise LeaseLostError(job.id)
             files = []
@@ -159,7 +159,7 @@ async def run_job(
                 for bad in report.failed:
                     errors.append({"file": f.name, "error": f"chunk {bad.chunk_index}: {bad.reason}"})
                 await asyncio.to_thread(path.unlink)
-                if not await queue.progress(job.id, worker, done, chunks, errors, attempt=claim):
+                if not await queue.progress(job.id, worker, JobProgress(done, chunks, errors), attempt=claim):
                     raise LeaseLostError(job.id)
                 if after_file is not None:
                     await after_file(job, done)
@@ -171,14 +171,14 @@ async def run_job(
     except Exception as exc:  # noqa: BLE001 (any failure of the run is the job's outcome, recorded)
         status = "failed"
         errors.append({"file": "", "error": f"{type(exc).__name__}: {exc}"})
-        await queue.progress(job.id, worker, job.files_done, chunks, errors, attempt=claim)
+        await queue.progress(job.id, worker, JobProgress(job.files_done, chunks, errors), attempt=claim)
         log.warning("job %d failed: %s", job.id, exc)
     finally:
         lease.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await lease
     timings = {"wall_s": round(time.perf_counter() - start, 3)}
-    await queue.finish(job.id, worker, status, timings, attempt=claim, result=result)
+    await queue.finish(job.id, worker, JobOutcome(status, timings, result), attempt=claim)
     return await queue.get(job.id)
 
 

@@ -26,7 +26,9 @@ from uuid import UUID
 import asyncpg
 
 from tools.conversations import (
+    Citations,
     Conversation,
+    ConversationLog,
     ConversationPage,
     ConversationTurn,
     auto_title,
@@ -66,7 +68,7 @@ def _turn(row: asyncpg.Record) -> ConversationTurn:
     return ConversationTurn(row["n"], row["question"], row["answer"], citations, row["refused"], row["created_at"])
 
 
-class ConversationStore:
+class ConversationStore(ConversationLog):
     """`ConversationLog` in Postgres over `store`'s pool (the store must be connected before the first call).
 
     Raises (every method): the store's errors (`StoreUnavailableError`, `StoreBusyError`, `StoreQueryError`), or
@@ -140,20 +142,6 @@ class ConversationStore:
         listed = [_conversation(r) for r in rows[:limit]]
         return ConversationPage(listed, int(total), encode_cursor(listed[-1]) if len(rows) > limit else None)
 
-    async def add_turn(
-        self,
-        conversation_id: UUID,
-        question: str,
-        answer: str,
-        citations: Sequence[dict[str, Any]] = (),
-        refused: bool = False,
-        owner: str | None = None,
-    ) -> ConversationTurn | None:
-        """Append one finished turn: `reserve_turn` and `fill_turn`; None when the conversation is absent (nothing
-        stored)."""
-        n = await self.reserve_turn(conversation_id, question, owner)
-        return None if n is None else await self.fill_turn(conversation_id, n, answer, citations, refused)
-
     async def reserve_turn(self, conversation_id: UUID, question: str, owner: str | None = None) -> int | None:
         """Insert a reserved (answerless, invisible) turn for `question`, numbered after every row of the
         conversation, in one transaction holding the conversation's row lock.
@@ -181,12 +169,7 @@ class ConversationStore:
         return int(n)
 
     async def fill_turn(
-        self,
-        conversation_id: UUID,
-        n: int,
-        answer: str,
-        citations: Sequence[dict[str, Any]] = (),
-        refused: bool = False,
+        self, conversation_id: UUID, n: int, answer: str, citations: Citations = (), refused: bool = False
     ) -> ConversationTurn | None:
         """Write the answer into reserved turn `n`, move `updated_at` and name an untitled conversation after its
         first question, in one transaction that takes the conversation's row lock first (a delete waits for it, or

@@ -33,7 +33,7 @@ from typing import Any
 import asyncpg
 
 from tools.jobs.ports import ABANDONED, check_sync, check_upload
-from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobStatus
+from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobOutcome, JobProgress
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import pools
 from tools.store.records import Conn
@@ -229,37 +229,20 @@ class PostgresJobQueue:
             rows = await conn.fetch("SELECT name, data FROM ingest_job_files WHERE job_id = $1 ORDER BY idx", job_id)
         return [JobFile(r["name"], bytes(r["data"])) for r in rows]
 
-    async def progress(
-        self,
-        job_id: int,
-        worker: str,
-        files_done: int,
-        chunks: int,
-        errors: list[dict[str, str]],
-        *,
-        attempt: int,
-        files_total: int | None = None,
-    ) -> bool:
-        """Record the progress of `worker`'s claim `attempt` on job `job_id` (and its `files_total` when given: a
-        sync job's, once its plan is known); False (nothing written) when the job is no longer that claim's."""
+    async def progress(self, job_id: int, worker: str, done: JobProgress, *, attempt: int) -> bool:
+        """Record the progress `done` of `worker`'s claim `attempt` on job `job_id` (and its `files_total` when
+        given: a sync job's, once its plan is known); False (nothing written) when the job is no longer that
+        claim's."""
         assignments = "files_done = $4, chunks = $5, errors = $6::jsonb, files_total = COALESCE($7, files_total)"
-        values = (files_done, chunks, json.dumps(errors), files_total)
+        values = (done.files_done, done.chunks, json.dumps(done.errors), done.files_total)
         return await self._fenced("recording a job's progress", assignments, job_id, worker, attempt, *values)
 
-    async def finish(
-        self,
-        job_id: int,
-        worker: str,
-        status: JobStatus,
-        timings: dict[str, float],
-        *,
-        attempt: int,
-        result: dict[str, Any] | None = None,
-    ) -> bool:
+    async def finish(self, job_id: int, worker: str, outcome: JobOutcome, *, attempt: int) -> bool:
         """Mark job `job_id` `done` or `failed` (with its `result`, e.g. a sync's summary) and delete its uploaded
         bytes, in one transaction, if it is still `worker`'s claim `attempt`; False (nothing written) otherwise."""
         assignments = "status = $4, finished_at = now(), lease_until = NULL, timings = $5::jsonb, result = $6::jsonb"
-        values = (status, json.dumps(timings), None if result is None else json.dumps(result))
+        result = None if outcome.result is None else json.dumps(outcome.result)
+        values = (outcome.status, json.dumps(outcome.timings), result)
         async with self._tx("finishing a job") as conn:
             written = await conn.execute(
                 f"UPDATE ingest_jobs SET {assignments} WHERE {_FENCED}", job_id, worker, attempt, *values

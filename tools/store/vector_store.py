@@ -9,7 +9,7 @@ import contextlib
 import math
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import asyncpg
 import numpy as np
@@ -19,10 +19,12 @@ from tools.errors import StoreError
 from tools.records import (
     MAX_PAGE,
     ChunkHit,
+    DocumentFilter,
     DocumentPage,
     DocumentRecord,
     FullTextMatch,
-    FullTextRank,
+    FullTextOptions,
+    Hashes,
     IngestCounts,
     StagedDocument,
     StagedRow,
@@ -233,11 +235,7 @@ class VectorStore:
             return await listing.chunk_vectors(conn, doc_ids, collection)
 
     async def add_documents(
-        self,
-        docs: Sequence[DocumentRecord],
-        unchanged: Mapping[str, str] | None = None,
-        *,
-        collection: str = DEFAULT_COLLECTION,
+        self, docs: Sequence[DocumentRecord], unchanged: Hashes | None = None, *, collection: str = DEFAULT_COLLECTION
     ) -> IngestCounts:
         """Store `docs` and their chunks in `collection`, in one transaction, under the write lock; a document
         stored in that collection with the same content hash is skipped, one stored there with another hash is
@@ -337,24 +335,19 @@ class VectorStore:
             return await listing.offset_page(conn, limit, offset, _collections(collections))
 
     async def document_page(
-        self,
-        limit: int = 100,
-        cursor: str | None = None,
-        offset: int = 0,
-        *,
-        collections: Sequence[str] | None = None,
-        matching: str | None = None,
+        self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
     ) -> DocumentPage:
-        """One keyset page of the stored documents of `collections` (None: all) in (doc_id, collection) order,
-        with the total stored in those collections (one snapshot).
+        """One keyset page of the stored documents of `where["collections"]` (absent or None: all) in (doc_id,
+        collection) order, with the total stored in those collections (one snapshot).
 
         Args:
             limit: documents per page, 1..10,000.
             cursor: None for the first page, else the previous page's `next_cursor`.
             offset: documents to skip after the cursor first (reads them; prefer the cursor).
-            collections: the collections listed and counted; documents of others never appear.
-            matching: only documents whose doc id or title contains this text, case-insensitively (`ILIKE`, no
-                index: reads every document row of the collections); the total counts those. None or empty: all.
+            where: `DocumentFilter`: `collections`, the collections listed and counted (documents of others never
+                appear); `matching`, only documents whose doc id or title contains this text, case-insensitively
+                (`ILIKE`, no index: reads every document row of the collections), the total counts those (None or
+                empty: all).
 
         Raises:
             StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
@@ -364,7 +357,8 @@ class VectorStore:
         if cursor is not None:
             decode_cursor(cursor)
         async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
-            return await listing.keyset_page(conn, limit, cursor, offset, _collections(collections), matching)
+            collections = _collections(where.get("collections"))
+            return await listing.keyset_page(conn, limit, cursor, offset, collections, where.get("matching"))
 
     async def iter_documents(
         self, page_size: int = 1000, *, collections: Sequence[str] | None = None
@@ -479,14 +473,7 @@ class VectorStore:
         )
 
     async def full_text_search(
-        self,
-        query: str,
-        top_k: int,
-        match: FullTextMatch = "all",
-        rank: FullTextRank = "ts_rank_cd",
-        k1: float | None = None,
-        b: float | None = None,
-        scope: SearchScope | None = None,
+        self, query: str, top_k: int, match: FullTextMatch = "all", **options: Unpack[FullTextOptions]
     ) -> list[ChunkHit]:
         """Chunks matching the query's `english` lexemes (stored `tsvector`), ranked.
 
@@ -500,6 +487,7 @@ class VectorStore:
             rank: `ts_rank_cd` (Postgres cover density over the GIN index, no corpus statistics), `bm25` (Okapi
                 BM25, pruned: the top max(M, top_k) postings of each query term by stored impact, candidates
                 scored exactly; see `tools.bm25`) or `bm25_exhaustive` (every posting of every query term).
+            options: `FullTextOptions`: `rank` (default `ts_rank_cd`), `k1`, `b` and `scope`, as follows.
             k1, b: BM25 parameters of the score (default: the store's, which the stored impacts use).
             scope: only chunks of documents in this scope (`tools.scope`); None: every document. Each rank applies
                 it in its own statement; pruned BM25 reads each term's top M postings among the chunks in scope,
@@ -513,23 +501,23 @@ class VectorStore:
         Raises:
             StoreError: unknown `match` or `rank`, or top_k outside 1..1000.
         """
+        rank, scope = options.get("rank", "ts_rank_cd"), options.get("scope")
         search.check_top_k(top_k)
         search.check_full_text(match, rank)
-        k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
+        k1, b = self._bm25(options)
         return await self._read_only(
             "full-text search",
             self.search_settings(),
-            lambda c: search.full_text(c, query, top_k, match, rank, k1_, b_, self.postings_per_term, scope),
+            lambda c: search.full_text(c, query, top_k, match, rank, k1, b, self.postings_per_term, scope),
         )
 
+    def _bm25(self, options: FullTextOptions) -> tuple[float, float]:
+        """(k1, b) of a full-text search: `options`' where given (not None), else the store's."""
+        k1, b = options.get("k1"), options.get("b")
+        return float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
+
     async def weighted_full_text_search(
-        self,
-        terms: Mapping[str, float],
-        top_k: int,
-        rank: FullTextRank = "bm25",
-        k1: float | None = None,
-        b: float | None = None,
-        scope: SearchScope | None = None,
+        self, terms: Mapping[str, float], top_k: int, **options: Unpack[FullTextOptions]
     ) -> list[ChunkHit]:
         """BM25 for a weighted query of stored lexemes: score(chunk) = sum over t in `terms` of terms[t] * idf(t) *
         tf-part(t, chunk), e.g. a pseudo-relevance-feedback query (`tools.rm3.rm3_terms`).
@@ -537,7 +525,7 @@ class VectorStore:
         Args:
             terms: {`english` lexeme as stored (not re-analysed): weight > 0}; lexemes absent from the corpus
                 contribute nothing.
-            top_k, rank, k1, b, scope: as `full_text_search` (`rank` `bm25` or `bm25_exhaustive`).
+            top_k, options: as `full_text_search` (`rank` `bm25`, the default, or `bm25_exhaustive`).
 
         Returns:
             Up to `top_k` hits, best first; `score` = the weighted BM25 score.
@@ -546,15 +534,16 @@ class VectorStore:
             StoreError: no terms, a weight that is not a finite number > 0, rank `ts_rank_cd`, or top_k outside
                 1..1000.
         """
+        rank, scope = options.get("rank", "bm25"), options.get("scope")
         search.check_top_k(top_k)
         search.check_full_text("any", rank)
         if not terms or not all(math.isfinite(w) and w > 0 for w in terms.values()):
             raise StoreError(f"weighted full-text terms {dict(terms)!r}: expected at least one, weights finite > 0")
-        k1_, b_ = float(self.bm25_k1 if k1 is None else k1), float(self.bm25_b if b is None else b)
+        k1, b = self._bm25(options)
         return await self._read_only(
             "weighted full-text search",
             self.search_settings(),
-            lambda c: search.full_text(c, "", top_k, "any", rank, k1_, b_, self.postings_per_term, scope, terms),
+            lambda c: search.full_text(c, "", top_k, "any", rank, k1, b, self.postings_per_term, scope, terms),
         )
 
     async def query_lexemes(self, query: str) -> list[str]:

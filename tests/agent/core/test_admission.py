@@ -72,6 +72,20 @@ def waiting(ticket: Ticket, positions: list[int]) -> asyncio.Task[None]:
     return asyncio.create_task(ticket.wait(positions.append))
 
 
+async def three_queued() -> tuple[
+    AdmissionController, CollectorRegistry, Ticket, list[Ticket], list[list[int]], list[asyncio.Task[None]]
+]:
+    """A one-slot controller (queue of 5) whose slot is taken by the returned holder ticket, and three tickets
+    queued behind it, each awaited by a task that records the positions it is told (settled: all told once)."""
+    admission, _, _, registry = controller(max_in_progress=1, queue_max=5)
+    holder = admission.enter()
+    tickets = [admission.enter() for _ in range(3)]
+    positions: list[list[int]] = [[], [], []]
+    tasks = [waiting(t, p) for t, p in zip(tickets, positions, strict=True)]
+    await settle()
+    return admission, registry, holder, tickets, positions, tasks
+
+
 async def test_free_slots_admit_at_once_and_the_rest_queue_then_refuse_when_full() -> None:
     admission, _, _, registry = controller(max_in_progress=2, queue_max=3)
     first, second = admission.enter(), admission.enter()
@@ -90,12 +104,7 @@ async def test_free_slots_admit_at_once_and_the_rest_queue_then_refuse_when_full
 
 
 async def test_a_freed_slot_goes_to_the_head_of_the_queue_in_arrival_order() -> None:
-    admission, _, _, registry = controller(max_in_progress=1, queue_max=5)
-    holder = admission.enter()
-    tickets = [admission.enter() for _ in range(3)]
-    positions: list[list[int]] = [[], [], []]
-    tasks = [waiting(t, p) for t, p in zip(tickets, positions, strict=True)]
-    await settle()
+    admission, registry, holder, tickets, positions, tasks = await three_queued()
     assert positions == [[1], [2], [3]]
     holder.close()
     await settle()
@@ -151,12 +160,7 @@ async def test_a_queued_answer_past_the_deadline_is_still_answered_while_the_que
 
 
 async def test_a_cancelled_waiter_leaves_the_queue_and_those_behind_move_up() -> None:
-    admission, _, _, registry = controller(max_in_progress=1, queue_max=5)
-    holder = admission.enter()
-    tickets = [admission.enter() for _ in range(3)]
-    positions: list[list[int]] = [[], [], []]
-    tasks = [waiting(t, p) for t, p in zip(tickets, positions, strict=True)]
-    await settle()
+    admission, registry, holder, tickets, positions, tasks = await three_queued()
     tasks[0].cancel()  # the client at the head disconnects
     await settle()
     assert tasks[0].cancelled() and tickets[0].position is None

@@ -5,37 +5,16 @@ subprocess against the real stack: test_chat_conversation_stack.py."""
 
 from __future__ import annotations
 
-import io
-from collections.abc import Iterator
-from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
-from rich.console import Console
-from rich.text import Text
 
 from agent.cli.chat import run_chat
 from agent.core.app import RagApp
 from agent.core.conversations import ConversationNotFoundError
 from tests.conversation_rig import FOLLOW_UP, SUBJECT, Model, app, texts
+from tests.scripted_console import ScriptedConsole
 from tools.scope import SearchScope
-
-
-class ScriptedConsole(Console):
-    """A console writing to a buffer whose `input` returns `lines` in order, then raises EOFError (Ctrl-D)."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.buffer = io.StringIO()
-        super().__init__(file=self.buffer, width=200, color_system=None)
-        self.pending: Iterator[str] = iter(lines)
-
-    def input(self, prompt: str | Text = "", **_: Any) -> str:
-        """The next scripted line (the prompt is printed)."""
-        self.print(prompt, end="")
-        try:
-            return next(self.pending)
-        except StopIteration:
-            raise EOFError from None
 
 
 async def chat(rag: RagApp, lines: list[str], conversation: UUID | None = None) -> tuple[UUID | None, str]:

@@ -6,14 +6,11 @@ stores: tests/contracts/test_feedback_log.py; the real stack: tests/agent/http/t
 from __future__ import annotations
 
 import asyncio
-import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
-from rich.text import Text
 
 from agent.cli.chat import run_chat
 from agent.config.settings import Settings
@@ -28,6 +25,7 @@ from evals.beir import load_beir
 from evals.feedback_export import doc_id_of, read_corpus, write_export
 from tests.agent_corpus import COVERED, DOCUMENTS, OFF_TOPIC
 from tests.conversation_rig import Model
+from tests.scripted_console import ScriptedConsole
 from tools.errors import StoreUnavailableError
 from tools.feedback import AnswerRecord, FeedbackQuery
 from tools.in_memory import InMemoryCollection
@@ -67,21 +65,6 @@ async def test_the_record_holds_what_the_answer_rests_on_and_the_python_api_rate
             await rag.rate(result.answer_id, "up", **bad)
     with pytest.raises(InputError, match="answer_id"):
         answer_id_of("chatcmpl-nope")
-
-
-class ScriptedConsole(Console):
-    """A console writing to a buffer whose `input` returns `lines` in order, then raises EOFError (Ctrl-D)."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.buffer = io.StringIO()
-        super().__init__(file=self.buffer, width=200, color_system=None)
-        self.pending: Iterator[str] = iter(lines)
-
-    def input(self, prompt: str | Text = "", **_: Any) -> str:
-        try:
-            return next(self.pending)
-        except StopIteration:
-            raise EOFError from None
 
 
 class Failing(InMemoryFeedback):
@@ -153,7 +136,9 @@ async def test_a_cached_answer_gets_its_own_id_and_record_with_the_retrieved_pas
 async def test_rag_chat_rates_the_last_answer() -> None:
     feedback = InMemoryFeedback()
     rag, _ = app(feedback)
-    console = ScriptedConsole(["/up", COVERED, "/down wrong vitamin", "/source folate", OFF_TOPIC, "/up", ""])
+    console = ScriptedConsole(
+        echo=False, lines=["/up", COVERED, "/down wrong vitamin", "/source folate", OFF_TOPIC, "/up", ""]
+    )
     await run_chat(rag, console)
     out = console.buffer.getvalue()
     assert "no answer to rate yet" in out and "rated down (answer" in out

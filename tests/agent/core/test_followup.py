@@ -189,3 +189,24 @@ async def test_a_retrieval_query_wins_over_the_follow_up() -> None:
     request = AnswerRequest(QUESTION, earlier_questions=EARLIER, retrieval_query="homocysteine")
     result = await answer(agent, deps, request)
     assert collection.searches == ["homocysteine"] and rewriter.calls == [] and "rewrite" not in result.timings_ms
+
+
+def test_a_rewrite_in_the_conversations_own_script_is_kept_and_one_in_another_language_is_not() -> None:
+    chinese = ["维生素缺乏对老年人有影响吗？"]
+    # a correct Chinese rewrite shares character bigrams (维生, 缺乏, ...) with the earlier turn: kept
+    assert usable_rewrite("维生素缺乏与同型半胱氨酸", chinese, "那它对同型半胱氨酸有什么影响？") is not None
+    german = ["Hat ein Vitamin-B12-Mangel bei älteren Menschen Folgen?"]
+    follow_up = "und was bewirkt er beim Homocystein im Blut?"
+    # an English rewrite of a German conversation searches English passages: not used
+    assert usable_rewrite("vitamin B12 deficiency effects on homocysteine in older adults", german, follow_up) is None
+    assert usable_rewrite("Vitamin-B12-Mangel Homocystein ältere Menschen", german, follow_up) is not None
+
+
+def test_a_long_cjk_history_is_cut_to_the_same_share_of_the_embedder_window_as_an_english_one() -> None:
+    question = "那它对同型半胱氨酸有什么影响？"
+    history = ["维生素B12缺乏" * 200]  # 1,600 characters, ~1,600 embedder tokens
+    query = condensed_query(history, question)
+    han = sum(1 for ch in query if "\u4e00" <= ch <= "\u9fff")
+    assert query.startswith(question) and han * 4 + (len(query) - han) <= 1000  # ~250 tokens, the question first
+    english = condensed_query(["vitamin B12 deficiency " * 100], "and its homocysteine?")
+    assert len(english) == 1000

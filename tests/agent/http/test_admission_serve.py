@@ -15,20 +15,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import httpx
 import pytest
 from httpx_sse import EventSource
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.config.settings import Settings
-from agent.core.wiring import open_ingestion
 from evals.bench_serve import ServeBenchParams, render, run_serve_bench, write_plot
-from evals.scifact import SCIFACT_DIR
 from tests.fake_openai import FakeState, Reply, ThreadedServer, build_app
 from tests.http_server import RagServe
+from tests.scifact_database import scifact_database
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 ANSWER = "Yes, the passage reports higher homocysteine [1]."
@@ -67,18 +64,8 @@ class GatedLLM(ThreadedServer):
 @pytest.fixture(scope="module")
 async def small_store(postgres_url: str, triton_server: Settings, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A database of its own on the test Postgres holding the first 5 SciFact abstracts; returns its URL."""
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
-    await conn.execute(f"CREATE DATABASE {DATABASE}")
-    await conn.close()
-    dsn = urlunsplit(urlsplit(postgres_url)._replace(path=f"/{DATABASE}"))
-    with (SCIFACT_DIR / "corpus.jsonl").open() as handle:
-        lines = [next(handle) for _ in range(5)]
-    corpus = tmp_path_factory.mktemp("admission") / "corpus.jsonl"
-    corpus.write_text("".join(lines))
-    async with open_ingestion(triton_server.model_copy(update={"database_url": dsn})) as ingestion:
-        await ingestion.ingest_files([corpus])
-    return dsn
+    folder = tmp_path_factory.mktemp("admission")
+    return await scifact_database(postgres_url, DATABASE, 5, triton_server, folder)
 
 
 def serve_env(llm: GatedLLM, database_url: str, **admission: str) -> dict[str, str]:

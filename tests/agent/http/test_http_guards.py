@@ -80,22 +80,29 @@ async def test_a_non_ascii_key_matches_as_utf8_and_only_so() -> None:
         assert utf8.status_code == 200 and utf8.json() == {"deleted": ["d1"]}
 
 
+class MegabyteBody:
+    """A streamed request body of 100 MB in 1 MB pieces; `pulled` counts the pieces the server read."""
+
+    def __init__(self) -> None:
+        self.pulled = 0
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body, counted as it is read."""
+        for _ in range(100):  # 100 MB if it were all read
+            self.pulled += 1
+            yield b"x" * 1_000_000
+
+
 async def test_auth_is_checked_before_the_body_is_read_or_parsed() -> None:
     app = app_with(base_settings(api_key=SecretStr(KEY)))
-    pulled = 0
-
-    async def body() -> AsyncIterator[bytes]:
-        nonlocal pulled
-        for _ in range(100):  # 100 MB if it were all read
-            pulled += 1
-            yield b"x" * 1_000_000
+    body = MegabyteBody()
 
     async with client(app) as http:
         malformed = await http.post("/v1/documents", content=b"{not json", headers={"Content-Type": "application/json"})
         assert malformed.status_code == 401, malformed.text
         assert malformed.json()["error"] == "unauthorized" and malformed.headers["www-authenticate"] == "Bearer"
-        big = await http.post("/v1/ask", content=body())
-    assert big.status_code == 401 and pulled <= 1
+        big = await http.post("/v1/ask", content=body.pieces())
+    assert big.status_code == 401 and body.pulled <= 1
 
 
 async def test_an_unknown_key_holder_token_is_refused_before_the_body_is_read_or_parsed() -> None:
@@ -103,13 +110,7 @@ async def test_an_unknown_key_holder_token_is_refused_before_the_body_is_read_or
     _, token = await keys.create(["a"])
     app = app_with(base_settings())
     app_state(app).keys = keys  # what the lifespan opens
-    pulled = 0
-
-    async def body() -> AsyncIterator[bytes]:
-        nonlocal pulled
-        for _ in range(100):  # 100 MB if it were all read
-            pulled += 1
-            yield b"x" * 1_000_000
+    body = MegabyteBody()
 
     unknown = {"Authorization": "Bearer rag_notakey", "Content-Type": "application/json"}
     async with client(app) as http:
@@ -117,8 +118,8 @@ async def test_an_unknown_key_holder_token_is_refused_before_the_body_is_read_or
             malformed = await http.post(path, content=b"{not json", headers=unknown)
             assert malformed.status_code == 401, (path, malformed.text)
             assert "unauthorized" in malformed.text and malformed.headers["www-authenticate"] == "Bearer"
-        big = await http.post("/v1/ask", content=body(), headers=unknown)
-        assert big.status_code == 401 and pulled <= 1
+        big = await http.post("/v1/ask", content=body.pieces(), headers=unknown)
+        assert big.status_code == 401 and body.pulled <= 1
         known = await http.post("/v1/ask", content=b"{not json", headers={"Authorization": f"Bearer {token}"})
         assert known.status_code == 422 and known.json()["error"] == "bad_request"  # a real holder's body is parsed
 

@@ -11,7 +11,6 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -160,14 +159,6 @@ def test_cli_errors_are_one_line_without_servers(tmp_path: Path) -> None:
     assert_one_line_error(rag("ask", "  ", DATA_DIR=data), "QUESTION is empty")
     debug = rag("--debug", "ask", "  ", DATA_DIR=data)
     assert debug.returncode == 1 and "Traceback" in debug.stderr
-
-
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["sleep", "120"])
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def test_pid_file_records_start_time_and_command_line(tmp_path: Path) -> None:

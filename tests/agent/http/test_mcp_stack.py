@@ -9,9 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import httpx
 import httpx2
 import psutil
@@ -23,11 +21,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
 from agent.config.settings import Settings
-from agent.core.wiring import open_ingestion
-from evals.scifact import SCIFACT_DIR
 from tests.conftest import REPO_ROOT, cli_env
 from tests.fake_openai import FakeOpenAIServer, Reply
 from tests.http_server import RagServe
+from tests.scifact_database import scifact_database
 
 CLAIM = "A deficiency of vitamin B12 increases blood levels of homocysteine."
 ANSWER = "The passage reports it [1]."
@@ -39,18 +36,8 @@ KEY = "mcp-s3cret"
 @pytest.fixture(scope="module")
 async def mcp_store(postgres_url: str, triton_server: Settings, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A database of its own on the test Postgres holding the first `DOCUMENTS` SciFact abstracts; its URL."""
-    conn = await asyncpg.connect(postgres_url)
-    await conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
-    await conn.execute(f"CREATE DATABASE {DATABASE}")
-    await conn.close()
-    dsn = urlunsplit(urlsplit(postgres_url)._replace(path=f"/{DATABASE}"))
-    with (SCIFACT_DIR / "corpus.jsonl").open() as handle:
-        lines = [next(handle) for _ in range(DOCUMENTS)]
-    corpus = tmp_path_factory.mktemp("mcp") / "corpus.jsonl"
-    corpus.write_text("".join(lines))
-    async with open_ingestion(triton_server.model_copy(update={"database_url": dsn})) as ingestion:
-        await ingestion.ingest_files([corpus])
-    return dsn
+    folder = tmp_path_factory.mktemp("mcp")
+    return await scifact_database(postgres_url, DATABASE, DOCUMENTS, triton_server, folder)
 
 
 @pytest.fixture(scope="module")

@@ -10,19 +10,16 @@ from agent.config.settings import Settings
 from agent.core.app import RagApp
 from agent.core.llm import build_model
 from agent.core.wiring import Services
-from agent.http import create_app
-from tests import external_tools
 from tests.agent_corpus import COVERED, DOCUMENTS
-from tests.chromium import CHROMIUM, CHROMIUM_ARGS
-from tests.fake_openai import FakeOpenAIServer, Reply, ThreadedServer
+from tests.browser_rig import browser_page
+from tests.fake_openai import FakeOpenAIServer, Reply
 from tools.in_memory import InMemoryCollection
 
 pytestmark = pytest.mark.stack
 
 
 async def test_the_page_flags_an_answer_cut_at_the_output_limit() -> None:
-    external_tools.chromium()
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     with FakeOpenAIServer() as fake:
         fake.reset(Reply(text="Vitamin B12 deficiency raises homocysteine [1] because", finish_reason="length"))
@@ -31,16 +28,10 @@ async def test_the_page_flags_an_answer_cut_at_the_output_limit() -> None:
         )
         collection = InMemoryCollection(DOCUMENTS)
         rag = RagApp(settings, Services(collection, collection, build_model(settings)))
-        with ThreadedServer(create_app(settings, rag)) as server:
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-                try:
-                    page = await browser.new_page()
-                    await page.goto(server.url + "/")
-                    await page.fill("#question", COVERED)
-                    await page.click("#send")
-                    turn = page.locator(".turn").first
-                    await expect(turn.locator(".truncated")).to_contain_text("cut short", timeout=60_000)
-                    await expect(turn.locator(".answer")).to_contain_text("raises homocysteine")
-                finally:
-                    await browser.close()
+        async with browser_page(rag) as page:
+            await page.goto("/")
+            await page.fill("#question", COVERED)
+            await page.click("#send")
+            turn = page.locator(".turn").first
+            await expect(turn.locator(".truncated")).to_contain_text("cut short", timeout=60_000)
+            await expect(turn.locator(".answer")).to_contain_text("raises homocysteine")

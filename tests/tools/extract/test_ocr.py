@@ -98,7 +98,9 @@ def box_of(extracted: Extracted, word: str) -> npt.NDArray[np.float32]:
     return np.array([boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()], np.float32)
 
 
-def test_a_cropped_scan_s_boxes_are_in_page_space_and_a_turned_one_has_none(scanned: Path, tmp_path: Path) -> None:
+def test_a_cropped_scan_s_boxes_are_in_page_space_and_a_turned_one_s_on_the_page_as_shown(
+    scanned: Path, tmp_path: Path
+) -> None:
     whole = extract_here(scanned, OCR)
     writer = pypdf.PdfWriter()
     writer.append(str(scanned))
@@ -115,7 +117,13 @@ def test_a_cropped_scan_s_boxes_are_in_page_space_and_a_turned_one_has_none(scan
     placed = layout.boxes[layout.pages == 1]
     assert (placed[:, [0, 2]] >= 24).all() and (placed[:, [0, 2]] <= 540).all()
     assert (placed[:, [1, 3]] >= 72).all() and (placed[:, [1, 3]] <= 720).all()
-    assert not (layout.pages == 2).any()  # the turned page is read, but without boxes
+    # the page turned a quarter clockwise is read as shown, its boxes on the page as shown: x from page space's y,
+    # y from the sheet's width less page space's x
+    assert whole.layout is not None
+    width, height = whole.layout.page_sizes[1]
+    assert layout.page_sizes[1] == pytest.approx((height, width))
+    left, bottom, right, top = box_of(whole, "numbats")
+    assert box_of(cropped, "numbats") == pytest.approx((bottom, width - right, top, width - left), abs=3)
 
 
 def test_ocr_progress_of_the_worker_process_is_logged_here(scanned: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -238,6 +246,68 @@ def test_a_page_read_below_the_confidence_floor_is_not_stored_and_is_named(
     assert "below OCR_MIN_CONFIDENCE=99.5: its text is not stored" in caplog.text
     with pytest.raises(ValueError, match="min_confidence=101"):
         OcrOptions(min_confidence=101)
+
+
+@pytest.mark.parametrize("recorded", [None, (11, 11), (65535, 65535)])
+def test_an_image_without_a_plausible_resolution_gets_one_estimated_from_its_text(
+    scanned: Path, tmp_path: Path, recorded: tuple[int, int] | None
+) -> None:
+    """Taken at 72 dpi (none recorded), 11 dpi or 65,535 dpi, the page would be 2x, 13x or 1/900x its size in points
+    and OCR told a wrong resolution; estimated, it is about its real size and reads whole."""
+    page = pdfium.PdfDocument(scanned)[0].render(scale=DPI / 72, grayscale=True).to_pil()
+    png = tmp_path / "page.png"
+    page.save(png, **({} if recorded is None else {"dpi": recorded}))
+    if recorded is None:
+        assert "dpi" not in Image.open(png).info
+    extracted = extract(png, "image", LIMIT, OCR)
+    assert "quokkas live on small islands near the coast" in " ".join(extracted.text.lower().split())
+    assert extracted.layout is not None
+    real = (page.width * 72 / DPI, page.height * 72 / DPI)  # an A4 page, in points
+    width, height = extracted.layout.page_sizes[0]
+    assert 0.5 * real[0] < width < 2 * real[0] and 0.5 * real[1] < height < 2 * real[1]
+    assert_boxes_on_their_pages(extracted)
+
+
+def test_an_image_longer_than_tesseract_s_limit_is_read_in_tiles_with_boxes_on_the_page(
+    scanned: Path, tmp_path: Path
+) -> None:
+    """A 36,000-pixel scroll (Tesseract refuses sides over 32,767): read in tiles cut between lines, in order."""
+    page = pdfium.PdfDocument(scanned)[0].render(scale=DPI / 72, grayscale=True).to_pil()
+    top = page.crop((0, 0, 1100, page.height // 2))
+    scroll = Image.new("L", (top.width, 36_000), 255)  # 39.6 million pixels, within MAX_OCR_PIXELS
+    for y in (0, 8_000, 20_000, 36_000 - top.height):  # a copy across the first nominal cut, and one at the end
+        scroll.paste(top, (0, y))
+    tiff = tmp_path / "scroll.tiff"
+    scroll.save(tiff, dpi=(DPI, DPI), compression="tiff_deflate")
+    extracted = extract(tiff, "image", LIMIT, OCR)
+    assert extracted.text.lower().count("quokkas live on small islands") == 4
+    assert extracted.pages == 1
+    assert_boxes_on_their_pages(extracted)
+
+
+def test_blank_frames_are_not_read_by_tesseract_and_a_file_past_its_ocr_time_fails_alone(
+    scanned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = pytesseract.image_to_data
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pytesseract, "image_to_data", counted)
+    blank = tmp_path / "blank.tiff"
+    frames = [Image.new("L", (850, 1100), 255) for _ in range(200)]
+    frames[0].save(blank, save_all=True, append_images=frames[1:], dpi=(100, 100), compression="tiff_deflate")
+    with pytest.raises(ExtractError, match="read no text on its 200 frame"):
+        extract(blank, "image", LIMIT, OCR)
+    assert calls == []  # not one Tesseract run for a blank frame
+    page = pdfium.PdfDocument(scanned)[0].render(scale=DPI / 72, grayscale=True).to_pil()
+    tiff = tmp_path / "pages.tiff"
+    page.save(tiff, save_all=True, append_images=[page, page], dpi=(DPI, DPI))
+    hurried = OcrOptions(dpi=DPI, workers=1, file_timeout_s=1e-6)  # past it once the first page is read
+    with pytest.raises(ExtractError, match=r"pages\.tiff: OCR stopped after 1 page image\(s\).*OCR_FILE_TIMEOUT_S"):
+        extract(tiff, "image", LIMIT, hurried)
 
 
 def test_a_blank_image_is_refused_as_having_no_text(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from tools.extract.orientation import boxes_back, skew_angle, turned
+from tools.extract.orientation import boxes_back, estimate_dpi, is_blank, skew_angle, turned
 
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
 
@@ -59,3 +59,30 @@ def test_a_box_read_on_the_turned_image_maps_back_onto_the_page_image(degrees: f
 def test_no_turn_leaves_boxes_as_they_are() -> None:
     boxes = np.array([[1.0, 2.0, 3.0, 4.0]])
     assert boxes_back(boxes, 0.0, (10, 10)) is boxes
+
+
+def printed_page(dpi: int) -> Image.Image:
+    """A Letter page of twenty lines of 11 pt text at 13.2 pt leading, drawn at `dpi`."""
+    k = dpi / 72
+    image = Image.new("L", (int(8.5 * dpi), int(11 * dpi)), 255)
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.truetype(FONT, int(11 * k))
+    for i in range(20):
+        draw.text((int(72 * k), int(72 * k + i * 13.2 * k)), "The zebrafish tank needs clean water.", fill=0, font=font)
+    return image
+
+
+@pytest.mark.parametrize("dpi", [100, 150, 300])
+def test_a_resolution_is_read_off_the_line_pitch_of_body_text(dpi: int) -> None:
+    assert estimate_dpi(printed_page(dpi)) == pytest.approx(dpi, rel=0.1)
+
+
+def test_without_lines_the_resolution_reads_the_longer_side_as_a_letter_page_and_is_clamped() -> None:
+    assert estimate_dpi(Image.new("L", (2550, 3300), 255)) == pytest.approx(300)
+    assert estimate_dpi(Image.new("L", (100, 100), 255)) == 72.0  # clamped to the lowest plausible
+    assert estimate_dpi(Image.new("L", (30000, 1000), 255)) == 600.0
+
+
+def test_a_blank_page_is_blank_and_a_page_of_text_is_not() -> None:
+    assert is_blank(Image.new("L", (1200, 1600), 255))
+    assert not is_blank(printed_page(100))

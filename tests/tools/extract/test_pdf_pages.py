@@ -20,7 +20,7 @@ import pypdf
 import pytest
 from pypdf.generic import RectangleObject
 
-from tests.document_files import print_pdf
+from tests.document_files import TABLE_HTML, print_pdf, turned_pdf
 from tests.pdf_crash import crash_on_marker
 from tools.extract import ExtractError
 from tools.extract.pdf import PdfExtractor, extract_pdf
@@ -211,5 +211,104 @@ def test_cropped_page_boxes_lie_inside_the_crop_box(pages: dict[str, Path]) -> N
     assert len(known) and (known[:, 3] <= 420 + 1).all()  # the crop box's top
 
 
-def test_a_rotated_page_has_no_boxes(pages: dict[str, Path]) -> None:
-    assert extract_pdf(pages["rotated"]).layout is None
+def test_a_rotated_landscape_page_has_boxes_on_the_page_as_shown(pages: dict[str, Path]) -> None:
+    extracted = extract_pdf(pages["rotated"])
+    assert extracted.layout is not None and extracted.layout.page_sizes == ((792.0, 612.0),)  # landscape, as shown
+    at = extracted.text.index("quokkas")
+    boxes = extracted.layout.boxes[at : at + len("quokkas")]
+    assert (np.diff(boxes[:, 0]) > 0).all()  # left to right as shown, on one line
+    assert boxes[:, 1].max() < boxes[:, 3].min()
+    assert (boxes[:, [0, 2]] >= 0).all() and (boxes[:, [0, 2]] <= 792).all()
+    assert (boxes[:, [1, 3]] >= 0).all() and (boxes[:, [1, 3]] <= 612).all()
+
+
+MIXED_HTML = """<!doctype html><html><body style="font-family: 'DejaVu Serif'; font-size: 14pt">
+<p>An upright heading about pelicans.</p>
+<div style="transform: rotate(-90deg); transform-origin: top left; position: absolute; top: 200mm; left: 20mm">
+<p>A block turned up the sheet about herons.</p></div>
+</body></html>
+"""
+
+
+def test_a_page_with_text_turned_two_ways_is_read_by_pypdf_without_boxes(tmp_path: Path) -> None:
+    extracted = extract_pdf(print_pdf(MIXED_HTML, tmp_path / "mixed.pdf"))
+    assert "An upright heading about pelicans." in extracted.text
+    assert "A block turned up the sheet about herons." in extracted.text
+    assert extracted.layout is None
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return print_pdf(TABLE_HTML, tmp_path_factory.mktemp("turned") / "table.pdf")
+
+
+TURNS = [(rotate, upright) for rotate in (90, 180, 270) for upright in (True, False)]
+"""`/Rotate` and whether the page is shown upright (its content turned the other way) or turned."""
+
+
+def _turn_box(box: np.ndarray, rotate: int, size: tuple[float, float]) -> np.ndarray:
+    """`box` (left, bottom, right, top) on an upright `size` page, where it is shown after a `rotate` turn clockwise."""
+    width, height = size
+    x, y = box[[0, 2]], box[[1, 3]]
+    turned = {90: (y, width - x), 180: (width - x, height - y), 270: (height - y, x)}[rotate]
+    return np.array([turned[0].min(), turned[1].min(), turned[0].max(), turned[1].max()])
+
+
+@pytest.mark.parametrize(("rotate", "upright"), TURNS)
+def test_a_turned_page_reads_in_lines_and_cells_as_the_upright_page(
+    table: Path, tmp_path: Path, rotate: int, upright: bool
+) -> None:
+    """Lines top to bottom as shown, a table's cells apart, for every `/Rotate`, whether the page is shown upright
+    (its text stored turned the other way) or turned (the text upright on the sheet)."""
+    plain = extract_pdf(table)
+    assert "quokkas on islands.\nSecond line about numbats eating termites.\nvitamin D 112 pelican\niron 87 heron" in (
+        plain.text
+    )
+    turned = extract_pdf(turned_pdf(table, tmp_path / "turned.pdf", rotate, upright=upright))
+    assert turned.text == plain.text
+
+
+@pytest.mark.parametrize(("rotate", "upright"), TURNS)
+def test_a_turned_page_s_boxes_are_where_its_characters_are_shown(
+    table: Path, tmp_path: Path, rotate: int, upright: bool
+) -> None:
+    plain = extract_pdf(table)
+    turned = extract_pdf(turned_pdf(table, tmp_path / "turned.pdf", rotate, upright=upright))
+    assert plain.layout is not None and turned.layout is not None
+    assert (turned.layout.pages == plain.layout.pages).all()
+    size = plain.layout.page_sizes[0]
+    shown = size if upright or rotate == 180 else size[::-1]
+    assert turned.layout.page_sizes == (shown,)
+    placed = plain.layout.pages > 0
+    want = plain.layout.boxes[placed]
+    if not upright:
+        want = np.array([_turn_box(box, rotate, size) for box in want])
+    assert turned.layout.boxes[placed] == pytest.approx(want, abs=0.05)
+
+
+@pytest.mark.parametrize(("rotate", "upright"), TURNS)
+def test_a_cropped_turned_page_keeps_the_text_of_its_crop_box(
+    table: Path, tmp_path: Path, rotate: int, upright: bool
+) -> None:
+    writer = pypdf.PdfWriter(clone_from=str(table))
+    writer.pages[0].cropbox = RectangleObject([0, 700, 400, 792])  # the first two lines, cut on the right
+    cropped = tmp_path / "cropped.pdf"
+    writer.write(str(cropped))
+    plain = extract_pdf(cropped)
+    assert (
+        plain.text
+        == "Nutrients per serving, first line about quokkas on is\nSecond line about numbats eating termites."
+    )
+    turned_file = turned_pdf(cropped, tmp_path / "turned.pdf", rotate, upright=upright)
+    turned = extract_pdf(turned_file)
+    assert turned.text == plain.text
+    assert plain.layout is not None and turned.layout is not None
+    if upright:  # where the crop box's corner is shown, less that corner: where the upright page shows them
+        corner = np.array([*pypdf.PdfReader(turned_file).pages[0].cropbox.lower_left] * 2, np.float32)
+        want = plain.layout.boxes - np.array([0, 700, 0, 700], np.float32)
+        assert turned.layout.boxes - corner == pytest.approx(want, abs=0.05, nan_ok=True)
+    else:
+        corner = np.array([0, 700, 0, 700], np.float32)  # the crop box's corner stays where it is, the box turns
+        placed = plain.layout.pages > 0
+        want = np.array([_turn_box(box, rotate, (400, 92)) for box in plain.layout.boxes[placed] - corner]) + corner
+        assert turned.layout.boxes[placed] == pytest.approx(want, abs=0.05)

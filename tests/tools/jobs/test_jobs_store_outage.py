@@ -27,7 +27,7 @@ from tools.ingest import IngestOptions
 from tools.ingest.ports import SyncLedger
 from tools.jobs import worker
 from tools.jobs.ports import JobQueue
-from tools.records import Job, JobFile
+from tools.records import Job, JobFile, JobOutcome
 from tools.store import VectorStore
 from tools.store.jobs import PostgresJobQueue
 
@@ -227,10 +227,8 @@ class LeaseQueue:
     async def progress(self, *args: Any, **kwargs: Any) -> bool:
         return True
 
-    async def finish(
-        self, job_id: int, worker: str, status: str, timings: Any, *, attempt: int, result: Any = None
-    ) -> bool:
-        self.finished.append(status)
+    async def finish(self, job_id: int, worker: str, outcome: JobOutcome, *, attempt: int) -> bool:
+        self.finished.append(outcome.status)
         return True
 
     async def document_chunks(self, doc_id: str, collection: str = "default") -> int:
