@@ -50,6 +50,10 @@ from tools.extract.orientation import SKEW_MAX_DEG, boxes_back, is_blank, quarte
 PageBoxes = npt.NDArray[np.float32]
 """`(len(text), 4)` float32 character boxes `(left, bottom, right, top)` in points; NaN rows for spaces and breaks."""
 _LIGATURES = re.compile("[\ufb00-\ufb06]")
+_CJK_EDGE = re.compile("[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+"""A Han, kana or full-width character (Chinese and Japanese write no spaces; Korean does): Tesseract gives each one
+(or each short run) of a line in these scripts as a word of its own, and two such words of a line are joined without
+the space a Latin line gets."""
 log = logging.getLogger(__name__)
 K = TypeVar("K")
 PROGRESS_EVERY_S = 10.0
@@ -318,7 +322,8 @@ def _layout(page: PageImage, reading: _Reading) -> tuple[str, PageBoxes]:
     px = boxes_back(np.array([w[2] for w in words], np.float64).reshape(-1, 4), reading.degrees, page.image.size)
     for (word, line, _), (left, top, right, bottom) in zip(words, px, strict=True):
         if previous is not None:
-            gap(" " if line == previous else "\n" if line[:2] == previous[:2] else "\n\n")
+            same_line = "" if _CJK_EDGE.match(word) and _CJK_EDGE.match(parts[-1][-1:]) else " "
+            gap(same_line if line == previous else "\n" if line[:2] == previous[:2] else "\n\n")
         previous = line
         chars = np.empty((len(word), 4), np.float32)
         if quarter:

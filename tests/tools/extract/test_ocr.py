@@ -389,3 +389,27 @@ def test_an_image_of_too_many_frames_is_refused_naming_the_limit(
     frames[0].save(tiff, save_all=True, append_images=frames[1:])
     with pytest.raises(ExtractError, match=r"stack\.tiff: 3 frames, over the limit of 2 \(MAX_IMAGE_FRAMES\)"):
         extract(tiff, "image", LIMIT, OCR)
+
+
+def test_words_of_a_chinese_or_japanese_line_are_joined_without_spaces_and_latin_ones_with() -> None:
+    """Tesseract gives each Han character (or short run) of a line as a word; the line is stored as written, not
+    as `维 生 素 D 缺 乏` (a reading laid out as Tesseract's TSV gives it; no Tesseract run)."""
+    words = ["维生", "素", "D", "缺乏", "影响", "老人", "vitamin", "B12", "ビタ", "ミン"]
+    lines = [1, 1, 1, 1, 1, 1, 2, 2, 3, 3]
+    n = len(words)
+    data: dict[str, list[object]] = {
+        "text": list(words),
+        "level": [5] * n,
+        "block_num": [1] * n,
+        "par_num": [1] * n,
+        "line_num": lines,
+        "left": [10 + 40 * i for i in range(n)],
+        "top": [10 * line for line in lines],
+        "width": [30] * n,
+        "height": [8] * n,
+        "conf": [90] * n,
+    }
+    page = ocr.PageImage(Image.new("L", (600, 100), 255), (600.0, 100.0), (1.0, 1.0))
+    text, boxes = ocr._layout(page, ocr._Reading(data, 0.0, 90.0))
+    assert text == "维生素 D 缺乏影响老人\nvitamin B12\nビタミン"
+    assert boxes.shape == (len(text), 4)
