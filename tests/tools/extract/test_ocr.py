@@ -402,7 +402,7 @@ def test_words_of_a_chinese_or_japanese_line_are_joined_without_spaces_and_latin
         "level": [5] * n,
         "block_num": [1] * n,
         "par_num": [1] * n,
-        "line_num": lines,
+        "line_num": list(lines),
         "left": [10 + 40 * i for i in range(n)],
         "top": [10 * line for line in lines],
         "width": [30] * n,
