@@ -148,8 +148,9 @@ async def rebuild(conn: Conn, k1: float, b: float) -> None:
     await conn.execute("INSERT INTO bm25_lexicon (lexeme, df) SELECT lexeme, count(*) FROM bm25_postings GROUP BY 1")
 
 
-_QUERY_TERMS = "SELECT DISTINCT u.lexeme, 1.0::float8 AS w FROM unnest(to_tsvector('english', $1)) AS u"
-"""$1 query text: its distinct `english` lexemes, weight 1 each."""
+_QUERY_TERMS = "SELECT DISTINCT u.lexeme, 1.0::float8 AS w FROM unnest(to_tsvector('english', cjk_bigrams($1))) AS u"
+"""$1 query text: its distinct `english` lexemes (CJK runs as bigrams, `cjk_bigrams`), weight 1 each; the store's
+searches analyse a query in each of its languages instead (`tools.store.search.query_lexemes`, weighted form)."""
 _WEIGHTED_TERMS = "SELECT t.key AS lexeme, t.value::float8 AS w FROM jsonb_each_text($1::jsonb) AS t"
 """$1 JSON object {lexeme: weight}: stored lexemes (not re-analysed) with their query weights."""
 

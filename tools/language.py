@@ -60,6 +60,44 @@ def content_tokens(text: str) -> set[str]:
     return tokens
 
 
+TEXT_SEARCH_CONFIGS = {
+    "ar": "arabic", "ca": "catalan", "da": "danish", "de": "german", "el": "greek", "en": "english",
+    "es": "spanish", "eu": "basque", "fi": "finnish", "fr": "french", "ga": "irish", "hi": "hindi",
+    "hu": "hungarian", "hy": "armenian", "id": "indonesian", "it": "italian", "lt": "lithuanian", "ne": "nepali",
+    "nl": "dutch", "no": "norwegian", "pt": "portuguese", "ro": "romanian", "ru": "russian", "sr": "serbian",
+    "sv": "swedish", "ta": "tamil", "tr": "turkish", "yi": "yiddish",
+}  # fmt: skip
+"""ISO 639-1 code -> the Postgres text search configuration (snowball stemmer and stop words) shipped for it
+(Postgres 16-18, `\\dF`). Other languages, Chinese, Japanese and Korean among them, are indexed with `simple` (no
+stemming), their CJK runs as character bigrams (`cjk_bigrams` in the store's schema)."""
+
+DEFAULT_CONFIG = "english"
+"""The configuration of a document whose language is not known (as every document had before languages)."""
+
+
+def text_search_config(language: str | None) -> str:
+    """The Postgres text search configuration of a document or query in `language` (ISO 639-1): its own where
+    Postgres ships one (`TEXT_SEARCH_CONFIGS`), `simple` for another language, `DEFAULT_CONFIG` for None."""
+    if language is None:
+        return DEFAULT_CONFIG
+    return TEXT_SEARCH_CONFIGS.get(language, "simple")
+
+
+def document_language(text: str, sample_chars: int = 4000) -> str | None:
+    """The language of a document (`detect` of its first `sample_chars` characters), or None."""
+    return detect(text[:sample_chars])
+
+
+def query_configs(query: str) -> list[str]:
+    """The text search configurations a query is analysed with: `DEFAULT_CONFIG` (documents of no known
+    language), its own language's (`detect`), and `simple` when it holds CJK characters (documents in Chinese or
+    Japanese are indexed with it); distinct, in that order."""
+    configs = [DEFAULT_CONFIG, text_search_config(detect(query))]
+    if cjk_chars(query):
+        configs.append("simple")
+    return list(dict.fromkeys(configs))
+
+
 def cjk_chars(text: str) -> int:
     """How many characters of `text` are Han, kana or Hangul (about one embedder token each, where a Latin-script
     word of four or five characters is one)."""

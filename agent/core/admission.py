@@ -9,7 +9,8 @@ is queued is answered: the queue refuses none of its waiters unless the service 
         ...                               # the answer's work (embedding, search, LLM)
 
 `async with admission.admit(on_position):` does both. A task cancelled while queued (its client disconnected)
-leaves the queue. A freed slot goes straight to a waiter, so arrivals never overtake waiters.
+leaves the queue. A freed slot goes straight to a waiter: while anyone waits, no arrival takes a slot (though an
+arrival of a key holding fewer slots is queued ahead of earlier waiters, below).
 
 Fair share between keys: every ticket belongs to a tenant (the caller's API key id; None for requests without a key).
 A freed slot goes to the waiting tenant that holds the fewest slots, its oldest waiter first (ties: the earliest
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import math
 import time
 from collections import deque
@@ -55,6 +57,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from agent.core.errors import OverloadedError
 
+log = logging.getLogger(__name__)
+
 RejectionReason = Literal["queue_full", "expected_wait", "deadline", "key_share"]
 """Why an answer was refused: the queue was full, its wait could not be promised within the deadline, it waited
 twice the deadline in the queue (the service stalled), or its key already holds its share of the queue."""
@@ -64,8 +68,9 @@ Tenant = Hashable
 """Whose answer a ticket is: the caller's API key id, or None for a request without a key (one shared tenant)."""
 
 PositionFn = Callable[[int], None]
-"""Receives a queued answer's position (1 = next to be admitted) when it joins the queue and each time it moves up.
-Called from the task that freed the place: it must be quick and must not raise (e.g. `asyncio.Queue.put_nowait`)."""
+"""Receives a queued answer's position (1 = next to be admitted) when it starts waiting and each time it changes
+(up as slots free, or down when an arrival of a key holding fewer slots is served first). Called from the task that
+changed the queue: it must be quick (e.g. `asyncio.Queue.put_nowait`); one that raises is logged and ignored."""
 
 PROMISE_Z = 1.645
 """Standard normal quantile of the promised wait: 95 % of queued answers get a slot within `ANSWER_QUEUE_DEADLINE_S`
@@ -391,9 +396,14 @@ class AdmissionController:
             del self._queued[tenant]
 
     def _moved_up(self) -> None:
-        """Tell every waiter its position in the service order (each reports only a change)."""
+        """Tell every waiter its position in the service order (each reports only a change). A position callback
+        that raises is logged and left out: it runs inside another request's `enter`, `close` or slot hand-over,
+        which must not fail for it."""
         for position, ticket in enumerate(self._service_order(), start=1):
-            ticket._report(position)
+            try:
+                ticket._report(position)
+            except Exception:
+                log.exception("an admission queue position callback failed")
 
     def position_of(self, ticket: Ticket) -> int | None:
         """`ticket`'s place in the service order (1 = next), or None when it is not queued."""
@@ -441,8 +451,12 @@ class Ticket:
             return
         controller = self._controller
         self._on_position = on_position
-        if (position := self.position) is not None:
-            self._report(position)
+        try:
+            if (position := self.position) is not None:
+                self._report(position)  # (a callback that raises here fails this wait alone: the ticket is closed)
+        except BaseException:
+            self.close()
+            raise
         remaining = controller.queue_limit_s - (controller.clock.now() - self._enqueued_at)
         timer = asyncio.ensure_future(controller.clock.sleep(remaining))
         try:

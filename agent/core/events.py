@@ -51,7 +51,8 @@ class ToolResult(BaseModel):
 
 class Queued(BaseModel):
     """The answer waits for a slot (admission control, `agent.core.admission`); `position` 1 is next. Sent when it joins
-    the queue and each time it moves up; nothing else happens before it is admitted."""
+    the queue and each time its position changes (up as slots free; down when another key holding fewer slots is
+    served first); nothing else happens before it is admitted."""
 
     type: Literal["queued"] = "queued"
     position: int

@@ -324,8 +324,12 @@ class TaskAnswers:
         top_k = whole_number(options.get("top_k"))
         rag, quotas = self.opened()
         async with quota_held(quotas, caller.key):
+            request = AnswerRequest(question, top_k=top_k, scope=scope)
             ticket = rag.admission.enter(caller.owner)
-            result = await rag.ask(AnswerRequest(question, top_k=top_k, scope=scope), admission=ticket)
+            try:
+                result = await rag.ask(request, admission=ticket)
+            finally:
+                ticket.close()  # (idempotent: the answer closed it already)
         output = answer_output(result)
         parts = [
             Part(text=answer_text(output)),

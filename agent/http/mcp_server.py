@@ -45,6 +45,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.app import RagApp
 from agent.core.failures import describe
 from agent.core.results import AskResult, Citation, SupportReport
+from agent.http.admission_gate import tenant_of
 from agent.http.shutdown import CUT_DETAIL
 from tools.retrieval import RetrievalResult
 from tools.scope import ScopeError, SearchScope
@@ -397,9 +398,15 @@ def build_mcp_server(
         call fails with an `overloaded` error saying when to retry.
         """
         scope = call_scope(ctx, filter, collection)
-        async with meter(ctx.request_context.request), tool_errors():
-            asked = rag().ask(AnswerRequest(question, top_k=top_k, scope=scope))
-            answer = await until_stopped(asked, stopping(ctx.request_context.request))
+        request = ctx.request_context.request
+        async with meter(request), tool_errors():
+            # the caller's key takes its fair share of admission (`agent.core.admission`), as on /v1/ask
+            ticket = rag().admission.enter(None if request is None else tenant_of(request.scope))
+            try:
+                asked = rag().ask(AnswerRequest(question, top_k=top_k, scope=scope), admission=ticket)
+                answer = await until_stopped(asked, stopping(request))
+            finally:
+                ticket.close()  # (idempotent: the answer closed it, unless it was stopped before it started)
         output = answer_output(answer)
         return result(answer_text(output), output)
 

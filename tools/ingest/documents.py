@@ -14,6 +14,7 @@ from typing import Any
 
 from tools.extract import Layout, Section
 from tools.highlight import line_boxes
+from tools.language import document_language
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,15 @@ class SourceDocument:
     def content_hash(self) -> str:
         """sha256 hex of the content: the key of idempotent ingestion."""
         return hashlib.sha256(self.content.encode("utf-8")).hexdigest()
+
+    def stored_metadata(self) -> dict[str, Any]:
+        """The metadata stored with the document: `metadata`, with its `language` (ISO 639-1) detected from the
+        content when not given (`tools.language.document_language`; left out when it cannot be told). The language
+        chooses the full-text analysis of its chunks (`tools.language.text_search_config`)."""
+        if "language" in self.metadata:
+            return self.metadata
+        language = document_language(self.content)
+        return self.metadata if language is None else {**self.metadata, "language": language}
 
     def content_sections(self) -> tuple[Section, ...]:
         """`sections` with offsets into `content`: shifted past the title when the content starts with it, the

@@ -156,7 +156,9 @@ async def prepare(
             ChunkRecord(c.index, c.text, c.token_count, vectors[r], location)
             for (c, location), r in zip(chunks, rows, strict=True)
         ]
-        records.append(DocumentRecord(doc.doc_id, doc.title, doc.source, doc.content_hash, chunk_records, doc.metadata))
+        records.append(
+            DocumentRecord(doc.doc_id, doc.title, doc.source, doc.content_hash, chunk_records, doc.stored_metadata())
+        )
     unchanged = [d for d in documents if stored.get(d.doc_id) == d.content_hash]
     return Prepared(records, len(documents), unchanged, failed, collection, reused, len(vectors) - reused)
 

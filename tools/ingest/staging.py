@@ -69,7 +69,7 @@ async def ingest_large(
     """
     window, overlap = fit_window(chunk_tokens, overlap_tokens, embedder.spec.max_tokens)
     sections = doc.content_sections()
-    staged_doc = StagedDocument(doc.doc_id, doc.content_hash, doc.title, doc.source, doc.metadata)
+    staged_doc = StagedDocument(doc.doc_id, doc.content_hash, doc.title, doc.source, doc.stored_metadata())
     resumed = await store.resume_point(staged_doc, collection)
     staged = resumed
     failed: list[BadChunk] = []

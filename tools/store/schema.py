@@ -4,9 +4,10 @@
 - `documents(id, doc_id, title, source, metadata jsonb, content_hash, ingested_at, collection)`, UNIQUE (doc_id,
   collection): a document's identity is (collection, doc_id), so two collections may hold the same doc id;
 - `chunks(id, chunk_id UNIQUE (`records.chunk_id`: unique across collections), document_id -> documents,
-  chunk_index, text, token_count, embedding vector(dim), metadata jsonb (page or section path), tsv tsvector
-  GENERATED from the chunk text)`, an HNSW index (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index
-  on `tsv`;
+  chunk_index, text, token_count, embedding vector(dim), metadata jsonb (page or section path), tsv tsvector set
+  by the `chunks_tsv` trigger from the text in its document's language's text search configuration, its CJK runs
+  as character bigrams (`FULL_TEXT_SQL`))`, an HNSW
+  index (`vector_cosine_ops`, pgvector 0.8) on `embedding` and a GIN index on `tsv`;
 - the BM25 tables of `tools.bm25` (corpus statistics, lexicon, impact-ordered postings);
 - the conversation tables (`CONVERSATIONS_SQL`: `conversations`, `conversation_turns`), read and written by
   `tools.store.conversations`;
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from tools import bm25
 from tools.errors import StoreError
+from tools.language import DEFAULT_CONFIG, TEXT_SEARCH_CONFIGS
 from tools.scope import DEFAULT_COLLECTION
 from tools.store.records import Conn
 
@@ -161,10 +163,80 @@ async def set_up(conn: Conn, model_name: str, dim: int, k1: float, b: float) -> 
     return vector_schema
 
 
+_CONFIG_CASES = (
+    " ".join(f"WHEN language = '{code}' THEN '{config}'" for code, config in sorted(TEXT_SEARCH_CONFIGS.items()))
+    + f" WHEN language IS NULL OR language = '' THEN '{DEFAULT_CONFIG}' ELSE 'simple'"
+)
+"""`tools.language.text_search_config` as SQL CASE arms (from its table: one source for both)."""
+
+_CJK_CLASS = "[\\u3040-\\u30ff\\u3400-\\u4dbf\\u4e00-\\u9fff\\uac00-\\ud7af\\uf900-\\ufaff]"
+"""Han, kana and Hangul (as `tools.language`), as a Postgres regular expression class."""
+
+FULL_TEXT_SQL = f"""
+CREATE OR REPLACE FUNCTION cjk_bigrams(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    run text;
+    out text;
+BEGIN
+    IF t !~ '{_CJK_CLASS}' THEN
+        RETURN t;
+    END IF;
+    out := regexp_replace(t, '{_CJK_CLASS}+', ' ', 'g');
+    FOR run IN SELECT m[1] FROM regexp_matches(t, '({_CJK_CLASS}+)', 'g') AS m LOOP
+        IF length(run) = 1 THEN
+            out := out || ' ' || run;
+        ELSE
+            FOR i IN 1 .. length(run) - 1 LOOP
+                out := out || ' ' || substr(run, i, 2);
+            END LOOP;
+        END IF;
+    END LOOP;
+    RETURN out;
+END $$;
+CREATE OR REPLACE FUNCTION text_search_config(language text) RETURNS regconfig LANGUAGE sql IMMUTABLE
+    PARALLEL SAFE AS $$ SELECT (CASE {_CONFIG_CASES} END)::regconfig $$;
+CREATE OR REPLACE FUNCTION chunks_tsv() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.tsv := to_tsvector(
+        text_search_config((SELECT metadata->>'language' FROM documents WHERE id = NEW.document_id)),
+        cjk_bigrams(NEW.text)
+    );
+    RETURN NEW;
+END $$;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'chunks_tsv' AND tgrelid = 'chunks'::regclass) THEN
+        CREATE TRIGGER chunks_tsv BEFORE INSERT OR UPDATE OF text ON chunks
+            FOR EACH ROW EXECUTE FUNCTION chunks_tsv();
+    END IF;
+END $$;
+"""
+"""Full text in any language: a chunk's `tsv` is `to_tsvector(text_search_config(its document's language),
+cjk_bigrams(its text))`, set by a trigger on every insert (COPY included); the language is the document's
+`language` metadata (ISO 639-1, detected at ingest: `tools.ingest.documents.SourceDocument.stored_metadata`), its
+configuration `tools.language.text_search_config`'s, written here as SQL from the same table. `cjk_bigrams` keeps
+the text but its runs of Han, kana and Hangul, which it writes as their overlapping character bigrams (a run of one
+character as itself): Chinese and Japanese write no spaces, so a whole run would be one lexeme that no query's run
+matches (the standard CJK analysis of full-text engines: Lucene's CJKBigramFilter). Queries are analysed the same
+way (`tools.store.search.query_lexemes`)."""
+
+
+async def _full_text(conn: Conn) -> None:
+    """The per-language full text (`FULL_TEXT_SQL`): in a store made before it, the generated English `tsv` becomes
+    a plain column (values kept: the stored chunks stay English-analysed until re-ingested; Postgres 13+ `DROP
+    EXPRESSION`), set from now on by the trigger."""
+    generated = await conn.fetchval(
+        "SELECT attgenerated = 's' FROM pg_attribute WHERE attrelid = 'chunks'::regclass AND attname = 'tsv'"
+    )
+    if generated:  # (ALTER TABLE locks the table whole: only when there is something to change)
+        await conn.execute("ALTER TABLE chunks ALTER COLUMN tsv DROP EXPRESSION")
+    await conn.execute(FULL_TEXT_SQL)
+
+
 async def _migrate(conn: Conn, k1: float, b: float) -> None:
     """Bring a store made by an earlier version up to this schema (inside `set_up`'s locked transaction): the
     `ingested_at` column, the chunks' `metadata` column, the `source` index, the documents' `collection` column
-    (`tools.scope.DEFAULT_COLLECTION` for every stored document) and its index, the BM25 tables (built from the
+    (`tools.scope.DEFAULT_COLLECTION` for every stored document) and its index, the per-language full text
+    (`_full_text`), the BM25 tables (built from the
     stored chunks when new), the conversation tables, the corpus versions, the answer cache and the feedback tables."""
     has_ingested_at = await conn.fetchval(
         "SELECT 1 FROM pg_attribute WHERE attrelid = 'documents'::regclass AND attname = 'ingested_at'"
@@ -179,6 +251,7 @@ async def _migrate(conn: Conn, k1: float, b: float) -> None:
     )
     await conn.execute("CREATE INDEX IF NOT EXISTS documents_collection ON documents (collection)")
     await _unique_per_collection(conn)
+    await _full_text(conn)
     if await conn.fetchval("SELECT to_regclass('bm25_corpus')") is None:
         await conn.execute(bm25.SCHEMA_SQL)
         await bm25.rebuild(conn, k1, b)
@@ -259,7 +332,7 @@ def schema_sql(dim: int) -> str:
         token_count integer NOT NULL,
         embedding vector({dim}) NOT NULL,
         metadata jsonb NOT NULL DEFAULT '{{}}',
-        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+        tsv tsvector,
         UNIQUE (document_id, chunk_index)
     );
     CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops);

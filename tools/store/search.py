@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from tools import bm25
 from tools.errors import StoreError
+from tools.language import query_configs
 from tools.records import ChunkHit, FullTextMatch, FullTextRank, TermVectors
 from tools.scope import SearchScope
 from tools.store import filters
@@ -76,9 +77,11 @@ BM25_EXHAUSTIVE_SQL = bm25.exhaustive_sql(HIT_COLUMNS)
 """Exhaustive BM25: $1 query text, $2 top_k, $3 k1, $4 b."""
 
 _TSQUERY = {
-    "all": "websearch_to_tsquery('english', $1)",
-    "any": "replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery",
+    "all": "websearch_to_tsquery('{config}', cjk_bigrams($1))",
+    "any": "replace(plainto_tsquery('{config}', cjk_bigrams($1))::text, ' & ', ' | ')::tsquery",
 }
+"""The `ts_rank_cd` query of each match form, in the query's own text search configuration (`{config}`: one of
+`tools.language`'s fixed names, never user input)."""
 
 
 def settings_sql(ef_search: int, exact: bool = False) -> str:
@@ -172,8 +175,9 @@ async def full_text(
     scope: SearchScope | None = None,
     terms: Mapping[str, float] | None = None,
 ) -> list[ChunkHit]:
-    """Chunks matching the query's `english` lexemes of the documents in `scope`, ranked (see
-    `VectorStore.full_text_search`); with `terms` ({stored lexeme: query weight}, BM25 ranks only), those lexemes,
+    """Chunks matching the query's lexemes (`query_lexemes`: in each of its languages) of the documents in `scope`,
+    ranked (see `VectorStore.full_text_search`; `ts_rank_cd` analyses it in its own language's configuration); with
+    `terms` ({stored lexeme: query weight}, BM25 ranks only), those lexemes,
     each term's BM25 contribution times its weight, instead of `query`'s.
 
     With a filter, pruned BM25 reads each term's top M postings among the chunks that pass it, or, when fewer
@@ -183,6 +187,9 @@ async def full_text(
     weighted = terms is not None
     if weighted and rank == "ts_rank_cd":
         raise StoreError("weighted query terms need a BM25 rank (bm25 or bm25_exhaustive), not ts_rank_cd")
+    if terms is None and rank != "ts_rank_cd":  # the query's lexemes in each of its languages, weight 1 each
+        terms = dict.fromkeys(await query_lexemes(conn, query), 1.0)
+        weighted = True
     text = json.dumps(dict(terms)) if terms is not None else query
     if rank == "bm25" and narrows and await fewer_match(conn, scope, None, BM25_EXHAUSTIVE_BELOW_CHUNKS):
         rank = "bm25_exhaustive"
@@ -196,10 +203,11 @@ async def full_text(
         rows = await conn.fetch(sql, text, top_k, k1, b, *where.params)
     else:
         where = filters.where_sql(scope, 3)
+        tsquery = _TSQUERY[match].format(config=query_configs(query)[-1])
         rows = await conn.fetch(
             f"""
             SELECT {HIT_COLUMNS}, ts_rank_cd(c.tsv, query.q) AS score
-            FROM chunks c JOIN documents d ON d.id = c.document_id, (SELECT {_TSQUERY[match]} AS q) AS query
+            FROM chunks c JOIN documents d ON d.id = c.document_id, (SELECT {tsquery} AS q) AS query
             WHERE c.tsv @@ query.q AND {where.sql}
             ORDER BY score DESC, c.id
             LIMIT $2
@@ -212,10 +220,21 @@ async def full_text(
 
 
 async def query_lexemes(conn: Conn, query: str) -> list[str]:
-    """The distinct `english` lexemes of `query` (`to_tsvector`, as full-text search analyses a query), sorted."""
+    """The distinct lexemes of `query` in each of its text search configurations (`tools.language.query_configs`:
+    `english`, its own language's, `simple` for CJK), its CJK runs as bigrams (`cjk_bigrams`, as the chunks' `tsv`
+    are built), sorted."""
     return list(
         await conn.fetchval(
-            "SELECT array(SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', $1)) ORDER BY 1)", query
+            """
+            SELECT array(
+                SELECT DISTINCT u.lexeme
+                FROM unnest($2::text[]) AS cfg
+                CROSS JOIN LATERAL unnest(to_tsvector(cfg::regconfig, cjk_bigrams($1))) AS u
+                ORDER BY 1
+            )
+            """,
+            query,
+            query_configs(query),
         )
     )
 

@@ -373,3 +373,32 @@ def test_an_overloaded_refusal_is_a_503_with_its_own_retry_after_and_a_one_line_
     response = error_response(failure)
     assert response.status_code == 503 and response.headers["retry-after"] == "8"
     assert json.loads(bytes(response.body)) == {"error": "overloaded", "detail": str(refusal)}
+
+
+async def test_a_position_callback_that_raises_fails_no_other_request_and_loses_no_slot() -> None:
+    admission, _, _ = share_controller(max_in_progress=1, queue_max=4, key_share=1.0)
+    holder = admission.enter("a")
+    waiter = admission.enter("a")
+
+    def broken(position: int) -> None:
+        raise RuntimeError(f"position {position}")
+
+    task = asyncio.ensure_future(waiter.wait(broken))  # its first report raises inside `wait` itself: its own error
+    await settle()
+    assert task.done() and isinstance(task.exception(), RuntimeError)
+    assert waiter.position is None and admission.queue_length == 0  # it left the queue: no slot is handed to it
+    second = admission.enter("a")
+    third_positions: list[int] = []
+    third = admission.enter("b")
+    waiting_third = waiting(third, third_positions)
+    await settle()
+    second._on_position = broken  # a waiter whose callback raises when the queue changes under it
+    fourth = admission.enter("c")  # reports every waiter's new position: must not raise here
+    holder.close()  # hands the slot over (to `second`, the earliest of equals) and reports again: no raise either
+    await settle()
+    assert second.admitted and not waiting_third.done() and admission.in_progress == 1
+    assert third_positions[-1] == 1
+    for ticket in (second, third, fourth):
+        ticket.close()
+    await asyncio.gather(waiting_third, return_exceptions=True)
+    assert admission.in_progress == 0 and admission.queue_length == 0

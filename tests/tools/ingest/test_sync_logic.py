@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
-import time
 import unicodedata
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -31,10 +30,11 @@ from tools.extract.ocr import OcrOptions
 from tools.in_memory_originals import InMemoryOriginals
 from tools.in_memory_sink import InMemorySink
 from tools.in_memory_sync import InMemorySyncLedger
-from tools.ingest import IngestOptions, ingest, plan_inputs
+from tools.ingest import IngestOptions, ingest, plan_inputs, sync_plan
+from tools.ingest import sync as sync_module
 from tools.ingest.ports import DocumentEmbedder
 from tools.ingest.sync import CountingEmbedder, SyncRequest, sync_folder
-from tools.ingest.sync_plan import SyncReport, file_hash_and_kind
+from tools.ingest.sync_plan import SeenFile, SyncReport, file_hash_and_kind
 from tools.records import FileState, chunk_id
 
 
@@ -298,11 +298,12 @@ async def test_a_folder_that_cannot_be_listed_removes_nothing(
 
 
 async def test_editor_files_are_left_out_and_a_file_being_written_waits(
-    tmp_path: Path, doubles: Doubles, settings: Settings
+    tmp_path: Path, doubles: Doubles, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Backups, lock files and partial downloads are neither stored nor failures; a file still being written (a
-    writer appending every 0.1 s) is not yet there, no failure, and is stored whole by the sync after it is done;
-    a name saved in NFD is stored under its NFC id."""
+    """Backups, lock files and partial downloads are neither stored nor failures; a file still being written (a line
+    appended while the sync waits for it to settle) is not yet there, no failure, and is stored whole by the sync
+    after it is done; a name saved in NFD is stored under its NFC id. The writer appends inside the settle wait
+    itself, so no thread races the clock."""
     folder = (tmp_path / "folder").resolve()
     folder.mkdir()
     (folder / "notes.md").write_text("# Notes\n\nHerons fish at dawn.\n")
@@ -312,27 +313,29 @@ async def test_editor_files_are_left_out_and_a_file_being_written_waits(
     nfd = unicodedata.normalize("NFD", "café.md")
     (folder / nfd).write_text("# Café\n\nOtters float on their backs.\n")
     growing = folder / "growing.md"
-    growing.write_text("# Growing\n\n")
-    done = threading.Event()
+    growing.write_text("# Growing\n\n" + "".join(f"Line {i} of a long download about sea otters.\n" for i in range(24)))
+    writing = True
+    waits: list[float] = []
+    real_settle = sync_plan.settle
 
-    def write() -> None:
-        for i in range(25):
-            with growing.open("a") as handle:
-                handle.write(f"Line {i} of a long download about sea otters.\n")
-            time.sleep(0.1)
-        done.set()
+    def settle_while_writing(files: Sequence[SeenFile], settle_s: float) -> tuple[list[SeenFile], list[SeenFile]]:
+        def sleep(seconds: float) -> None:  # the wait for recent files to settle: the download goes on meanwhile
+            waits.append(seconds)
+            if writing:
+                with growing.open("a") as handle:
+                    handle.write("Line 24 of a long download about sea otters.\n")
 
-    options = replace(ingest_options(settings), settle_s=1.0)
+        return real_settle(files, settle_s, sleep=sleep)
+
+    monkeypatch.setattr(sync_module, "settle", settle_while_writing)
+    options = replace(ingest_options(settings), settle_s=60.0)  # every file is recent: each sync waits once
     request = SyncRequest(folder, collection="synced")
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
-        first = await doubles.sync(request, options)
-    finally:
-        await asyncio.to_thread(writer.join)
+    first = await doubles.sync(request, options)
+    assert len(waits) == 1
     assert not first.any_failed and first.skipped == [], first.failed
     assert sorted(first.added) == sorted(["notes.md", unicodedata.normalize("NFC", "café.md")])
     assert first.pending == [str(growing)]
+    writing = False  # the download is done
     second = await doubles.sync(request, options)
     assert (second.added, second.failed, second.pending) == (["growing.md"], [], [])
     text = " ".join(c.text for c in doubles.sink.documents["synced", "growing.md"].chunks)
