@@ -9,7 +9,8 @@ The text is the document as it reads with every tracked change accepted (ECMA-37
 its nested tables included (their cells joined by ` | `, on the cell's line), once: a cell spanning grid columns
 (`w:gridSpan`) is one cell, and the continuation of a vertically merged cell (`w:vMerge` without `restart`,
 §17.4.85) is empty, so merged text is not repeated. Of alternative content (`mc:AlternateContent`), only the choice
-is read, not its fallback copy.
+is read, not its fallback copy. A text box's lines are read on lines of their own; a non-breaking hyphen is a hyphen
+and an optional (soft) hyphen is left out.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ from tools.extract.blocks import Block, from_blocks
 _P, _TBL, _SDT, _SDT_CONTENT = qn("w:p"), qn("w:tbl"), qn("w:sdt"), qn("w:sdtContent")
 _TR, _TC, _T, _TAB, _BR, _CR = qn("w:tr"), qn("w:tc"), qn("w:t"), qn("w:tab"), qn("w:br"), qn("w:cr")
 _TC_PR, _V_MERGE = qn("w:tcPr"), qn("w:vMerge")
+_NO_BREAK_HYPHEN, _SOFT_HYPHEN, _PTAB, _TEXT_BOX = (
+    qn("w:noBreakHyphen"),
+    qn("w:softHyphen"),
+    qn("w:ptab"),
+    qn("w:txbxContent"),
+)
 _SKIPPED = frozenset(
     {
         qn("w:del"),  # a tracked deletion (its text is `w:delText`; the runs are skipped whole)
@@ -64,10 +71,17 @@ def _paragraph_text(p: Any) -> str:
                 continue
             if tag == _T:
                 parts.append(child.text or "")
-            elif tag == _TAB:
+            elif tag in (_TAB, _PTAB):
                 parts.append("\t")
             elif tag in (_BR, _CR):
                 parts.append("\n")
+            elif tag == _NO_BREAK_HYPHEN:  # Word's non-breaking hyphen: COVID-19 stays one word
+                parts.append("-")
+            elif tag == _SOFT_HYPHEN:  # an optional hyphen, shown only at a line end
+                continue
+            elif tag == _TEXT_BOX:  # a text box anchored in the paragraph: its own lines, not glued to the text
+                lines = [_paragraph_text(item) if item.tag == _P else _table_text(item) for item in _content(child)]
+                parts.append("\n" + "\n".join(line for line in lines if line.strip()) + "\n")
             else:
                 walk(child)
 

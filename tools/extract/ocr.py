@@ -56,6 +56,7 @@ _CJK_EDGE = re.compile("[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uf
 the space a Latin line gets."""
 log = logging.getLogger(__name__)
 K = TypeVar("K")
+T = TypeVar("T")
 PROGRESS_EVERY_S = 10.0
 """How often a long OCR logs its progress (INFO), seconds."""
 MAX_OCR_PIXELS = 40_000_000
@@ -185,13 +186,49 @@ class _Reading:
     confidence: float
 
 
-def _read(image: Image.Image, degrees: float, language: str, dpi: int) -> _Reading:
-    """Tesseract's words on `image` turned `degrees` counter-clockwise (`tools.extract.orientation.turned`)."""
-    data = pytesseract.image_to_data(
-        turned(image, degrees) if degrees else image,
-        lang=language,
-        config=f"--dpi {dpi}",
-        output_type=pytesseract.Output.DICT,
+class OcrTimeoutError(Exception):
+    """A Tesseract run was stopped at the file's OCR deadline (`OcrOptions.file_timeout_s`)."""
+
+
+def _seconds_left(deadline: float | None) -> float:
+    """The seconds a Tesseract run may take before `deadline` (`time.monotonic()`; None: no bound, 0 for
+    pytesseract).
+
+    Raises:
+        OcrTimeoutError: the deadline has passed.
+    """
+    if deadline is None:
+        return 0.0
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise OcrTimeoutError
+    return left
+
+
+def _bounded(run: Callable[[float], T], deadline: float | None) -> T:
+    """`run(timeout)` with the seconds left before `deadline` (pytesseract kills a run past its `timeout` and raises
+    RuntimeError "Tesseract process timeout").
+
+    Raises:
+        OcrTimeoutError: the deadline passed before or during the run.
+    """
+    try:
+        return run(_seconds_left(deadline))
+    except RuntimeError as exc:
+        if "timeout" in str(exc).lower():
+            raise OcrTimeoutError from None
+        raise
+
+
+def _read(image: Image.Image, degrees: float, language: str, dpi: int, deadline: float | None = None) -> _Reading:
+    """Tesseract's words on `image` turned `degrees` counter-clockwise (`tools.extract.orientation.turned`), the run
+    bounded by `deadline` (`_bounded`)."""
+    page = turned(image, degrees) if degrees else image
+    data = _bounded(
+        lambda timeout: pytesseract.image_to_data(
+            page, lang=language, config=f"--dpi {dpi}", output_type=pytesseract.Output.DICT, timeout=timeout
+        ),
+        deadline,
     )
     confidences = [
         float(str(c))
@@ -213,7 +250,7 @@ class OcrPage:
     degrees: float
 
 
-def read_page(page: PageImage, language: str, min_confidence: float = 0.0) -> OcrPage:
+def read_page(page: PageImage, language: str, min_confidence: float = 0.0, deadline: float | None = None) -> OcrPage:
     """The text Tesseract reads on `page` (words, lines, blank lines between paragraphs) and each character's box in
     points, page space (`page.origin` added; NaN rows for spaces and line breaks, and for every character of a page
     whose `origin` is None).
@@ -225,18 +262,23 @@ def read_page(page: PageImage, language: str, min_confidence: float = 0.0) -> Oc
     `min_confidence` is not text: the result has no text (the caller reports it). Boxes of a turned reading are
     mapped back onto the page image (`boxes_back`); after a quarter turn each character gets its whole word's box.
 
+    Every Tesseract run is bounded by `deadline` (`time.monotonic()` seconds; None: unbounded).
+
     Raises:
         pytesseract.TesseractNotFoundError, pytesseract.TesseractError: see `ocr_error`.
+        OcrTimeoutError: the deadline passed.
     """
     if max(page.image.size) > TESSERACT_MAX_SIDE:
-        return _read_tiles(page, language, min_confidence)
+        return _read_tiles(page, language, min_confidence, deadline)
     if is_blank(page.image):
         return OcrPage("", np.empty((0, 4), np.float32), 0.0, 0.0)
     dpi = round(72 * page.px_per_pt[0])
-    reading = _read(page.image, skew_angle(page.image), language, dpi)
-    if reading.confidence < REORIENT_BELOW and (turn := quarter_turn(page.image, dpi)):
+    reading = _read(page.image, skew_angle(page.image), language, dpi, deadline)
+    if reading.confidence < REORIENT_BELOW and (
+        turn := _bounded(lambda timeout: quarter_turn(page.image, dpi, timeout), deadline)
+    ):
         upright = turned(page.image, -turn)
-        again = _read(page.image, skew_angle(upright) - turn, language, dpi)
+        again = _read(page.image, skew_angle(upright) - turn, language, dpi, deadline)
         if again.confidence > reading.confidence:
             reading = again
     if reading.confidence < min_confidence:
@@ -263,7 +305,7 @@ def _cuts(image: Image.Image, vertical: bool) -> list[int]:
     return [*cuts, length]
 
 
-def _read_tiles(page: PageImage, language: str, min_confidence: float) -> OcrPage:
+def _read_tiles(page: PageImage, language: str, min_confidence: float, deadline: float | None) -> OcrPage:
     """`read_page` of a page image too long for Tesseract, in tiles along its long side (`_cuts`), their texts
     joined by blank lines, their boxes in the page's space, the confidence the tiles' mean weighted by text."""
     image, (sx, sy) = page.image, page.px_per_pt
@@ -281,7 +323,8 @@ def _read_tiles(page: PageImage, language: str, min_confidence: float) -> OcrPag
             crop = (start, 0, end, image.height)
             size = ((end - start) / sx, image.height / sy)
             origin = None if page.origin is None else (page.origin[0] + start / sx, page.origin[1])
-        tile = read_page(PageImage(image.crop(crop), size, page.px_per_pt, origin), language, min_confidence)
+        tile_image = PageImage(image.crop(crop), size, page.px_per_pt, origin)
+        tile = read_page(tile_image, language, min_confidence, deadline)
         if not tile.text:
             continue
         if texts:
@@ -377,12 +420,14 @@ def read_pages(
 
     Raises:
         ExtractError: tesseract is missing, a language's data is missing, or tesseract failed (`ocr_error`; names
-            `where`); or pages remain after `options.file_timeout_s` (the pages read so far are dropped).
+            `where`); or the file's OCR ran past `options.file_timeout_s` (every Tesseract run is killed at that
+            deadline; the pages read so far are dropped: `timeout_error`).
     """
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     ahead = 2 * options.workers
     done = 0
-    start = time.perf_counter()
+    start = time.monotonic()
+    deadline = start + options.file_timeout_s  # every Tesseract run of the file is killed past it
     with ThreadPoolExecutor(options.workers, thread_name_prefix="ocr") as pool:
         queued: list[tuple[K, Future[OcrPage]]] = []
         source = iter(pages)
@@ -393,7 +438,9 @@ def read_pages(
                 if item is None:
                     exhausted = True
                     break
-                queued.append((item[0], pool.submit(read_page, item[1], options.language, options.min_confidence)))
+                queued.append(
+                    (item[0], pool.submit(read_page, item[1], options.language, options.min_confidence, deadline))
+                )
             if not queued:
                 break
             key, future = queued.pop(0)
@@ -403,16 +450,15 @@ def read_pages(
                 for _, other in queued:
                     other.cancel()
                 raise ocr_error(where, exc, options.language) from None
-            done += 1
-            elapsed = time.perf_counter() - start
-            if elapsed > options.file_timeout_s and (queued or not exhausted):
+            except OcrTimeoutError:
                 for _, other in queued:
                     other.cancel()
-                raise ExtractError(
-                    f"{where}: OCR stopped after {done} page image(s) and {elapsed:.0f} s, over "
-                    f"OCR_FILE_TIMEOUT_S={options.file_timeout_s:g}; split the file into smaller ones, or raise the "
-                    "limit"
-                )
+                raise timeout_error(where, done, time.monotonic() - start, options) from None
+            done += 1
+            if time.monotonic() > deadline and (queued or not exhausted):
+                for _, other in queued:
+                    other.cancel()
+                raise timeout_error(where, done, time.monotonic() - start, options)
             if 0 < page.confidence < options.min_confidence:  # a blank page has no words to be unsure of
                 log.warning(
                     "%s: page image %d read by OCR at a mean word confidence of %.0f, below OCR_MIN_CONFIDENCE=%g: "
@@ -428,6 +474,14 @@ def read_pages(
             if on_page is not None:
                 on_page(done)
             yield key, text, boxes
+
+
+def timeout_error(where: str, done: int, elapsed_s: float, options: OcrOptions) -> ExtractError:
+    """The `ExtractError` of a file whose OCR ran past `options.file_timeout_s` after `done` page images."""
+    return ExtractError(
+        f"{where}: OCR stopped after {done} page image(s) and {elapsed_s:.0f} s, over OCR_FILE_TIMEOUT_S="
+        f"{options.file_timeout_s:g}; split the file into smaller ones, or raise the limit"
+    )
 
 
 def progress_logger(where: str, total: int, every_s: float = PROGRESS_EVERY_S) -> Callable[[int], None]:

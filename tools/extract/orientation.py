@@ -116,15 +116,18 @@ def skew_angle(image: Image.Image) -> float:
     return -fine
 
 
-def quarter_turn(image: Image.Image, dpi: int) -> int:
+def quarter_turn(image: Image.Image, dpi: int, timeout_s: float = 0.0) -> int:
     """Degrees (0, 90, 180 or 270) Tesseract's OSD says `image` must be turned clockwise to be upright; 0 when it
     cannot tell (too little text) or is not confident (`OSD_MIN_CONFIDENCE`).
 
     Raises:
-        pytesseract.TesseractNotFoundError: no tesseract command.
+        pytesseract.TesseractNotFoundError: no tesseract command. RuntimeError: the run took longer than `timeout_s`
+            seconds (0: no bound) and was killed (pytesseract's "Tesseract process timeout").
     """
     try:
-        osd = pytesseract.image_to_osd(image, config=f"--psm 0 --dpi {dpi}", output_type=pytesseract.Output.DICT)
+        osd = pytesseract.image_to_osd(
+            image, config=f"--psm 0 --dpi {dpi}", output_type=pytesseract.Output.DICT, timeout=timeout_s
+        )
     except pytesseract.TesseractError:  # "Too few characters", no osd data: nothing to go by
         return 0
     turn = int(osd.get("rotate", 0)) % 360

@@ -87,3 +87,22 @@ def test_headings_paragraphs_and_tables_keep_their_order_and_sections(tmp_path: 
     assert "Distribution | Command\nDebian | apt" in extracted.text
     assert extracted.title == "Guide"
     assert [s.path for s in extracted.sections][:3] == [("Guide",), ("Guide", "Install"), ("Guide", "Install", "Linux")]
+
+
+def test_hyphens_tabs_and_a_text_box_read_as_word_shows_them(tmp_path: Path) -> None:
+    document = docx.Document()
+    paragraph = document.add_paragraph("Anchor ")
+    paragraph._p.append(
+        parse_xml(
+            f"<w:r {W}><w:t>COVID</w:t><w:noBreakHyphen/><w:t>19 vac</w:t><w:softHyphen/><w:t>cine</w:t>"
+            '<w:ptab w:relativeTo="margin" w:alignment="right" w:leader="none"/><w:t>p. 3</w:t></w:r>'
+        )
+    )
+    paragraph._p.append(
+        parse_xml(
+            f"<w:r {W}><w:pict><w:txbxContent><w:p><w:r><w:t>Box line one</w:t></w:r></w:p>"
+            "<w:p><w:r><w:t>Box line two</w:t></w:r></w:p></w:txbxContent></w:pict></w:r>"
+        )
+    )
+    text = extract_docx(_save(document, tmp_path)).text
+    assert text.splitlines() == ["Anchor COVID-19 vaccine\tp. 3", "Box line one", "Box line two"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -305,8 +306,17 @@ def test_blank_frames_are_not_read_by_tesseract_and_a_file_past_its_ocr_time_fai
     page = pdfium.PdfDocument(scanned)[0].render(scale=DPI / 72, grayscale=True).to_pil()
     tiff = tmp_path / "pages.tiff"
     page.save(tiff, save_all=True, append_images=[page, page], dpi=(DPI, DPI))
-    hurried = OcrOptions(dpi=DPI, workers=1, file_timeout_s=1e-6)  # past it once the first page is read
-    with pytest.raises(ExtractError, match=r"pages\.tiff: OCR stopped after 1 page image\(s\).*OCR_FILE_TIMEOUT_S"):
+    timeouts: list[float] = []
+
+    def bounded(*args: object, **kwargs: Any) -> object:
+        timeouts.append(float(kwargs["timeout"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pytesseract, "image_to_data", bounded)
+    extract(tiff, "image", LIMIT, OcrOptions(dpi=DPI, workers=1, file_timeout_s=900))
+    assert len(timeouts) == 3 and all(0 < t <= 900 for t in timeouts)  # every run killed at the file's deadline
+    hurried = OcrOptions(dpi=DPI, workers=1, file_timeout_s=1e-6)  # past before the first run
+    with pytest.raises(ExtractError, match=r"pages\.tiff: OCR stopped after 0 page image\(s\).*OCR_FILE_TIMEOUT_S"):
         extract(tiff, "image", LIMIT, hurried)
 
 
