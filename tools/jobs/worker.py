@@ -105,6 +105,10 @@ async def run_job(
     every write is fenced by the claim (`job.attempts`). A run whose claim was taken over (it paused past its lease
     and another worker claimed the job) stops before its next file and writes nothing more: the job is the other
     worker's.
+
+    Raises:
+        tools.errors.StoreUnavailableError: the store became unavailable (down, restarting, or no pooled connection
+            free in time) during the run: nothing is recorded, the job is claimed again once its lease expires.
     """
     start = time.perf_counter()
     errors: list[dict[str, str]] = []
@@ -168,6 +172,12 @@ async def run_job(
             "job %d: %s lost its lease (claim %d); another worker runs it, this run stops", job.id, worker, claim
         )
         return await queue.get(job.id)
+    except StoreUnavailableError:
+        # Postgres down, restarting or every pooled connection busy: not the job's fault. The run stops unrecorded;
+        # its lease expires and the job is claimed again (ingestion's content-hash keys skip what was stored), up
+        # to its max attempts. The worker loop waits the outage out (`work`).
+        log.warning("job %d: the store is unavailable; the job is claimed again once its lease expires", job.id)
+        raise
     except Exception as exc:  # noqa: BLE001 (any failure of the run is the job's outcome, recorded)
         status = "failed"
         errors.append({"file": "", "error": f"{type(exc).__name__}: {exc}"})

@@ -8,8 +8,10 @@ Postgres restart, the migration of old jobs tables) stays in the stack tests bes
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,11 +19,12 @@ from agent.config.settings import Settings
 from agent.core.wiring import ingest_options
 from tests.document_files import zip_named
 from tests.ingest_doubles import ScriptedEmbedder
+from tools.errors import StoreBusyError
 from tools.in_memory_jobs import InMemoryJobQueue
 from tools.in_memory_originals import InMemoryOriginals
 from tools.in_memory_sink import InMemorySink
 from tools.in_memory_sync import InMemorySyncLedger
-from tools.ingest import IngestOptions
+from tools.ingest import IngestOptions, ingest
 from tools.jobs import worker
 from tools.jobs.worker import JobHook
 from tools.records import Job, JobFile
@@ -179,3 +182,31 @@ async def test_worker_loops_sharing_a_queue_run_each_job_once(doubles: Doubles, 
     jobs = [await queue.get(i) for i in ids]
     assert all(j is not None and (j.status, j.attempts) == ("done", 1) for j in jobs), jobs
     assert sorted(d for _, d in doubles.sink.documents) == [f"doc{i}.md" for i in range(4)]
+
+
+async def test_a_run_that_meets_a_busy_store_is_not_failed_but_claimed_again(
+    doubles: Doubles, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every pooled connection busy (or Postgres restarting) is not the job's fault: the run stops unrecorded, the
+    job stays running until its lease expires, and the next claim runs it to the end."""
+    job_id = await doubles.queue.submit([JobFile("notes.md", b"# Notes\n\nThe narwhal backup runs at two.\n")])
+    job = await doubles.queue.claim("w", 600)
+    assert job is not None
+    real_ingest = ingest
+
+    async def busy(*args: Any, **kwargs: Any) -> Any:
+        raise StoreBusyError("no pooled connection free within DB_ACQUIRE_TIMEOUT_S=5")
+
+    monkeypatch.setattr(worker, "ingest", busy)
+    with pytest.raises(StoreBusyError):
+        await doubles.run(job, ingest_options(settings))
+    kept = await doubles.queue.get(job_id)
+    assert kept is not None and kept.status == "running" and kept.errors == []
+    assert await doubles.queue.claim("w2", 600) is None  # its lease still holds
+    monkeypatch.setattr(worker, "ingest", real_ingest)
+    later = time.time() + 601
+    doubles.queue.clock = lambda: later  # the lease has expired
+    again = await doubles.queue.claim("w2", 600)
+    assert again is not None and again.id == job_id and again.attempts == 2
+    done = await doubles.run(again, ingest_options(settings))
+    assert done is not None and done.status == "done" and done.errors == []
