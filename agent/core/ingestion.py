@@ -11,7 +11,7 @@ Triton.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -41,8 +41,8 @@ class IngestionService:
     manager (entering it starts `workers` job workers, exiting stops them and closes the embedder).
 
     Args:
-        embedder: the bulk embedder (`build_embedder(settings, workload="bulk")`), unconnected: the service connects
-            it on first use and closes it on exit.
+        embedder: the bulk embedder (`build_embedder(settings, workload="bulk")`), unconnected, or a factory of it
+            (called on first use): the service connects it on first use and closes it on exit.
         store: the process' store, connected by its owner before the service is used (the service never closes it).
         options: the chunk window, batch and file limits (`agent.core.wiring.ingest_options`); each call replaces
             its collection.
@@ -53,7 +53,7 @@ class IngestionService:
 
     def __init__(
         self,
-        embedder: TritonEmbedder,
+        embedder: TritonEmbedder | Callable[[], TritonEmbedder],
         store: VectorStore,
         options: IngestOptions,
         settings: Settings,
@@ -61,7 +61,7 @@ class IngestionService:
         originals: Originals | None = None,
         workers: int = 0,
     ) -> None:
-        self.embedder = embedder
+        self._embedder = embedder
         self.store = store
         self.options = options
         self.settings = settings
@@ -69,7 +69,8 @@ class IngestionService:
         self.workers = workers
         self.ledger = PostgresSyncLedger(store)
         self._queue: JobQueue | None = None
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # the embedder's connection
+        self._queue_lock = asyncio.Lock()  # the jobs tables' set-up (never waits on Triton)
         self._connected = False
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -93,6 +94,14 @@ class IngestionService:
         self._tasks = []
         self._connected = False
         await self._stack.aclose()
+
+    @property
+    def embedder(self) -> TritonEmbedder:
+        """The bulk embedder (built on first use when given as a factory: its tokenizer is loaded then, so the job
+        commands, which embed nothing, need none); not connected until something is embedded."""
+        if not isinstance(self._embedder, TritonEmbedder):
+            self._embedder = self._embedder()
+        return self._embedder
 
     async def _connected_embedder(self) -> TritonEmbedder:
         """The bulk embedder, connected on the first call (closed on exit)."""
@@ -194,7 +203,7 @@ class IngestionService:
 
     async def queue(self) -> JobQueue:
         """The jobs queue on the store (its tables created on the first call)."""
-        async with self._lock:
+        async with self._queue_lock:
             if self._queue is None:
                 queue = PostgresJobQueue(self.store.pool, self.store.acquire_timeout_s)
                 await queue.setup()

@@ -350,7 +350,7 @@ def build_ingestion(settings: Settings, store: VectorStore, *, workers: int = 0)
     the settings' ingestion options (`ingest_options`), originals (`build_originals`) and jobs settings, running
     `workers` job workers while entered."""
     return IngestionService(
-        build_embedder(settings, workload="bulk"),
+        lambda: build_embedder(settings, workload="bulk"),
         store,
         ingest_options(settings),
         settings,

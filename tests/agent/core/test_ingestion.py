@@ -5,6 +5,8 @@ interactive one. Nothing is connected here."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agent.config.settings import Settings
 from agent.core.ingestion import IngestionService
 from agent.core.keys import StoreKeys
@@ -48,8 +50,9 @@ def test_documents_are_added_on_the_bulk_embedder() -> None:
     assert (interactive.model_name, interactive.priority) == ("all-minilm-l6-v2-query", PRIORITY_INTERACTIVE)
 
 
-def test_serving_runs_the_job_workers_and_keeps_the_keys_in_the_same_store() -> None:
-    services = build_services(settings(jobs_serve_workers=3), serving=True)
+def test_serving_runs_the_job_workers_and_keeps_the_keys_in_the_same_store(tmp_path: Path) -> None:
+    # (serving checks that the originals folder is writable: one of the test's own)
+    services = build_services(settings(jobs_serve_workers=3, originals_dir=tmp_path / "originals"), serving=True)
     clients, keys, ingestion = services.resources
     assert isinstance(clients, Clients) and isinstance(keys, StoreKeys) and isinstance(ingestion, IngestionService)
     assert services.keys is keys and keys.store is clients.store

@@ -254,8 +254,9 @@ async def test_a_task_is_canceled_by_its_caller_only() -> None:
             client = await create_client(f"{server.url}/a2a", ClientConfig(httpx_client=http))
             events = client.send_message(question(COVERED))
             task_id = (await asyncio.wait_for(anext(events), 30)).task.id
-            while not model.started.is_set():  # noqa: ASYNC110 - set in the server's thread and loop: polled
-                await asyncio.sleep(0.01)
+            async with asyncio.timeout(60):  # bounded: a model that never starts fails here, not at pytest's limit
+                while not model.started.is_set():  # noqa: ASYNC110 - set in the server's thread and loop: polled
+                    await asyncio.sleep(0.01)
             with pytest.raises(Exception, match=r"(?i)task not found"):
                 stranger = await create_client(f"{server.url}/a2a", ClientConfig(httpx_client=other))
                 await stranger.cancel_task(CancelTaskRequest(id=task_id))
