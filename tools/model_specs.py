@@ -108,6 +108,13 @@ MODEL_SPECS: dict[str, EmbeddingModelSpec] = {
             pooling="cls",
             query_prefix="Represent this sentence for searching relevant passages: ",
         ),
+        EmbeddingModelSpec(  # the multilingual production embedder (docs/ingestion.md, "Any language")
+            name="bge-m3",
+            hf_id="BAAI/bge-m3",
+            dim=1024,
+            max_tokens=1024,  # the model reads 8192; served to 1024 (model_repository/bge-m3/config.pbtxt)
+            pooling="cls",  # its dense vector is the normalised CLS state (BGE-M3 model card); no query prefix
+        ),
     )
 }
 
