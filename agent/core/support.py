@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent.core.results import (
     SentenceEvidence,
@@ -76,6 +76,24 @@ class AnswerSentence:
     cited: tuple[int, ...]
     claim: str
     gap: str = ""
+
+
+_LIST_NUMBER = re.compile(r"^(\d+)([.)]\s)")
+
+
+def renumbered(sentences: Sequence[AnswerSentence]) -> list[AnswerSentence]:
+    """`sentences` with their list numbers (`1. `, `2) `) counted again from 1 in order: after repeated items are
+    collapsed, a numbered answer reads 1, 2, 3, not 1, 3, 4. Sentences without a list number are kept as they are."""
+    out: list[AnswerSentence] = []
+    count = 0
+    for sentence in sentences:
+        marker = _LIST_NUMBER.match(sentence.text)
+        if marker is None:
+            out.append(sentence)
+            continue
+        count += 1
+        out.append(replace(sentence, text=f"{count}{marker.group(2)}{sentence.text[marker.end() :]}"))
+    return out
 
 
 def answer_sentences(text: str) -> list[AnswerSentence]:
@@ -160,6 +178,8 @@ class SupportChecker:
             seen.add(key)
             kept.append(sentence)
         repeated = len(sentences) - len(kept)
+        if repeated:
+            kept = renumbered(kept)
         checkable = [s for s in kept if s.claim and not s.claim.endswith("?")][: self.max_sentences]
         by_number = {p.number: p for p in passages}
         result = await check_claims(

@@ -69,6 +69,8 @@ async def test_repeated_sentences_are_collapsed_into_one() -> None:
     assert result.support.repeated == 2
     assert [s.label for s in result.support.sentences] == ["SUPPORT", "SUPPORT"]
     assert result.answer.count("Vitamin B12") == 1
+    # the list is numbered again after the collapse: 1, 2, not 1, 4
+    assert [line.split(" ", 1)[0] for line in result.answer.splitlines()] == ["1.", "2."]
 
 
 async def test_flag_keeps_an_unsupported_sentence_marked_and_strict_removes_it_and_says_so() -> None:
