@@ -41,15 +41,30 @@ class InMemoryOriginals:
                 log.warning("%s: its original could not be kept (%s)", source, exc)
 
     def move(self, collection: str, old_id: str, new_id: str) -> None:
-        """Rename the original of `old_id` to `new_id` (nothing when none is kept)."""
+        """Rename the original of `old_id` to `new_id` (nothing when none is kept).
+
+        Raises:
+            ScopeError: an invalid collection name (as `Originals.path`).
+        """
+        check_collection(collection)
         data = self.kept.pop((collection, old_id), None)
         if data is not None:
             self.kept[collection, new_id] = data
 
     def remove(self, collection: str, doc_id: str) -> bool:
-        """Delete the original; whether one was kept."""
+        """Delete the original; whether one was kept.
+
+        Raises:
+            ScopeError: an invalid collection name.
+        """
+        check_collection(collection)
         return self.kept.pop((collection, doc_id), None) is not None
 
     def read(self, collection: str, doc_id: str) -> bytes | None:
-        """The kept original's bytes, or None."""
+        """The kept original's bytes, or None.
+
+        Raises:
+            ScopeError: an invalid collection name.
+        """
+        check_collection(collection)
         return self.kept.get((collection, doc_id))

@@ -52,3 +52,9 @@ def test_keep_files_leaves_out_a_file_that_cannot_be_read(
 def test_an_invalid_collection_is_refused(kept_originals: KeptOriginals) -> None:
     with pytest.raises(ScopeError):
         kept_originals.keep("../outside", "a.md", b"x")
+    with pytest.raises(ScopeError):
+        kept_originals.read("../outside", "a.md")
+    with pytest.raises(ScopeError):
+        kept_originals.move("../outside", "a.md", "b.md")
+    with pytest.raises(ScopeError):
+        kept_originals.remove("../outside", "a.md")
