@@ -32,5 +32,8 @@ if os.environ.get("RAG_PROBE_STALL_TRITON") == "1":
 def test_start_the_stack_then_wait(postgres_url: str, triton_server: Settings) -> None:
     run_dir = triton_server.run_dir.resolve()
     pids = {name: processes.read_pid(run_dir, name) for name in ("postgres", "triton")}
-    Path(os.environ["RAG_PROBE_OUT"]).write_text(json.dumps(pids))
+    out = Path(os.environ["RAG_PROBE_OUT"])
+    written = out.with_name(out.name + ".part")
+    written.write_text(json.dumps(pids))
+    os.replace(written, out)  # whole or absent: the test reads it as soon as it exists
     threading.Event().wait()  # until the run is interrupted or killed
