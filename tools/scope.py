@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from tools.access import UNRESTRICTED, Access
+
 DEFAULT_COLLECTION = "default"
 """The collection of a document ingested without one."""
 
@@ -92,6 +94,8 @@ class SearchScope:
         sources: accepted `source` values; empty: any source.
         ingested_after: only documents with `ingested_at >= ingested_after` (aware datetime), or None.
         ingested_before: only documents with `ingested_at < ingested_before` (aware datetime), or None.
+        access: whose reading this is (`tools.access`): the store runs the search's transaction under it, so only
+            documents whose groups meet the caller's are seen (row-level security); `UNRESTRICTED`: every document.
     """
 
     collections: tuple[str, ...] | None = None
@@ -99,6 +103,7 @@ class SearchScope:
     sources: tuple[str, ...] = ()
     ingested_after: datetime | None = None
     ingested_before: datetime | None = None
+    access: Access = UNRESTRICTED
 
     def __post_init__(self) -> None:
         if self.collections is not None:
@@ -127,6 +132,10 @@ class SearchScope:
         allowed = tuple(sorted(set(collections)))
         mine = allowed if self.collections is None else tuple(c for c in self.collections if c in allowed)
         return replace(self, collections=mine)
+
+    def read_by(self, access: Access) -> SearchScope:
+        """This scope read by a caller with `access` (`tools.access`)."""
+        return replace(self, access=access)
 
     @classmethod
     def from_filter(cls, spec: Mapping[str, Any] | None, collections: Sequence[str] | None = None) -> SearchScope:

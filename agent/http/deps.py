@@ -35,6 +35,7 @@ from agent.core.keys import KeyRing
 from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError, error_json, error_response, failure_of
 from agent.http.state import STATE, AppState, app_state, scope_state
+from tools.access import UNRESTRICTED, Access, Role
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
 __all__ = ["STATE", "AppState", "app_state", "scope_state"]  # the app's typed state (`agent.http.state`), re-exported
@@ -113,11 +114,22 @@ class CallerIdentity:
 
     collections: tuple[str, ...] | None
     key_id: int | None = None
+    access: Access = UNRESTRICTED
+    """The documents the caller may read (`tools.access`): the admin's is `UNRESTRICTED`; a key holder's or a
+    signed-in user's is its groups (with `PUBLIC_GROUP`), enforced by the store's row-level security."""
+    roles: Mapping[str, Role] | None = None
+    """Collection -> the caller's role there, for callers whose collections come from group grants (a signed-in
+    user, a key tied to a group); None: every role in `collections` (the admin, a key scoped to collections)."""
+    subject: str | None = None
+    """The identity provider's subject (`sub`) of a signed-in user; None for key holders and the admin."""
 
     @property
     def owner(self) -> str | None:
-        """The owner of the conversations this caller creates and sees (`tools.conversations`): its key id as text;
-        None for the admin (creates unowned conversations, sees every one)."""
+        """The owner of the conversations this caller creates and sees (`tools.conversations`): `sub:<subject>` for
+        a signed-in user, its key id as text for a key holder; None for the admin (creates unowned conversations,
+        sees every one)."""
+        if self.subject is not None:
+            return f"sub:{self.subject}"
         return None if self.key_id is None else str(self.key_id)
 
     def allows(self, collection: str) -> bool:
@@ -174,7 +186,7 @@ class CallerIdentity:
         """
         collections = self.visible(collection_or_list)
         try:
-            return SearchScope.from_filter(filter_obj, collections).within(self.collections)
+            return SearchScope.from_filter(filter_obj, collections).within(self.collections).read_by(self.access)
         except ScopeError as exc:
             raise InputError(str(exc)) from None
 
@@ -187,7 +199,7 @@ class CallerIdentity:
         if asked is None:
             return self.scope(None)
         self.visible(asked.collections)
-        return asked.within(self.collections)
+        return asked.within(self.collections).read_by(self.access)
 
 
 def admin_bytes(key: SecretStr) -> bytes:
