@@ -24,6 +24,7 @@ from typing import Any, Literal, NamedTuple, TypedDict
 import numpy as np
 import numpy.typing as npt
 
+from tools.access import Role
 from tools.errors import StoreError
 from tools.scope import DEFAULT_COLLECTION, SearchScope, qualified_doc_id
 
@@ -452,3 +453,24 @@ class CacheLookup:
     key: str
     answer: dict[str, Any] | None
     settled: bool
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A group's role in a collection (`rag access grant`, `PUT /v1/access/grants`): members of `group` may do what
+    `role` allows in `collection` (`tools.access.Role`)."""
+
+    group: str
+    collection: str
+    role: Role
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"group", "collection", "role", "created_at"}` (`rag access list --json`, `GET /v1/access/grants`): the
+        time as ISO 8601."""
+        return {
+            "group": self.group,
+            "collection": self.collection,
+            "role": self.role.value,
+            "created_at": self.created_at.isoformat(),
+        }

@@ -32,6 +32,7 @@ from agent.core.answer import AnswerLimits
 from agent.core.answer_cache import AnswerCacheStore
 from agent.core.context_window import ContextFitter
 from agent.core.followup import LLMRewriter
+from agent.core.grants import GrantStore, StoreGrants
 from agent.core.ingestion import IngestionService
 from agent.core.keys import KeyStore, StoreKeys
 from agent.core.library import DocumentLibrary, StoreLibrary
@@ -328,6 +329,9 @@ class Services:
             the job routes answer 503).
         keys: the API keys and their usage (`agent.core.keys.StoreKeys` in `rag serve`, over the same store);
             None: no keys (a test's `Services` unless it passes one, e.g. `agent.core.keys.InMemoryKeys`).
+        grants: the grants of groups to collections (`agent.core.grants.StoreGrants` in `rag serve`, over the same
+            store); None: no grants (a test's `Services` unless it passes one, e.g.
+            `tools.in_memory_grants.InMemoryGrants`).
     """
 
     search: PassageSearch
@@ -343,6 +347,7 @@ class Services:
     feedback: FeedbackLog = field(default_factory=InMemoryFeedback)
     ingestion: IngestionService | None = None
     keys: KeyStore | None = None
+    grants: GrantStore | None = None
 
 
 def build_ingestion(settings: Settings, store: VectorStore, *, workers: int = 0) -> IngestionService:
@@ -428,12 +433,13 @@ def build_services(settings: Settings, *, serving: bool = False) -> Services:
 
     ingestion = build_ingestion(settings, store, workers=settings.jobs_serve_workers if serving else 0)
     keys = StoreKeys(store) if serving else None
+    grants = StoreGrants(store) if serving else None
     return Services(
         search=build_retriever(embedder, store, settings, clients.reranker),
         library=StoreLibrary(store, ingestion),
         model=build_model(settings),
         checks=checks,
-        resources=[clients, ingestion] if keys is None else [clients, keys, ingestion],
+        resources=[clients, ingestion] if keys is None or grants is None else [clients, keys, grants, ingestion],
         tool_check=tools,
         context=ContextFitter(settings),
         conversations=ConversationStore(store),
@@ -446,6 +452,7 @@ def build_services(settings: Settings, *, serving: bool = False) -> Services:
         support=None if verifier is None else build_support_checker(settings, embedder, verifier),
         ingestion=ingestion,
         keys=keys,
+        grants=grants,
     )
 
 

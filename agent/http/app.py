@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
             async with served as opened, mcp.running(), a2a.running():
                 state = app_state(app)
                 state.rag, state.keys, state.quotas = opened, opened.keys, opened.quotas
+                state.grants = opened.services.grants
                 yield
         finally:
             lag.cancel()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
+from agent.core.grants import GrantStore
 from agent.core.keys import KeyRing
 from agent.core.quotas import Quotas
 
@@ -27,6 +28,7 @@ class AppState:
         rag: the `RagApp` the lifespan opened; None before.
         keys: the API keys (`RagApp.keys`); None: no keys.
         quotas: the keys' quotas (`RagApp.quotas`); None: no keys.
+        grants: the grants of groups to collections (`RagApp.grants`, a `tools.access.GrantBook`); None: no grants.
     """
 
     settings: Settings
@@ -34,6 +36,7 @@ class AppState:
     rag: RagApp | None = None
     keys: KeyRing | None = None
     quotas: Quotas | None = None
+    grants: GrantStore | None = None
 
 
 STATE = "served"

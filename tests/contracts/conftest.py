@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from agent.config.settings import Settings
+from agent.core.grants import GrantStore
 from agent.core.ingestion import IngestionService
 from agent.core.library import StoreLibrary
 from agent.core.wiring import build_retriever
@@ -21,6 +22,7 @@ from tools.feedback import FeedbackLog
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_conversations import InMemoryConversations
 from tools.in_memory_feedback import InMemoryFeedback
+from tools.in_memory_grants import InMemoryGrants
 from tools.in_memory_jobs import InMemoryJobQueue
 from tools.in_memory_originals import InMemoryOriginals
 from tools.in_memory_sink import InMemorySink
@@ -33,6 +35,7 @@ from tools.originals import Originals
 from tools.store import VectorStore
 from tools.store.conversations import ConversationStore
 from tools.store.feedback import PostgresFeedback
+from tools.store.grants import PostgresGrants
 from tools.store.jobs import PostgresJobQueue
 from tools.store.sync_state import PostgresSyncLedger
 
@@ -167,3 +170,19 @@ async def job_queue(real_servers: tuple[str, Settings] | None) -> AsyncIterator[
 def kept_originals(request: pytest.FixtureRequest, tmp_path: Path) -> KeptOriginals:
     """`InMemoryOriginals`, or `Originals` on a temporary folder (no server: both run in the fast tier)."""
     return InMemoryOriginals() if request.param == "in_memory" else Originals(tmp_path / "originals")
+
+
+@pytest.fixture
+async def grant_book(real_servers: tuple[str, Settings] | None) -> AsyncIterator[GrantStore]:
+    """`InMemoryGrants`, or `PostgresGrants` over Postgres (no grant)."""
+    if real_servers is None:
+        yield InMemoryGrants()
+        return
+    store = await empty_store(real_servers[0], "test_contract_grants", real_servers[1])
+    try:
+        grants = PostgresGrants(store.pool, store.acquire_timeout_s)
+        await grants.setup()
+        await store.pool.execute("DELETE FROM access_grants")
+        yield grants
+    finally:
+        await store.close()
