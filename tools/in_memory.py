@@ -25,6 +25,7 @@ from typing import Any, Unpack
 import numpy as np
 import numpy.typing as npt
 
+from tools.access import document_groups
 from tools.ingest import SourceDocument
 from tools.records import (
     ChunkHit,
@@ -107,6 +108,8 @@ class InMemoryCollection:
         self.config = config
         self.searches: list[str] = []
         self._entries: dict[tuple[str, str], _Entry] = {}
+        self.groups_set: dict[tuple[str, str], tuple[str, ...]] = {}
+        """(doc_id, collection) -> the groups `set_document_groups` last set."""
         """By (doc_id, collection): the store's identity and listing order."""
         for doc in documents:
             self._put(doc, collection)
@@ -253,6 +256,16 @@ class InMemoryCollection:
             if key[0] == doc_id and entry.hit.chunk_id == chunk_id:
                 return StoredChunk(entry.collection, {"span": [0, len(entry.document.content)]}, entry.hit.text)
         return None
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
+    ) -> bool:
+        """Record `groups` (`tools.access.document_groups`) as those of document `doc_id` of `collection` in
+        `groups_set`; False when no such document is stored (see `tools.ingest.ports.DocumentGroups`)."""
+        if (doc_id, collection) not in self._entries:
+            return False
+        self.groups_set[doc_id, collection] = document_groups(groups)
+        return True
 
 
 def _scored(hit: ChunkHit, score: float) -> ChunkHit:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from tools.access import document_groups
 from tools.errors import StoreError
 from tools.records import ChunkRecord, DocumentRecord, Hashes, IngestCounts, StagedDocument, StagedRow, check_batch
 from tools.scope import DEFAULT_COLLECTION
@@ -45,6 +46,8 @@ class InMemorySink:
     documents: dict[Key, DocumentRecord] = field(default_factory=dict)
     staged: dict[Key, dict[int, StagedRow]] = field(default_factory=dict)
     transactions: int = 0
+    groups_set: dict[Key, tuple[str, ...]] = field(default_factory=dict)
+    """(collection, doc id) -> the groups `set_document_groups` last set."""
 
     async def stored_versions(self, doc_ids: list[str], collection: str = DEFAULT_COLLECTION) -> dict[str, str]:
         """doc_id -> stored content hash of those of `doc_ids` stored in `collection`."""
@@ -125,6 +128,16 @@ class InMemorySink:
         )
         self.transactions += 1
         return len(chunks)
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
+    ) -> bool:
+        """Record `groups` (`tools.access.document_groups`) as those of document `doc_id` of `collection` in
+        `groups_set`; False when no such document is stored (see `tools.ingest.ports.DocumentGroups`)."""
+        if (collection, doc_id) not in self.documents:
+            return False
+        self.groups_set[collection, doc_id] = document_groups(groups)
+        return True
 
 
 def _location(metadata: str) -> dict[str, object]:

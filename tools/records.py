@@ -377,6 +377,9 @@ class ApiKey:
     """The key's own answer requests per minute; None: the service's `KEY_REQUESTS_PER_MINUTE`."""
     tokens_per_day: int | None = None
     """The key's own LLM tokens per UTC day; None: the service's `KEY_TOKENS_PER_DAY`."""
+    group: str | None = None
+    """The group the key is tied to (`rag keys create --group`): its holder reads that group's documents, in the
+    collections granted to it unless the key names its own; None: public documents of the key's collections."""
 
     @property
     def active(self) -> bool:
@@ -393,6 +396,7 @@ class ApiKey:
             "revoked_at": None if self.revoked_at is None else self.revoked_at.isoformat(),
             "requests_per_minute": self.requests_per_minute,
             "tokens_per_day": self.tokens_per_day,
+            "group": self.group,
         }
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agent.cli.access import split_groups
 from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.keys import KEEP, ApiKey, Keep, PostgresKeys, check_collections, report_json, settings_keys
@@ -67,8 +68,21 @@ TPD_HELP = "LLM tokens per UTC day this key may use (`default`: KEY_TOKENS_PER_D
 @keys_app.command("create")
 def create(
     collections: Annotated[
-        str, typer.Option("--collections", help="Comma-separated collections the key may use, e.g. a,b.")
-    ],
+        str,
+        typer.Option(
+            "--collections",
+            help="Comma-separated collections the key may use, e.g. a,b (with --group: optional, default the "
+            "group's grants).",
+        ),
+    ] = "",
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            help="Tie the key to a group: its holder reads that group's documents (and the public ones), with the "
+            "roles granted to it (`rag access grant`).",
+        ),
+    ] = None,
     name: Annotated[str, typer.Option("--name", help="A label for the key (who or what holds it).")] = "",
     requests_per_minute: Annotated[str | None, typer.Option("--requests-per-minute", help=RPM_HELP)] = None,
     tokens_per_day: Annotated[str | None, typer.Option("--tokens-per-day", help=TPD_HELP)] = None,
@@ -77,21 +91,29 @@ def create(
         typer.Option(
             "--json",
             help='Print {"id", "name", "collections", "created_at", "revoked_at", "requests_per_minute", '
-            '"tokens_per_day", "token"} only.',
+            '"tokens_per_day", "group", "token"} only.',
         ),
     ] = False,
 ) -> None:
-    """Create a key for COLLECTIONS and print its token: the only time it is shown (the database keeps a hash).
-    Callers send it as `Authorization: Bearer <token>` and see only those collections."""
-    names = _collections(collections)
+    """Create a key for COLLECTIONS (and/or tied to GROUP) and print its token: the only time it is shown (the
+    database keeps a hash). Callers send it as `Authorization: Bearer <token>` and see only those collections; a key
+    without a group reads only their public documents (ingested without groups)."""
+    names = _collections(collections) if collections.strip() or group is None else ()
+    checked_group = split_groups(group, "--group")[0] if group is not None and group.strip() else None
+    if group is not None and checked_group is None:
+        raise InputError("--group: empty; expected a group name")
     rpm, tpd = _limit("--requests-per-minute", requests_per_minute), _limit("--tokens-per-day", tokens_per_day)
     key, token = _with_keys(
-        lambda keys: keys.create(names, name, None if rpm is KEEP else rpm, None if tpd is KEEP else tpd)
+        lambda keys: keys.create(
+            names, name, None if rpm is KEEP else rpm, None if tpd is KEEP else tpd, group=checked_group
+        )
     )
     if as_json:
         print(json.dumps(key.to_json() | {"token": token}))
         return
-    console.print(f"key {key.id} ({', '.join(key.collections)}): {token}", markup=False, soft_wrap=True)
+    scope = ", ".join(key.collections) or "its group's grants"
+    tied = f", group {key.group}" if key.group is not None else ""
+    console.print(f"key {key.id} ({scope}{tied}): {token}", markup=False, soft_wrap=True)
     console.print("store the token now: it is not shown again", markup=False)
 
 
@@ -99,18 +121,19 @@ def create(
 def list_keys(
     as_json: Annotated[bool, typer.Option("--json", help="Print the keys as JSON only.")] = False,
 ) -> None:
-    """Every key: id, name, collections, created, revoked. Tokens and hashes are never shown."""
+    """Every key: id, name, collections, group, created, revoked. Tokens and hashes are never shown."""
     found: list[ApiKey] = _with_keys(lambda keys: keys.list())
     if as_json:
         print(json.dumps({"keys": [k.to_json() for k in found]}))
         return
-    table = Table("id", "name", "collections", "created", "revoked", "req/min", "tokens/day")
+    table = Table("id", "name", "collections", "group", "created", "revoked", "req/min", "tokens/day")
     for k in found:
         revoked = "-" if k.revoked_at is None else k.revoked_at.isoformat(timespec="seconds")
         created = k.created_at.isoformat(timespec="seconds")
         rpm = "default" if k.requests_per_minute is None else str(k.requests_per_minute)
         tpd = "default" if k.tokens_per_day is None else str(k.tokens_per_day)
-        table.add_row(str(k.id), Text(k.name or "-"), ", ".join(k.collections), created, revoked, rpm, tpd)
+        collections, group = ", ".join(k.collections) or "(grants)", Text(k.group or "-")
+        table.add_row(str(k.id), Text(k.name or "-"), collections, group, created, revoked, rpm, tpd)
     console.print(table)
 
 

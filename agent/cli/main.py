@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agent.cli.access import access_app
 from agent.cli.chat import print_sources, run_chat
 from agent.cli.feedback import feedback_app
 from agent.cli.ingest import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
@@ -96,6 +97,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(docs_app, name="docs")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(keys_app, name="keys")
+app.add_typer(access_app, name="access")
 app.add_typer(feedback_app, name="feedback")
 app.command("worker")(worker)
 

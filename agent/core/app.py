@@ -42,12 +42,14 @@ from agent.core.wiring import Services, answer_limits, build_agents, build_rewri
 from agent.core.wiring import build_embedder as build_embedder  # the factories' home is agent.core.wiring; re-exported
 from agent.core.wiring import build_retriever as build_retriever
 from agent.core.wiring import build_store as build_store
+from tools.access import UNRESTRICTED, Access, AccessError, check_groups
 from tools.conversations import MAX_PAGE as MAX_CONVERSATION_PAGE
 from tools.conversations import MAX_TITLE_CHARS, Conversation, ConversationLog, ConversationPage
 from tools.conversations import decode_cursor as decode_conversation_cursor
 from tools.errors import StoreError
 from tools.feedback import Rated, Rating
 from tools.ingest import SourceDocument
+from tools.ingest.ports import document_groups_port
 from tools.originals import Originals
 from tools.records import MAX_PAGE, DocumentFilter, DocumentPage, IngestCounts, StoredDocument, decode_cursor
 from tools.render_page import RenderedPage
@@ -430,6 +432,28 @@ class RagApp:
             if "\x00" in doc.doc_id + doc.title + doc.text:
                 raise InputError(f"documents[{i}] ({doc.doc_id!r}) holds a NUL character; expected text without NUL")
         return await self.services.library.add_documents(documents, collection=collection)
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION, *, access: Access = UNRESTRICTED
+    ) -> bool:
+        """Set the groups allowed to read document `doc_id` of `collection` (none: `PUBLIC_GROUP`, every caller), on
+        the document and its chunks, without re-embedding; cached answers built from the collection are not served
+        again. False when no such document is stored or `access` cannot read it (the same answer for both).
+
+        Raises:
+            agent.core.errors.InputError: an invalid collection or group name.
+            StoreError: the store failed (or cannot change documents' groups).
+        """
+        try:
+            check_collection(collection)
+            names = check_groups(groups)
+        except (ScopeError, AccessError) as exc:
+            raise InputError(str(exc)) from None
+        if not access.unrestricted:
+            scope = SearchScope(collections=(collection,)).read_by(access)
+            if await self.services.search.get_document(doc_id, scope) is None:
+                return False
+        return await document_groups_port(self.services.library).set_document_groups(doc_id, names, collection)
 
     async def list_documents(
         self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None

@@ -27,6 +27,7 @@ from tools.store.keys import (
     PostgresKeys,
     check_collections,
     check_limit,
+    key_scope,
     new_token,
     open_keys,
     token_hash,
@@ -185,13 +186,16 @@ class InMemoryKeys:
         name: str = "",
         requests_per_minute: int | None = None,
         tokens_per_day: int | None = None,
+        group: str | None = None,
     ) -> tuple[ApiKey, str]:
         """See `PostgresKeys.create`."""
         token = new_token()
         check_limit("requests_per_minute", requests_per_minute)
         check_limit("tokens_per_day", tokens_per_day)
-        names = check_collections(collections)
-        key = ApiKey(len(self.rows) + 1, name, names, datetime.now(UTC), None, requests_per_minute, tokens_per_day)
+        names, group = key_scope(collections, group)
+        key = ApiKey(
+            len(self.rows) + 1, name, names, datetime.now(UTC), None, requests_per_minute, tokens_per_day, group
+        )
         self.rows[key.id] = (key, token_hash(token))
         return key, token
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol, Unpack
 
 from tools.ingest import SourceDocument
+from tools.ingest.ports import document_groups_port
 from tools.records import DocumentFilter, DocumentPage, IngestCounts, StoredChunk, StoredDocument
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
@@ -86,6 +87,16 @@ class StoreLibrary:
     def __init__(self, store: VectorStore, intake: DocumentIntake) -> None:
         self.store = store
         self.intake = intake
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
+    ) -> bool:
+        """See `tools.ingest.ports.DocumentGroups` (the store's `set_document_groups`).
+
+        Raises:
+            StoreError: the store cannot change documents' groups, or the write failed.
+        """
+        return await document_groups_port(self.store).set_document_groups(doc_id, groups, collection)
 
     async def list_documents(
         self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None

@@ -31,11 +31,11 @@ from agent.config.settings import Settings
 from agent.core.admission import Ticket
 from agent.core.app import RagApp
 from agent.core.errors import InputError
-from agent.core.keys import KeyRing
+from agent.core.keys import ApiKey, KeyRing
 from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError, error_json, error_response, failure_of
 from agent.http.state import STATE, AppState, app_state, scope_state
-from tools.access import UNRESTRICTED, Access, Role
+from tools.access import PUBLIC_GROUP, UNRESTRICTED, Access, GrantBook, Role, caller_access
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
 __all__ = ["STATE", "AppState", "app_state", "scope_state"]  # the app's typed state (`agent.http.state`), re-exported
@@ -136,6 +136,13 @@ class CallerIdentity:
         """Whether the caller may use `collection`."""
         return self.collections is None or collection in self.collections
 
+    def role_in(self, collection: str) -> Role | None:
+        """The caller's role in `collection`: None outside its collections; `Role.ADMIN` where `roles` is None
+        (the admin, a key scoped to collections)."""
+        if not self.allows(collection):
+            return None
+        return Role.ADMIN if self.roles is None else self.roles.get(collection)
+
     def _checked(self, names: Sequence[str]) -> tuple[str, ...]:
         """`names` when each is a valid collection of the caller's. Raises InputError (422) for an invalid name,
         ApiError 403 `forbidden_collection` for one outside the key (whether or not it exists)."""
@@ -170,9 +177,14 @@ class CallerIdentity:
         """The collection a write goes into: the one named, else `default`; the caller must hold it.
 
         Raises:
-            InputError / ApiError: as `visible` (403 also for `default` when the key lacks it: name a collection).
+            InputError / ApiError: as `visible` (403 also for `default` when the key lacks it: name a collection),
+                and 403 `forbidden_collection` when the caller's role there (`roles`) is below uploader.
         """
-        return self._checked([collection or DEFAULT_COLLECTION])[0]
+        name = self._checked([collection or DEFAULT_COLLECTION])[0]
+        role = self.role_in(name)
+        if role is None or not role.includes(Role.UPLOADER):
+            raise ApiError(403, "forbidden_collection", f"writing to {name!r} needs the uploader role there")
+        return name
 
     def scope(
         self, filter_obj: Mapping[str, Any] | None, collection_or_list: str | Sequence[str] | None = None
@@ -211,10 +223,32 @@ ADMIN = CallerIdentity(None)
 """The caller with every collection."""
 
 
+def get_grant_book(request: Request) -> GrantBook | None:
+    """The grants the app's lifespan opened (`AppState.grants`); None for an app without them."""
+    return app_state(request.app).grants
+
+
+async def key_caller(key: ApiKey, grants: GrantBook | None) -> CallerIdentity:
+    """The caller holding `key`: a key tied to a group reads the documents of that group (and the public ones), in
+    the key's own collections when it has any (its role there: the group's grant, reader at least), else in the
+    collections granted to the group or to everyone (roles from the grants); a key without a group reads the public
+    documents of its collections, every role there.
+
+    Raises:
+        StoreError: the grants could not be read.
+    """
+    if key.group is None:
+        return CallerIdentity(key.collections, key.id, access=caller_access([]))
+    granted = dict(await grants.roles_for([key.group, PUBLIC_GROUP])) if grants is not None else {}
+    roles = {c: granted.get(c, Role.READER) for c in key.collections} if key.collections else granted
+    return CallerIdentity(tuple(sorted(roles)), key.id, access=caller_access([key.group]), roles=roles)
+
+
 async def get_caller(
     settings: AppSettings,
     keys: Keys,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    grants: Annotated[GrantBook | None, Depends(get_grant_book)] = None,
 ) -> CallerIdentity:
     """The request's caller (see the module docstring). The admin key is compared in constant time; a key holder's
     token is found by its sha256 (`agent.core.keys`).
@@ -231,7 +265,7 @@ async def get_caller(
     if token is not None and keys is not None:
         key = await keys.holder(token)
         if key is not None:
-            return CallerIdentity(key.collections, key.id)
+            return await key_caller(key, grants)
     if settings.api_key is None and (keys is None or not await keys.any_keys()):
         return ADMIN
     raise HTTPException(401, "missing, wrong or revoked API key", headers={"WWW-Authenticate": "Bearer"})
@@ -244,7 +278,7 @@ async def request_caller(request: Request) -> CallerIdentity:
     Raises:
         As `get_caller`.
     """
-    return await get_caller(get_settings(request), get_keys(request), await _bearer(request))
+    return await get_caller(get_settings(request), get_keys(request), await _bearer(request), get_grant_book(request))
 
 
 async def caller_or_refused(scope: Scope, receive: Receive, send: Send) -> CallerIdentity | None:

@@ -29,6 +29,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "chunk_not_found": 404,
     "original_not_kept": 404,
     "page_not_found": 404,
+    "grant_not_found": 404,
     "not_a_pdf": 422,
     "payload_too_large": 413,
     "unauthorized": 401,

@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from tools.chunking import check_window
+from tools.errors import StoreError
 from tools.extract import MAX_FILE_BYTES
 from tools.extract.ocr import OcrOptions
 from tools.ingest.inputs import TEMPORARY_NAMES
@@ -251,3 +252,33 @@ class IngestOptions:
         if self.batch_docs < 1 or self.prefetch < 1:
             raise ValueError(f"batch_docs={self.batch_docs}, prefetch={self.prefetch}; expected both >= 1")
         check_window(self.chunk_tokens, self.overlap_tokens)
+
+
+@runtime_checkable
+class DocumentGroups(Protocol):
+    """What changes the groups allowed to read a stored document (`tools.access`): the store
+    (`tools.store.VectorStore`), the in-memory doubles."""
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
+    ) -> bool:
+        """Set the groups of document `doc_id` of `collection` (`tools.access.document_groups`: none given is
+        `PUBLIC_GROUP`) on the document and its chunks, in one transaction, without re-embedding; False when no such
+        document is stored.
+
+        Raises:
+            tools.access.AccessError: an invalid group name.
+            StoreError: the write failed.
+        """
+        ...
+
+
+def document_groups_port(store: object) -> DocumentGroups:
+    """`store` as a `DocumentGroups`.
+
+    Raises:
+        StoreError: `store` cannot change documents' groups (a store built before documents carried groups).
+    """
+    if not isinstance(store, DocumentGroups):
+        raise StoreError(f"{type(store).__name__} cannot change documents' groups (no set_document_groups)")
+    return store

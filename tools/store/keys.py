@@ -26,6 +26,7 @@ from enum import Enum
 
 import asyncpg
 
+from tools.access import check_group
 from tools.records import ApiKey
 from tools.scope import ScopeError, check_collection
 from tools.store.errors import translated
@@ -47,12 +48,19 @@ CREATE TABLE IF NOT EXISTS api_keys (
     revoked_at timestamptz
 );
 ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS requests_per_minute integer CHECK (requests_per_minute >= 1);
-ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS tokens_per_day bigint CHECK (tokens_per_day >= 1)
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS tokens_per_day bigint CHECK (tokens_per_day >= 1);
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS group_name text;
+ALTER TABLE api_keys DROP CONSTRAINT IF EXISTS api_keys_collections_check;
+DO $$ BEGIN
+    ALTER TABLE api_keys ADD CONSTRAINT api_keys_scope_check
+        CHECK (cardinality(collections) >= 1 OR group_name IS NOT NULL);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$
 """
 KEYS_LOCK = 4245
 """Advisory lock key that serialises concurrent set-up of the table."""
 
-_COLUMNS = "id, name, collections, created_at, revoked_at, requests_per_minute, tokens_per_day"
+_COLUMNS = "id, name, collections, created_at, revoked_at, requests_per_minute, tokens_per_day, group_name"
 
 
 def new_token() -> str:
@@ -85,6 +93,7 @@ def _key(row: asyncpg.Record) -> ApiKey:
         row["revoked_at"],
         row["requests_per_minute"],
         row["tokens_per_day"],
+        row["group_name"],
     )
 
 
@@ -95,6 +104,21 @@ class Keep(Enum):
 
 
 KEEP = Keep.KEEP
+
+
+def key_scope(collections: Sequence[str], group: str | None) -> tuple[tuple[str, ...], str | None]:
+    """A new key's (collections, group), checked: a key tied to a group may name no collection (it then uses the
+    collections granted to its group); any other key names one or more.
+
+    Raises:
+        tools.scope.ScopeError: no collection and no group, or an invalid collection name.
+        tools.access.AccessError: an invalid group name.
+    """
+    if group is not None:
+        group = check_group(group)
+        if not collections:
+            return (), group
+    return check_collections(collections), group
 
 
 def check_limit(name: str, value: int | Keep | None) -> int | Keep | None:
@@ -132,26 +156,30 @@ class PostgresKeys(PooledTables):
         name: str = "",
         requests_per_minute: int | None = None,
         tokens_per_day: int | None = None,
+        group: str | None = None,
     ) -> tuple[ApiKey, str]:
-        """A new key for `collections` with its own quotas (None: the service's defaults); returns it and its token
-        (the only time the token exists outside the caller: the table keeps its hash).
+        """A new key for `collections` with its own quotas (None: the service's defaults), tied to `group` when
+        given (then `collections` may be empty: the group's grants decide); returns it and its token (the only time
+        the token exists outside the caller: the table keeps its hash).
 
         Raises:
-            tools.scope.ScopeError: no collection, an invalid collection name, or a quota below 1.
+            tools.scope.ScopeError: no collection (and no group), an invalid collection name, or a quota below 1.
+            tools.access.AccessError: an invalid group name.
         """
-        names = check_collections(collections)
+        names, group = key_scope(collections, group)
         check_limit("requests_per_minute", requests_per_minute)
         check_limit("tokens_per_day", tokens_per_day)
         token = new_token()
         async with self._tx("creating an API key") as conn:
             row = await conn.fetchrow(
-                "INSERT INTO api_keys (name, hash, collections, requests_per_minute, tokens_per_day) "
-                f"VALUES ($1, $2, $3, $4, $5) RETURNING {_COLUMNS}",
+                "INSERT INTO api_keys (name, hash, collections, requests_per_minute, tokens_per_day, group_name) "
+                f"VALUES ($1, $2, $3, $4, $5, $6) RETURNING {_COLUMNS}",
                 name,
                 token_hash(token),
                 list(names),
                 requests_per_minute,
                 tokens_per_day,
+                group,
             )
         assert row is not None
         return _key(row), token

@@ -18,6 +18,7 @@ from agent.http.deps import ADMIN, CallerIdentity, app_state, get_keys
 from agent.http.errors import ApiError
 from tests.http_rig import Served, assert_error, serve
 from tests.key_rig import scopes_asked
+from tools.access import NOBODY
 from tools.records import ApiKey
 from tools.scope import SearchScope
 from tools.store.keys import TOKEN_PREFIX, new_token, token_hash
@@ -212,7 +213,7 @@ async def test_an_answer_searches_only_the_caller_s_collections() -> None:
         tenant = await client.post("/v1/ask", json=question, headers=bearer(token))
         stream = await client.post("/v1/ask/stream", json=question, headers=bearer(token))
     assert scopes[0] is not None and scopes[0].is_everything
-    assert scopes[1:] == [SearchScope(collections=("default", "other"))] * 2
+    assert scopes[1:] == [SearchScope(collections=("default", "other"), access=NOBODY)] * 2  # public documents
     assert stream.status_code == 200 and tenant.status_code != 401
 
 

@@ -32,6 +32,7 @@ from tests.conversation_rig import FOLLOW_UP, SUBJECT, ConversationServed
 from tests.key_rig import scopes_asked
 from tests.openai_rig import Rig, ask, assert_openai_error
 from tests.scripted_model import ScriptedModel as Model
+from tools.access import NOBODY
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument
 from tools.scope import SearchScope
@@ -65,8 +66,8 @@ async def test_a_key_holder_s_completion_searches_only_its_collections() -> None
     admin = await rig.sdk(ADMIN_KEY).chat.completions.create(model="triton-rag-always", messages=ask()["messages"])
     assert admin.choices[0].message.content
     assert rig.collection.scopes[:2] == [
-        SearchScope(collections=("notes", "papers")),
-        SearchScope.from_filter({"year": 2019}, ["notes"]),
+        SearchScope(collections=("notes", "papers"), access=NOBODY),  # a key without a group: public documents
+        SearchScope.from_filter({"year": 2019}, ["notes"]).read_by(NOBODY),
     ]
     assert rig.collection.scopes[2] is not None and rig.collection.scopes[2].is_everything
 
@@ -161,7 +162,8 @@ async def test_a_conversation_s_turns_search_the_asking_caller_s_collections() -
         refused = await client.post("/v1/ask", json={"question": FOLLOW_UP, "conversation_id": cid, "collection": "x"})
         assert refused.status_code == 403 and refused.json()["error"] == "forbidden_collection"
         assert narrowed.status_code == 200 and (await client.get(f"/v1/conversations/{cid}")).json()["turn_count"] == 3
-    assert scopes == [SearchScope(collections=("notes", "papers"))] * 2 + [SearchScope(collections=("notes",))]
+    public = [SearchScope(collections=("notes", "papers"), access=NOBODY)] * 2
+    assert scopes == [*public, SearchScope(collections=("notes",), access=NOBODY)]
 
 
 SECRET = SourceDocument("b12-other", "Vitamin B12 (other team)", "Vitamin B12 deficiency raises homocysteine.", "o", {})

@@ -1,0 +1,86 @@
+"""`rag access`: grants listed, made, replaced and revoked, and a document's groups set, over in-memory doubles."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import access
+from agent.cli.main import app
+from agent.config.settings import Settings
+from agent.core.errors import InputError
+from tools.in_memory import InMemoryCollection
+from tools.in_memory_grants import InMemoryGrants
+from tools.ingest import SourceDocument
+
+
+@pytest.fixture
+def grants(monkeypatch: pytest.MonkeyPatch) -> InMemoryGrants:
+    """The grants `rag access` reads and writes: in memory."""
+    book = InMemoryGrants()
+
+    @asynccontextmanager
+    async def opened(settings: Settings) -> AsyncIterator[InMemoryGrants]:
+        yield book
+
+    monkeypatch.setattr(access, "settings_grants", opened)
+    return book
+
+
+def run(*args: str) -> tuple[int, str]:
+    """(exit code, output and the message of the error `rag` prints, if any)."""
+    result = CliRunner().invoke(app, ["access", *args])
+    return result.exit_code, result.output + ("" if result.exception is None else str(result.exception))
+
+
+def test_grant_list_and_revoke(grants: InMemoryGrants) -> None:
+    assert run("grant", "eng", "handbook")[0] == 0
+    code, out = run("grant", "ops", "handbook", "--role", "admin", "--json")
+    assert code == 0 and json.loads(out)["role"] == "admin"
+    code, out = run("list", "--json")
+    listed = json.loads(out)["grants"]
+    assert code == 0 and [(g["group"], g["collection"], g["role"]) for g in listed] == [
+        ("eng", "handbook", "reader"),
+        ("ops", "handbook", "admin"),
+    ]
+    assert set(listed[0]) == {"group", "collection", "role", "created_at"}
+    code, out = run("list")
+    assert code == 0 and "eng" in out and "admin" in out
+    assert run("revoke", "eng", "handbook")[0] == 0
+    code, out = run("revoke", "eng", "handbook")
+    assert code == 1 and "holds no role" in out
+    assert [g.group for g in asyncio.run(grants.list())] == ["ops"]
+
+
+def test_bad_roles_and_names_are_refused_before_anything_is_written(grants: InMemoryGrants) -> None:
+    code, out = run("grant", "eng", "handbook", "--role", "owner")
+    assert code == 1 and "role 'owner'" in out
+    code, out = run("grant", "eng", "Bad Name")
+    assert code == 1 and "collection 'Bad Name'" in out
+    assert grants.grants == {}
+
+
+def test_set_groups_changes_a_stored_documents_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = InMemoryCollection([SourceDocument("a.md", "A", "text", "a.md", {})], collection="handbook")
+
+    async def in_memory(doc_id: str, groups: tuple[str, ...], collection: str) -> bool:
+        return await store.set_document_groups(doc_id, groups, collection)
+
+    monkeypatch.setattr(access, "set_groups_in_store", in_memory)
+    code, out = run("set-groups", "a.md", "--groups", "sales, eng,,", "--collection", "handbook")
+    assert code == 0 and "eng, sales" in out
+    assert store.groups_set == {("a.md", "handbook"): ("eng", "sales")}
+    code, out = run("set-groups", "a.md", "--groups", "eng")
+    assert code == 1 and "no document 'a.md' in 'default'" in out
+
+
+def test_split_groups_reads_a_comma_separated_list() -> None:
+    assert access.split_groups(" b, a ,,a") == ("a", "b")
+    assert access.split_groups("") == ()
+    with pytest.raises(InputError, match="--groups: group"):
+        access.split_groups("ok,bad\x01name")
