@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.cli.access import access_app
+from agent.cli.access import access_app, split_groups
 from agent.cli.chat import print_sources, run_chat
 from agent.cli.feedback import feedback_app
 from agent.cli.ingest import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
@@ -60,6 +60,15 @@ TargetCollection = Annotated[
     str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
 ]
 """The `--collection` option of the commands that store documents."""
+DocumentGroupsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--groups",
+        help="Comma-separated groups allowed to read the documents, e.g. a,b (default: each document's own "
+        "metadata `groups`; none: everyone).",
+    ),
+]
+"""The `--groups` option of the commands that store documents (`tools.ingest.groups`)."""
 
 
 class RagTyper(typer.Typer):
@@ -197,6 +206,7 @@ def ingest(
             "run's throughput as a ratio of it (a benchmark: needs the `local` extra)."
         ),
     ] = False,
+    groups: DocumentGroupsOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as one JSON object only.")] = False,
 ) -> None:
     """Chunk, embed and store documents; re-ingesting the same content adds nothing, an interrupted run resumes.
@@ -206,12 +216,19 @@ def ingest(
     one_line_pool_warnings()
     tally = IngestTally()
     globs = {"include": include or [], "exclude": exclude or []}
+    readers = None if groups is None else split_groups(groups)
 
     async def run() -> tuple[IngestReport, int, int]:
         with ingest_progress(err_console, err_console.is_terminal) as progress:
             async with open_ingestion(settings) as ingestion:
                 return await ingestion.ingest_files(
-                    paths, tally.track(progress), root=root, prefix=prefix, collection=collection, **globs
+                    paths,
+                    tally.track(progress),
+                    root=root,
+                    prefix=prefix,
+                    collection=collection,
+                    groups=readers,
+                    **globs,
                 )
 
     check_collection(collection)
@@ -256,19 +273,30 @@ def sync(
     watch: Annotated[
         bool, typer.Option("--watch", help="After the sync, sync again on every change until Ctrl-C or SIGTERM.")
     ] = False,
+    groups: Annotated[
+        str | None,
+        typer.Option(
+            "--groups",
+            help="Comma-separated groups allowed to read the documents no `.rag-groups` file covers, e.g. a,b "
+            "(default: none, everyone).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object only.")] = False,
 ) -> None:
     """Make the collection's documents of FOLDER converge to it: new and changed files ingested (unchanged chunks
     keep their vectors), renamed files moved (no embedding), deleted files' documents removed (only documents synced
     from FOLDER). A second run with nothing changed reads no file. Files that fail are listed with the cause and
-    keep their stored document; the exit code is 1 when any failed. Progress goes to stderr."""
+    keep their stored document; the exit code is 1 when any failed. Progress goes to stderr. A `.rag-groups` file in
+    a folder (one group per line) sets the groups allowed to read the documents in it and below; a change of one is
+    applied on the next sync without re-embedding."""
     from agent.core.ingestion import SyncReport, SyncRequest
     from agent.core.wiring import open_ingestion
 
     settings = Settings()
     one_line_pool_warnings()
     check_collection(collection)
-    request = SyncRequest(folder, collection, root, prefix, tuple(include or ()), tuple(exclude or ()))
+    readers = None if groups is None else split_groups(groups)
+    request = SyncRequest(folder, collection, root, prefix, tuple(include or ()), tuple(exclude or ()), readers)
     request.checked()
 
     def show(report: SyncReport) -> None:

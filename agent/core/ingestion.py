@@ -20,6 +20,7 @@ from typing import Any
 from agent.config.settings import Settings
 from tools.embedder import TritonEmbedder
 from tools.ingest import IngestOptions, IngestReport, ProgressFn, SourceDocument, ingest, ingest_documents, plan_inputs
+from tools.ingest.groups import check_default
 from tools.ingest.sync import SyncRequest, sync_folder
 from tools.ingest.sync_plan import SyncReport
 from tools.ingest.sync_watch import ErrorFn, ReportFn, watch_folder
@@ -124,6 +125,7 @@ class IngestionService:
         include: Sequence[str] = (),
         exclude: Sequence[str] = (),
         collection: str = DEFAULT_COLLECTION,
+        groups: Sequence[str] | None = None,
     ) -> tuple[IngestReport, int, int]:
         """Ingest files and folders (`tools.ingest.ingest`): every input is scanned first (a malformed one stores
         nothing), then documents stream through chunking, embedding and storing in batches of `INGEST_BATCH_DOCS`.
@@ -133,6 +135,8 @@ class IngestionService:
             root, prefix: how document files are named (see `tools.ingest.plan_inputs`).
             include, exclude: globs filtering the files found in folders.
             collection: the collection every document goes into (`tools.scope`).
+            groups: the groups allowed to read every document (`tools.ingest.groups`); None: each document's own
+                metadata `groups` decides (none: public).
 
         Returns:
             (the run's report, documents stored afterwards, chunks stored afterwards).
@@ -145,7 +149,8 @@ class IngestionService:
         inputs = plan_inputs(paths, root, prefix, include, exclude)
         embedder = await self._connected_embedder()
         on_stored = None if self.originals is None else self.originals.keep_files
-        report = await ingest(inputs, embedder, self.store, self._options(collection), on_progress, on_stored)
+        options = replace(self._options(collection), groups=None if groups is None else check_default(groups))
+        report = await ingest(inputs, embedder, self.store, options, on_progress, on_stored)
         docs, chunks = await self.store.count()
         return report, docs, chunks
 

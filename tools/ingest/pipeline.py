@@ -30,6 +30,7 @@ import asyncpg
 from tools.errors import StoreError
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import Prepared, prepare, store_prepared
+from tools.ingest.groups import with_groups
 from tools.ingest.inputs import InputFile, printable
 from tools.ingest.ports import ChunkSink, DocumentEmbedder, IngestOptions
 from tools.ingest.readers import jsonl_documents, read_file_document, scan_inputs
@@ -81,7 +82,7 @@ def _batches(inputs: list[InputFile], report: IngestReport, options: IngestOptio
             batch.kinds[read.document.doc_id] = inp.kind
             documents = [read.document]
         for doc in documents:
-            batch.documents.append(doc)
+            batch.documents.append(with_groups(doc, options.groups))
             if len(batch.documents) == options.batch_docs:
                 yield batch
                 batch = _Batch([], {})
@@ -151,9 +152,7 @@ async def ingest_documents(
     """
     documents = list({d.doc_id: d for d in documents}.values())
     chunk_tokens, overlap_tokens = options.chunk_tokens, options.overlap_tokens
-    done = await _prepare_batch(
-        documents, embedder, store, chunk_tokens, overlap_tokens, collection=options.collection
-    )
+    done = await _prepare_batch(documents, embedder, store, chunk_tokens, overlap_tokens, collection=options.collection)
     counts = await store_prepared(done.prepared, embedder, store, chunk_tokens, overlap_tokens)
     return IngestCounts(
         added=counts.added + len(done.large_added),
@@ -246,9 +245,7 @@ async def ingest(
             if batch is None:
                 break
             task = asyncio.create_task(
-                _prepare_batch(
-                    batch.documents, embedder, store, chunk_tokens, overlap_tokens, on_staged, collection
-                )
+                _prepare_batch(batch.documents, embedder, store, chunk_tokens, overlap_tokens, on_staged, collection)
             )
             pending.add(task)
             queue.put_nowait((batch, task))

@@ -234,6 +234,8 @@ class IngestOptions:
             default `tools.ingest.inputs.TEMPORARY_NAMES`: backups, lock files, partial downloads).
         settle_s: a folder sync reads a file modified less than this many seconds ago only once its size and mtime
             stayed the same that long; one still changing is not yet there (`SYNC_SETTLE_S`).
+        groups: the groups allowed to read every document of the run (the metadata key `groups`,
+            `tools.ingest.groups`); None: each document's own metadata decides (none: public).
     """
 
     chunk_tokens: int
@@ -246,6 +248,7 @@ class IngestOptions:
     ocr: OcrOptions = field(default_factory=OcrOptions)
     ignore: tuple[str, ...] = TEMPORARY_NAMES
     settle_s: float = 1.0
+    groups: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         """Raises ValueError for batch_docs or prefetch below 1, or a chunk window `check_window` refuses."""

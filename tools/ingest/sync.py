@@ -23,6 +23,11 @@ what it finished and a re-run completes the rest; a run with nothing changed rea
   it. Documents under other ids are never touched.
 - A file that cannot be read or extracted fails alone (listed with the cause) and its stored document is kept; a file
   of a type that is not synced (unsupported, a JSONL corpus: use `rag ingest`) is listed as skipped.
+- The groups allowed to read each document (`tools.ingest.groups`): a `.rag-groups` file in a folder names them for
+  the documents in that folder and below (the nearest file wins), `SyncRequest.groups` for the documents no file
+  covers; written documents carry them (metadata `groups`). When the rules or the default change, the next run sets
+  the groups of the documents it does not write (`set_document_groups`: no re-embedding) and records the rules'
+  fingerprint in the ledger (path `.rag-groups`).
 - `originals`: when given, each added or updated file is kept as its document's original, moved on a rename and
   removed with its document (a `tools.ingest.ports.KeptOriginals`: `tools.originals.Originals`).
 
@@ -46,8 +51,16 @@ from tokenizers import Tokenizer
 from tools.extract import Kind
 from tools.ingest.documents import IngestError, SourceDocument
 from tools.ingest.embedding import prepare
+from tools.ingest.groups import NO_RULES, RULES_FILE, GroupRules, with_groups
 from tools.ingest.inputs import InputFile, printable
-from tools.ingest.ports import ChunkSink, DocumentEmbedder, IngestOptions, KeptOriginals, SyncLedger
+from tools.ingest.ports import (
+    ChunkSink,
+    DocumentEmbedder,
+    IngestOptions,
+    KeptOriginals,
+    SyncLedger,
+    document_groups_port,
+)
 from tools.ingest.readers import read_file_document
 from tools.ingest.report import FileError, ProgressFn
 from tools.ingest.staging import LARGE_DOC_CHARS, ingest_large
@@ -68,6 +81,10 @@ from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
 
 log = logging.getLogger(__name__)
 
+RULES_STATE = RULES_FILE
+"""The ledger path under which a source's groups rules are recorded (their fingerprint as the `file_hash`): a file
+named so is hidden, never synced, so no file's state takes that path."""
+
 NAMED_KINDS: frozenset[Kind] = frozenset({"text", "markdown"})
 """Kinds whose document may take its title from the file name (read again on a rename)."""
 
@@ -82,6 +99,8 @@ class SyncRequest:
         root: document ids are paths relative to this folder (default: `folder`); it must hold `folder`.
         prefix: prepended to every document id.
         include, exclude: globs filtering the files (`tools.ingest.inputs.walk`).
+        groups: the groups of the documents no `.rag-groups` file covers (`tools.ingest.groups`); None: none of
+            their own (public).
     """
 
     folder: Path
@@ -90,6 +109,7 @@ class SyncRequest:
     prefix: str = ""
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    groups: tuple[str, ...] | None = None
 
     def checked(self) -> tuple[Path, Path]:
         """The folder and root, absolute.
@@ -157,6 +177,7 @@ async def plan_folder(
     folder, root = request.checked()
     source = await ledger.find_source(str(folder), request.collection)
     recorded = await ledger.files(source.id) if source is not None else {}
+    groups_state = recorded.pop(RULES_STATE, None)  # the folder's groups rules, recorded as no file of its own
     doc_id_of = relative_id(folder, root, request.prefix)
     racy_since_ns = time.time_ns() - RACY_WINDOW_NS  # a file modified since may change again unseen: read next time
 
@@ -168,6 +189,7 @@ async def plan_folder(
             files, recorded, doc_id_of, file_hash_and_kind, racy_since_ns, scanned.unreadable, scanned.empty, pending
         )
         plan.outside = scanned.outside
+        plan.groups_state = groups_state
         return plan
 
     plan = await asyncio.to_thread(scan)
@@ -235,7 +257,10 @@ async def _sync(
     dry_run: bool,
 ) -> SyncReport:
     """`sync_folder`'s run, under the source's lock unless `dry_run`."""
-    plan, source_id, folder, root, _ = await plan_folder(request, ledger, options)
+    plan, source_id, folder, root, recorded = await plan_folder(request, ledger, options)
+    rules = NO_RULES if dry_run else await asyncio.to_thread(GroupRules.scan, folder, request.groups)
+    previous = plan.groups_state.file_hash if plan.groups_state is not None else NO_RULES.fingerprint
+    rules_changed = rules.fingerprint != previous
     report = SyncReport(dry_run=dry_run, failed=list(plan.failed), unchanged=len(plan.unchanged))
     report.pending = [printable(folder / rel) for rel in plan.pending]
     skipped = {c.seen.rel_path: why for c in _candidates(plan) if (why := _synced(c)) is not None}
@@ -252,12 +277,13 @@ async def _sync(
         report.removed = [s.doc_id for s in plan.removed]
         report.wall_s = time.perf_counter() - start
         return report
-    if source_id is None or plan.changes or plan.touched or skipped:
+    if source_id is None or plan.changes or plan.touched or skipped or rules_changed:
         source_id = await ledger.open_source(
             str(folder), request.collection, str(root), request.prefix, request.include, request.exclude
         )
     counted = CountingEmbedder(embedder)
-    run = _Run(request.collection, ledger, source_id, counted, store, options, originals, report, on_progress)
+    run = _Run(request.collection, ledger, source_id, counted, store, options, originals, report, on_progress, rules)
+    run.regroup_moves = rules.active or rules_changed
     run.total = plan.changes
     # A file of a type that is not synced: its state records it as skipped (the next run does not read it again);
     # a document it had (its type changed) goes.
@@ -279,6 +305,12 @@ async def _sync(
         await run.write(writes[i : i + options.batch_docs])
     for state in plan.touched:
         await ledger.touch(source_id, state)
+    if rules_changed:  # the documents not written in this run take the new rules' groups, nothing re-embedded
+        for rel in [*plan.unchanged, *(s.rel_path for s in plan.touched)]:
+            kept = recorded.get(rel)
+            if kept is not None and kept.status == "stored":
+                await run.regroup(kept.doc_id, rel)
+        await ledger.touch(source_id, FileState(RULES_STATE, 0, 0, rules.fingerprint, "", None, "skipped"))
     if plan.changes or plan.touched:
         await ledger.finished(source_id)
     report.embed_calls, report.chunks_embedded = counted.calls, counted.texts
@@ -303,6 +335,9 @@ class _Run:
     originals: KeptOriginals | None
     report: SyncReport
     on_progress: ProgressFn | None
+    rules: GroupRules = NO_RULES
+    regroup_moves: bool = False
+    """Whether a document moved unchanged takes the rules' groups (rules in force now or before this run)."""
     total: int = 0
     done: int = 0
 
@@ -321,7 +356,16 @@ class _Run:
             read = await asyncio.to_thread(read_file_document, inp, self.options.max_file_bytes, self.options.ocr)
         except IngestError as exc:
             return exc
-        return read.document
+        if read.document is None:
+            return None
+        return with_groups(read.document, self.rules.groups_for(candidate.seen.rel_path))
+
+    async def regroup(self, doc_id: str, rel_path: str) -> None:
+        """Set the groups of the stored document `doc_id` of the file at `rel_path` to those the rules give it
+        (`tools.ingest.ports.DocumentGroups`: the store's `set_document_groups`, no re-embedding)."""
+        groups = self.rules.groups_for(rel_path) or ()
+        if await document_groups_port(self.store).set_document_groups(doc_id, groups, self.collection):
+            self.report.regrouped.append(doc_id)
 
     async def _original(self, action: str, *args: object) -> None:
         """`KeptOriginals.<action>(collection, *args)` in a worker thread; a failure is logged (the document stays)."""
@@ -360,6 +404,8 @@ class _Run:
         else:
             self.report.moved.append((old.doc_id, candidate.doc_id))
             await self._original("move", old.doc_id, candidate.doc_id)
+            if self.regroup_moves:
+                await self.regroup(candidate.doc_id, candidate.seen.rel_path)  # moved as it was: its groups too
 
     async def _move_read(self, old: FileState, candidate: Candidate) -> None:
         """`move` of a file read again: its content may name its file."""

@@ -89,6 +89,9 @@ class SyncPlan:
     failed: list[FileError] = field(default_factory=list)
     outside: list[FileError] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    groups_state: FileState | None = None
+    """What the last sync recorded of the folder's groups rules (`tools.ingest.groups`: its `file_hash` is their
+    fingerprint); None: never recorded."""
 
     @property
     def changes(self) -> int:
@@ -308,6 +311,8 @@ class SyncReport:
             (their text unchanged); embed_calls: calls to the embedder.
         chunks_written: chunks of the documents written.
         pending: files still being written (paths): not yet there, read by a later sync; not a failure.
+        regrouped: document ids whose groups were set again without re-embedding (a `.rag-groups` file or the
+            run's default groups changed: `tools.ingest.groups`).
         wall_s: wall time, seconds.
     """
 
@@ -325,6 +330,7 @@ class SyncReport:
     pending: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     dry_run: bool = False
+    regrouped: list[str] = field(default_factory=list)
 
     @property
     def any_failed(self) -> bool:
@@ -353,6 +359,7 @@ class SyncReport:
             "pending": self.pending,
             "wall_s": round(self.wall_s, 3),
             "dry_run": self.dry_run,
+            "regrouped": self.regrouped,
         }
 
     def lines(self) -> list[str]:
@@ -377,6 +384,7 @@ class SyncReport:
         out += [f"  skipped: {e.reason}" for e in self.skipped]
         out += [f"  failed: {e.reason}" for e in self.failed]
         out += [f"  not yet there: {p}: still being written; a later sync reads it" for p in self.pending]
+        out += [f"  groups set: {d}" for d in self.regrouped]
         return out
 
 

@@ -123,10 +123,11 @@ class PostgresGrants(PooledTables):
 
 def valid_groups(groups: Iterable[str]) -> tuple[str, ...]:
     """The valid names of `groups`, sorted, distinct (invalid ones dropped: a token's claim is not ours to refuse)."""
-    kept = set()
-    for name in groups:
-        try:
-            kept.add(check_group(name))
-        except AccessError:
-            continue
-    return tuple(sorted(kept))
+    return tuple(sorted({name for name in map(_valid_or_none, groups) if name is not None}))
+
+
+def _valid_or_none(name: str) -> str | None:
+    try:
+        return check_group(name)
+    except AccessError:
+        return None
