@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tools.in_memory_sink import InMemorySink
-from tools.jobs.ports import ABANDONED, check_sync, check_upload
+from tools.jobs.ports import ABANDONED, check_sync, check_upload, upload_params
 from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobOutcome, JobProgress
 from tools.scope import DEFAULT_COLLECTION
 
@@ -66,14 +66,20 @@ class InMemoryJobQueue:
     async def setup(self) -> None:
         """Nothing to make."""
 
-    async def submit(self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION) -> int:
+    async def submit(
+        self,
+        files: list[JobFile],
+        prefix: str = "",
+        collection: str = DEFAULT_COLLECTION,
+        groups: Sequence[str] | None = None,
+    ) -> int:
         """Queue an upload job; its id (see `tools.jobs.ports.JobQueue.submit`).
 
         Raises:
             ValueError: as `tools.store.jobs.check_upload`.
         """
         check_upload(files, collection)
-        return self._queue(files, prefix, collection, "upload", {})
+        return self._queue(files, prefix, collection, "upload", upload_params(groups))
 
     async def submit_sync(self, params: dict[str, Any], collection: str = DEFAULT_COLLECTION) -> int:
         """Queue a sync job; its id.

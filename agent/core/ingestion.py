@@ -215,9 +215,16 @@ class IngestionService:
                 self._queue = queue
         return self._queue
 
-    async def submit(self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION) -> int:
-        """Queue a job ingesting `files` into `collection` (ids: `prefix` + file name); returns its id."""
-        return await (await self.queue()).submit(files, prefix, collection)
+    async def submit(
+        self,
+        files: list[JobFile],
+        prefix: str = "",
+        collection: str = DEFAULT_COLLECTION,
+        groups: Sequence[str] | None = None,
+    ) -> int:
+        """Queue a job ingesting `files` into `collection` (ids: `prefix` + file name) readable by `groups` (None:
+        their own metadata decides); returns its id."""
+        return await (await self.queue()).submit(files, prefix, collection, groups)
 
     async def submit_sync(self, params: dict[str, Any], collection: str = DEFAULT_COLLECTION) -> int:
         """Queue a job syncing the folder `params["path"]` (`prefix`, `include`, `exclude`) into `collection`."""

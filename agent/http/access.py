@@ -6,6 +6,7 @@ document's collection is admin). A document the caller cannot read answers exact
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -17,7 +18,7 @@ from agent.core.failures import Failure
 from agent.core.grants import GrantStore
 from agent.http.deps import CALLER, Caller, CallerIdentity, Rag, app_state
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_response
-from tools.access import AccessError, Role, document_groups
+from tools.access import AccessError, Role, check_groups, document_groups
 from tools.scope import DEFAULT_COLLECTION, ScopeError
 from tools.store.grants import checked_grant
 
@@ -47,6 +48,36 @@ def require_admin(caller: CallerIdentity) -> None:
     """
     if caller.collections is not None:
         raise ApiError(403, "admin_only", "the access grants are managed with the admin key (API_KEY) only")
+
+
+def given_groups(caller: CallerIdentity, collection: str, groups: Sequence[str] | str | None) -> tuple[str, ...] | None:
+    """The groups a write gives its documents (a list, or one comma-separated string; None: none given), checked:
+    the caller may give only groups it is in (`caller.access`), unless it holds the admin role in `collection` (the
+    admin key, a key scoped to collections, a group granted admin there).
+
+    Raises:
+        InputError: an invalid group name (422 `bad_request`).
+        ApiError: 403 `forbidden_group` naming a group the caller is not in.
+    """
+    if groups is None:
+        return None
+    names = [g for g in groups.split(",") if g.strip()] if isinstance(groups, str) else list(groups)
+    try:
+        checked = check_groups(names)
+    except AccessError as exc:
+        raise InputError(str(exc)) from None
+    role = caller.role_in(collection)
+    if role is not None and role.includes(Role.ADMIN):
+        return checked
+    mine = caller.access.groups or frozenset()
+    outside = [g for g in checked if g not in mine]
+    if outside:
+        raise ApiError(
+            403,
+            "forbidden_group",
+            f"group {outside[0]!r}: you may give documents only groups you are in (or be an admin of {collection!r})",
+        )
+    return checked
 
 
 class GrantIn(BaseModel):

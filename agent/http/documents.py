@@ -15,10 +15,12 @@ from pydantic import BaseModel, Field, field_validator
 from agent.core.errors import InputError
 from agent.core.failures import Failure
 from agent.core.pages import PageError
+from agent.http.access import given_groups
 from agent.http.ask import no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_response
 from tools.ingest import SourceDocument
+from tools.ingest.groups import GROUPS_KEY, with_groups
 from tools.render_page import MAX_SCALE, MIN_SCALE
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
@@ -37,6 +39,11 @@ class DocumentIn(BaseModel):
     text: Annotated[str, Field(min_length=1, max_length=2_000_000, description="The document text.")]
     metadata: dict[str, Any] = Field(default_factory=dict, description="Stored with the document (JSON object).")
     source: Annotated[str, Field(max_length=4000, description="Where it came from; deletable by source.")] = "http"
+    groups: list[str] | None = Field(
+        default=None,
+        description="The groups allowed to read it (default: `metadata.groups`, else everyone); only groups you are "
+        "in, unless you are an admin of the collection (403 `forbidden_group`).",
+    )
 
     @field_validator("doc_id", "title", "text", "source")
     @classmethod
@@ -169,7 +176,13 @@ async def add_documents(body: IngestRequest, rag: Rag, caller: Caller, settings:
     `DOCUMENTS_MAX_TEXT_CHARS` characters is 413 `payload_too_large`: upload them with `POST /v1/documents/files`."""
     check_size(body, settings.documents_max_text_chars)
     collection = caller.target(body.collection)
-    documents = [SourceDocument(d.doc_id, d.title, d.text, d.source, d.metadata) for d in body.documents]
+    documents = [
+        with_groups(
+            SourceDocument(d.doc_id, d.title, d.text, d.source, d.metadata),
+            given_groups(caller, collection, d.groups if d.groups is not None else d.metadata.get(GROUPS_KEY)),
+        )
+        for d in body.documents
+    ]
     counts = await rag.add_documents(documents, collection=collection)
     return IngestResponse(added=counts.added, skipped=counts.skipped, chunks=counts.chunks)
 

@@ -14,10 +14,10 @@ while it parses, so memory holds one file at a time. While Postgres is down or r
 `postgres_unavailable` with `Retry-After` (the jobs table raises the store's `StoreUnavailableError`, which the app's
 error handlers map like any other route's).
 
-Sync jobs: `POST /v1/sync` (JSON `{"path", "collection", "prefix", "include", "exclude"}`) queues a job of kind
-`sync` that a worker runs like an upload (`tools.jobs.worker`): the folder must be an absolute path inside one of
-`SYNC_ROOTS` (symbolic links resolved first; none set: 403 `sync_disabled`; outside: 403 `forbidden_path` naming
-them), and the collection one of the caller's (403 `forbidden_collection`). Its summary is the job's `result`.
+Sync jobs: `POST /v1/sync` (JSON `{"path", "collection", "prefix", "include", "exclude", "groups"}`) queues a job of
+kind `sync` that a worker runs like an upload (`tools.jobs.worker`): the folder must be an absolute path inside one of
+`SYNC_ROOTS` (symbolic links resolved first; none set: 403 `sync_disabled`; outside: 403 `forbidden_path` naming them),
+and the collection one of the caller's (403 `forbidden_collection`). Its summary is the job's `result`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException
 
 from agent.core.errors import InputError
 from agent.core.ingestion import IngestionService, Job, JobFile
+from agent.http.access import given_groups
 from agent.http.deps import CALLER, AppSettings, Caller, Rag
 from agent.http.errors import ERROR_RESPONSES, ApiError
 from tools.extract import sniff_bytes
@@ -78,8 +79,10 @@ def upload_name(filename: str | None, index: int) -> str:
 
 @router.post("/v1/documents/files", status_code=202)
 async def upload(request: Request, jobs: Jobs, settings: AppSettings, caller: Caller) -> JobAccepted:
-    """Queue one job ingesting the uploaded files (multipart field `files`, repeatable; optional fields `prefix` and
-    `collection`). Answers 202 with the job id at once; a worker ingests them (`GET /v1/jobs/{id}`)."""
+    """Queue one job ingesting the uploaded files (multipart field `files`, repeatable; optional fields `prefix`,
+    `collection` and `groups`: comma-separated groups allowed to read the documents, only groups you are in unless
+    you are an admin of the collection). Answers 202 with the job id at once; a worker ingests them
+    (`GET /v1/jobs/{id}`)."""
     length = request.headers.get("content-length")
     if length is None or not length.isdigit():
         raise HTTPException(411, "an upload needs a Content-Length header")
@@ -91,6 +94,8 @@ async def upload(request: Request, jobs: Jobs, settings: AppSettings, caller: Ca
         uploads = [v for k, v in form.multi_items() if k == "files" and isinstance(v, UploadFile)]
         prefix = str(form.get("prefix") or "")
         collection = caller.target(str(form.get("collection") or "") or None)
+        raw_groups = form.get("groups")
+        groups = given_groups(caller, collection, None if raw_groups is None else str(raw_groups))
         if not uploads:
             raise InputError("no files: expected one or more multipart fields named `files`")
         files: list[JobFile] = []
@@ -105,7 +110,7 @@ async def upload(request: Request, jobs: Jobs, settings: AppSettings, caller: Ca
             files.append(JobFile(name, data))
     if len({f.name for f in files}) != len(files):
         raise InputError("two files have the same name; expected distinct names (they become document ids)")
-    job_id = await jobs.submit(files, prefix, collection)
+    job_id = await jobs.submit(files, prefix, collection, groups)
     return JobAccepted(
         job_id=job_id, files=[prefix + f.name for f in files], collection=collection, status_url=f"/v1/jobs/{job_id}"
     )
@@ -119,6 +124,11 @@ class SyncBody(BaseModel):
     prefix: str = Field(default="", description="Prepended to every document id (ids: paths relative to `path`).")
     include: list[str] = Field(default=[], description="Only files matching one of these globs.")
     exclude: list[str] = Field(default=[], description="Leave out files matching one of these globs.")
+    groups: list[str] | None = Field(
+        default=None,
+        description="The groups allowed to read the documents no `.rag-groups` file covers (default: everyone); only "
+        "groups you are in, unless you are an admin of the collection (403 `forbidden_group`).",
+    )
 
 
 class SyncAccepted(BaseModel):
@@ -162,7 +172,14 @@ async def sync(body: SyncBody, jobs: Jobs, settings: AppSettings, caller: Caller
     Answers 202 with the job id at once; the job's `result` holds the sync's summary (`GET /v1/jobs/{id}`)."""
     collection = caller.target(body.collection)
     folder = await asyncio.to_thread(allowed_folder, body.path, settings.sync_roots)
-    params = {"path": str(folder), "prefix": body.prefix, "include": body.include, "exclude": body.exclude}
+    params: dict[str, Any] = {
+        "path": str(folder),
+        "prefix": body.prefix,
+        "include": body.include,
+        "exclude": body.exclude,
+    }
+    if (groups := given_groups(caller, collection, body.groups)) is not None:
+        params["groups"] = list(groups)
     job_id = await jobs.submit_sync(params, collection)
     return SyncAccepted(job_id=job_id, path=str(folder), collection=collection, status_url=f"/v1/jobs/{job_id}")
 

@@ -43,6 +43,11 @@ def check_sync(params: dict[str, Any], collection: str) -> None:
         raise ValueError("a sync job needs the folder's path")
 
 
+def upload_params(groups: Sequence[str] | None) -> dict[str, Any]:
+    """The `params` of an upload job: `{"groups": [...]}` when its documents' groups were given, else `{}`."""
+    return {} if groups is None else {"groups": list(groups)}
+
+
 class JobQueue(Protocol):
     """Ingestion jobs: queued, claimed by one worker at a time under a lease, their progress recorded, finished.
 
@@ -60,8 +65,15 @@ class JobQueue(Protocol):
         """Make the queue ready (idempotent)."""
         ...
 
-    async def submit(self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION) -> int:
-        """Queue a job ingesting `files` into `collection` (document ids: `prefix` + file name); returns its id.
+    async def submit(
+        self,
+        files: list[JobFile],
+        prefix: str = "",
+        collection: str = DEFAULT_COLLECTION,
+        groups: Sequence[str] | None = None,
+    ) -> int:
+        """Queue a job ingesting `files` into `collection` (document ids: `prefix` + file name), readable by `groups`
+        (None: each document's own metadata decides; kept in the job's `params` as `groups`); returns its id.
 
         Raises:
             ValueError: no files, a file name that is blank or holds a path separator, or an invalid collection.

@@ -27,10 +27,10 @@ import re
 import socket
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePath
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 from tenacity.wait import wait_base
@@ -153,7 +153,8 @@ async def run_job(
                 kind = await asyncio.to_thread(sniff, path)
                 inp = InputFile(path, job.prefix + f.name, kind=kind)
                 keep = None if originals is None else originals.keep_files  # the uploaded file, kept as its original
-                report = await ingest([inp], embedder, store, replace(options, collection=job.collection), None, keep)
+                run_options = replace(options, collection=job.collection, groups=job_groups(job.params))
+                report = await ingest([inp], embedder, store, run_options, None, keep)
                 if inp.kind == "jsonl":  # many documents: the chunks this run wrote
                     chunks += report.chunks
                 else:  # the document's chunks, whether this attempt or a killed one stored them
@@ -192,6 +193,13 @@ async def run_job(
     return await queue.get(job.id)
 
 
+def job_groups(params: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The groups a job's `params` give its documents (`{"groups": [...]}`, checked when it was queued); None:
+    none given (each document's own metadata decides)."""
+    groups = params.get("groups")
+    return None if groups is None else tuple(str(g) for g in groups)
+
+
 async def run_sync(
     job: Job,
     embedder: DocumentEmbedder,
@@ -219,6 +227,7 @@ async def run_sync(
         prefix=str(params.get("prefix") or ""),
         include=tuple(str(g) for g in params.get("include") or ()),
         exclude=tuple(str(g) for g in params.get("exclude") or ()),
+        groups=job_groups(params),
     )
     return await sync_folder(request, embedder, store, ledger, options, originals=originals)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import asyncpg
 
-from tools.jobs.ports import ABANDONED, check_sync, check_upload
+from tools.jobs.ports import ABANDONED, check_sync, check_upload, upload_params
 from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobOutcome, JobProgress
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import pools
@@ -130,7 +130,13 @@ class PostgresJobQueue:
                 "WHERE f.job_id = j.id AND j.status IN ('done', 'failed')"
             )
 
-    async def submit(self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION) -> int:
+    async def submit(
+        self,
+        files: list[JobFile],
+        prefix: str = "",
+        collection: str = DEFAULT_COLLECTION,
+        groups: Sequence[str] | None = None,
+    ) -> int:
         """Queue a job ingesting `files` into `collection` (document ids: `prefix` + file name); returns its id.
 
         Raises:
@@ -140,10 +146,12 @@ class PostgresJobQueue:
         check_upload(files, collection)
         async with self._tx("queueing a job") as conn:
             job_id: int = await conn.fetchval(
-                "INSERT INTO ingest_jobs (files_total, prefix, collection) VALUES ($1, $2, $3) RETURNING id",
+                "INSERT INTO ingest_jobs (files_total, prefix, collection, params) VALUES ($1, $2, $3, $4::jsonb) "
+                "RETURNING id",
                 len(files),
                 prefix,
                 collection,
+                json.dumps(upload_params(groups)),
             )
             await conn.copy_records_to_table(
                 "ingest_job_files",

@@ -6,17 +6,21 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import access
+from agent.cli import access, main
 from agent.cli.main import app
 from agent.config.settings import Settings
+from agent.core import wiring
 from agent.core.errors import InputError
+from agent.core.ingestion import SyncReport, SyncRequest
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_grants import InMemoryGrants
-from tools.ingest import SourceDocument
+from tools.ingest import IngestReport, SourceDocument
 
 
 @pytest.fixture
@@ -84,3 +88,39 @@ def test_split_groups_reads_a_comma_separated_list() -> None:
     assert access.split_groups("") == ()
     with pytest.raises(InputError, match="--groups: group"):
         access.split_groups("ok,bad\x01name")
+
+
+class FakeIngestion:
+    """What `rag ingest` and `rag sync` asked the ingestion service for."""
+
+    def __init__(self) -> None:
+        self.asked: list[Any] = []
+
+    async def ingest_files(self, paths: Any, progress: Any, **kw: Any) -> tuple[IngestReport, int, int]:
+        self.asked.append(kw.get("groups"))
+        return IngestReport(), 0, 0
+
+    async def sync(self, request: SyncRequest, progress: Any, *, dry_run: bool = False) -> SyncReport:
+        self.asked.append(request.groups)
+        return SyncReport()
+
+
+def test_ingest_and_sync_pass_their_groups_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = FakeIngestion()
+
+    @asynccontextmanager
+    async def opened(settings: Settings) -> AsyncIterator[FakeIngestion]:
+        yield fake
+
+    monkeypatch.setattr(main, "open_ingestion", opened)
+    monkeypatch.setattr(wiring, "open_ingestion", opened)
+    (tmp_path / "a.md").write_text("# A\n\nText.\n")
+    runner = CliRunner()
+    for args in (["ingest", str(tmp_path), "--groups", "eng,sales"], ["ingest", str(tmp_path)]):
+        assert runner.invoke(app, args).exit_code == 0
+    for args in (["sync", str(tmp_path), "--groups", " hr "], ["sync", str(tmp_path)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert fake.asked == [("eng", "sales"), None, ("hr",), None]
+    refused = runner.invoke(app, ["ingest", str(tmp_path), "--groups", "bad\x01"])
+    assert refused.exit_code == 1 and "--groups: group" in str(refused.exception)

@@ -10,6 +10,7 @@ from pydantic import SecretStr
 
 from agent.core.keys import InMemoryKeys
 from agent.http.deps import app_state, get_keys, key_caller
+from agent.http.jobs import get_jobs
 from tests.http_rig import Served, assert_error, serve
 from tools.access import NOBODY, Role, caller_access
 from tools.in_memory_grants import InMemoryGrants
@@ -112,3 +113,66 @@ async def test_document_groups_are_set_by_an_admin_and_missing_reads_like_refuse
         assert_error(missing, 404, "document_not_found", "no/such.md")
         bad = await client.put(path, json={"groups": ["bad\x01"]}, headers=ADMIN)
         assert_error(bad, 422, "bad_request", "group")
+
+
+class FakeJobs:
+    """The ingestion service's job routes' side: what was queued."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[list[str], str, str, tuple[str, ...] | None]] = []
+        self.synced: list[tuple[dict[str, Any], str]] = []
+
+    async def submit(self, files: list[Any], prefix: str, collection: str, groups: Any = None) -> int:
+        self.submitted.append(([f.name for f in files], prefix, collection, groups))
+        return len(self.submitted)
+
+    async def submit_sync(self, params: dict[str, Any], collection: str) -> int:
+        self.synced.append((params, collection))
+        return len(self.synced)
+
+
+async def test_documents_get_the_groups_a_write_gives_them_if_the_caller_is_in_them(tmp_path: Any) -> None:
+    keys, grants = InMemoryKeys(), InMemoryGrants()
+    await grants.grant("eng", "default", "uploader")
+    _, eng = await keys.create([], group="eng")
+    app = served(keys, grants, sync_roots=[str(tmp_path)])
+    fake = FakeJobs()
+    app.app.dependency_overrides[get_jobs] = lambda: fake
+    stored: list[dict[str, Any]] = []
+    add = app.collection.add_documents
+
+    async def spy(documents: Any, collection: str = "default") -> Any:
+        stored.extend(d.metadata for d in documents)
+        return await add(documents, collection)
+
+    app.collection.add_documents = spy  # type: ignore[method-assign]
+    doc = {"doc_id": "x.md", "text": "Herons fish at dawn."}
+    async with app.client() as client:
+        by_admin = {
+            "documents": [{**doc, "groups": ["sales", "eng"]}, {**doc, "doc_id": "y", "metadata": {"groups": "a,b"}}]
+        }
+        assert (await client.post("/v1/documents", json=by_admin, headers=ADMIN)).status_code == 201
+        assert stored == [{"groups": ["eng", "sales"]}, {"groups": ["a", "b"]}]
+        mine = {"documents": [{**doc, "groups": ["eng"]}]}
+        assert (await client.post("/v1/documents", json=mine, headers=bearer(eng))).status_code == 201
+        theirs = {"documents": [{**doc, "groups": ["eng", "sales"]}]}
+        assert_error(
+            await client.post("/v1/documents", json=theirs, headers=bearer(eng)), 403, "forbidden_group", "sales"
+        )
+        bad = {"documents": [{**doc, "groups": ["\x01"]}]}
+        assert_error(await client.post("/v1/documents", json=bad, headers=ADMIN), 422, "bad_request", "group")
+
+        files = [("files", ("a.md", b"# A\n\nText.\n", "text/markdown"))]
+        up = await client.post("/v1/documents/files", files=files, data={"groups": "eng, "}, headers=bearer(eng))
+        assert up.status_code == 202, up.text
+        plain = await client.post("/v1/documents/files", files=files, headers=ADMIN)
+        assert plain.status_code == 202
+        refused = await client.post("/v1/documents/files", files=files, data={"groups": "hr"}, headers=bearer(eng))
+        assert_error(refused, 403, "forbidden_group", "hr")
+        assert fake.submitted == [(["a.md"], "", "default", ("eng",)), (["a.md"], "", "default", None)]
+
+        body = {"path": str(tmp_path), "groups": ["hr"]}
+        assert (await client.post("/v1/sync", json=body, headers=ADMIN)).status_code == 202
+        assert (await client.post("/v1/sync", json={"path": str(tmp_path)}, headers=ADMIN)).status_code == 202
+        assert (await client.post("/v1/sync", json=body, headers=bearer(eng))).status_code == 401  # the admin's
+    assert [p.get("groups") for p, _ in fake.synced] == [["hr"], None]
