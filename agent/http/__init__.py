@@ -31,6 +31,8 @@
   requests, prompt_tokens, completion_tokens, total_tokens, embed_ms, llm_ms}], "totals"}`: a key holder's own key,
   the admin key's every key. A key over its quota (`agent.core.quotas`) gets 429 `quota_exceeded` with `Retry-After`
   from the quota gate (`agent.http.quota_gate`, middleware) before any work.
+- `access` (`agent.http.access`): `GET` / `PUT /v1/access/grants`, `DELETE /v1/access/grants/{group}/{collection}`
+  (the admin key only) and `PUT /v1/documents/{doc_id}/groups` (the admin key or the collection's admin role).
 - `mcp` (`agent.http.mcp`): `/mcp`, the MCP server (`agent.http.mcp_server`: tools `search`, `get_document`, `ask`) over
   streamable HTTP, behind the API key like every other route; each tool call is scoped to the key of its HTTP
   request.
