@@ -100,3 +100,12 @@ async def test_a_job_that_could_not_run_is_refused(job_queue: JobQueue, files: l
     with pytest.raises(ValueError):
         await job_queue.submit(FILES, collection="Not A Collection!")
     assert await job_queue.list() == []
+
+
+async def test_an_upload_keeps_the_groups_of_its_documents(job_queue: JobQueue) -> None:
+    tagged = await job_queue.submit(FILES, "", "kb", ("eng", "hr"))
+    plain = await job_queue.submit(FILES, "", "kb")
+    claimed = await job_queue.claim("A", 600)
+    assert claimed is not None and (claimed.id, claimed.params) == (tagged, {"groups": ["eng", "hr"]})
+    other = await job_queue.get(plain)
+    assert other is not None and other.params == {}
