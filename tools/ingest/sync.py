@@ -306,7 +306,7 @@ async def _sync(
     for state in plan.touched:
         await ledger.touch(source_id, state)
     if rules_changed:  # the documents not written in this run take the new rules' groups, nothing re-embedded
-        for rel in [*plan.unchanged, *(s.rel_path for s in plan.touched)]:
+        for rel in dict.fromkeys([*plan.unchanged, *(s.rel_path for s in plan.touched)]):  # each file once
             kept = recorded.get(rel)
             if kept is not None and kept.status == "stored":
                 await run.regroup(kept.doc_id, rel)

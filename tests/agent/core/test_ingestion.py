@@ -9,6 +9,7 @@ from pathlib import Path
 
 from agent.config.settings import Settings
 from agent.core.ingestion import IngestionService
+from agent.core.grants import StoreGrants
 from agent.core.keys import StoreKeys
 from agent.core.library import StoreLibrary
 from agent.core.wiring import Clients, build_services
@@ -53,7 +54,8 @@ def test_documents_are_added_on_the_bulk_embedder() -> None:
 def test_serving_runs_the_job_workers_and_keeps_the_keys_in_the_same_store(tmp_path: Path) -> None:
     # (serving checks that the originals folder is writable: one of the test's own)
     services = build_services(settings(jobs_serve_workers=3, originals_dir=tmp_path / "originals"), serving=True)
-    clients, keys, ingestion = services.resources
+    clients, keys, grants, ingestion = services.resources
     assert isinstance(clients, Clients) and isinstance(keys, StoreKeys) and isinstance(ingestion, IngestionService)
     assert services.keys is keys and keys.store is clients.store
+    assert isinstance(grants, StoreGrants) and services.grants is grants and grants.store is clients.store
     assert services.ingestion is ingestion and ingestion.workers == 3 and ingestion.store is clients.store
