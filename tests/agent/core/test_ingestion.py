@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.config.settings import Settings
-from agent.core.ingestion import IngestionService
 from agent.core.grants import StoreGrants
+from agent.core.ingestion import IngestionService
 from agent.core.keys import StoreKeys
 from agent.core.library import StoreLibrary
 from agent.core.wiring import Clients, build_services
