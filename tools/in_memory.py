@@ -262,10 +262,10 @@ class InMemoryCollection:
     ) -> bool:
         """Record `groups` (`tools.access.document_groups`) as those of document `doc_id` of `collection` in
         `groups_set`; False when no such document is stored (see `tools.ingest.ports.DocumentGroups`)."""
-        if (doc_id, collection) not in self._entries:
-            return False
-        self.groups_set[doc_id, collection] = document_groups(groups)
-        return True
+        stored = (doc_id, collection) in self._entries
+        if stored:
+            self.groups_set[doc_id, collection] = document_groups(groups)
+        return stored
 
 
 def _scored(hit: ChunkHit, score: float) -> ChunkHit:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tools.in_memory_sink import InMemorySink
-from tools.jobs.ports import ABANDONED, check_sync, check_upload, upload_params
+from tools.jobs.ports import ABANDONED, JobGroups, check_sync, check_upload, upload_params
 from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobOutcome, JobProgress
 from tools.scope import DEFAULT_COLLECTION
 
@@ -67,11 +67,7 @@ class InMemoryJobQueue:
         """Nothing to make."""
 
     async def submit(
-        self,
-        files: list[JobFile],
-        prefix: str = "",
-        collection: str = DEFAULT_COLLECTION,
-        groups: Sequence[str] | None = None,
+        self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION, groups: JobGroups = None
     ) -> int:
         """Queue an upload job; its id (see `tools.jobs.ports.JobQueue.submit`).
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agent.cli.opened import run_on
 from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.grants import Grant, GrantStore, settings_grants
@@ -23,8 +24,6 @@ from tools.ingest.ports import document_groups_port
 from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
 from tools.store.grants import checked_grant
 
-T = TypeVar("T")
-
 access_app = typer.Typer(
     help="Groups' access to collections (grant, revoke, list) and the groups allowed to read a document (set-groups).",
     no_args_is_help=True,
@@ -32,14 +31,9 @@ access_app = typer.Typer(
 console = Console(highlight=False)
 
 
-def _with_grants(fn: Callable[[GrantStore], Awaitable[T]]) -> T:
-    """Run `fn` on the grants of the configured database (table created when missing)."""
-
-    async def run() -> T:
-        async with settings_grants(Settings()) as grants:
-            return await fn(grants)
-
-    return asyncio.run(run())
+def _grants() -> AbstractAsyncContextManager[GrantStore]:
+    """The grants of the configured database (table created when missing)."""
+    return settings_grants(Settings())
 
 
 def split_groups(raw: str, option: str = "--groups") -> tuple[str, ...]:
@@ -77,7 +71,7 @@ def grant(
     """Give GROUP a role in COLLECTION (replacing the role it held there). Its members see only the documents whose
     groups they are in; a running `rag serve` applies it on the next request."""
     checked = _checked(group, collection, role)
-    made: Grant = _with_grants(lambda grants: grants.grant(*checked))
+    made: Grant = run_on(_grants, lambda grants: grants.grant(*checked))
     if as_json:
         print(json.dumps(made.to_json()))
         return
@@ -91,7 +85,7 @@ def revoke(
 ) -> None:
     """Take GROUP's role in COLLECTION away. Exit 1 when it held none."""
     group, collection, _ = _checked(group, collection)
-    if not _with_grants(lambda grants: grants.revoke(group, collection)):
+    if not run_on(_grants, lambda grants: grants.revoke(group, collection)):
         raise InputError(f"{group!r} holds no role in {collection!r}; `rag access list` shows the grants")
     console.print(f"{group}: no role in {collection} any more", markup=False, soft_wrap=True)
 
@@ -104,7 +98,7 @@ def list_grants(
     ] = False,
 ) -> None:
     """Every grant, by group then collection."""
-    found: list[Grant] = _with_grants(lambda grants: grants.list())
+    found: list[Grant] = run_on(_grants, lambda grants: grants.list())
     if as_json:
         print(json.dumps({"grants": [g.to_json() for g in found]}))
         return

@@ -3,7 +3,6 @@ database, as the admin (every key's answers). Comments are printed as plain text
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agent.cli.opened import run_on
 from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.feedback import FeedbackDesk, parse_since, stored_feedback
@@ -30,12 +30,7 @@ console = Console(highlight=False)
 
 def _with_desk(fn: Callable[[FeedbackDesk], Awaitable[T]]) -> T:
     """Run `fn` on the feedback of the configured database."""
-
-    async def run() -> T:
-        async with stored_feedback(Settings()) as (desk, _):
-            return await fn(desk)
-
-    return asyncio.run(run())
+    return run_on(lambda: stored_feedback(Settings()), lambda opened: fn(opened[0]))
 
 
 def rated_json(rated: Rated) -> dict[str, object]:

@@ -3,7 +3,6 @@ their usage per UTC day (`agent.core.quotas`), in the store's database."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -15,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.cli.access import split_groups
+from agent.cli.opened import run_on
 from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.keys import KEEP, ApiKey, Keep, PostgresKeys, check_collections, report_json, settings_keys
@@ -31,12 +31,7 @@ console = Console(highlight=False)
 
 def _with_keys(fn: Callable[[PostgresKeys], Awaitable[T]]) -> T:
     """Run `fn` on the keys of the configured database (table created when missing)."""
-
-    async def run() -> T:
-        async with settings_keys(Settings()) as keys:
-            return await fn(keys)
-
-    return asyncio.run(run())
+    return run_on(lambda: settings_keys(Settings()), fn)
 
 
 def _collections(raw: str) -> tuple[str, ...]:

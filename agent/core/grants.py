@@ -51,23 +51,25 @@ class StoreGrants:
 
     def __init__(self, store: VectorStore) -> None:
         self.store = store
-        self._grants: PostgresGrants | None = None
+        self.entered = False
 
-    async def __aenter__(self) -> StoreGrants:
-        grants = PostgresGrants(self.store.pool, self.store.acquire_timeout_s)
-        await grants.setup()
-        self._grants = grants
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._grants = None
+    def _tables(self) -> PostgresGrants:
+        return PostgresGrants(self.store.pool, self.store.acquire_timeout_s)
 
     @property
     def grants(self) -> PostgresGrants:
-        """The grants table. Raises RuntimeError before entry."""
-        if self._grants is None:
+        """The grants table over the store's pool. Raises RuntimeError before entry."""
+        if not self.entered:
             raise RuntimeError("StoreGrants is not entered")
-        return self._grants
+        return self._tables()
+
+    async def __aenter__(self) -> StoreGrants:
+        await self._tables().setup()
+        self.entered = True
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.entered = False
 
     async def roles_for(self, groups: Iterable[str]) -> Mapping[str, Role]:
         """See `PostgresGrants.roles_for`."""

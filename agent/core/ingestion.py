@@ -25,7 +25,7 @@ from tools.ingest.sync import SyncRequest, sync_folder
 from tools.ingest.sync_plan import SyncReport
 from tools.ingest.sync_watch import ErrorFn, ReportFn, watch_folder
 from tools.jobs import work
-from tools.jobs.ports import JobQueue
+from tools.jobs.ports import JobGroups, JobQueue
 from tools.jobs.worker import worker_name
 from tools.originals import Originals
 from tools.records import IngestCounts, Job, JobFile
@@ -216,11 +216,7 @@ class IngestionService:
         return self._queue
 
     async def submit(
-        self,
-        files: list[JobFile],
-        prefix: str = "",
-        collection: str = DEFAULT_COLLECTION,
-        groups: Sequence[str] | None = None,
+        self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION, groups: JobGroups = None
     ) -> int:
         """Queue a job ingesting `files` into `collection` (ids: `prefix` + file name) readable by `groups` (None:
         their own metadata decides); returns its id."""

@@ -3,8 +3,10 @@ param: Postgres, and Triton where the port embeds). Each real one gets a databas
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import asyncpg
 import pytest
@@ -42,6 +44,9 @@ from tools.store.sync_state import PostgresSyncLedger
 IMPLEMENTATIONS = ["in_memory", pytest.param("postgres", marks=pytest.mark.stack)]
 """The params of every contract fixture: the double, then the real implementation (stack tier)."""
 
+D = TypeVar("D")
+P = TypeVar("P", bound="SetUpTables")
+
 
 async def empty_store(postgres_url: str, database: str, settings: Settings) -> VectorStore:
     """A connected store on its own database `database`, with no documents and no conversations."""
@@ -58,6 +63,37 @@ async def empty_store(postgres_url: str, database: str, settings: Settings) -> V
     finally:
         await conn.close()
     return store
+
+
+class SetUpTables(Protocol):
+    """Tables over a pool that create themselves (`PostgresJobQueue`, `PostgresGrants`)."""
+
+    async def setup(self) -> None:
+        """Create the tables when missing."""
+        ...
+
+
+@asynccontextmanager
+async def double_or_tables(
+    real_servers: tuple[str, Settings] | None,
+    double: Callable[[], D],
+    database: str,
+    tables: Callable[[asyncpg.Pool, float], P],
+    emptied_by: str,
+) -> AsyncIterator[D | P]:
+    """`double()` for the in-memory param; else `tables` over the pool of a store on its own `database`, set up and
+    emptied by the statement `emptied_by`, the store closed at exit."""
+    if real_servers is None:
+        yield double()
+        return
+    store = await empty_store(real_servers[0], database, real_servers[1])
+    try:
+        made = tables(store.pool, store.acquire_timeout_s)
+        await made.setup()
+        await store.pool.execute(emptied_by)
+        yield made
+    finally:
+        await store.close()
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
@@ -153,17 +189,9 @@ async def sync_ledger(real_servers: tuple[str, Settings] | None) -> AsyncIterato
 @pytest.fixture
 async def job_queue(real_servers: tuple[str, Settings] | None) -> AsyncIterator[JobQueue]:
     """`InMemoryJobQueue`, or `PostgresJobQueue` over Postgres (no job)."""
-    if real_servers is None:
-        yield InMemoryJobQueue()
-        return
-    store = await empty_store(real_servers[0], "test_contract_jobs", real_servers[1])
-    try:
-        queue = PostgresJobQueue(store.pool, store.acquire_timeout_s)
-        await queue.setup()
-        await store.pool.execute("TRUNCATE ingest_jobs RESTART IDENTITY CASCADE")
-        yield queue
-    finally:
-        await store.close()
+    emptied = "TRUNCATE ingest_jobs RESTART IDENTITY CASCADE"
+    async with double_or_tables(real_servers, InMemoryJobQueue, "test_contract_jobs", PostgresJobQueue, emptied) as q:
+        yield q
 
 
 @pytest.fixture(params=["in_memory", "files"])
@@ -175,14 +203,6 @@ def kept_originals(request: pytest.FixtureRequest, tmp_path: Path) -> KeptOrigin
 @pytest.fixture
 async def grant_book(real_servers: tuple[str, Settings] | None) -> AsyncIterator[GrantStore]:
     """`InMemoryGrants`, or `PostgresGrants` over Postgres (no grant)."""
-    if real_servers is None:
-        yield InMemoryGrants()
-        return
-    store = await empty_store(real_servers[0], "test_contract_grants", real_servers[1])
-    try:
-        grants = PostgresGrants(store.pool, store.acquire_timeout_s)
-        await grants.setup()
-        await store.pool.execute("DELETE FROM access_grants")
-        yield grants
-    finally:
-        await store.close()
+    emptied = "DELETE FROM access_grants"
+    async with double_or_tables(real_servers, InMemoryGrants, "test_contract_grants", PostgresGrants, emptied) as g:
+        yield g

@@ -43,7 +43,11 @@ def check_sync(params: dict[str, Any], collection: str) -> None:
         raise ValueError("a sync job needs the folder's path")
 
 
-def upload_params(groups: Sequence[str] | None) -> dict[str, Any]:
+JobGroups = Sequence[str] | None
+"""The groups allowed to read an upload job's documents (`tools.ingest.groups`); None: their own metadata decides."""
+
+
+def upload_params(groups: JobGroups) -> dict[str, Any]:
     """The `params` of an upload job: `{"groups": [...]}` when its documents' groups were given, else `{}`."""
     return {} if groups is None else {"groups": list(groups)}
 
@@ -66,11 +70,7 @@ class JobQueue(Protocol):
         ...
 
     async def submit(
-        self,
-        files: list[JobFile],
-        prefix: str = "",
-        collection: str = DEFAULT_COLLECTION,
-        groups: Sequence[str] | None = None,
+        self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION, groups: JobGroups = None
     ) -> int:
         """Queue a job ingesting `files` into `collection` (document ids: `prefix` + file name), readable by `groups`
         (None: each document's own metadata decides; kept in the job's `params` as `groups`); returns its id.

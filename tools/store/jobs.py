@@ -32,7 +32,7 @@ from typing import Any
 
 import asyncpg
 
-from tools.jobs.ports import ABANDONED, check_sync, check_upload, upload_params
+from tools.jobs.ports import ABANDONED, JobGroups, check_sync, check_upload, upload_params
 from tools.records import DEFAULT_MAX_ATTEMPTS, Job, JobFile, JobOutcome, JobProgress
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import pools
@@ -131,11 +131,7 @@ class PostgresJobQueue:
             )
 
     async def submit(
-        self,
-        files: list[JobFile],
-        prefix: str = "",
-        collection: str = DEFAULT_COLLECTION,
-        groups: Sequence[str] | None = None,
+        self, files: list[JobFile], prefix: str = "", collection: str = DEFAULT_COLLECTION, groups: JobGroups = None
     ) -> int:
         """Queue a job ingesting `files` into `collection` (document ids: `prefix` + file name); returns its id.
 
