@@ -13,11 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import access, main
+from agent.cli import keys as keys_cli
 from agent.cli.main import app
 from agent.config.settings import Settings
 from agent.core import wiring
 from agent.core.errors import InputError
 from agent.core.ingestion import SyncReport, SyncRequest
+from agent.core.keys import InMemoryKeys
 from tools.in_memory import InMemoryCollection
 from tools.in_memory_grants import InMemoryGrants
 from tools.ingest import IngestReport, SourceDocument
@@ -124,3 +126,30 @@ def test_ingest_and_sync_pass_their_groups_on(monkeypatch: pytest.MonkeyPatch, t
     assert fake.asked == [("eng", "sales"), None, ("hr",), None]
     refused = runner.invoke(app, ["ingest", str(tmp_path), "--groups", "bad\x01"])
     assert refused.exit_code == 1 and "--groups: group" in str(refused.exception)
+
+
+def test_keys_tied_to_a_group_are_created_and_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    ring = InMemoryKeys()
+
+    @asynccontextmanager
+    async def opened(settings: Settings) -> AsyncIterator[InMemoryKeys]:
+        yield ring
+
+    monkeypatch.setattr(keys_cli, "settings_keys", opened)
+    runner = CliRunner()
+    made = runner.invoke(app, ["keys", "create", "--group", "eng", "--json"])
+    assert made.exit_code == 0, made.output
+    created = json.loads(made.stdout)
+    assert (created["group"], created["collections"]) == ("eng", []) and created["token"].startswith("rag_")
+    pinned = runner.invoke(app, ["keys", "create", "--group", "eng", "--collections", "handbook"])
+    assert pinned.exit_code == 0 and "group eng" in pinned.stdout
+    plain = json.loads(runner.invoke(app, ["keys", "create", "--collections", "a", "--json"]).stdout)
+    assert plain["group"] is None
+    listed = json.loads(runner.invoke(app, ["keys", "list", "--json"]).stdout)["keys"]
+    assert [(k["group"], k["collections"]) for k in listed] == [("eng", []), ("eng", ["handbook"]), (None, ["a"])]
+    table = runner.invoke(app, ["keys", "list"]).stdout
+    assert "group" in table and "(grants)" in table
+    neither = runner.invoke(app, ["keys", "create"])
+    assert neither.exit_code == 1 and "--collections" in str(neither.exception)
+    blank = runner.invoke(app, ["keys", "create", "--group", " "])
+    assert blank.exit_code == 1 and "--group" in str(blank.exception)
