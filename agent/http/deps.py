@@ -9,9 +9,10 @@ the routes' dependencies and the middlewares alike. Tests replace the dependenci
 fields.
 
 Who the caller is (`get_caller`): a bearer token equal to `API_KEY` is the admin (every collection); a token of an
-active key in `api_keys` is that key's holder (its collections only); with neither `API_KEY` set nor any key ever
-created, every request is the admin (no auth, as before keys existed). Anything else is 401. So once a key exists,
-requests need a key even without `API_KEY`.
+active key in `api_keys` is that key's holder (its collections only; `key_caller`: a key tied to a group reads that
+group's documents with the roles granted to it, any other key the public documents of its collections); with neither
+`API_KEY` set nor any key ever created, every request is the admin (no auth, as before keys existed). Anything else is
+401. So once a key exists, requests need a key even without `API_KEY`.
 """
 
 from __future__ import annotations
