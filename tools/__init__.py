@@ -30,6 +30,7 @@ Retrieval:
 - `rm3`: RM3 pseudo-relevance feedback for the full-text leg.
 - `rerank`: the rerank step, a cross-encoder re-ordering the head of a fused ranking.
 - `scope`: which documents a search may see (`SearchScope`: collections and metadata filters).
+- `access`: who is reading: groups, roles, a caller's `Access` and the grants' `GrantBook` protocol.
 
 Answers:
 - `support`: per-sentence support of an answer by the retrieved sentences.
@@ -54,6 +55,7 @@ In memory, for tests and apps built without Postgres:
 - `in_memory_sync`: the folder sync's ledger held in memory.
 - `in_memory_jobs`: the job queue held in memory.
 - `in_memory_originals`: the kept originals held in memory.
+- `in_memory_grants`: the grants of groups to collections held in memory.
 
 Shared:
 - `timing`: stage timings and their OpenTelemetry spans.
