@@ -17,12 +17,11 @@ from rich.text import Text
 from agent.cli.opened import run_on
 from agent.config.settings import Settings
 from agent.core.errors import InputError
-from agent.core.grants import Grant, GrantStore, settings_grants
+from agent.core.grants import Grant, GrantStore, checked_grant, settings_grants
 from agent.core.wiring import settings_store
 from tools.access import AccessError, Role, check_groups
 from tools.ingest.ports import document_groups_port
 from tools.scope import DEFAULT_COLLECTION, ScopeError, check_collection
-from tools.store.grants import checked_grant
 
 access_app = typer.Typer(
     help="Groups' access to collections (grant, revoke, list) and the groups allowed to read a document (set-groups).",

@@ -16,9 +16,9 @@ from tools.access import GrantBook, Role
 from tools.records import Grant
 from tools.store import VectorStore
 from tools.store.errors import translated
-from tools.store.grants import PostgresGrants
+from tools.store.grants import PostgresGrants, checked_grant
 
-__all__ = ["Grant", "GrantStore", "PostgresGrants", "StoreGrants", "settings_grants"]
+__all__ = ["Grant", "GrantStore", "PostgresGrants", "StoreGrants", "checked_grant", "settings_grants"]
 
 
 class GrantStore(GrantBook, Protocol):

@@ -15,12 +15,11 @@ from starlette.exceptions import HTTPException
 
 from agent.core.errors import InputError
 from agent.core.failures import Failure
-from agent.core.grants import GrantStore
+from agent.core.grants import GrantStore, checked_grant
 from agent.http.deps import CALLER, Caller, CallerIdentity, Rag, app_state
 from agent.http.errors import ERROR_RESPONSES, ApiError, ErrorBody, error_response
 from tools.access import AccessError, Role, check_groups, document_groups
 from tools.scope import DEFAULT_COLLECTION, ScopeError
-from tools.store.grants import checked_grant
 
 router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 
