@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
+from agent.core.oidc import OidcVerifier
 from agent.core.telemetry import configure_tracing, metrics_app
 from agent.core.wiring import build_services
 from agent.http import ask, conversations, documents, feedback, jobs, openai_chat, service, usage
@@ -75,7 +76,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.add_middleware(QuotaGate)  # inside the key guard, outside admission: a key over its quota takes no slot
     install_guards(app, settings, settings.allowed_hosts or ("*",))
     drain = install_drain(app, stream_ending, self_ending=(MCP_PATH, A2A_PATH))  # a tool error; a failed task
-    setattr(app.state, STATE, AppState(settings, drain))
+    setattr(app.state, STATE, AppState(settings, drain, oidc=OidcVerifier.from_settings(settings)))
     app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)

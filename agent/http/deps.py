@@ -11,7 +11,9 @@ fields.
 Who the caller is (`get_caller`): a bearer token equal to `API_KEY` is the admin (every collection); a token of an
 active key in `api_keys` is that key's holder (its collections only); with neither `API_KEY` set nor any key ever
 created, every request is the admin (no auth, as before keys existed). Anything else is 401. So once a key exists,
-requests need a key even without `API_KEY`.
+requests need a key even without `API_KEY`. With sign-in on (`OIDC_ISSUER`, `agent.core.oidc`), a bearer that is a
+JWT is a signed-in user: its collections and roles those its groups are granted (`AppState.grants`), its access its
+groups'; a refused token is 401 with its reason, and every request needs a token or a key.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from agent.core.admission import Ticket
 from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.keys import KeyRing
+from agent.core.oidc import OidcVerifier, TokenRefused, looks_like_jwt
 from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError, error_json, error_response, failure_of
+from agent.http.guards import invalid_token_headers
 from agent.http.state import STATE, AppState, app_state, scope_state
-from tools.access import UNRESTRICTED, Access, Role
+from tools.access import PUBLIC_GROUP, UNRESTRICTED, Access, GrantBook, Role, caller_access
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
 __all__ = ["STATE", "AppState", "app_state", "scope_state"]  # the app's typed state (`agent.http.state`), re-exported
@@ -170,9 +174,18 @@ class CallerIdentity:
         """The collection a write goes into: the one named, else `default`; the caller must hold it.
 
         Raises:
-            InputError / ApiError: as `visible` (403 also for `default` when the key lacks it: name a collection).
+            InputError / ApiError: as `visible` (403 also for `default` when the key lacks it: name a collection; 403
+                also when the caller's role there, from grants, is below uploader).
         """
-        return self._checked([collection or DEFAULT_COLLECTION])[0]
+        checked = self._checked([collection or DEFAULT_COLLECTION])[0]
+        role = None if self.roles is None else self.roles.get(checked)
+        if self.roles is not None and (role is None or not role.includes(Role.UPLOADER)):
+            raise ApiError(
+                403,
+                "forbidden_collection",
+                f"collection {checked!r}: writing needs role uploader; the caller's is {role or 'none'}",
+            )
+        return checked
 
     def scope(
         self, filter_obj: Mapping[str, Any] | None, collection_or_list: str | Sequence[str] | None = None
@@ -211,28 +224,70 @@ ADMIN = CallerIdentity(None)
 """The caller with every collection."""
 
 
+def get_signin(request: Request) -> SignIn:
+    """The app's sign-in checker and grants (`AppState.oidc`, `AppState.grants`)."""
+    state = app_state(request.app)
+    return SignIn(state.oidc, state.grants)
+
+
+@dataclass(frozen=True)
+class SignIn:
+    """What makes a sign-in token a caller: the issuer's token checker (None: sign-in off) and the grants of groups
+    to collections (None: no collection for anyone signed in)."""
+
+    oidc: OidcVerifier | None
+    grants: GrantBook | None
+
+    async def caller(self, token: str) -> CallerIdentity:
+        """The caller of a sign-in `token`: its subject, the access of its groups (`caller_access`) and the
+        collections its groups (and `PUBLIC_GROUP`) are granted, with their roles.
+
+        Raises:
+            HTTPException: 401 with `WWW-Authenticate: Bearer error="invalid_token"`, the reason as the detail.
+            IssuerUnavailableError: the issuer cannot be read (503).
+            StoreError: the grants cannot be read (503).
+        """
+        assert self.oidc is not None
+        try:
+            identity = await self.oidc.verify(token)
+        except TokenRefused as exc:
+            raise HTTPException(401, str(exc), headers=invalid_token_headers(str(exc))) from None
+        roles = dict(await self.grants.roles_for([*identity.groups, PUBLIC_GROUP])) if self.grants else {}
+        return CallerIdentity(
+            collections=tuple(sorted(roles)),
+            access=caller_access(identity.groups),
+            roles=roles,
+            subject=identity.subject,
+        )
+
+
 async def get_caller(
     settings: AppSettings,
     keys: Keys,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    signin: Annotated[SignIn, Depends(get_signin)],
 ) -> CallerIdentity:
     """The request's caller (see the module docstring). The admin key is compared in constant time; a key holder's
-    token is found by its sha256 (`agent.core.keys`).
+    token is found by its sha256 (`agent.core.keys`); with sign-in on (`OIDC_ISSUER`), a bearer that is a JWT is
+    a signed-in user (`SignIn.caller`), and a request without credentials is refused even while no key exists.
 
     Raises:
-        HTTPException: 401 with `WWW-Authenticate: Bearer` for a missing, wrong or revoked key.
+        HTTPException: 401 with `WWW-Authenticate: Bearer` for a missing, wrong or revoked key or a refused token.
         StoreUnavailableError: the keys could not be read (503).
+        IssuerUnavailableError: the sign-in issuer cannot be read (503).
     """
     token = credentials.credentials if credentials is not None else None
     admin = settings.api_key
     # Starlette decodes header bytes as latin-1: encoding back gives the bytes sent (a UTF-8 key matches)
     if token is not None and admin is not None and secrets.compare_digest(token.encode("latin-1"), admin_bytes(admin)):
         return ADMIN
+    if token is not None and signin.oidc is not None and looks_like_jwt(token):
+        return await signin.caller(token)
     if token is not None and keys is not None:
         key = await keys.holder(token)
         if key is not None:
             return CallerIdentity(key.collections, key.id)
-    if settings.api_key is None and (keys is None or not await keys.any_keys()):
+    if settings.api_key is None and settings.oidc_issuer is None and (keys is None or not await keys.any_keys()):
         return ADMIN
     raise HTTPException(401, "missing, wrong or revoked API key", headers={"WWW-Authenticate": "Bearer"})
 
@@ -244,7 +299,7 @@ async def request_caller(request: Request) -> CallerIdentity:
     Raises:
         As `get_caller`.
     """
-    return await get_caller(get_settings(request), get_keys(request), await _bearer(request))
+    return await get_caller(get_settings(request), get_keys(request), await _bearer(request), get_signin(request))
 
 
 async def caller_or_refused(scope: Scope, receive: Receive, send: Send) -> CallerIdentity | None:

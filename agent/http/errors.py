@@ -40,6 +40,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "shutting_down": 503,
     "llm_bad_response": 502,
     "llm_unavailable": 503,
+    "issuer_unavailable": 503,
     "llm_rate_limited": 503,
     "llm_misconfigured": 503,
     "retrieval_unavailable": 503,
