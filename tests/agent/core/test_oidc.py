@@ -5,77 +5,26 @@ tests/agent/http/test_oidc_http.py."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
-import httpx
-import jwt
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from agent.core.errors import IssuerUnavailableError
 from agent.core.oidc import Identity, OidcVerifier, TokenRefused, claim_at, groups_of, looks_like_jwt
-
-ISSUER = "https://issuer.test/realms/rag"
-AUDIENCE = "rag-client"
-RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-EC_KEY = ec.generate_private_key(ec.SECP256R1())
-OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def public_jwk(key: Any, kid: str) -> dict[str, Any]:
-    """The public JWK of `key` with `kid`."""
-    algorithm = jwt.algorithms.RSAAlgorithm if isinstance(key, rsa.RSAPrivateKey) else jwt.algorithms.ECAlgorithm
-    jwk: dict[str, Any] = json.loads(algorithm.to_jwk(key.public_key()))
-    return jwk | {"kid": kid, "use": "sig"}
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-class Issuer:
-    """An issuer's discovery document and JWKS over an httpx mock transport; counts the JWKS reads."""
-
-    def __init__(self, keys: list[dict[str, Any]], issuer: str = ISSUER, up: bool = True) -> None:
-        self.keys, self.issuer, self.up, self.jwks_reads = keys, issuer, up, 0
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        if not self.up:
-            raise httpx.ConnectError("connection refused", request=request)
-        if request.url.path.endswith("/.well-known/openid-configuration"):
-            return httpx.Response(200, json={"issuer": self.issuer, "jwks_uri": f"{ISSUER}/certs"})
-        if request.url.path.endswith("/certs"):
-            self.jwks_reads += 1
-            return httpx.Response(200, json={"keys": self.keys})
-        return httpx.Response(404)
-
-    def verifier(self, clock: Any = time.monotonic, **options: Any) -> OidcVerifier:
-        return OidcVerifier(
-            ISSUER,
-            AUDIENCE,
-            options.pop("algorithms", ("RS256", "ES256")),
-            transport=httpx.MockTransport(self.handle),
-            clock=clock,
-            **options,
-        )
-
-
-def claims(**changes: Any) -> dict[str, Any]:
-    """A valid token's claims, with `changes` (None drops a claim)."""
-    now = int(time.time())
-    base = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + 300, "groups": ["eng", "ops"]}
-    return {k: v for k, v in (base | changes).items() if v is not None}
-
-
-def signed(key: Any = RSA_KEY, alg: str = "RS256", kid: str | None = "k1", **changes: Any) -> str:
-    return jwt.encode(claims(**changes), key, algorithm=alg, headers={"kid": kid} if kid else None)
+from tests.oidc_issuer import (
+    AUDIENCE,
+    EC_KEY,
+    ISSUER,
+    OTHER_KEY,
+    RSA_KEY,
+    Issuer,
+    claims,
+    hs256_with_public_key,
+    public_jwk,
+    signed,
+    unsigned,
+)
 
 
 @pytest.fixture
@@ -100,20 +49,15 @@ async def test_a_token_of_the_issuer_gives_its_subject_and_groups(issuer: Issuer
 
 async def test_each_forged_token_is_refused_with_its_own_reason(issuer: Issuer) -> None:
     verifier = issuer.verifier(leeway_s=0)
-    header = b64(json.dumps({"alg": "HS256", "kid": "k1", "typ": "JWT"}).encode())
-    body = b64(json.dumps(claims()).encode())
-    public_pem = RSA_KEY.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    hs256 = f"{header}.{body}." + b64(hmac.new(public_pem, f"{header}.{body}".encode(), hashlib.sha256).digest())
-    unsigned = b64(json.dumps({"alg": "none"}).encode()) + f".{body}."
     reasons = {
         "bad signature": await refusal(verifier, signed(OTHER_KEY)),
         "wrong audience": await refusal(verifier, signed(aud="someone-else")),
         "wrong issuer": await refusal(verifier, signed(iss="https://evil.test")),
         "expired": await refusal(verifier, signed(exp=int(time.time()) - 5)),
-        "alg none": await refusal(verifier, unsigned),
-        "HS256 with the public key": await refusal(verifier, hs256),
+        "alg none": await refusal(verifier, unsigned(claims())),
+        "HS256 with the public key": await refusal(
+            verifier, hs256_with_public_key(claims(), public_jwk(RSA_KEY, "k1"))
+        ),
         "unknown key": await refusal(verifier, signed(kid="k9")),
         "malformed": await refusal(verifier, "abc.def.ghi"),
         "no sub": await refusal(verifier, signed(sub=None)),
