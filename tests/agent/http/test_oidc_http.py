@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,17 @@ import httpx
 import httpx2
 import jwt
 import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.types import GetTaskRequest, TaskState
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from pydantic_ai.models.function import FunctionModel
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
+from agent.core.quotas import InMemoryUsage, QuotaMetrics, Quotas
 from agent.core.wiring import Services
 from agent.http import create_app
 from agent.http.deps import CallerIdentity, app_state
@@ -48,6 +53,7 @@ from tests.scripted_model import ScriptedModel as Model
 from tools.access import PUBLIC_GROUP, Role, caller_access
 from tools.in_memory import InMemoryCollection
 from tools.ingest import SourceDocument
+from tools.records import Usage
 from tools.scope import SearchScope
 
 CLIENT_ID = "rag"
@@ -146,19 +152,43 @@ async def test_a_signed_in_user_s_mcp_tools_see_only_its_collections(provider: P
     assert refused.is_error and "forbidden_collection" in refused.content[0].text  # type: ignore[union-attr]
 
 
-async def test_a_signed_in_user_s_a2a_task_is_answered(provider: Provider) -> None:
+async def test_a_signed_in_user_s_a2a_task_is_answered_and_read_back_by_that_user_only(provider: Provider) -> None:
     settings = Settings.model_validate(
-        {"refusal_min_score": 0.3, "oidc_issuer": provider.issuer, "oidc_client_id": CLIENT_ID}
+        {"refusal_min_score": 0.3, "oidc_issuer": provider.issuer, "oidc_client_id": CLIENT_ID, "api_key": "admin"}
     )
     collection = InMemoryCollection(DOCUMENTS)
-    app = create_app(
-        settings, RagApp(settings, Services(collection, collection, FunctionModel(stream_function=Model().stream)))
-    )
+    model = FunctionModel(stream_function=Model().stream)
+    app = create_app(settings, RagApp(settings, Services(collection, collection, model)))
     async with served(app) as http:
         app_state(app).grants = Grants(GRANTS)
         outcome = await a2a_ask(http, provider.id_token("alice"), COVERED, streaming=False)
+        request = GetTaskRequest(id=outcome.task_id)
+        read_back: dict[str, object] = {}
+        for who, token in (
+            ("alice", provider.id_token("alice")),
+            ("bob", provider.id_token("bob")),
+            ("admin", "admin"),
+        ):
+            http.headers["Authorization"] = f"Bearer {token}"
+            client = await create_client("http://localhost/a2a", ClientConfig(httpx_client=http))
+            try:
+                read_back[who] = (await client.get_task(request)).status.state
+            except Exception as exc:  # noqa: BLE001 - the client's error for a task it may not see
+                read_back[who] = str(exc)
     _, data = outcome.answer()
     assert [c["doc_id"] for c in data["citations"]] == ["b12"]
+    assert read_back["alice"] == read_back["admin"] == TaskState.TASK_STATE_COMPLETED
+    assert "task not found" in str(read_back["bob"]).lower()
+
+
+async def test_a_signed_in_user_sees_no_key_s_usage(provider: Provider) -> None:
+    rig, _ = signed_in_rig(provider.issuer)
+    usage = InMemoryUsage()
+    await usage.record(7, date.today(), Usage(requests=3))
+    app_state(rig.app).quotas = Quotas(rig.settings, usage, QuotaMetrics.create(CollectorRegistry()))
+    async with rig.http(Authorization=f"Bearer {provider.id_token('alice')}") as client:
+        mine = await client.get("/v1/usage")
+    assert mine.status_code == 200 and mine.json()["usage"] == [], mine.text
 
 
 def assert_refused(response: httpx.Response, reason: str) -> None:
