@@ -39,7 +39,7 @@ from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError, error_json, error_response, failure_of
 from agent.http.guards import invalid_token_headers
 from agent.http.state import STATE, AppState, app_state, scope_state
-from tools.access import PUBLIC_GROUP, UNRESTRICTED, Access, GrantBook, Role, caller_access
+from tools.access import UNRESTRICTED, Access, GrantBook, Role, caller_access
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
 
 __all__ = ["STATE", "AppState", "app_state", "scope_state"]  # the app's typed state (`agent.http.state`), re-exported
@@ -247,15 +247,17 @@ class SignIn:
             IssuerUnavailableError: the issuer cannot be read (503).
             StoreError: the grants cannot be read (503).
         """
-        assert self.oidc is not None
+        if self.oidc is None:
+            raise HTTPException(401, "sign-in is off on this server", headers=invalid_token_headers("sign-in is off"))
         try:
             identity = await self.oidc.verify(token)
         except TokenRefused as exc:
             raise HTTPException(401, str(exc), headers=invalid_token_headers(str(exc))) from None
-        roles = dict(await self.grants.roles_for([*identity.groups, PUBLIC_GROUP])) if self.grants else {}
+        access = caller_access(identity.groups)  # PUBLIC_GROUP added, names that are not valid groups dropped
+        roles = dict(await self.grants.roles_for(sorted(access.groups or ()))) if self.grants else {}
         return CallerIdentity(
             collections=tuple(sorted(roles)),
-            access=caller_access(identity.groups),
+            access=access,
             roles=roles,
             subject=identity.subject,
         )
