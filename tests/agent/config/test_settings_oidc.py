@@ -3,6 +3,9 @@ default, blank values read as unset, the leeway's bounds."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -51,3 +54,15 @@ def test_algorithms_are_a_comma_separated_list_of_public_key_ones() -> None:
 def test_the_leeway_is_bounded(leeway: int) -> None:
     with pytest.raises(ValidationError, match="oidc_leeway_s"):
         settings(oidc_leeway_s=leeway)
+
+
+def test_every_provider_s_settings_on_the_sign_in_page_load() -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "oidc.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```\n(.*?)```", page, re.S) if b.startswith("OIDC_")]
+    assert len(blocks) == 4, "Keycloak, Entra ID, Okta, Google"
+    for block in blocks:
+        values = dict(line.split("=", 1) for line in block.splitlines())
+        assert all(name.lower() in Settings.model_fields for name in values), values
+        filled = {k.lower(): re.sub(r"<[^>]+>", "example", v) for k, v in values.items()}
+        loaded = settings(**filled)
+        assert loaded.oidc_issuer is not None and loaded.oidc_token_audience is not None
