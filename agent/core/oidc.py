@@ -157,6 +157,8 @@ class OidcVerifier:
         self._clock = clock
         self._jwks_uri: str | None = None
         self._keys: _KeySet | None = None
+        self._built: dict[tuple[str | None, str], tuple[dict[str, Any], jwt.PyJWK]] = {}
+        """(kid, alg) -> the JWK read and its key, built once per JWK read."""
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -246,10 +248,14 @@ class OidcVerifier:
         declared = found.get("alg")
         if declared is not None and declared != alg:
             raise TokenRefused(_one_line(f"token algorithm {alg} does not match its key's ({declared})"))
-        try:
-            return jwt.PyJWK(found, algorithm=alg)
-        except jwt.PyJWTError as exc:
-            raise TokenRefused(_one_line(f"the issuer's key does not fit algorithm {alg} ({exc})")) from None
+        built = self._built.get((kid, alg))
+        if built is None or built[0] is not found:
+            try:
+                built = (found, jwt.PyJWK(found, algorithm=alg))
+            except jwt.PyJWTError as exc:
+                raise TokenRefused(_one_line(f"the issuer's key does not fit algorithm {alg} ({exc})")) from None
+            self._built[(kid, alg)] = built
+        return built[1]
 
     async def _keys_read(self, unknown_key: bool = False) -> list[dict[str, Any]]:
         """The issuer's signing keys (JWK objects): those read within `jwks_cache_s`, else read now; with
