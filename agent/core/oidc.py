@@ -46,7 +46,11 @@ log = logging.getLogger(__name__)
 
 
 class TokenRefused(Exception):  # noqa: N818 - a refusal, not a fault
-    """A bearer token is not accepted; `str(exc)` is one line saying why (sent back as the 401's detail)."""
+    """A bearer token is not accepted; `str(exc)` is one line saying why (sent back as the 401's detail and in its
+    `WWW-Authenticate` header: printable ASCII without quotes or backslashes, whatever the token held)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(_one_line(reason))
 
 
 @dataclass(frozen=True)
@@ -224,9 +228,9 @@ class OidcVerifier:
         except jwt.ImmatureSignatureError:
             raise TokenRefused("token not valid yet (iat or nbf in the future)") from None
         except jwt.DecodeError as exc:
-            raise TokenRefused(_one_line(f"malformed token: {exc}")) from None
+            raise TokenRefused(f"malformed token: {exc}") from None
         except jwt.InvalidTokenError as exc:
-            raise TokenRefused(_one_line(f"token refused: {exc}")) from None
+            raise TokenRefused(f"token refused: {exc}") from None
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise TokenRefused("token lacks the required claim sub")
@@ -244,16 +248,16 @@ class OidcVerifier:
             found = _find(await self._keys_read(unknown_key=True), kid)
         if found is None:
             named = f"kid {kid!r}" if kid is not None else "no kid, and the issuer has several keys"
-            raise TokenRefused(_one_line(f"unknown signing key ({named})"))
+            raise TokenRefused(f"unknown signing key ({named})")
         declared = found.get("alg")
         if declared is not None and declared != alg:
-            raise TokenRefused(_one_line(f"token algorithm {alg} does not match its key's ({declared})"))
+            raise TokenRefused(f"token algorithm {alg} does not match its key's ({declared})")
         built = self._built.get((kid, alg))
         if built is None or built[0] is not found:
             try:
                 built = (found, jwt.PyJWK(found, algorithm=alg))
             except jwt.PyJWTError as exc:
-                raise TokenRefused(_one_line(f"the issuer's key does not fit algorithm {alg} ({exc})")) from None
+                raise TokenRefused(f"the issuer's key does not fit algorithm {alg} ({exc})") from None
             self._built[(kid, alg)] = built
         return built[1]
 

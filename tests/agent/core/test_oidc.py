@@ -82,6 +82,8 @@ async def test_each_forged_token_is_refused_with_its_own_reason(issuer: Issuer) 
     }
     assert reasons["ES256 header on an RSA key"].startswith("the issuer's key does not fit algorithm ES256")
     assert (await refusal(verifier, "rag_not-a-jwt")).startswith("malformed token")
+    odd = await refusal(verifier, signed(kid='k"9\\\n\u00e9'))  # goes into a header: printable ASCII, no quotes
+    assert odd.startswith("unknown signing key (kid ") and odd.isascii() and odd.isprintable() and "\\" not in odd
 
 
 async def test_the_leeway_admits_a_token_just_expired(issuer: Issuer) -> None:
