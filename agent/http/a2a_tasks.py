@@ -92,6 +92,12 @@ class TaskCaller:
         signed-in user); None for the admin (who sees every task)."""
         return self.identity.owner
 
+    @property
+    def tenant(self) -> int | str | None:
+        """Whose fair share of admission control its answers take, as over HTTP (`agent.http.admission_gate.tenant_of`):
+        the key's id, `sub:<subject>` for a signed-in user, None for the admin."""
+        return self.identity.key_id if self.identity.key_id is not None else self.owner
+
 
 REQUEST_CALLER: ContextVar[TaskCaller | None] = ContextVar("a2a_request_caller", default=None)
 """The caller of the A2A request being served (set by `agent.http.a2a.A2aGate` around it)."""
@@ -326,7 +332,7 @@ class TaskAnswers:
         rag, quotas = self.opened()
         async with quota_held(quotas, caller.key):
             request = AnswerRequest(question, top_k=top_k, scope=scope)
-            ticket = rag.admission.enter(caller.identity.key_id)  # the key's fair share, as over HTTP
+            ticket = rag.admission.enter(caller.tenant)
             try:
                 result = await rag.ask(request, admission=ticket)
             finally:

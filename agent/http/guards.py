@@ -284,6 +284,11 @@ def holder_token(authorization: bytes | None) -> bool:
     return scheme.lower() == b"bearer" and token.strip().startswith(TOKEN_PREFIX.encode())
 
 
+SUBJECT_STATE = "signed_in_subject"
+"""The key of `scope["state"]` where `BearerKeyGuard` leaves the subject (`sub`) of a signed-in user's accepted token,
+for admission control's fair share (`agent.http.admission_gate.tenant_of`)."""
+
+
 def invalid_token_headers(reason: str) -> dict[str, str]:
     """The `WWW-Authenticate` header of a 401 for a refused sign-in token (RFC 6750 `invalid_token`, with `reason`:
     one line of printable ASCII without quotes, `agent.core.oidc.TokenRefused`)."""
@@ -301,19 +306,21 @@ def bearer_jwt(authorization: bytes | None) -> str | None:
 async def token_refused(scope: Scope, receive: Receive, send: Send, token: str) -> bool:
     """Check a sign-in token of a request on `CALLER_PATHS` with the app's `OidcVerifier` before its body is read;
     True once a refusal has been answered: 401 `unauthorized` (`invalid_token_headers`, the reason as the detail),
-    or the app's error answer (503 `issuer_unavailable`) when the issuer cannot be read."""
+    or the app's error answer (503 `issuer_unavailable`) when the issuer cannot be read. An accepted token's subject
+    is left in `scope["state"]` (`SUBJECT_STATE`)."""
     state = scope_state(scope)
     oidc = None if state is None else state.oidc
     if oidc is None:
         return False
     try:
-        await oidc.verify(token)
+        identity = await oidc.verify(token)
     except TokenRefused as exc:
         await error_json(401, "unauthorized", str(exc), invalid_token_headers(str(exc)))(scope, receive, send)
         return True
     except IssuerUnavailableError as exc:
         await error_response(failure_of(exc))(scope, receive, send)
         return True
+    scope.setdefault("state", {})[SUBJECT_STATE] = identity.subject
     return False
 
 

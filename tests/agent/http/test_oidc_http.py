@@ -85,9 +85,19 @@ def read_by(groups: list[str], *collections: str) -> SearchScope:
     return SearchScope(collections=collections).read_by(caller_access(groups))
 
 
-async def test_a_signed_in_user_asks_over_what_its_groups_are_granted(provider: Provider) -> None:
+async def test_a_signed_in_user_asks_over_what_its_groups_are_granted(
+    provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rig, grants = signed_in_rig(provider.issuer)
     token = provider.id_token("alice")
+    tenants: list[object] = []
+    enter = rig.rag.admission.enter
+
+    def entered(tenant: object = None) -> Any:
+        tenants.append(tenant)
+        return enter(tenant)
+
+    monkeypatch.setattr(rig.rag.admission, "enter", entered)
     async with rig.http(Authorization=f"Bearer {token}") as client:
         asked = await client.post("/v1/ask", json={"question": COVERED})
         models = await client.get("/v1/models")
@@ -96,6 +106,7 @@ async def test_a_signed_in_user_asks_over_what_its_groups_are_granted(provider: 
     assert models.status_code == 200 and completion.choices[0].message.content == "It does [1]."
     assert rig.collection.scopes == [read_by(["eng"], "default", "public")] * 2
     assert set(grants.asked) == {("eng", PUBLIC_GROUP)}
+    assert tenants == ["sub:alice"] * 2  # its own fair share of admission control, as a key's
 
 
 async def test_sign_in_is_required_once_configured_and_api_keys_keep_working(provider: Provider) -> None:
