@@ -776,6 +776,28 @@ class Settings(BaseSettings):
         "unset: no tracing set-up at all (agent/core/telemetry.py).",
     )
 
+    # --- sign-in through an OpenID Connect issuer: the web page (agent/http/auth_routes.py) -------------------------
+    oidc_issuer: HttpUrlStr | None = Field(
+        default=None,
+        description="The OpenID Connect issuer the web page signs in through (authorization code + PKCE), e.g. "
+        "`https://keycloak.example.com/realms/rag`; its discovery document is `<issuer>/.well-known/openid-"
+        "configuration`. Unset: sign-in through an issuer is off (the page asks for an API key).",
+    )
+    oidc_client_id: str | None = Field(
+        default=None,
+        description="The client id the page signs in as; the audience of the ID token the page keeps.",
+    )
+    oidc_scopes: str = Field(
+        default="openid profile email",
+        description="Scopes the page asks the issuer for, space-separated (`openid` is needed for an ID token).",
+    )
+    oidc_client_secret: SecretStr | None = Field(
+        default=None,
+        description="The client's secret when the issuer registers the page as a confidential client: the server "
+        "exchanges the page's code (`POST /auth/token`) and sends it (HTTP Basic, RFC 6749 §2.3.1); the page never "
+        "sees it. Unset: a public client (PKCE alone, the client id in the form).",
+    )
+
     @field_validator("api_key", mode="before")
     @classmethod
     def _api_key_not_blank(cls, value: Any) -> Any:
