@@ -86,6 +86,7 @@ function redirectUri() { return `${location.origin}/`; }
 
 // to the issuer's authorize page with a fresh verifier, state and nonce (kept for the way back)
 async function startSignIn() {
+  if (!window.isSecureContext) return showAccount("Sign-in needs this page over HTTPS (or on localhost).");
   let endpoints;
   try {
     const response = await fetch("/auth/discovery");
