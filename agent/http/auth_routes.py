@@ -4,7 +4,7 @@ under `/auth` (no API key; `agent.http.guards.OPEN_PATHS`).
 - `GET /auth/config`: `{"enabled", "issuer", "client_id", "scopes"}` from the settings; `enabled` when both
   `OIDC_ISSUER` and `OIDC_CLIENT_ID` are set.
 - `GET /auth/discovery`: the endpoints of the issuer's discovery document (`authorization_endpoint`,
-  `token_endpoint`, `end_session_endpoint` when it has one), read here rather than by the browser, as an issuer need
+  `token_endpoint`), read here rather than by the browser, as an issuer need
   not answer cross-origin requests (CORS): oidc-provider-mock, the issuer of the tests, does not.
 - `POST /auth/token` `{"code", "code_verifier", "redirect_uri"}`: the code exchanged at the issuer's token endpoint,
   as a public client (the client id in the form; PKCE proves the page that asked for the code) or, with
@@ -38,8 +38,8 @@ from agent.http.errors import error_json
 ISSUER_TIMEOUT_S = 10.0
 """Bound on each request to the issuer (its discovery document, its token endpoint), seconds."""
 
-DISCOVERY_FIELDS = ("authorization_endpoint", "token_endpoint", "end_session_endpoint")
-"""What `GET /auth/discovery` passes on from the issuer's discovery document (the first two are required)."""
+DISCOVERY_FIELDS = ("authorization_endpoint", "token_endpoint")
+"""What `GET /auth/discovery` passes on from the issuer's discovery document (both required)."""
 
 TOKEN_FIELDS = ("id_token", "access_token", "token_type", "expires_in")
 """What `POST /auth/token` passes on from the issuer's token response (a refresh token is never handed to a page)."""
@@ -90,7 +90,7 @@ def issuer_json(response: httpx.Response) -> dict[str, Any]:
 
 
 async def discover(client: httpx.AsyncClient, issuer: str) -> dict[str, str]:
-    """The endpoints of `issuer`'s discovery document (`DISCOVERY_FIELDS` it has).
+    """The endpoints of `issuer`'s discovery document (`DISCOVERY_FIELDS`).
 
     Raises:
         IssuerError: unreachable, not HTTP 200, no JSON object, an `issuer` other than `issuer` (OpenID Connect
@@ -107,7 +107,7 @@ async def discover(client: httpx.AsyncClient, issuer: str) -> dict[str, str]:
     if str(document.get("issuer", "")).rstrip("/") != issuer.rstrip("/"):
         raise IssuerError(f"{url} names the issuer {document.get('issuer')!r}, not {issuer!r} (OIDC_ISSUER)")
     endpoints = {k: document[k] for k in DISCOVERY_FIELDS if isinstance(document.get(k), str)}
-    if "authorization_endpoint" not in endpoints or "token_endpoint" not in endpoints:
+    if len(endpoints) < len(DISCOVERY_FIELDS):
         raise IssuerError(f"{url} names no authorization or token endpoint")
     return endpoints
 
@@ -142,8 +142,7 @@ async def config(settings: AppSettings) -> JSONResponse:
 
 @router.get("/discovery", include_in_schema=False)
 async def discovery(settings: AppSettings, client: IssuerClient) -> JSONResponse:
-    """The issuer's authorization and token endpoints (and end-session endpoint when it has one); 404 while sign-in
-    is off, 502 when the issuer fails."""
+    """The issuer's authorization and token endpoints; 404 while sign-in is off, 502 when the issuer fails."""
     if not enabled(settings) or settings.oidc_issuer is None:
         return sign_in_off()
     try:

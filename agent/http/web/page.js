@@ -1,8 +1,9 @@
 // The web page of `rag serve`: past conversations (side list), a collection picker limited to the API key's
 // collections, the streamed answer (Markdown, sanitised: built node by node, never from HTML) with its support labels
 // and `[n]` chips that open their passage, thumbs to rate it (with a comment and the right source), and the document
-// library (a drawer: paged, searchable, uploads with per-file progress, deletes confirmed). Plain script, no build
-// step; text from the server is only ever set with textContent (answers, titles and passages are untrusted).
+// library (a drawer: paged, searchable, uploads with per-file progress, deletes confirmed), signed in with an API key
+// or through an OpenID Connect issuer (authorization code + PKCE). Plain script, no build step; text from the server
+// is only ever set with textContent (answers, titles and passages are untrusted).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -124,7 +125,9 @@ async function finishSignIn() {
     back.searchParams.delete(name);
   }
   history.replaceState(history.state, "", back.pathname + back.search + back.hash);
-  if (!pending || params.get("state") !== pending.state) return "Sign-in failed: the answer is not for this tab's request.";
+  if (!pending || params.get("state") !== pending.state) {
+    return "Sign-in failed: the answer is not for this tab's request.";
+  }
   if (params.has("error")) return `Sign-in refused: ${params.get("error_description") || params.get("error")}`;
   const response = await fetch("/auth/token", {
     method: "POST",
@@ -148,7 +151,8 @@ async function startAuth() {
     const response = await fetch("/auth/config");
     if (response.ok) issuer = await response.json();
   } catch (_) { /* an older server: API keys only */ }
-  const problem = issuer.enabled ? await finishSignIn().catch(() => "Sign-in failed: the server cannot be reached.") : "";
+  const unreachable = () => "Sign-in failed: the server cannot be reached.";
+  const problem = issuer.enabled ? await finishSignIn().catch(unreachable) : "";
   const token = signedInToken();
   if (token) expireAt(token);
   showAccount(problem);
@@ -168,7 +172,9 @@ function authHeaders(headers) {
 
 // forget a credential the server refused (the ID token or the API key, whichever it was)
 function forget(credential) {
-  for (const item of [TOKEN_ITEM, KEY_ITEM]) if (sessionStorage.getItem(item) === credential) sessionStorage.removeItem(item);
+  for (const item of [TOKEN_ITEM, KEY_ITEM]) {
+    if (sessionStorage.getItem(item) === credential) sessionStorage.removeItem(item);
+  }
 }
 
 const signIn = $("sign-in");

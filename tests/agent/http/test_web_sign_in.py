@@ -1,9 +1,9 @@
 """The web page signs in through a real OpenID Connect issuer in headless Chromium (Debian `chromium`, Playwright):
 oidc-provider-mock in a subprocess (`tests.oidc_issuer.MockIssuer`), the app of `rag serve` in a thread over the
 in-memory parts. Sign in (authorization code + PKCE S256 through the issuer's authorize form), the page's reads then
-carrying the ID token as `Authorization: Bearer`, who is signed in, sign out; an expired token dropped. The server's
-verification of the token is not this file's: the server here has no key, so it serves any bearer. In the stack
-tier with the other browser tests (it needs Chromium and a server process)."""
+carrying the ID token as `Authorization: Bearer`, who is signed in, sign out; an expired token dropped, and one the
+server refuses. The server's verification of the token is not this file's: the server of the sign-in test has no key,
+so it serves any bearer. In the stack tier with the other browser tests (it needs Chromium and a server process)."""
 
 from __future__ import annotations
 
@@ -186,6 +186,21 @@ async def test_a_refused_read_offers_the_issuer_beside_the_api_key(issuer: MockI
         assert await axe_violations(page) == []
         await page.keyboard.press("Enter")
         await page.wait_for_url(f"{issuer.url}/oauth2/authorize?*")
+
+
+async def test_a_token_the_server_refuses_is_dropped_and_the_panel_opens(issuer: MockIssuer) -> None:
+    from playwright.async_api import expect
+
+    forged = unsigned_jwt({"sub": "mallory", "aud": CLIENT, "exp": int(time.time()) + 3600})  # no valid signature
+    async with browser_page(rag_app(issuer, api_key="admin-key")) as page:
+        await page.context.add_init_script(f"sessionStorage.setItem('{TOKEN_ITEM}', {json.dumps(forged)})")
+        await page.goto("/")
+        await expect(page.locator("dialog#sign-in")).to_be_visible()
+        await expect(page.locator("#sign-in-message")).to_contain_text("no longer accepted")
+        assert await page.evaluate(f"sessionStorage.getItem('{TOKEN_ITEM}')") is None
+        await page.click("#sign-in-cancel")
+        await expect(page.locator("#account")).to_have_text("Sign in")
+        await expect(page.locator("#who")).to_be_hidden()
 
 
 async def test_sign_in_is_off_without_an_issuer(tmp_path: Path) -> None:
