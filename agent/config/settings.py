@@ -804,7 +804,7 @@ class Settings(BaseSettings):
         "Kubernetes). Readiness (`GET /ready`) runs no dependency check.",
     )
 
-    # --- sign-in through an OpenID Connect issuer (agent/core/oidc.py) -----------------------------------------------
+    # --- sign-in through an OpenID Connect issuer (agent/core/oidc.py, agent/http/auth_routes.py) -------------------
     oidc_issuer: Annotated[str | None, AfterValidator(_optional_http_url)] = Field(
         default=None,
         description="The OpenID Connect issuer whose bearer tokens (JWT) `rag serve` accepts beside API keys, exactly "
@@ -842,6 +842,13 @@ class Settings(BaseSettings):
         ge=0,
         description="How long the issuer's signing keys (JWKS) are trusted before they are read again, seconds; a "
         "token naming an unknown key reads them again at once (at most every 10 s).",
+    )
+
+    oidc_client_secret: SecretStr | None = Field(
+        default=None,
+        description="The client's secret when the issuer registers the page as a confidential client: the server "
+        "exchanges the page's code (`POST /auth/token`) and sends it (HTTP Basic, RFC 6749 §2.3.1); the page never "
+        "sees it. Unset: a public client (PKCE alone, the client id in the form).",
     )
 
     # --- tracing (agent/core/telemetry.py) ----------------------------------------------------------------------------

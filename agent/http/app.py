@@ -14,7 +14,7 @@ from agent.core.app import RagApp
 from agent.core.oidc import OidcVerifier
 from agent.core.telemetry import configure_tracing, metrics_app
 from agent.core.wiring import build_services
-from agent.http import ask, conversations, documents, feedback, jobs, openai_chat, service, usage
+from agent.http import ask, auth_routes, conversations, documents, feedback, jobs, openai_chat, service, usage
 from agent.http.a2a import A2A_PATH, A2aEndpoint
 from agent.http.admission_gate import AdmissionGate
 from agent.http.deps import STATE, AppState, app_state, opened_rag
@@ -87,4 +87,5 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.include_router(service.router)
     app.include_router(openai_chat.router)
     app.include_router(usage.router)
+    app.include_router(auth_routes.router)
     return app

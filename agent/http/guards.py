@@ -13,9 +13,10 @@ In the order a request meets them (`install_guards`):
    framing (`X-Frame-Options: DENY`, CSP `frame-ancestors 'none'`) and type sniffing (`X-Content-Type-Options:
    nosniff`).
 3. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
-   `/metrics`, the page `/` and its static files), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw
-   header bytes are compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is
-   read, so an unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.core.keys`,
+   `/metrics`, the page `/`, its static files and its sign-in routes under `/auth`), else 401 `unauthorized` with
+   `WWW-Authenticate: Bearer`. The raw header bytes are compared with the key's UTF-8 bytes in constant time
+   (`secrets.compare_digest`), before any body is read, so an unauthenticated request never costs a body read or a
+   JSON parse. Once API keys exist (`agent.core.keys`,
    the app's `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is looked up
    here too (`KeyRing.holder`, cached by `CachedKeys`), so a made-up one is refused before its body is read; an active
    key's holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
@@ -55,10 +56,12 @@ OPEN_PATHS = frozenset(
     {
         *("/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"),
         *("/.well-known/agent-card.json", "/a2a/.well-known/agent-card.json"),
+        *("/auth/config", "/auth/discovery", "/auth/token"),
     }
 )
 """Paths served without the API key: the readiness check, Prometheus' scrape, the web page with its script and
-style sheet (the page asks for the key itself) and the A2A agent card (discovery; `agent.http.a2a`)."""
+style sheet (the page asks for the key itself), the A2A agent card (discovery; `agent.http.a2a`) and the page's
+sign-in through an issuer (`agent.http.auth_routes`: nobody is signed in yet)."""
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """`ALLOWED_HOSTS` of a server listening on a loopback address when the setting is unset."""
