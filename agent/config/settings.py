@@ -124,6 +124,41 @@ def _each_postgres_url(values: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
+ASYMMETRIC_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "ES256K", "EdDSA"}
+)
+"""The token signature algorithms `OIDC_ALGORITHMS` may name: public-key ones only."""
+
+
+def _signing_algs(values: tuple[str, ...]) -> tuple[str, ...]:
+    """`OIDC_ALGORITHMS` when every name is an asymmetric algorithm; `none` and HS* are refused by name."""
+    if not values:
+        raise ValueError("OIDC_ALGORITHMS is empty; expected e.g. RS256,ES256")
+    for name in values:
+        if name.lower() == "none" or name.upper().startswith("HS"):
+            raise ValueError(
+                f"OIDC_ALGORITHMS names {name!r}: unsigned (`none`) and shared-secret (HS*) tokens are never accepted "
+                f"(an HS* token could be signed with the issuer's public key); expected some of RS256, ES256, PS256, "
+                f"EdDSA"
+            )
+        if name not in ASYMMETRIC_ALGORITHMS:
+            raise ValueError(
+                f"OIDC_ALGORITHMS names {name!r}; expected some of {', '.join(sorted(ASYMMETRIC_ALGORITHMS))}"
+            )
+    return values
+
+
+def _optional_http_url(value: str | None) -> str | None:
+    """An http(s) URL, kept as given (an issuer is compared byte for byte); empty or blank text is None (unset)."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    TypeAdapter(HttpUrl).validate_python(value)
+    return value
+
+
+SigningAlgorithms = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list), AfterValidator(_signing_algs)]
+"""Token signature algorithms, comma-separated in the environment; public-key ones only (`_signing_algs`)."""
 HostPort = Annotated[str, AfterValidator(_host_port)]
 """A `host:port` address, e.g. `localhost:8001`; kept as the string gRPC clients take."""
 GrpcTargets = Annotated[str, AfterValidator(_grpc_targets)]
@@ -769,6 +804,53 @@ class Settings(BaseSettings):
         "Kubernetes). Readiness (`GET /ready`) runs no dependency check.",
     )
 
+    # --- sign-in through an OpenID Connect issuer (agent/core/oidc.py, agent/http/auth_routes.py) -------------------
+    oidc_issuer: Annotated[str | None, AfterValidator(_optional_http_url)] = Field(
+        default=None,
+        description="The OpenID Connect issuer whose bearer tokens (JWT) `rag serve` accepts beside API keys, exactly "
+        "as its discovery document names it (`<issuer>/.well-known/openid-configuration`), e.g. "
+        "`https://keycloak.example.com/realms/rag`. Unset or empty: sign-in off. Set: every request needs a token or "
+        "a key (docs/oidc.md).",
+    )
+    oidc_client_id: str | None = Field(
+        default=None, description="The client id of `rag serve` at the issuer (the web page signs in with it)."
+    )
+    oidc_audience: str | None = Field(
+        default=None,
+        description="The audience (`aud`) a token must name; unset: OIDC_CLIENT_ID (e.g. `api://<app id>` on "
+        "Entra ID).",
+    )
+    oidc_groups_claim: str = Field(
+        default="groups",
+        min_length=1,
+        description="The claim holding the user's groups; a dotted path for a nested claim (`realm_access.roles`). A "
+        "list of strings gives those groups, a string one group; missing: no group beyond `everyone`.",
+    )
+    oidc_algorithms: SigningAlgorithms = Field(
+        default=("RS256", "ES256"),
+        description="The signature algorithms a token may use, comma-separated (asymmetric only: `none` and HS* "
+        "are refused at start-up).",
+    )
+    oidc_leeway_s: float = Field(
+        default=30.0, ge=0, le=300, description="Clock skew allowed on `exp`, `iat` and `nbf`, seconds (0..300)."
+    )
+    oidc_scopes: str = Field(
+        default="openid profile email", description="The scopes the web page asks for at sign-in, space-separated."
+    )
+    oidc_jwks_cache_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="How long the issuer's signing keys (JWKS) are trusted before they are read again, seconds; a "
+        "token naming an unknown key reads them again at once (at most every 10 s).",
+    )
+
+    oidc_client_secret: SecretStr | None = Field(
+        default=None,
+        description="The client's secret when the issuer registers the page as a confidential client: the server "
+        "exchanges the page's code (`POST /auth/token`) and sends it (HTTP Basic, RFC 6749 §2.3.1); the page never "
+        "sees it. Unset: a public client (PKCE alone, the client id in the form).",
+    )
+
     # --- tracing (agent/core/telemetry.py) ----------------------------------------------------------------------------
     otel_exporter_otlp_endpoint: str | None = Field(
         default=None,
@@ -796,6 +878,25 @@ class Settings(BaseSettings):
             if not value:
                 raise ValueError("ALLOWED_HOSTS is empty; expected comma-separated host names, or `*` for any")
         return value
+
+    @field_validator("oidc_client_id", "oidc_audience", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _oidc_has_audience(self) -> Self:
+        if self.oidc_issuer is not None and self.oidc_token_audience is None:
+            raise ValueError(
+                f"OIDC_ISSUER={self.oidc_issuer} is set but neither OIDC_CLIENT_ID nor OIDC_AUDIENCE: set the client "
+                f"id (tokens must name it as their audience) or the audience"
+            )
+        return self
+
+    @property
+    def oidc_token_audience(self) -> str | None:
+        """The audience a token must name: `OIDC_AUDIENCE`, else `OIDC_CLIENT_ID`."""
+        return self.oidc_audience or self.oidc_client_id
 
     @model_validator(mode="after")
     def _chunk_overlap_below_size(self) -> Self:

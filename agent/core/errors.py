@@ -115,3 +115,11 @@ class QuotaExceededError(AgentError):
         self.limit = limit
         self.retry_after_s = retry_after_s
         super().__init__(message)
+
+
+class IssuerUnavailableError(AgentError):
+    """The OpenID Connect issuer's discovery document or signing keys (JWKS) could not be read, or do not fit the
+    settings (`agent.core.oidc`): a token cannot be checked, so the request is refused as unavailable (503), never as
+    unauthorized."""
+
+    kind = "issuer_unavailable"

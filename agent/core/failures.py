@@ -20,6 +20,7 @@ from agent.core.errors import (
     AgentError,
     AnswerLimitError,
     InputError,
+    IssuerUnavailableError,
     LLMUnavailableError,
     OverloadedError,
     QuotaExceededError,
@@ -99,7 +100,7 @@ def describe(exc: BaseException) -> Failure | None:
     if isinstance(exc, AnswerLimitError) and exc.limit == "timeout":
         return Failure("timeout", _one_line(str(exc)), retryable=True)
     if isinstance(exc, AgentError):
-        retryable = isinstance(exc, LLMUnavailableError)
+        retryable = isinstance(exc, LLMUnavailableError | IssuerUnavailableError)
         return Failure(exc.kind, _one_line(str(exc)), retryable, getattr(exc, "retry_after_s", None))
     if isinstance(exc, EmbedderOverloadedError):
         return Failure("embedder_overloaded", _one_line(str(exc)), retryable=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import asyncpg
 
@@ -21,6 +21,7 @@ from tools.store.grants import PostgresGrants, checked_grant
 __all__ = ["Grant", "GrantStore", "PostgresGrants", "StoreGrants", "checked_grant", "settings_grants"]
 
 
+@runtime_checkable
 class GrantStore(GrantBook, Protocol):
     """The grants, readable and changeable: `PostgresGrants` or `InMemoryGrants`."""
 

@@ -87,9 +87,16 @@ class TaskCaller:
     cut: asyncio.Event | None = None
 
     @property
-    def owner(self) -> int | None:
-        """The id of the key whose tasks these are; None for the admin (who sees every task)."""
-        return self.identity.key_id
+    def owner(self) -> str | None:
+        """Whose tasks these are (`CallerIdentity.owner`: a key holder's key id as text, `sub:<subject>` for a
+        signed-in user); None for the admin (who sees every task)."""
+        return self.identity.owner
+
+    @property
+    def tenant(self) -> int | str | None:
+        """Whose fair share of admission control its answers take, as over HTTP (`agent.http.admission_gate.tenant_of`):
+        the key's id, `sub:<subject>` for a signed-in user, None for the admin."""
+        return self.identity.key_id if self.identity.key_id is not None else self.owner
 
 
 REQUEST_CALLER: ContextVar[TaskCaller | None] = ContextVar("a2a_request_caller", default=None)
@@ -107,7 +114,7 @@ class CallerTasks(InMemoryStorage[Any]):
     def __init__(self, max_tasks: int = MAX_TASKS) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # fasta2a's own, unannotated
         self.max_tasks = max_tasks
-        self.owners: dict[str, int | None] = {}
+        self.owners: dict[str, str | None] = {}
 
     def visible(self, task_id: str) -> bool:
         """Whether the current request's caller (`REQUEST_CALLER`; outside a request: anyone) may see `task_id`."""
@@ -325,7 +332,7 @@ class TaskAnswers:
         rag, quotas = self.opened()
         async with quota_held(quotas, caller.key):
             request = AnswerRequest(question, top_k=top_k, scope=scope)
-            ticket = rag.admission.enter(caller.owner)
+            ticket = rag.admission.enter(caller.tenant)
             try:
                 result = await rag.ask(request, admission=ticket)
             finally:

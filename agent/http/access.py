@@ -25,13 +25,13 @@ router = APIRouter(dependencies=[CALLER], responses=ERROR_RESPONSES)
 
 
 def get_grants(request: Request) -> GrantStore:
-    """The grants the app's lifespan opened (`AppState.grants`).
+    """The grants the app's lifespan opened (`AppState.grants`), changeable (`GrantStore`).
 
     Raises:
-        HTTPException: 503 for an app without them (a test's `Services` without `grants`).
+        HTTPException: 503 for an app without them (a test's `Services` without `grants`) or with read-only ones.
     """
     grants = app_state(request.app).grants
-    if grants is None:
+    if not isinstance(grants, GrantStore):  # None, or grants that are read only
         raise HTTPException(503, "this server keeps no access grants", headers={"Retry-After": "5"})
     return grants
 

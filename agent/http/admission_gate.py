@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agent.core.admission import Tenant
 from agent.core.errors import OverloadedError
 from agent.http.errors import error_response, failure_of
-from agent.http.guards import HOLDER_STATE
+from agent.http.guards import HOLDER_STATE, SUBJECT_STATE
 from agent.http.state import scope_state
 
 ANSWER_PATHS = frozenset({"/v1/ask", "/v1/ask/stream", "/v1/chat/completions"})
@@ -28,9 +28,14 @@ rejected task, not a 503."""
 
 def tenant_of(scope: Scope) -> Tenant:
     """The admission tenant of a request (`agent.core.admission.Tenant`): the id of the API key `BearerKeyGuard`
-    found for it, or None (no key, the admin key, a keyless server)."""
-    holder = scope.get("state", {}).get(HOLDER_STATE)
-    return None if holder is None else holder.id
+    found for it, `sub:<subject>` for a signed-in user's accepted token, or None (no key, the admin key, a keyless
+    server)."""
+    state = scope.get("state", {})
+    holder, subject = state.get(HOLDER_STATE), state.get(SUBJECT_STATE)
+    if holder is not None:
+        key_id: int = holder.id
+        return key_id
+    return None if subject is None else f"sub:{subject}"
 
 
 class AdmissionGate:

@@ -11,9 +11,10 @@ from fastapi import FastAPI
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
+from agent.core.oidc import OidcVerifier
 from agent.core.telemetry import configure_tracing, metrics_app
 from agent.core.wiring import build_services
-from agent.http import access, ask, conversations, documents, feedback, jobs, openai_chat, service, usage
+from agent.http import access, ask, auth_routes, conversations, documents, feedback, jobs, openai_chat, service, usage
 from agent.http.a2a import A2A_PATH, A2aEndpoint
 from agent.http.admission_gate import AdmissionGate
 from agent.http.deps import STATE, AppState, app_state, opened_rag
@@ -76,7 +77,7 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.add_middleware(QuotaGate)  # inside the key guard, outside admission: a key over its quota takes no slot
     install_guards(app, settings, settings.allowed_hosts or ("*",))
     drain = install_drain(app, stream_ending, self_ending=(MCP_PATH, A2A_PATH))  # a tool error; a failed task
-    setattr(app.state, STATE, AppState(settings, drain))
+    setattr(app.state, STATE, AppState(settings, drain, oidc=OidcVerifier.from_settings(settings)))
     app.add_middleware(EventStreamHeaders)  # no-transform on every event stream; nothing is compressed
     app.add_middleware(OpenAIErrorShape)  # outermost: OpenAI's error shape on its routes, whoever answered
     app.include_router(ask.router)
@@ -87,5 +88,6 @@ def create_app(settings: Settings | None = None, rag: RagApp | None = None) -> F
     app.include_router(service.router)
     app.include_router(openai_chat.router)
     app.include_router(usage.router)
+    app.include_router(auth_routes.router)
     app.include_router(access.router)
     return app

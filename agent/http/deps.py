@@ -12,7 +12,10 @@ Who the caller is (`get_caller`): a bearer token equal to `API_KEY` is the admin
 active key in `api_keys` is that key's holder (its collections only; `key_caller`: a key tied to a group reads that
 group's documents with the roles granted to it, any other key the public documents of its collections); with neither
 `API_KEY` set nor any key ever created, every request is the admin (no auth, as before keys existed). Anything else is
-401. So once a key exists, requests need a key even without `API_KEY`.
+401. So once a key exists, requests need a key even without `API_KEY`. With sign-in on (`OIDC_ISSUER`,
+`agent.core.oidc`), a bearer that is a JWT is a signed-in user: its collections and roles those its groups are granted
+(`AppState.grants`), its access its groups'; a refused token is 401 with its reason, and every request needs a token
+or a key.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from agent.core.admission import Ticket
 from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.keys import ApiKey, KeyRing
+from agent.core.oidc import OidcVerifier, TokenRefused, looks_like_jwt
 from agent.http.admission_gate import tenant_of
 from agent.http.errors import ApiError, error_json, error_response, failure_of
+from agent.http.guards import invalid_token_headers
 from agent.http.state import STATE, AppState, app_state, scope_state
 from tools.access import PUBLIC_GROUP, UNRESTRICTED, Access, GrantBook, Role, caller_access
 from tools.scope import DEFAULT_COLLECTION, ScopeError, SearchScope, check_collection
@@ -178,14 +183,18 @@ class CallerIdentity:
         """The collection a write goes into: the one named, else `default`; the caller must hold it.
 
         Raises:
-            InputError / ApiError: as `visible` (403 also for `default` when the key lacks it: name a collection),
-                and 403 `forbidden_collection` when the caller's role there (`roles`) is below uploader.
+            InputError / ApiError: as `visible` (403 also for `default` when the key lacks it: name a collection; 403
+                also when the caller's role there, from grants, is below uploader).
         """
-        name = self._checked([collection or DEFAULT_COLLECTION])[0]
-        role = self.role_in(name)
-        if role is None or not role.includes(Role.UPLOADER):
-            raise ApiError(403, "forbidden_collection", f"writing to {name!r} needs the uploader role there")
-        return name
+        checked = self._checked([collection or DEFAULT_COLLECTION])[0]
+        role = None if self.roles is None else self.roles.get(checked)
+        if self.roles is not None and (role is None or not role.includes(Role.UPLOADER)):
+            raise ApiError(
+                403,
+                "forbidden_collection",
+                f"collection {checked!r}: writing needs role uploader; the caller's is {role or 'none'}",
+            )
+        return checked
 
     def scope(
         self, filter_obj: Mapping[str, Any] | None, collection_or_list: str | Sequence[str] | None = None
@@ -224,11 +233,6 @@ ADMIN = CallerIdentity(None)
 """The caller with every collection."""
 
 
-def get_grant_book(request: Request) -> GrantBook | None:
-    """The grants the app's lifespan opened (`AppState.grants`); None for an app without them."""
-    return app_state(request.app).grants
-
-
 async def key_caller(key: ApiKey, grants: GrantBook | None) -> CallerIdentity:
     """The caller holding `key`: a key tied to a group reads the documents of that group (and the public ones), in
     the key's own collections when it has any (its role there: the group's grant, reader at least), else in the
@@ -245,29 +249,72 @@ async def key_caller(key: ApiKey, grants: GrantBook | None) -> CallerIdentity:
     return CallerIdentity(tuple(sorted(roles)), key.id, access=caller_access([key.group]), roles=roles)
 
 
+def get_signin(request: Request) -> SignIn:
+    """The app's sign-in checker and grants (`AppState.oidc`, `AppState.grants`)."""
+    state = app_state(request.app)
+    return SignIn(state.oidc, state.grants)
+
+
+@dataclass(frozen=True)
+class SignIn:
+    """What makes a sign-in token a caller: the issuer's token checker (None: sign-in off) and the grants of groups
+    to collections (None: no collection for anyone signed in)."""
+
+    oidc: OidcVerifier | None
+    grants: GrantBook | None
+
+    async def caller(self, token: str) -> CallerIdentity:
+        """The caller of a sign-in `token`: its subject, the access of its groups (`caller_access`) and the
+        collections its groups (and `PUBLIC_GROUP`) are granted, with their roles.
+
+        Raises:
+            HTTPException: 401 with `WWW-Authenticate: Bearer error="invalid_token"`, the reason as the detail.
+            IssuerUnavailableError: the issuer cannot be read (503).
+            StoreError: the grants cannot be read (503).
+        """
+        if self.oidc is None:
+            raise HTTPException(401, "sign-in is off on this server", headers=invalid_token_headers("sign-in is off"))
+        try:
+            identity = await self.oidc.verify(token)
+        except TokenRefused as exc:
+            raise HTTPException(401, str(exc), headers=invalid_token_headers(str(exc))) from None
+        access = caller_access(identity.groups)  # PUBLIC_GROUP added, names that are not valid groups dropped
+        roles = dict(await self.grants.roles_for(sorted(access.groups or ()))) if self.grants else {}
+        return CallerIdentity(
+            collections=tuple(sorted(roles)),
+            access=access,
+            roles=roles,
+            subject=identity.subject,
+        )
+
+
 async def get_caller(
     settings: AppSettings,
     keys: Keys,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    grants: Annotated[GrantBook | None, Depends(get_grant_book)] = None,
+    signin: Annotated[SignIn, Depends(get_signin)],
 ) -> CallerIdentity:
     """The request's caller (see the module docstring). The admin key is compared in constant time; a key holder's
-    token is found by its sha256 (`agent.core.keys`).
+    token is found by its sha256 (`agent.core.keys`); with sign-in on (`OIDC_ISSUER`), a bearer that is a JWT is
+    a signed-in user (`SignIn.caller`), and a request without credentials is refused even while no key exists.
 
     Raises:
-        HTTPException: 401 with `WWW-Authenticate: Bearer` for a missing, wrong or revoked key.
+        HTTPException: 401 with `WWW-Authenticate: Bearer` for a missing, wrong or revoked key or a refused token.
         StoreUnavailableError: the keys could not be read (503).
+        IssuerUnavailableError: the sign-in issuer cannot be read (503).
     """
     token = credentials.credentials if credentials is not None else None
     admin = settings.api_key
     # Starlette decodes header bytes as latin-1: encoding back gives the bytes sent (a UTF-8 key matches)
     if token is not None and admin is not None and secrets.compare_digest(token.encode("latin-1"), admin_bytes(admin)):
         return ADMIN
+    if token is not None and signin.oidc is not None and looks_like_jwt(token):
+        return await signin.caller(token)
     if token is not None and keys is not None:
         key = await keys.holder(token)
         if key is not None:
-            return await key_caller(key, grants)
-    if settings.api_key is None and (keys is None or not await keys.any_keys()):
+            return await key_caller(key, signin.grants)
+    if settings.api_key is None and settings.oidc_issuer is None and (keys is None or not await keys.any_keys()):
         return ADMIN
     raise HTTPException(401, "missing, wrong or revoked API key", headers={"WWW-Authenticate": "Bearer"})
 
@@ -279,7 +326,7 @@ async def request_caller(request: Request) -> CallerIdentity:
     Raises:
         As `get_caller`.
     """
-    return await get_caller(get_settings(request), get_keys(request), await _bearer(request), get_grant_book(request))
+    return await get_caller(get_settings(request), get_keys(request), await _bearer(request), get_signin(request))
 
 
 async def caller_or_refused(scope: Scope, receive: Receive, send: Send) -> CallerIdentity | None:

@@ -41,6 +41,7 @@ STATUS_OF_KIND: dict[str, int] = {
     "shutting_down": 503,
     "llm_bad_response": 502,
     "llm_unavailable": 503,
+    "issuer_unavailable": 503,
     "llm_rate_limited": 503,
     "llm_misconfigured": 503,
     "retrieval_unavailable": 503,
@@ -94,7 +95,7 @@ class ErrorBody(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in (
-        (401, "Missing, wrong or revoked API key (`API_KEY` is set or API keys exist)."),
+        (401, "Missing, wrong or revoked API key (`API_KEY` is set or API keys exist), or a refused sign-in token."),
         (403, "`forbidden_collection`: a collection named in the request is not one of the API key's."),
         (422, "Bad input or a hit answer limit."),
         (429, "`quota_exceeded`: the API key is over its requests per minute or tokens per day; see `Retry-After`."),

@@ -13,14 +13,17 @@ In the order a request meets them (`install_guards`):
    framing (`X-Frame-Options: DENY`, CSP `frame-ancestors 'none'`) and type sniffing (`X-Content-Type-Options:
    nosniff`).
 3. `BearerKeyGuard`: with `API_KEY` set, `Authorization: Bearer <key>` on every path but the open ones (`/health`,
-   `/metrics`, the page `/` and its static files), else 401 `unauthorized` with `WWW-Authenticate: Bearer`. The raw
-   header bytes are compared with the key's UTF-8 bytes in constant time (`secrets.compare_digest`), before any body is
-   read, so an unauthenticated request never costs a body read or a JSON parse. Once API keys exist (`agent.core.keys`,
+   `/metrics`, the page `/`, its static files and its sign-in routes under `/auth`), else 401 `unauthorized` with
+   `WWW-Authenticate: Bearer`. The raw header bytes are compared with the key's UTF-8 bytes in constant time
+   (`secrets.compare_digest`), before any body is read, so an unauthenticated request never costs a body read or a
+   JSON parse. Once API keys exist (`agent.core.keys`,
    the app's `state.keys`) a key is needed even without `API_KEY`. A token of the keys table (`rag_...`) is looked up
    here too (`KeyRing.holder`, cached by `CachedKeys`), so a made-up one is refused before its body is read; an active
    key's holder is passed on only to the paths whose routes scope it to its collections (`CALLER_PATHS`, the `Caller`
    dependency), with its key in `scope["state"]` (`HOLDER_STATE`) for the quotas (`agent.http.quota_gate`); every other
-   path stays the admin key's.
+   path stays the admin key's. With `OIDC_ISSUER` set, a bearer that is a JWT on `CALLER_PATHS` is checked here by the
+   app's `agent.core.oidc.OidcVerifier` (401 with `WWW-Authenticate: Bearer error="invalid_token"` and the reason, or
+   503 `issuer_unavailable`), and a request without credentials is 401 even while no API key exists.
 4. `BodyLimit`: a body over `MAX_BODY_BYTES` gets 413 `payload_too_large`: at once when `Content-Length` announces
    it, and as soon as a streamed (chunked) body passes the limit, whatever the application was doing with it. File
    uploads get their own, larger limit (`UPLOAD_MAX_REQUEST_BYTES` under `/v1/documents/files`); JSON documents
@@ -43,18 +46,22 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.config.settings import Settings, SettingsError
+from agent.core.errors import IssuerUnavailableError
 from agent.core.keys import TOKEN_PREFIX, ApiKey, KeyRing
-from agent.http.errors import error_json
+from agent.core.oidc import TokenRefused, looks_like_jwt
+from agent.http.errors import error_json, error_response, failure_of
 from agent.http.state import scope_state
 
 OPEN_PATHS = frozenset(
     {
         *("/health", "/ready", "/metrics", "/metrics/", "/", "/web/page.js", "/web/page.css"),
         *("/.well-known/agent-card.json", "/a2a/.well-known/agent-card.json"),
+        *("/auth/config", "/auth/discovery", "/auth/token"),
     }
 )
 """Paths served without the API key: the readiness check, Prometheus' scrape, the web page with its script and
-style sheet (the page asks for the key itself) and the A2A agent card (discovery; `agent.http.a2a`)."""
+style sheet (the page asks for the key itself), the A2A agent card (discovery; `agent.http.a2a`) and the page's
+sign-in through an issuer (`agent.http.auth_routes`: nobody is signed in yet)."""
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """`ALLOWED_HOSTS` of a server listening on a loopback address when the setting is unset."""
@@ -280,15 +287,58 @@ def holder_token(authorization: bytes | None) -> bool:
     return scheme.lower() == b"bearer" and token.strip().startswith(TOKEN_PREFIX.encode())
 
 
+SUBJECT_STATE = "signed_in_subject"
+"""The key of `scope["state"]` where `BearerKeyGuard` leaves the subject (`sub`) of a signed-in user's accepted token,
+for admission control's fair share (`agent.http.admission_gate.tenant_of`)."""
+
+
+def invalid_token_headers(reason: str) -> dict[str, str]:
+    """The `WWW-Authenticate` header of a 401 for a refused sign-in token (RFC 6750 `invalid_token`, with `reason`:
+    one line of printable ASCII without quotes, `agent.core.oidc.TokenRefused`)."""
+    return {"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{reason}"'}
+
+
+def bearer_jwt(authorization: bytes | None) -> str | None:
+    """The token of a raw `Authorization: Bearer <token>` header when it has the form of a JWT
+    (`agent.core.oidc.looks_like_jwt`), else None."""
+    scheme, _, token = (authorization or b"").strip().partition(b" ")
+    text = token.strip().decode("latin-1")
+    return text if scheme.lower() == b"bearer" and looks_like_jwt(text) else None
+
+
+async def token_refused(scope: Scope, receive: Receive, send: Send, token: str) -> bool:
+    """Check a sign-in token of a request on `CALLER_PATHS` with the app's `OidcVerifier` before its body is read;
+    True once a refusal has been answered: 401 `unauthorized` (`invalid_token_headers`, the reason as the detail),
+    or the app's error answer (503 `issuer_unavailable`) when the issuer cannot be read. An accepted token's subject
+    is left in `scope["state"]` (`SUBJECT_STATE`)."""
+    state = scope_state(scope)
+    oidc = None if state is None else state.oidc
+    if oidc is None:
+        return False
+    try:
+        identity = await oidc.verify(token)
+    except TokenRefused as exc:
+        await error_json(401, "unauthorized", str(exc), invalid_token_headers(str(exc)))(scope, receive, send)
+        return True
+    except IssuerUnavailableError as exc:
+        await error_response(failure_of(exc))(scope, receive, send)
+        return True
+    scope.setdefault("state", {})[SUBJECT_STATE] = identity.subject
+    return False
+
+
 class BearerKeyGuard:
     """Answers 401 `unauthorized` unless the request carries `Authorization: Bearer <key>` (or, on `CALLER_PATHS`, a
-    token of the keys table), on every path but `open_paths`; `key` None lets everything through while no API key
-    exists."""
+    token of the keys table, or with `signin` a sign-in token the app's `OidcVerifier` accepts), on every path but
+    `open_paths`; `key` None lets everything through while no API key exists and `signin` is off."""
 
-    def __init__(self, app: ASGIApp, key: str | None, open_paths: frozenset[str] = OPEN_PATHS) -> None:
+    def __init__(
+        self, app: ASGIApp, key: str | None, open_paths: frozenset[str] = OPEN_PATHS, signin: bool = False
+    ) -> None:
         self.app = app
         self.key = key.encode("utf-8") if key is not None else None
         self.open_paths = open_paths
+        self.signin = signin
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on, or refuse it before its body is read."""
@@ -299,9 +349,14 @@ class BearerKeyGuard:
         if self.key is not None and key_matches(given, self.key):
             await self.app(scope, receive, send)
             return
+        token = bearer_jwt(given) if self.signin and caller_path(scope["path"]) else None
+        if token is not None:  # a sign-in token: its route's `Caller` makes it a caller (grants of its groups)
+            if not await token_refused(scope, receive, send, token):
+                await self.app(scope, receive, send)
+            return
         try:
             holder = await active_holder(scope, given) if holder_token(given) and caller_path(scope["path"]) else None
-            open_server = holder is None and self.key is None and not await keys_exist(scope)
+            open_server = holder is None and self.key is None and not self.signin and not await keys_exist(scope)
         except Exception as exc:  # noqa: BLE001 (the keys cannot be read: refuse, retryable)
             detail = f"the API keys cannot be read ({type(exc).__name__}); try again"
             await error_json(503, "postgres_unavailable", detail, {"Retry-After": "5"})(scope, receive, send)
@@ -422,6 +477,6 @@ def install_guards(app: Any, settings: Settings, allowed_hosts: Sequence[str]) -
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     # add_middleware puts each new middleware outside the ones added before it
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, path_limits=body_limits(settings))
-    app.add_middleware(BearerKeyGuard, key=key)
+    app.add_middleware(BearerKeyGuard, key=key, signin=settings.oidc_issuer is not None)
     app.add_middleware(CrossSiteGuard)
     app.add_middleware(HostGuard, allowed_hosts=tuple(allowed_hosts))

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from agent.config.settings import Settings
 from agent.core.app import RagApp
-from agent.core.grants import GrantStore
 from agent.core.keys import KeyRing
+from agent.core.oidc import OidcVerifier
 from agent.core.quotas import Quotas
+from tools.access import GrantBook
 
 if TYPE_CHECKING:
     from agent.http.shutdown import Drain
@@ -28,7 +29,11 @@ class AppState:
         rag: the `RagApp` the lifespan opened; None before.
         keys: the API keys (`RagApp.keys`); None: no keys.
         quotas: the keys' quotas (`RagApp.quotas`); None: no keys.
-        grants: the grants of groups to collections (`RagApp.grants`, a `tools.access.GrantBook`); None: no grants.
+        grants: the grants of groups to collections (`tools.access.GrantBook`; `Services.grants`, a
+            `agent.core.grants.GrantStore`, in `rag serve`); None: a signed-in user or a key tied to a group holds no
+            collection.
+        oidc: the checker of the sign-in issuer's bearer tokens (`agent.core.oidc`, from `OIDC_ISSUER`); None: sign-in
+            off.
     """
 
     settings: Settings
@@ -36,7 +41,8 @@ class AppState:
     rag: RagApp | None = None
     keys: KeyRing | None = None
     quotas: Quotas | None = None
-    grants: GrantStore | None = None
+    grants: GrantBook | None = None
+    oidc: OidcVerifier | None = None
 
 
 STATE = "served"

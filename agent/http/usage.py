@@ -27,10 +27,12 @@ async def usage(
 ) -> dict[str, Any]:
     """Usage per key and UTC day over the last `days` days, today included: `{"days", "since": "YYYY-MM-DD",
     "usage": [{"key_id", "key_name", "day", "requests", "prompt_tokens", "completion_tokens", "total_tokens",
-    "embed_ms", "llm_ms"}], "totals": {...}}` (rows by day then key id; a key holder gets only its own key's rows).
+    "embed_ms", "llm_ms"}], "totals": {...}}` (rows by day then key id; a key holder gets only its own key's rows, a
+    signed-in user none).
     404 `not_found` on a server without API keys."""
     quotas = app_state(request.app).quotas
     if quotas is None:
         raise ApiError(404, "not_found", "this server keeps no usage: it has no API keys table")
     since = utc_day(quotas.clock()) - timedelta(days=days - 1)
-    return report_json(days, since, await quotas.usage.report(since, caller.key_id))
+    keyless = caller.collections is not None and caller.key_id is None  # a signed-in user: no key, no usage rows
+    return report_json(days, since, [] if keyless else await quotas.usage.report(since, caller.key_id))

@@ -1,8 +1,9 @@
 // The web page of `rag serve`: past conversations (side list), a collection picker limited to the API key's
 // collections, the streamed answer (Markdown, sanitised: built node by node, never from HTML) with its support labels
 // and `[n]` chips that open their passage, thumbs to rate it (with a comment and the right source), and the document
-// library (a drawer: paged, searchable, uploads with per-file progress, deletes confirmed). Plain script, no build
-// step; text from the server is only ever set with textContent (answers, titles and passages are untrusted).
+// library (a drawer: paged, searchable, uploads with per-file progress, deletes confirmed), signed in with an API key
+// or through an OpenID Connect issuer (authorization code + PKCE). Plain script, no build step; text from the server
+// is only ever set with textContent (answers, titles and passages are untrusted).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -17,6 +18,8 @@ const moreConversations = $("more-conversations");
 const picker = $("collection");
 
 const KEY_ITEM = "triton-rag-api-key";
+const TOKEN_ITEM = "triton-rag-id-token";  // the issuer's ID token of this tab's sign-in (its audience: the client id)
+const PENDING_ITEM = "triton-rag-sign-in";  // {state, nonce, verifier} of a sign-in sent to the issuer
 // the stored conversation this page asks in (POST /v1/conversations); kept across reloads, dropped by "New conversation"
 const CONVERSATION_ITEM = "triton-rag-conversation";
 const COLLECTIONS_ITEM = "triton-rag-conversation-collections";  // conversation id -> the collection it searched
@@ -35,21 +38,159 @@ function readJson(storage, item, fallback) {
   try { return JSON.parse(storage.getItem(item)) || fallback; } catch (_) { return fallback; }
 }
 
+// --- sign-in through an OpenID Connect issuer (GET /auth/config): authorization code with PKCE (S256) ---
+// The page asks the issuer for a code (its authorize page, then back here with ?code=&state=), has the server
+// exchange it (POST /auth/token: the issuer's token endpoint need not answer this origin) and keeps the ID token in
+// sessionStorage until it expires or "Sign out"; the API verifies it on every request.
+let issuer = { enabled: false };
+
+function base64url(bytes) {
+  return btoa(String.fromCharCode(...new Uint8Array(bytes))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+function randomText(bytes = 32) {  // 32 bytes: 43 characters, the shortest PKCE verifier (RFC 7636)
+  return base64url(crypto.getRandomValues(new Uint8Array(bytes)));
+}
+
+async function s256(text) {
+  return base64url(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+}
+
+// the claims of a JWT (not verified: the server does that), or null when it is not one
+function tokenClaims(token) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const claims = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(part), (c) => c.charCodeAt(0))));
+    return claims && typeof claims === "object" ? claims : null;
+  } catch (_) {
+    return null;
+  }
+}
+
+// the ID token while it is valid; an expired one (or one that is not a JWT) is dropped
+function signedInToken() {
+  const token = sessionStorage.getItem(TOKEN_ITEM);
+  if (!token) return null;
+  const claims = tokenClaims(token);
+  if (claims && typeof claims.exp === "number" && claims.exp * 1000 > Date.now()) return token;
+  sessionStorage.removeItem(TOKEN_ITEM);
+  return null;
+}
+
+// once the token expires: dropped, and the Sign in button shown again
+function expireAt(token) {
+  const ms = tokenClaims(token).exp * 1000 - Date.now();
+  setTimeout(() => showAccount(), Math.min(Math.max(ms, 0) + 50, 2 ** 31 - 1));
+}
+
+function redirectUri() { return `${location.origin}/`; }
+
+// to the issuer's authorize page with a fresh verifier, state and nonce (kept for the way back)
+async function startSignIn() {
+  if (!window.isSecureContext) return showAccount("Sign-in needs this page over HTTPS (or on localhost).");
+  let endpoints;
+  try {
+    const response = await fetch("/auth/discovery");
+    if (!response.ok) return showAccount(`Sign-in failed: ${await errorText(response)}`);
+    endpoints = await response.json();
+  } catch (_) {
+    return showAccount("Sign-in failed: the server cannot be reached.");
+  }
+  const pending = { state: randomText(16), nonce: randomText(16), verifier: randomText() };
+  sessionStorage.setItem(PENDING_ITEM, JSON.stringify(pending));
+  const url = new URL(endpoints.authorization_endpoint);
+  const query = {
+    response_type: "code",
+    client_id: issuer.client_id,
+    redirect_uri: redirectUri(),
+    scope: issuer.scopes,
+    state: pending.state,
+    nonce: pending.nonce,
+    code_challenge: await s256(pending.verifier),
+    code_challenge_method: "S256",
+  };
+  for (const [name, value] of Object.entries(query)) url.searchParams.set(name, value);
+  location.assign(url.href);
+}
+
+// back from the issuer (?code=&state= or ?error=&state=): the state checked, the code exchanged, the URL cleaned;
+// resolves to a sentence when the sign-in failed, else ""
+async function finishSignIn() {
+  const params = new URLSearchParams(location.search);
+  if (!params.has("state") || !(params.has("code") || params.has("error"))) return "";
+  const pending = readJson(sessionStorage, PENDING_ITEM, null);
+  sessionStorage.removeItem(PENDING_ITEM);
+  const back = new URL(location.href);
+  for (const name of ["code", "state", "session_state", "iss", "error", "error_description", "error_uri"]) {
+    back.searchParams.delete(name);
+  }
+  history.replaceState(history.state, "", back.pathname + back.search + back.hash);
+  if (!pending || params.get("state") !== pending.state) {
+    return "Sign-in failed: the answer is not for this tab's request.";
+  }
+  if (params.has("error")) return `Sign-in refused: ${params.get("error_description") || params.get("error")}`;
+  const response = await fetch("/auth/token", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ code: params.get("code"), code_verifier: pending.verifier, redirect_uri: redirectUri() }),
+  });
+  if (!response.ok) return `Sign-in failed: ${await errorText(response)}`;
+  const token = (await response.json()).id_token;
+  const claims = tokenClaims(token || "");
+  const audience = claims && [].concat(claims.aud);
+  if (!claims || claims.nonce !== pending.nonce || !audience.includes(issuer.client_id)) {
+    return "Sign-in failed: the issuer's ID token is not for this page's request.";
+  }
+  sessionStorage.setItem(TOKEN_ITEM, token);
+  return "";
+}
+
+// how this server signs in, then the way back from the issuer; before the page's first reads
+async function startAuth() {
+  try {
+    const response = await fetch("/auth/config");
+    if (response.ok) issuer = await response.json();
+  } catch (_) { /* an older server: API keys only */ }
+  const unreachable = () => "Sign-in failed: the server cannot be reached.";
+  const problem = issuer.enabled ? await finishSignIn().catch(unreachable) : "";
+  const token = signedInToken();
+  if (token) expireAt(token);
+  showAccount(problem);
+}
+
 // --- the API key: a sign-in panel (masked), kept for this tab's session ---
+// what the page sends as `Authorization: Bearer`: the issuer's ID token while it is valid, else the API key
+function bearer() {
+  return signedInToken() || sessionStorage.getItem(KEY_ITEM);
+}
+
 function authHeaders(headers) {
-  const key = sessionStorage.getItem(KEY_ITEM);
-  if (key) headers["Authorization"] = `Bearer ${key}`;
+  const token = bearer();
+  if (token) headers["Authorization"] = `Bearer ${token}`;
   return headers;
+}
+
+// forget a credential the server refused (the ID token or the API key, whichever it was)
+function forget(credential) {
+  for (const item of [TOKEN_ITEM, KEY_ITEM]) {
+    if (sessionStorage.getItem(item) === credential) sessionStorage.removeItem(item);
+  }
 }
 
 const signIn = $("sign-in");
 const keyInput = $("api-key");
 const signInMessage = $("sign-in-message");
 const account = $("account");
+const who = $("who");
 let signInWait = null;  // one panel however many requests were refused at once: resolves true when a key was accepted
 
-function showAccount() {
-  account.textContent = sessionStorage.getItem(KEY_ITEM) ? "Sign out" : "Sign in";
+function showAccount(problem = "") {
+  const claims = signedInToken() && tokenClaims(sessionStorage.getItem(TOKEN_ITEM));
+  account.textContent = claims || sessionStorage.getItem(KEY_ITEM) ? "Sign out" : "Sign in";
+  who.classList.toggle("error", Boolean(problem));
+  who.textContent = problem || (claims ? `Signed in as ${claims.email || claims.name || claims.sub}` : "");
+  who.hidden = !who.textContent;
+  $("issuer-sign-in").hidden = !issuer.enabled;
 }
 
 // the panel; resolves true once the server accepted the key typed, false when dismissed
@@ -89,33 +230,36 @@ function askForKey(message = "") {
       };
       $("sign-in-cancel").onclick = () => finish(false);
       signIn.showModal();
-      keyInput.focus();
+      (issuer.enabled ? $("sign-in-issuer") : keyInput).focus();
     });
   }
   return signInWait;
 }
 
 account.addEventListener("click", async () => {
-  if (sessionStorage.getItem(KEY_ITEM)) {
-    sessionStorage.removeItem(KEY_ITEM);
+  if (bearer()) {
+    for (const item of [TOKEN_ITEM, KEY_ITEM, PENDING_ITEM]) sessionStorage.removeItem(item);
     showAccount();
     location.reload();
-  } else if (await askForKey()) reloadAll();
+  } else if (issuer.enabled) startSignIn();
+  else if (await askForKey()) reloadAll();
 });
+$("sign-in-issuer").addEventListener("click", () => startSignIn());
 
-// after a 401 of a request sent with `sentWith` (the key stored then, or null): retry at once with a key stored since
-// (another refused request's panel got one), else open the panel
+// after a 401 of a request sent with `sentWith` (the credential sent then, or null): retry at once with one stored
+// since (another refused request's panel got one), else open the panel
 async function keyForRetry(sentWith) {
-  const stored = sessionStorage.getItem(KEY_ITEM);
+  const stored = bearer();
   if (stored !== null && stored !== sentWith) return true;
-  if (sentWith) sessionStorage.removeItem(KEY_ITEM);
-  return askForKey(sentWith ? "The key of this tab is no longer accepted: sign in again." : "");
+  if (sentWith) forget(sentWith);
+  return askForKey(sentWith ? "The sign-in of this tab is no longer accepted: sign in again." : "");
 }
 
-// fetch with the API key; on a 401 (the server has an API key) ask for it once, keep it for this tab's session, retry
+// fetch with the ID token or API key; on a 401 (the server has an API key) ask for it once, keep it for this tab's
+// session, retry
 async function apiFetch(url, init = {}) {
   const send = () => fetch(url, { ...init, headers: authHeaders({ ...(init.headers || {}) }) });
-  const sentWith = sessionStorage.getItem(KEY_ITEM);
+  const sentWith = bearer();
   let response = await send();
   if (response.status === 401 && await keyForRetry(sentWith)) response = await send();
   return response;
@@ -1176,7 +1320,7 @@ async function upload(fileList) {
     view.list.appendChild(item);
   }
   let response;
-  const sentWith = sessionStorage.getItem(KEY_ITEM);
+  const sentWith = bearer();
   try {
     response = await sendFiles(data, (fraction) => { view.bar.value = fraction * 0.1; });
   } catch (err) {
@@ -1222,12 +1366,15 @@ function reloadAll() {
 }
 
 showAccount();
-// settled: every first read answered and drawn (the page-settle benchmark reads `window.pageSettledMs`)
-const collectionsLoaded = loadCollections();
-Promise.all([collectionsLoaded, loadConversations(), refreshDocuments(), collectionsLoaded.then(restoreConversation)])
-  .catch(() => {})
-  .finally(() => {
-    window.pageSettledMs = performance.now();
-    document.body.dataset.settled = "true";
-    resumeJobs().catch(() => {});
-  });
+// settled: every first read answered and drawn (the page-settle benchmark reads `window.pageSettledMs`); after the
+// sign-in (the way back from the issuer), so the first reads carry its token
+startAuth().finally(() => {
+  const collectionsLoaded = loadCollections();
+  Promise.all([collectionsLoaded, loadConversations(), refreshDocuments(), collectionsLoaded.then(restoreConversation)])
+    .catch(() => {})
+    .finally(() => {
+      window.pageSettledMs = performance.now();
+      document.body.dataset.settled = "true";
+      resumeJobs().catch(() => {});
+    });
+});
