@@ -28,6 +28,7 @@ Limits, keys and failures:
 - `admission`: admission control of answers (in progress, a bounded queue, fair shares per key).
 - `keys`: the service's view of the API keys (`KeyRing`) and their cache.
 - `grants`: the grants of groups to collections with a role (`GrantStore`), over the store.
+- `oidc`: sign-in through an identity provider: its bearer tokens checked, the user's subject and groups.
 - `quotas`: quotas and usage of API keys (requests per minute, LLM tokens per day).
 - `errors`: the typed errors callers catch instead of tracebacks.
 - `failures`: one classification of the product's errors into a stable `kind` and a message.
