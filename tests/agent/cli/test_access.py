@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from typer.testing import CliRunner
@@ -24,17 +24,24 @@ from tools.in_memory import InMemoryCollection
 from tools.in_memory_grants import InMemoryGrants
 from tools.ingest import IngestReport, SourceDocument
 
+R = TypeVar("R")
+
+
+def opener(resource: R) -> Callable[[Settings], AbstractAsyncContextManager[R]]:
+    """A stand-in for a `settings_*` opener: whatever the settings, `resource`."""
+
+    @asynccontextmanager
+    async def opened(settings: Settings) -> AsyncIterator[R]:
+        yield resource
+
+    return opened
+
 
 @pytest.fixture
 def grants(monkeypatch: pytest.MonkeyPatch) -> InMemoryGrants:
     """The grants `rag access` reads and writes: in memory."""
     book = InMemoryGrants()
-
-    @asynccontextmanager
-    async def opened(settings: Settings) -> AsyncIterator[InMemoryGrants]:
-        yield book
-
-    monkeypatch.setattr(access, "settings_grants", opened)
+    monkeypatch.setattr(access, "settings_grants", opener(book))
     return book
 
 
@@ -109,13 +116,8 @@ class FakeIngestion:
 
 def test_ingest_and_sync_pass_their_groups_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = FakeIngestion()
-
-    @asynccontextmanager
-    async def opened(settings: Settings) -> AsyncIterator[FakeIngestion]:
-        yield fake
-
-    monkeypatch.setattr(main, "open_ingestion", opened)
-    monkeypatch.setattr(wiring, "open_ingestion", opened)
+    monkeypatch.setattr(main, "open_ingestion", opener(fake))
+    monkeypatch.setattr(wiring, "open_ingestion", opener(fake))
     (tmp_path / "a.md").write_text("# A\n\nText.\n")
     runner = CliRunner()
     for args in (["ingest", str(tmp_path), "--groups", "eng,sales"], ["ingest", str(tmp_path)]):
@@ -130,12 +132,7 @@ def test_ingest_and_sync_pass_their_groups_on(monkeypatch: pytest.MonkeyPatch, t
 
 def test_keys_tied_to_a_group_are_created_and_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     ring = InMemoryKeys()
-
-    @asynccontextmanager
-    async def opened(settings: Settings) -> AsyncIterator[InMemoryKeys]:
-        yield ring
-
-    monkeypatch.setattr(keys_cli, "settings_keys", opened)
+    monkeypatch.setattr(keys_cli, "settings_keys", opener(ring))
     runner = CliRunner()
     made = runner.invoke(app, ["keys", "create", "--group", "eng", "--json"])
     assert made.exit_code == 0, made.output
