@@ -1,0 +1,115 @@
+"""Row-level security of the store: who may read which rows, enforced by Postgres (`tools.access`).
+
+A document's `groups` (`text[]`, copied onto each of its chunks) say who may read it. A restricted read transaction
+starts with `Access.set_local_sql()`: `SET LOCAL ROLE rag_reader` and the caller's groups in the setting
+`rag.groups`. The reading role is subject to the policies below; the tables' owner (the store's login role, used by
+writes and the operator's reads) bypasses them (row-level security is enabled, not forced). So a restricted read
+never returns a row of a document whose groups do not meet the caller's, whatever its statement's own conditions,
+and a transaction whose setting is missing or empty reads no row at all (fail closed).
+
+- `documents`, `chunks`: `groups && rag_groups()` (the setting as `text[]`; NULL when missing, which no row meets);
+- `answer_cache`: `access_key = rag_access_key()`: a restricted caller sees and writes only the entries of its own
+  permission set (`Access.key`, computed from the setting exactly as in Python);
+- `conversation_turns`: a turn whose citations name a document the caller cannot read is not returned
+  (`conversation_passages_readable`).
+
+Set up idempotently at every connect (`set_up`, inside the schema's locked transaction), after the tables exist.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from tools.access import GROUPS_SETTING, PUBLIC_GROUP, READER_ROLE
+from tools.errors import StoreError
+from tools.store.records import Conn
+
+READER_TABLES = (
+    "documents",
+    "chunks",
+    "bm25_corpus",
+    "bm25_lexicon",
+    "bm25_postings",
+    "collection_versions",
+)
+"""The tables a restricted read selects from (searches, document reads, listings, counts, cache versions)."""
+
+POLICY_TABLES = ("documents", "chunks", "answer_cache")
+"""The tables with row-level security (each has the policies of `POLICIES_SQL`)."""
+
+FUNCTIONS_SQL = f"""
+CREATE OR REPLACE FUNCTION rag_groups() RETURNS text[] LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT NULLIF(current_setting('{GROUPS_SETTING}', true), '')::text[]
+$$;
+CREATE OR REPLACE FUNCTION rag_access_key() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT left(encode(sha256(convert_to(array_to_string(rag_groups(), E'\\n'), 'UTF8')), 'hex'), 32)
+$$;
+"""
+"""`rag_groups()`: the transaction's caller groups (NULL when the setting is missing or empty); `rag_access_key()`:
+`tools.access.Access.key` of them (`set_local_sql` writes the groups sorted, so joining them in order is the same
+digest)."""
+
+POLICIES = {
+    "documents": ("documents_read", "FOR SELECT", "groups && (SELECT rag_groups())"),
+    "chunks": ("chunks_read", "FOR SELECT", "groups && (SELECT rag_groups())"),
+    "answer_cache": ("answer_cache_own", "FOR ALL", "access_key = (SELECT rag_access_key())"),
+}
+"""table -> (policy name, command, condition on its row) for `READER_ROLE`. The setting is read once per statement
+(an uncorrelated sub-select is an InitPlan), so a policy costs one array overlap per row."""
+
+
+async def set_up(conn: Conn) -> None:
+    """The reading role, its privileges and the policies (module docstring), idempotent, on `conn` inside the
+    schema's transaction.
+
+    Raises:
+        StoreError: the reading role is missing and the login role may not create it (names what to run).
+    """
+    await _reader_role(conn)
+    await conn.execute(FUNCTIONS_SQL)
+    await conn.execute(
+        f"ALTER TABLE documents ADD COLUMN IF NOT EXISTS groups text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}';"
+        f"ALTER TABLE chunks ADD COLUMN IF NOT EXISTS groups text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}';"
+        "ALTER TABLE answer_cache ADD COLUMN IF NOT EXISTS access_key text NOT NULL DEFAULT '*';"
+    )
+    schemas = await conn.fetch(
+        "SELECT DISTINCT n.nspname FROM pg_namespace n WHERE n.nspname = current_schema() "
+        "OR n.oid = (SELECT extnamespace FROM pg_extension WHERE extname = 'vector')"
+    )
+    for row in schemas:
+        await conn.execute(f'GRANT USAGE ON SCHEMA "{row["nspname"]}" TO {READER_ROLE}')
+    await conn.execute(f"GRANT SELECT ON {', '.join(READER_TABLES)} TO {READER_ROLE}")
+    await conn.execute(f"GRANT SELECT, INSERT, UPDATE ON answer_cache TO {READER_ROLE}")
+    for table, (name, command, condition) in POLICIES.items():
+        await conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+        exists = await conn.fetchval(
+            "SELECT 1 FROM pg_policy WHERE polname = $1 AND polrelid = $2::regclass", name, table
+        )
+        if not exists:
+            await conn.execute(
+                f"CREATE POLICY {name} ON {table} {command} TO {READER_ROLE} USING ({condition})"
+                + (f" WITH CHECK ({condition})" if command == "FOR ALL" else "")
+            )
+
+
+async def _reader_role(conn: Conn) -> None:
+    """Create `READER_ROLE` (NOLOGIN) when missing (a concurrent creator is fine) and make the login role a member
+    of it, unless it is a superuser (which may switch to any role)."""
+    if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", READER_ROLE):
+        try:
+            await conn.execute(
+                f"DO $$ BEGIN CREATE ROLE {READER_ROLE} NOLOGIN; "
+                "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+            )
+        except asyncpg.PostgresError as exc:  # insufficient privilege: say what the operator must run
+            raise StoreError(
+                f"the store needs the Postgres role {READER_ROLE!r} for restricted reads and could not create it "
+                f"({exc}); run `CREATE ROLE {READER_ROLE} NOLOGIN; GRANT {READER_ROLE} TO <the store's user>` as "
+                f"a superuser"
+            ) from exc
+    member = await conn.fetchval(
+        "SELECT rolsuper OR pg_has_role(current_user, $1, 'MEMBER') FROM pg_roles WHERE rolname = current_user",
+        READER_ROLE,
+    )
+    if not member:
+        await conn.execute(f"GRANT {READER_ROLE} TO CURRENT_USER")
