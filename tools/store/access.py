@@ -7,7 +7,8 @@ writes and the operator's reads) bypasses them (row-level security is enabled, n
 never returns a row of a document whose groups do not meet the caller's, whatever its statement's own conditions,
 and a transaction whose setting is missing or empty reads no row at all (fail closed).
 
-- `documents`, `chunks`: `groups && rag_groups()` (the setting as `text[]`; NULL when missing, which no row meets);
+- `documents`, `chunks`: `groups && rag_groups()` (the setting as `text[]`; NULL when missing, which no row meets;
+  `READABLE`);
 - `answer_cache`: `access_key = rag_access_key()`: a restricted caller sees and writes only the entries of its own
   permission set (`Access.key`, computed from the setting exactly as in Python);
 - `conversation_turns`: a turn whose citations name a document the caller cannot read is not returned
@@ -49,13 +50,20 @@ $$;
 `tools.access.Access.key` of them (`set_local_sql` writes the groups sorted, so joining them in order is the same
 digest)."""
 
+READABLE = "coalesce(groups && (SELECT rag_groups()), false)"
+"""The condition on a `documents` or `chunks` row: its groups meet the caller's. The setting is read once per
+statement (an uncorrelated sub-select is an InitPlan), so it costs one array overlap per row. `coalesce(..., false)`
+is the same truth (NULL, a missing setting, reads nothing) but gives the planner a selectivity of 0.5 where the bare
+`&&` against a value unknown at plan time gets 0.005 (`arraycontsel`'s default): with that, an unfiltered dense
+search of a restricted caller was planned as a sequential scan and sort instead of the HNSW index scan (measured on
+1,500 chunks; `tests/tools/store/test_store_access.py` checks the plan)."""
+
 POLICIES = {
-    "documents": ("documents_read", "FOR SELECT", "groups && (SELECT rag_groups())"),
-    "chunks": ("chunks_read", "FOR SELECT", "groups && (SELECT rag_groups())"),
+    "documents": ("documents_read", "FOR SELECT", READABLE),
+    "chunks": ("chunks_read", "FOR SELECT", READABLE),
     "answer_cache": ("answer_cache_own", "FOR ALL", "access_key = (SELECT rag_access_key())"),
 }
-"""table -> (policy name, command, condition on its row) for `READER_ROLE`. The setting is read once per statement
-(an uncorrelated sub-select is an InitPlan), so a policy costs one array overlap per row."""
+"""table -> (policy name, command, condition on its row) for `READER_ROLE`."""
 
 
 async def set_up(conn: Conn) -> None:
