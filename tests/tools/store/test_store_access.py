@@ -67,7 +67,7 @@ async def readable_everywhere(store: VectorStore, access: Access) -> set[str]:
     for exact in (False, True):
         seen.append({h.doc_id for h in await store.dense_search(query, 10, exact=exact, scope=scope(access))})
     for rank in ("bm25", "bm25_exhaustive", "ts_rank_cd"):
-        hits = await store.full_text_search("zebra", 10, rank=rank, scope=scope(access))  # type: ignore[typeddict-item]
+        hits = await store.full_text_search("zebra", 10, rank=rank, scope=scope(access))
         seen.append({h.doc_id for h in hits})
     seen.append({h.doc_id for h in await store.weighted_full_text_search({"zebra": 1.0}, 10, scope=scope(access))})
     seen.append({d for d in stored if await store.get_document(d, scope(access))})
