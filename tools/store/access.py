@@ -11,8 +11,8 @@ and a transaction whose setting is missing or empty reads no row at all (fail cl
   `READABLE`);
 - `answer_cache`: `access_key = rag_access_key()`: a restricted caller sees and writes only the entries of its own
   permission set (`Access.key`, computed from the setting exactly as in Python);
-- `conversation_turns`: a turn whose citations name a document the caller cannot read is not returned
-  (`conversation_passages_readable`).
+- `conversation_turns`: a turn whose citations name a chunk the caller cannot read is not returned (its answer was
+  written from that chunk; `rag_citations_readable`).
 
 Set up idempotently at every connect (`set_up`, inside the schema's locked transaction), after the tables exist.
 """
@@ -35,8 +35,6 @@ READER_TABLES = (
 )
 """The tables a restricted read selects from (searches, document reads, listings, counts, cache versions)."""
 
-POLICY_TABLES = ("documents", "chunks", "answer_cache")
-"""The tables with row-level security (each has the policies of `POLICIES_SQL`)."""
 
 FUNCTIONS_SQL = f"""
 CREATE OR REPLACE FUNCTION rag_groups() RETURNS text[] LANGUAGE sql STABLE PARALLEL SAFE AS $$
@@ -46,6 +44,21 @@ CREATE OR REPLACE FUNCTION rag_access_key() RETURNS text LANGUAGE sql STABLE PAR
     SELECT left(encode(sha256(convert_to(array_to_string(rag_groups(), E'\\n'), 'UTF8')), 'hex'), 32)
 $$;
 """
+CITATIONS_SQL = """
+CREATE OR REPLACE FUNCTION rag_citations_readable(citations jsonb) RETURNS boolean LANGUAGE sql STABLE
+    SECURITY DEFINER SET search_path FROM CURRENT AS $$
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM jsonb_array_elements(CASE jsonb_typeof(citations) WHEN 'array' THEN citations ELSE '[]' END) AS e
+        JOIN chunks k ON k.chunk_id = e->>'chunk_id'
+        WHERE NOT coalesce(k.groups && rag_groups(), false)
+    )
+$$;
+"""
+"""`rag_citations_readable(citations)`: false when a stored turn's citations (JSON objects with a `chunk_id`) name
+a stored chunk the transaction's caller may not read. It runs as the tables' owner (SECURITY DEFINER, its search
+path fixed at creation), so it sees every chunk: a cited chunk deleted since does not hide the turn."""
+
 """`rag_groups()`: the transaction's caller groups (NULL when the setting is missing or empty); `rag_access_key()`:
 `tools.access.Access.key` of them (`set_local_sql` writes the groups sorted, so joining them in order is the same
 digest)."""
@@ -62,6 +75,7 @@ POLICIES = {
     "documents": ("documents_read", "FOR SELECT", READABLE),
     "chunks": ("chunks_read", "FOR SELECT", READABLE),
     "answer_cache": ("answer_cache_own", "FOR ALL", "access_key = (SELECT rag_access_key())"),
+    "conversation_turns": ("conversation_turns_read", "FOR SELECT", "rag_citations_readable(citations)"),
 }
 """table -> (policy name, command, condition on its row) for `READER_ROLE`."""
 
@@ -80,6 +94,7 @@ async def set_up(conn: Conn) -> None:
         f"ALTER TABLE chunks ADD COLUMN IF NOT EXISTS groups text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}';"
         "ALTER TABLE answer_cache ADD COLUMN IF NOT EXISTS access_key text NOT NULL DEFAULT '*';"
     )
+    await conn.execute(CITATIONS_SQL)
     schemas = await conn.fetch(
         "SELECT DISTINCT n.nspname FROM pg_namespace n WHERE n.nspname = current_schema() "
         "OR n.oid = (SELECT extnamespace FROM pg_extension WHERE extname = 'vector')"
@@ -88,6 +103,7 @@ async def set_up(conn: Conn) -> None:
         await conn.execute(f'GRANT USAGE ON SCHEMA "{row["nspname"]}" TO {READER_ROLE}')
     await conn.execute(f"GRANT SELECT ON {', '.join(READER_TABLES)} TO {READER_ROLE}")
     await conn.execute(f"GRANT SELECT, INSERT, UPDATE ON answer_cache TO {READER_ROLE}")
+    await conn.execute(f"GRANT SELECT ON conversations, conversation_turns TO {READER_ROLE}")
     for table, (name, command, condition) in POLICIES.items():
         await conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         exists = await conn.fetchval(
