@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 from tools import conversations
 from tools.access import UNRESTRICTED, Access
 from tools.conversations import Citations, Conversation, ConversationLog, ConversationPage, ConversationTurn
+from tools.records import cites_readable
 
 
 class InMemoryConversations(ConversationLog):
@@ -29,10 +30,7 @@ class InMemoryConversations(ConversationLog):
 
     def _readable(self, turn: ConversationTurn, access: Access) -> bool:
         """Whether `access` may read every chunk `turn` cites (the store's `rag_citations_readable`)."""
-        cited = (c.get("chunk_id") for c in turn.citations if isinstance(c, dict))
-        return all(
-            access.readable(self.chunk_groups[c]) for c in cited if isinstance(c, str) and c in self.chunk_groups
-        )
+        return cites_readable(turn.citations, self.chunk_groups, access)
 
     def _visible(self, conversation_id: UUID, owner: str | None) -> Conversation | None:
         conversation = self._conversations.get(conversation_id)

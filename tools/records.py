@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Literal, NamedTuple, TypedDict
@@ -488,3 +488,14 @@ def split_groups(doc_id: str, metadata: Mapping[str, Any]) -> tuple[tuple[str, .
         return document_groups(names), rest
     except AccessError as exc:
         raise AccessError(f"document {doc_id!r}: {exc}") from None
+
+
+def cites_readable(
+    passages: Iterable[Mapping[str, Any]], chunk_groups: Mapping[str, Sequence[str]], access: Access
+) -> bool:
+    """Whether `access` may read every chunk `passages` (citations or retrieved passages, JSON objects with a
+    `chunk_id`) name, given `chunk_groups` (chunk id -> its document's groups; a chunk absent there, public or
+    deleted since, is readable): the rule of the store's `rag_citations_readable` (`tools.store.access`), for the
+    in-memory doubles."""
+    named = (p.get("chunk_id") for p in passages if isinstance(p, Mapping))
+    return all(access.readable(chunk_groups[c]) for c in named if isinstance(c, str) and c in chunk_groups)

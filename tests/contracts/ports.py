@@ -11,7 +11,9 @@ import numpy.typing as npt
 from agent.core.library import DocumentLibrary
 from tools.access import document_groups
 from tools.conversations import ConversationLog
+from tools.feedback import FeedbackLog
 from tools.in_memory_conversations import InMemoryConversations
+from tools.in_memory_feedback import InMemoryFeedback
 from tools.in_memory_jobs import InMemoryJobQueue
 from tools.in_memory_sink import InMemorySink
 from tools.ingest import ChunkSink
@@ -21,6 +23,7 @@ from tools.records import ChunkRecord, DocumentRecord
 from tools.retrieval import PassageSearch
 from tools.store import VectorStore
 from tools.store.conversations import ConversationStore
+from tools.store.feedback import PostgresFeedback
 from tools.store.jobs import PostgresJobQueue
 
 DIM = 384
@@ -82,14 +85,15 @@ async def expire_lease(queue: JobQueue, job_id: int) -> None:
     await queue.pool.execute("UPDATE ingest_jobs SET lease_until = now() - interval '1 second' WHERE id = $1", job_id)
 
 
-async def stored_chunk(log: ConversationLog, doc_id: str, groups: list[str]) -> str:
-    """Store a document `doc_id` of one chunk readable by `groups` beside the conversations (past the port: the log
-    has no document writes); returns the chunk's id, for a citation to name."""
-    if isinstance(log, InMemoryConversations):
+async def stored_chunk(log: ConversationLog | FeedbackLog, doc_id: str, groups: list[str]) -> str:
+    """Store a document `doc_id` of one chunk readable by `groups` beside the conversations or answer records (past
+    the port: neither log has document writes); returns the chunk's id, for a citation to name."""
+    if isinstance(log, InMemoryConversations | InMemoryFeedback):
         log.chunk_groups[f"{doc_id}#0"] = document_groups(groups)
         return f"{doc_id}#0"
-    assert isinstance(log, ConversationStore)
+    assert isinstance(log, ConversationStore | PostgresFeedback)
+    store = log.store if isinstance(log, ConversationStore) else log.vectors
     doc = record(doc_id, f"text of {doc_id}")
     doc.metadata["groups"] = groups
-    await log.store.add_documents([doc])
+    await store.add_documents([doc])
     return f"{doc_id}#0"

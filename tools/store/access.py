@@ -12,7 +12,9 @@ and a transaction whose setting is missing or empty reads no row at all (fail cl
 - `answer_cache`: `access_key = rag_access_key()`: a restricted caller sees and writes only the entries of its own
   permission set (`Access.key`, computed from the setting exactly as in Python);
 - `conversation_turns`: a turn whose citations name a chunk the caller cannot read is not returned (its answer was
-  written from that chunk; `rag_citations_readable`).
+  written from that chunk; `rag_citations_readable`);
+- `answer_records` (and so their ratings, `feedback`, read through them): a record whose retrieved or cited passages
+  name a chunk the caller cannot read is not returned.
 
 Set up idempotently at every connect (`set_up`, inside the schema's locked transaction), after the tables exist.
 """
@@ -76,6 +78,11 @@ POLICIES = {
     "chunks": ("chunks_read", "FOR SELECT", READABLE),
     "answer_cache": ("answer_cache_own", "FOR ALL", "access_key = (SELECT rag_access_key())"),
     "conversation_turns": ("conversation_turns_read", "FOR SELECT", "rag_citations_readable(citations)"),
+    "answer_records": (
+        "answer_records_read",
+        "FOR SELECT",
+        "rag_citations_readable(coalesce(record->'retrieved', '[]') || coalesce(record->'cited', '[]'))",
+    ),
 }
 """table -> (policy name, command, condition on its row) for `READER_ROLE`."""
 
@@ -103,7 +110,9 @@ async def set_up(conn: Conn) -> None:
         await conn.execute(f'GRANT USAGE ON SCHEMA "{row["nspname"]}" TO {READER_ROLE}')
     await conn.execute(f"GRANT SELECT ON {', '.join(READER_TABLES)} TO {READER_ROLE}")
     await conn.execute(f"GRANT SELECT, INSERT, UPDATE ON answer_cache TO {READER_ROLE}")
-    await conn.execute(f"GRANT SELECT ON conversations, conversation_turns TO {READER_ROLE}")
+    await conn.execute(
+        f"GRANT SELECT ON conversations, conversation_turns, answer_records, feedback TO {READER_ROLE}"
+    )
     for table, (name, command, condition) in POLICIES.items():
         await conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         exists = await conn.fetchval(
