@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -65,6 +67,23 @@ async def stored_chunk_texts(sink: ChunkSink, collection: str, doc_id: str) -> l
         doc_id,
     )
     return [r["text"] for r in rows]
+
+
+async def stored_groups(sink: ChunkSink, collection: str, doc_id: str) -> tuple[list[str], dict[str, Any]]:
+    """(groups, metadata) stored for (collection, doc_id) (read past the port); the store's chunks' groups are
+    checked equal to the document's."""
+    if isinstance(sink, InMemorySink):
+        return list(sink.groups[collection, doc_id]), dict(sink.documents[collection, doc_id].metadata)
+    assert isinstance(sink, VectorStore)
+    row = await sink.pool.fetchrow(
+        "SELECT d.groups, d.metadata::text AS metadata, array_agg(DISTINCT c.groups) AS chunk_groups "
+        "FROM documents d JOIN chunks c ON c.document_id = d.id WHERE d.collection = $1 AND d.doc_id = $2 "
+        "GROUP BY d.id",
+        collection,
+        doc_id,
+    )
+    assert row is not None and row["chunk_groups"] == [row["groups"]]
+    return list(row["groups"]), json.loads(row["metadata"])
 
 
 @dataclass(frozen=True)
