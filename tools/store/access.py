@@ -92,7 +92,8 @@ async def set_up(conn: Conn) -> None:
     schema's transaction.
 
     Raises:
-        StoreError: the reading role is missing and the login role may not create it (names what to run).
+        StoreError: the reading role is missing and the login role may not create it, or the login role is not a
+            member of it and may not grant itself membership (each names what to run).
     """
     await _reader_role(conn)
     await conn.execute(FUNCTIONS_SQL)
@@ -110,9 +111,7 @@ async def set_up(conn: Conn) -> None:
         await conn.execute(f'GRANT USAGE ON SCHEMA "{row["nspname"]}" TO {READER_ROLE}')
     await conn.execute(f"GRANT SELECT ON {', '.join(READER_TABLES)} TO {READER_ROLE}")
     await conn.execute(f"GRANT SELECT, INSERT, UPDATE ON answer_cache TO {READER_ROLE}")
-    await conn.execute(
-        f"GRANT SELECT ON conversations, conversation_turns, answer_records, feedback TO {READER_ROLE}"
-    )
+    await conn.execute(f"GRANT SELECT ON conversations, conversation_turns, answer_records, feedback TO {READER_ROLE}")
     for table, (name, command, condition) in POLICIES.items():
         await conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         exists = await conn.fetchval(
@@ -127,7 +126,9 @@ async def set_up(conn: Conn) -> None:
 
 async def _reader_role(conn: Conn) -> None:
     """Create `READER_ROLE` (NOLOGIN) when missing (a concurrent creator is fine) and make the login role a member
-    of it, unless it is a superuser (which may switch to any role)."""
+    of it that may `SET ROLE` to it, unless it is a superuser (which may switch to any role). Postgres 16+ gives the
+    creator of a role a membership without the SET option (`createrole_self_grant` empty), hence the explicit grant
+    `WITH SET TRUE` (the option is new in 16; before, membership alone allows `SET ROLE`)."""
     if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", READER_ROLE):
         try:
             await conn.execute(
@@ -140,9 +141,19 @@ async def _reader_role(conn: Conn) -> None:
                 f"({exc}); run `CREATE ROLE {READER_ROLE} NOLOGIN; GRANT {READER_ROLE} TO <the store's user>` as "
                 f"a superuser"
             ) from exc
+    set_option = int(await conn.fetchval("SELECT current_setting('server_version_num')::int")) >= 160000
     member = await conn.fetchval(
-        "SELECT rolsuper OR pg_has_role(current_user, $1, 'MEMBER') FROM pg_roles WHERE rolname = current_user",
+        "SELECT rolsuper OR pg_has_role(current_user, $1, $2) FROM pg_roles WHERE rolname = current_user",
         READER_ROLE,
+        "SET" if set_option else "MEMBER",
     )
     if not member:
-        await conn.execute(f"GRANT {READER_ROLE} TO CURRENT_USER")
+        try:
+            await conn.execute(
+                f"GRANT {READER_ROLE} TO CURRENT_USER" + (" WITH SET TRUE, INHERIT FALSE" if set_option else "")
+            )
+        except asyncpg.PostgresError as exc:
+            raise StoreError(
+                f"the store's user must be a member of the Postgres role {READER_ROLE!r} to run restricted reads and "
+                f"could not make itself one ({exc}); run `GRANT {READER_ROLE} TO <the store's user>` as a superuser"
+            ) from exc

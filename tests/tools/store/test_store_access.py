@@ -7,6 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
 
 import asyncpg
 import numpy as np
@@ -14,6 +17,7 @@ import pytest
 
 from tests.store_helpers import DIM, MODEL, record, unit_vector, without_statistics
 from tools.access import NOBODY, READER_ROLE, UNRESTRICTED, Access, AccessError, caller_access
+from tools.errors import StoreError
 from tools.records import DocumentRecord
 from tools.scope import SearchScope
 from tools.store import VectorStore, pools, search
@@ -204,3 +208,49 @@ async def test_the_restricted_dense_search_still_scans_the_hnsw_index(fresh_db: 
         async with pools.transaction(store.pool, 5.0, "explain", f"BEGIN READ ONLY; {begin}") as conn:
             plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN {search.DENSE_SQL}", np.asarray(query), 10))
         assert "chunks_embedding_hnsw" in plan, plan
+
+
+async def test_a_store_user_that_is_not_a_superuser_reads_restricted_through_the_reading_role(
+    postgres_url: str,
+) -> None:
+    app = f"rag_app_{uuid4().hex[:10]}"
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        await admin.execute(
+            f"DO $$ BEGIN CREATE ROLE {READER_ROLE} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;"
+            f"CREATE ROLE {app} LOGIN"
+        )
+        await admin.execute(f'CREATE DATABASE "{app}" OWNER {app}')
+        async with scratch_extension(postgres_url, app):
+            url = as_user(postgres_url, app, app)
+            with pytest.raises(StoreError, match=f"GRANT {READER_ROLE} TO"):  # not a member, and may not grant it
+                await VectorStore(url, MODEL, DIM).connect()
+            await admin.execute(f"GRANT {READER_ROLE} TO {app}")
+            async with VectorStore(url, MODEL, DIM) as store:  # the tables' owner: writes, unrestricted reads
+                await store.add_documents([grouped("eng", ["zebra eng"], ["eng"]), record("public", ["zebra"])])
+                assert await readable_everywhere(store, NOBODY) == {"public"}
+                assert await readable_everywhere(store, ENG) == {"public", "eng"}
+                assert await readable_everywhere(store, UNRESTRICTED) == {"public", "eng"}
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{app}" WITH (FORCE)')
+        await admin.execute(f"DROP OWNED BY {app}; DROP ROLE IF EXISTS {app}")
+        await admin.close()
+
+
+@asynccontextmanager
+async def scratch_extension(postgres_url: str, *databases: str) -> AsyncIterator[None]:
+    """The `vector` extension created in `databases` by the superuser (a plain user may not create it)."""
+    for name in databases:
+        conn = await asyncpg.connect(as_user(postgres_url, None, name))
+        try:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        finally:
+            await conn.close()
+    yield
+
+
+def as_user(postgres_url: str, user: str | None, database: str) -> str:
+    """`postgres_url` for `user` (None: its own) on `database`."""
+    parts = urlsplit(postgres_url)
+    netloc = parts.netloc if user is None else f"{user}@{parts.netloc.rpartition('@')[2]}"
+    return urlunsplit(parts._replace(netloc=netloc, path=f"/{database}"))
