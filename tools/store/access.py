@@ -27,15 +27,29 @@ from tools.access import GROUPS_SETTING, PUBLIC_GROUP, READER_ROLE
 from tools.errors import StoreError
 from tools.store.records import Conn
 
-READER_TABLES = (
-    "documents",
-    "chunks",
-    "bm25_corpus",
-    "bm25_lexicon",
-    "bm25_postings",
-    "collection_versions",
+COLUMNS = (
+    ("documents", "groups", f"text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}'"),
+    ("chunks", "groups", f"text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}'"),
+    ("answer_cache", "access_key", "text NOT NULL DEFAULT '*'"),
 )
-"""The tables a restricted read selects from (searches, document reads, listings, counts, cache versions)."""
+"""(table, column, definition) added to a store made before them: its documents and chunks become public, its
+cached answers the operator's (`Access.key` of `UNRESTRICTED`)."""
+
+READER_PRIVILEGES = {
+    "documents": "SELECT",
+    "chunks": "SELECT",
+    "bm25_corpus": "SELECT",
+    "bm25_lexicon": "SELECT",
+    "bm25_postings": "SELECT",
+    "collection_versions": "SELECT",
+    "answer_cache": "SELECT, UPDATE",
+    "conversations": "SELECT",
+    "conversation_turns": "SELECT",
+    "answer_records": "SELECT",
+    "feedback": "SELECT",
+}
+"""What a restricted read may do on each table it touches (searches, document reads, listings, counts, the answer
+cache's look-up, which counts a hit, conversations, answer records and ratings)."""
 
 
 FUNCTIONS_SQL = f"""
@@ -74,22 +88,24 @@ search of a restricted caller was planned as a sequential scan and sort instead 
 1,500 chunks; `tests/tools/store/test_store_access.py` checks the plan)."""
 
 POLICIES = {
-    "documents": ("documents_read", "FOR SELECT", READABLE),
-    "chunks": ("chunks_read", "FOR SELECT", READABLE),
-    "answer_cache": ("answer_cache_own", "FOR ALL", "access_key = (SELECT rag_access_key())"),
-    "conversation_turns": ("conversation_turns_read", "FOR SELECT", "rag_citations_readable(citations)"),
+    "documents": ("documents_read_v1", "FOR SELECT", READABLE),
+    "chunks": ("chunks_read_v1", "FOR SELECT", READABLE),
+    "answer_cache": ("answer_cache_own_v1", "FOR ALL", "access_key = (SELECT rag_access_key())"),
+    "conversation_turns": ("conversation_turns_read_v1", "FOR SELECT", "rag_citations_readable(citations)"),
     "answer_records": (
-        "answer_records_read",
+        "answer_records_read_v1",
         "FOR SELECT",
         "rag_citations_readable(coalesce(record->'retrieved', '[]') || coalesce(record->'cited', '[]'))",
     ),
 }
-"""table -> (policy name, command, condition on its row) for `READER_ROLE`."""
+"""table -> (policy name, command, condition on its row) for `READER_ROLE`. A name ends in its definition's version:
+set-up drops a policy of the table named `<table>_...` under another name, so a changed definition is bumped there."""
 
 
 async def set_up(conn: Conn) -> None:
     """The reading role, its privileges and the policies (module docstring), idempotent, on `conn` inside the
-    schema's transaction.
+    schema's transaction. Each change is made only when missing (a connect to a store set up already changes
+    nothing, so it takes no table lock that would queue behind or block reads).
 
     Raises:
         StoreError: the reading role is missing and the login role may not create it, or the login role is not a
@@ -97,27 +113,39 @@ async def set_up(conn: Conn) -> None:
     """
     await _reader_role(conn)
     await conn.execute(FUNCTIONS_SQL)
-    await conn.execute(
-        f"ALTER TABLE documents ADD COLUMN IF NOT EXISTS groups text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}';"
-        f"ALTER TABLE chunks ADD COLUMN IF NOT EXISTS groups text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}';"
-        "ALTER TABLE answer_cache ADD COLUMN IF NOT EXISTS access_key text NOT NULL DEFAULT '*';"
-    )
+    for table, column, definition in COLUMNS:
+        if not await conn.fetchval(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped",
+            table,
+            column,
+        ):
+            await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
     await conn.execute(CITATIONS_SQL)
     schemas = await conn.fetch(
-        "SELECT DISTINCT n.nspname FROM pg_namespace n WHERE n.nspname = current_schema() "
-        "OR n.oid = (SELECT extnamespace FROM pg_extension WHERE extname = 'vector')"
+        "SELECT DISTINCT n.nspname FROM pg_namespace n WHERE (n.nspname = current_schema() "
+        "OR n.oid = (SELECT extnamespace FROM pg_extension WHERE extname = 'vector')) "
+        "AND NOT has_schema_privilege($1, n.oid, 'USAGE')",
+        READER_ROLE,
     )
     for row in schemas:
         await conn.execute(f'GRANT USAGE ON SCHEMA "{row["nspname"]}" TO {READER_ROLE}')
-    await conn.execute(f"GRANT SELECT ON {', '.join(READER_TABLES)} TO {READER_ROLE}")
-    await conn.execute(f"GRANT SELECT, INSERT, UPDATE ON answer_cache TO {READER_ROLE}")
-    await conn.execute(f"GRANT SELECT ON conversations, conversation_turns, answer_records, feedback TO {READER_ROLE}")
+    for table, privileges in READER_PRIVILEGES.items():
+        if not await conn.fetchval("SELECT has_table_privilege($1, $2, $3)", READER_ROLE, table, privileges):
+            await conn.execute(f"GRANT {privileges} ON {table} TO {READER_ROLE}")
     for table, (name, command, condition) in POLICIES.items():
-        await conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-        exists = await conn.fetchval(
-            "SELECT 1 FROM pg_policy WHERE polname = $1 AND polrelid = $2::regclass", name, table
+        if not await conn.fetchval("SELECT relrowsecurity FROM pg_class WHERE oid = $1::regclass", table):
+            await conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+        stale = await conn.fetch(
+            "SELECT polname FROM pg_policy WHERE polrelid = $1::regclass AND polname LIKE $2 AND polname <> $3",
+            table,
+            f"{table}\\_%",
+            name,
         )
-        if not exists:
+        for row in stale:  # an earlier version's definition (the names carry a version)
+            await conn.execute(f'DROP POLICY "{row["polname"]}" ON {table}')
+        if not await conn.fetchval(
+            "SELECT 1 FROM pg_policy WHERE polname = $1 AND polrelid = $2::regclass", name, table
+        ):
             await conn.execute(
                 f"CREATE POLICY {name} ON {table} {command} TO {READER_ROLE} USING ({condition})"
                 + (f" WITH CHECK ({condition})" if command == "FOR ALL" else "")

@@ -185,15 +185,19 @@ async def test_an_old_store_keeps_its_rows_and_makes_them_public(fresh_db: str) 
     try:  # the store as an earlier version left it: no groups, no policies
         await conn.execute(
             "ALTER TABLE documents DISABLE ROW LEVEL SECURITY; ALTER TABLE chunks DISABLE ROW LEVEL SECURITY;"
-            "DROP POLICY documents_read ON documents; DROP POLICY chunks_read ON chunks;"
+            "DROP POLICY documents_read_v1 ON documents; DROP POLICY chunks_read_v1 ON chunks;"
             "ALTER TABLE documents DROP COLUMN groups; ALTER TABLE chunks DROP COLUMN groups;"
-            "DROP POLICY answer_cache_own ON answer_cache; ALTER TABLE answer_cache DROP COLUMN access_key;"
+            "DROP POLICY answer_cache_own_v1 ON answer_cache; ALTER TABLE answer_cache DROP COLUMN access_key;"
+            f"CREATE POLICY documents_read_v0 ON documents FOR SELECT TO {READER_ROLE} USING (true)"  # stale, open
         )
     finally:
         await conn.close()
     async with VectorStore(fresh_db, MODEL, DIM) as store:
         assert await readable_everywhere(store, NOBODY) == {"old"}
         assert [d.doc_id for d in await store.list_documents()] == ["old"]
+        assert await store.set_document_groups("old", ["eng"])
+        assert await readable_everywhere(store, NOBODY) == set()  # the stale open policy is gone
+        assert await readable_everywhere(store, ENG) == {"old"}
 
 
 async def test_the_restricted_dense_search_still_scans_the_hnsw_index(fresh_db: str) -> None:
