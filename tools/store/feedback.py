@@ -132,9 +132,7 @@ class PostgresFeedback:
             row = await conn.fetchrow(GET_SQL, UUID(answer_id), owner)
         return None if row is None else _rated(row)
 
-    async def record(
-        self, answer_id: str, owner: str | None, *, access: Access = UNRESTRICTED
-    ) -> AnswerRecord | None:
+    async def record(self, answer_id: str, owner: str | None, *, access: Access = UNRESTRICTED) -> AnswerRecord | None:
         async with self._transaction("reading an answer record", access) as conn:
             row = await conn.fetchrow(RECORD_SQL, UUID(answer_id), owner)
         return None if row is None else _record(row)
