@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.store_helpers import DIM, MODEL, record, unit_vector, without_statistics
-from tools.access import NOBODY, READER_ROLE, UNRESTRICTED, Access, AccessError, caller_access
+from tools.access import NOBODY, READER_ROLE, UNRESTRICTED, Access, AccessError, caller_access, document_groups
 from tools.errors import StoreError
 from tools.records import DocumentRecord
 from tools.scope import SearchScope
@@ -69,16 +70,16 @@ async def readable_everywhere(store: VectorStore, access: Access) -> set[str]:
     query = unit_vector(1)
     stored = [d.doc_id for d in await store.list_documents()]
     for exact in (False, True):
-        seen.append({h.doc_id for h in await store.dense_search(query, 10, exact=exact, scope=scope(access))})
+        seen.append({h.doc_id for h in await store.dense_search(query, 50, exact=exact, scope=scope(access))})
     for rank in ("bm25", "bm25_exhaustive", "ts_rank_cd"):
-        hits = await store.full_text_search("zebra", 10, rank=rank, scope=scope(access))
+        hits = await store.full_text_search("zebra", 50, rank=rank, scope=scope(access))
         seen.append({h.doc_id for h in hits})
-    seen.append({h.doc_id for h in await store.weighted_full_text_search({"zebra": 1.0}, 10, scope=scope(access))})
+    seen.append({h.doc_id for h in await store.weighted_full_text_search({"zebra": 1.0}, 50, scope=scope(access))})
     seen.append({d for d in stored if await store.get_document(d, scope(access))})
     seen.append({d for d in stored if await store.find_documents(d, access=access)})
     seen.append({d for d in stored if await store.chunk_metadata(d, f"{d}#0", access=access)})
     seen.append({d.doc_id for d in await store.list_documents(access=access)})
-    page = await store.document_page(10, access=access)
+    page = await store.document_page(50, access=access)
     seen.append({d.doc_id for d in page.documents})
     seen.append({d.doc_id async for d in store.iter_documents(2, access=access)})
     counted = await store.count(access=access)
@@ -258,3 +259,18 @@ def as_user(postgres_url: str, user: str | None, database: str) -> str:
     parts = urlsplit(postgres_url)
     netloc = parts.netloc if user is None else f"{user}@{parts.netloc.rpartition('@')[2]}"
     return urlunsplit(parts._replace(netloc=netloc, path=f"/{database}"))
+
+
+async def test_random_documents_and_readers_agree_with_access_readable_on_every_path(fresh_db: str) -> None:
+    rng = random.Random(20261205)
+    pool = ["eng", "ops", ODD, "x,y", "ünï", "everyone"]
+    async with VectorStore(fresh_db, MODEL, DIM) as store:
+        groups = {f"d{i:02d}": rng.sample(pool, rng.randint(0, 2)) for i in range(24)}
+        await store.add_documents([grouped(doc_id, [f"zebra {doc_id}"], g) for doc_id, g in groups.items()])
+        stored = {doc_id: document_groups(g) for doc_id, g in groups.items()}
+        for _ in range(12):
+            access = caller_access(rng.sample(pool, rng.randint(0, 3)))
+            expected = {doc_id for doc_id, g in stored.items() if access.readable(g)}
+            assert await readable_everywhere(store, access) == expected
+            key = await restricted_rows(store, access, "SELECT rag_access_key() AS key")
+            assert key[0]["key"] == access.key  # the cache policy's digest is Python's `Access.key`
