@@ -22,6 +22,8 @@ Storage:
 - `originals`: the kept original files of stored documents, so that a cited page can be rendered.
 - `conversations`: the conversation records and the `ConversationLog` protocol its stores implement.
 - `feedback`: the records of answers and their ratings, and the `FeedbackLog` protocol.
+- `access`: who may read which documents: groups, roles, a caller's `Access` (the store enforces it with
+  row-level security, `store.access`).
 
 Retrieval:
 - `retrieval`: `PassageSearch`, the `Retriever` over embedder and store (dense, full text, hybrid).

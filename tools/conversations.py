@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
+from tools.access import UNRESTRICTED, Access
 from tools.errors import StoreError
 
 MAX_TITLE_CHARS = 200
@@ -93,9 +94,15 @@ class ConversationLog(Protocol):
         ...
 
     async def get(
-        self, conversation_id: UUID, *, last_turns: int | None = None, owner: str | None = None
+        self,
+        conversation_id: UUID,
+        *,
+        last_turns: int | None = None,
+        owner: str | None = None,
+        access: Access = UNRESTRICTED,
     ) -> Conversation | None:
-        """The conversation with its turns (only the last `last_turns` when given); None when absent."""
+        """The conversation with its turns (only the last `last_turns` when given); None when absent. A turn citing
+        a chunk `access` may not read is left out (its answer was written from it)."""
         ...
 
     async def page(self, limit: int = 50, cursor: str | None = None, owner: str | None = None) -> ConversationPage:

@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from tools.access import UNRESTRICTED, Access
+
 Rating = Literal["up", "down"]
 RATINGS: tuple[Rating, ...] = ("up", "down")
 
@@ -81,13 +83,15 @@ class Rated(BaseModel):
 @dataclass(frozen=True)
 class FeedbackQuery:
     """Filters of a listing: the owner's ratings only (None: every owner), of one rating, rated on or after `since`
-    (a UTC time), over one collection; most recent first, at most `limit`."""
+    (a UTC time), over one collection; most recent first, at most `limit`; only records whose passages `access` may
+    read (`tools.access`; `UNRESTRICTED`: all)."""
 
     owner: str | None = None
     rating: Rating | None = None
     since: datetime | None = None
     collection: str | None = None
     limit: int = 1000
+    access: Access = UNRESTRICTED
 
 
 @dataclass(frozen=True)
@@ -117,12 +121,14 @@ class FeedbackLog(Protocol):
         None when the owner has no such answer."""
         ...
 
-    async def get(self, answer_id: str, owner: str | None) -> Rated | None:
-        """The answer's rating; None when it is not rated, or not the owner's."""
+    async def get(self, answer_id: str, owner: str | None, *, access: Access = UNRESTRICTED) -> Rated | None:
+        """The answer's rating; None when it is not rated, not the owner's, or its record holds a passage `access`
+        may not read."""
         ...
 
-    async def record(self, answer_id: str, owner: str | None) -> AnswerRecord | None:
-        """The owner's record of the answer, rated or not; None when there is none."""
+    async def record(self, answer_id: str, owner: str | None, *, access: Access = UNRESTRICTED) -> AnswerRecord | None:
+        """The owner's record of the answer, rated or not; None when there is none or it holds a passage `access`
+        may not read."""
         ...
 
     async def find(self, query: FeedbackQuery) -> list[Rated]:

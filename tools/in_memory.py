@@ -18,14 +18,14 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
 
-from tools.access import document_groups
+from tools.access import PUBLIC_GROUP, UNRESTRICTED, Access, AccessError, document_groups
 from tools.ingest import SourceDocument
 from tools.records import (
     ChunkHit,
@@ -37,6 +37,7 @@ from tools.records import (
     chunk_id,
     decode_cursor,
     encode_cursor,
+    split_groups,
 )
 from tools.retrieval import CandidateLists, Passage, RetrievalResult, rank_candidates
 from tools.retrieval_config import RetrievalConfig
@@ -63,15 +64,18 @@ class _Entry:
     words: frozenset[str]
     ingested_at: datetime
     collection: str = DEFAULT_COLLECTION
+    groups: tuple[str, ...] = (PUBLIC_GROUP,)
 
     def within(self, scope: SearchScope | None) -> bool:
         """True when this document lies in `scope` (None: everything), with the store's semantics
-        (`tools.store.filters`): JSON equality of metadata values, `ingested_at` in [after, before)."""
+        (`tools.store.filters`): JSON equality of metadata values, `ingested_at` in [after, before), and readable by
+        the scope's `access` (the store's row-level security)."""
         if scope is None:
             return True
         doc = self.document
         return (
-            (scope.collections is None or self.collection in scope.collections)
+            scope.access.readable(self.groups)
+            and (scope.collections is None or self.collection in scope.collections)
             and all(
                 key in doc.metadata and any(_json_equal(doc.metadata[key], v) for v in values)
                 for key, values in scope.metadata.items()
@@ -108,16 +112,20 @@ class InMemoryCollection:
         self.config = config
         self.searches: list[str] = []
         self._entries: dict[tuple[str, str], _Entry] = {}
-        self.groups_set: dict[tuple[str, str], tuple[str, ...]] = {}
-        """(doc_id, collection) -> the groups `set_document_groups` last set."""
         """By (doc_id, collection): the store's identity and listing order."""
         for doc in documents:
             self._put(doc, collection)
 
     def _put(self, doc: SourceDocument, collection: str) -> None:
+        groups, metadata = split_groups(doc.doc_id, doc.metadata)
         words = frozenset(_WORD.findall(doc.content.lower()))
         self._entries[doc.doc_id, collection] = _Entry(
-            doc, hashed_vector(doc.content), words, datetime.now(UTC), check_collection(collection)
+            replace(doc, metadata=metadata),
+            hashed_vector(doc.content),
+            words,
+            datetime.now(UTC),
+            check_collection(collection),
+            groups,
         )
 
     async def search(self, query: str, top_k: int, scope: SearchScope | None = None) -> RetrievalResult:
@@ -159,23 +167,54 @@ class InMemoryCollection:
         """Store `documents` in `collection`: the same content under a stored id is skipped, other content replaces
         it (one chunk each).
 
+        The metadata's `groups` are the document's (`tools.records.split_groups`), as in the store.
+
         Raises:
             tools.scope.ScopeError: an invalid collection name.
+            AccessError: a document's `groups` is not valid (names the document and the group); nothing is stored.
         """
         check_collection(collection)
+        for doc in documents:
+            split_groups(doc.doc_id, doc.metadata)
         added = skipped = 0
         for doc in documents:
             stored = self._entries.get((doc.doc_id, collection))
             if stored is not None and stored.document.content_hash == doc.content_hash:
                 skipped += 1
+                groups = split_groups(doc.doc_id, doc.metadata)[0]
+                self._entries[doc.doc_id, collection] = replace(stored, groups=groups)
                 continue
             self._put(doc, collection)
             added += 1
         return IngestCounts(added=added, skipped=skipped, chunks=added)
 
-    def _keys(self, collections: Sequence[str] | None) -> list[tuple[str, str]]:
-        """(doc_id, collection) of the stored documents of `collections` (None: all), sorted."""
-        return sorted(k for k, e in self._entries.items() if collections is None or e.collection in collections)
+    def _keys(self, collections: Sequence[str] | None, access: Access = UNRESTRICTED) -> list[tuple[str, str]]:
+        """(doc_id, collection) of the stored documents of `collections` (None: all) that `access` may read,
+        sorted."""
+        return sorted(
+            k
+            for k, e in self._entries.items()
+            if (collections is None or e.collection in collections) and access.readable(e.groups)
+        )
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
+    ) -> bool:
+        """Set the groups allowed to read document `doc_id` of `collection` (none: `PUBLIC_GROUP`); False when it
+        is not stored.
+
+        Raises:
+            AccessError: a group name is not valid; ScopeError: an invalid collection name.
+        """
+        check_collection(collection)
+        if isinstance(groups, str):
+            raise AccessError(f"groups {groups!r}: expected a list of group names, got one string")
+        stored = document_groups(groups)
+        entry = self._entries.get((doc_id, collection))
+        if entry is None:
+            return False
+        self._entries[doc_id, collection] = replace(entry, groups=stored)
+        return True
 
     async def document_page(
         self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
@@ -188,7 +227,7 @@ class InMemoryCollection:
         needle = (where.get("matching") or "").casefold()
         mine = [
             k
-            for k in self._keys(where.get("collections"))
+            for k in self._keys(where.get("collections"), where.get("access", UNRESTRICTED))
             if k[0].casefold().find(needle) >= 0 or self._entries[k].document.title.casefold().find(needle) >= 0
         ]
         keys = [k for k in mine if k > after][offset:]
@@ -199,20 +238,28 @@ class InMemoryCollection:
             page, len(mine), encode_cursor(last.doc_id, last.collection) if more and last is not None else None
         )
 
-    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
-        """Collection name -> documents stored in it, by name: every collection holding a document (None), else
-        exactly `collections` (0 for one holding none)."""
+    async def collection_counts(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> dict[str, int]:
+        """Collection name -> documents stored in it that `access` may read, by name: every collection holding
+        one (None), else exactly `collections` (0 for one holding none)."""
         counts = {name: 0 for name in collections or ()}
-        for entry in self._entries.values():
-            if collections is None or entry.collection in collections:
-                counts[entry.collection] = counts.get(entry.collection, 0) + 1
+        for key in self._keys(collections, access):
+            entry = self._entries[key]
+            counts[entry.collection] = counts.get(entry.collection, 0) + 1
         return dict(sorted(counts.items()))
 
     async def list_documents(
-        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> list[StoredDocument]:
-        """Stored documents of `collections` (None: all) ordered by doc id, from `offset`, at most `limit`."""
-        entries = [self._entries[k] for k in self._keys(collections)][offset:]
+        """Stored documents of `collections` (None: all) that `access` may read, ordered by doc id, from `offset`,
+        at most `limit`."""
+        entries = [self._entries[k] for k in self._keys(collections, access)][offset:]
         return [self._stored(e) for e in (entries if limit is None else entries[:limit])]
 
     @staticmethod
@@ -235,37 +282,37 @@ class InMemoryCollection:
             del self._entries[k]
         return [doc_id for doc_id, _ in doomed]
 
-    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
-        """(documents, chunks) stored in `collections` (None: all): one chunk per document."""
-        n = len(self._keys(collections))
+    async def count(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> tuple[int, int]:
+        """(documents, chunks) stored in `collections` (None: all) that `access` may read: one chunk per
+        document."""
+        n = len(self._keys(collections, access))
         return n, n
 
-    async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
-        """The stored documents named `doc_id` in `collections` (None: all), one per collection holding it, by
-        collection name."""
-        found = [self._stored(self._entries[k]) for k in self._keys(collections) if k[0] == doc_id]
+    async def find_documents(
+        self, doc_id: str, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> list[StoredDocument]:
+        """The stored documents named `doc_id` in `collections` (None: all) that `access` may read, one per
+        collection holding it, by collection name."""
+        found = [self._stored(self._entries[k]) for k in self._keys(collections, access) if k[0] == doc_id]
         return sorted(found, key=lambda d: d.collection)
 
     async def chunk_metadata(
-        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+        self,
+        doc_id: str,
+        chunk_id: str,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> StoredChunk | None:
-        """(collection, metadata, text) of the one chunk of `doc_id` in `collections` (None: all) whose id is
-        `chunk_id`: its span over the whole content (no layout here)."""
-        for key in self._keys(collections):
+        """(collection, metadata, text) of the one chunk of `doc_id` in `collections` (None: all) that `access` may
+        read whose id is `chunk_id`: its span over the whole content (no layout here)."""
+        for key in self._keys(collections, access):
             entry = self._entries[key]
             if key[0] == doc_id and entry.hit.chunk_id == chunk_id:
                 return StoredChunk(entry.collection, {"span": [0, len(entry.document.content)]}, entry.hit.text)
         return None
-
-    async def set_document_groups(
-        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
-    ) -> bool:
-        """Record `groups` (`tools.access.document_groups`) as those of document `doc_id` of `collection` in
-        `groups_set`; False when no such document is stored (see `tools.ingest.ports.DocumentGroups`)."""
-        stored = (doc_id, collection) in self._entries
-        if stored:
-            self.groups_set[doc_id, collection] = document_groups(groups)
-        return stored
 
 
 def _scored(hit: ChunkHit, score: float) -> ChunkHit:

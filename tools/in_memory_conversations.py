@@ -8,13 +8,18 @@ from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
 from tools import conversations
+from tools.access import UNRESTRICTED, Access
 from tools.conversations import Citations, Conversation, ConversationLog, ConversationPage, ConversationTurn
+from tools.records import cites_readable
 
 
 class InMemoryConversations(ConversationLog):
     """Conversations in a dict; safe within one event loop (no method awaits between its reads and writes)."""
 
     def __init__(self) -> None:
+        self.chunk_groups: dict[str, tuple[str, ...]] = {}
+        """chunk id -> the groups of its document, for the chunks citations name (the store's `chunks.groups`);
+        a chunk absent here is readable by everyone (public, or deleted since)."""
         self._conversations: dict[UUID, Conversation] = {}
         self._turns: dict[UUID, dict[int, ConversationTurn | str]] = {}
         """Per conversation, its turns by number: a finished turn, or the question of a reserved one."""
@@ -22,6 +27,10 @@ class InMemoryConversations(ConversationLog):
     def _finished(self, conversation_id: UUID) -> list[ConversationTurn]:
         slots = self._turns[conversation_id]
         return [t for _, t in sorted(slots.items()) if isinstance(t, ConversationTurn)]
+
+    def _readable(self, turn: ConversationTurn, access: Access) -> bool:
+        """Whether `access` may read every chunk `turn` cites (the store's `rag_citations_readable`)."""
+        return cites_readable(turn.citations, self.chunk_groups, access)
 
     def _visible(self, conversation_id: UUID, owner: str | None) -> Conversation | None:
         conversation = self._conversations.get(conversation_id)
@@ -39,15 +48,21 @@ class InMemoryConversations(ConversationLog):
         return conversation
 
     async def get(
-        self, conversation_id: UUID, *, last_turns: int | None = None, owner: str | None = None
+        self,
+        conversation_id: UUID,
+        *,
+        last_turns: int | None = None,
+        owner: str | None = None,
+        access: Access = UNRESTRICTED,
     ) -> Conversation | None:
-        """The conversation with its finished turns (the last `last_turns` when given); None when absent."""
+        """The conversation with its finished turns (the last `last_turns` when given), those citing a chunk
+        `access` may not read (`chunk_groups`) left out; None when absent."""
         conversation = self._visible(conversation_id, owner)
         if conversation is None:
             return None
-        turns = self._finished(conversation_id)
+        turns = [t for t in self._finished(conversation_id) if self._readable(t, access)]
         kept = turns if last_turns is None else turns[max(0, len(turns) - last_turns) :] if last_turns > 0 else []
-        return replace(conversation, turns=tuple(kept))
+        return replace(conversation, turns=tuple(kept), turn_count=len(turns))
 
     async def page(self, limit: int = 50, cursor: str | None = None, owner: str | None = None) -> ConversationPage:
         """One page, most recently updated first. Raises StoreError for a bad limit or cursor."""

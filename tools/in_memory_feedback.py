@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 
+from tools.access import UNRESTRICTED, Access
 from tools.feedback import AnswerRecord, DayCount, FeedbackQuery, Rated, Rating, matches
+from tools.records import cites_readable
 
 
 class InMemoryFeedback:
@@ -16,12 +18,19 @@ class InMemoryFeedback:
     def __init__(self) -> None:
         self.records: dict[str, AnswerRecord] = {}
         self.ratings: dict[str, Rated] = {}
+        self.chunk_groups: dict[str, tuple[str, ...]] = {}
+        """chunk id -> the groups of its document, for the chunks records name (the store's `chunks.groups`); a
+        chunk absent here is readable by everyone (public, or deleted since)."""
 
-    def _visible(self, answer_id: str, owner: str | None) -> AnswerRecord | None:
+    def _visible(self, answer_id: str, owner: str | None, access: Access = UNRESTRICTED) -> AnswerRecord | None:
         record = self.records.get(answer_id)
-        if record is None or (owner is not None and record.owner != owner):
+        if record is None or (owner is not None and record.owner != owner) or not self._readable(record, access):
             return None
         return record
+
+    def _readable(self, record: AnswerRecord, access: Access) -> bool:
+        """Whether `access` may read every passage `record` holds (the store's `rag_citations_readable`)."""
+        return cites_readable([*record.retrieved, *record.cited], self.chunk_groups, access)
 
     async def remember(self, record: AnswerRecord, retention_days: int) -> None:
         """Store `record` (an id stored already is ignored); drop records older than `retention_days`."""
@@ -55,14 +64,14 @@ class InMemoryFeedback:
         self.ratings[answer_id] = rated
         return rated
 
-    async def get(self, answer_id: str, owner: str | None) -> Rated | None:
-        return self.ratings.get(answer_id) if self._visible(answer_id, owner) is not None else None
+    async def get(self, answer_id: str, owner: str | None, *, access: Access = UNRESTRICTED) -> Rated | None:
+        return self.ratings.get(answer_id) if self._visible(answer_id, owner, access) is not None else None
 
-    async def record(self, answer_id: str, owner: str | None) -> AnswerRecord | None:
-        return self._visible(answer_id, owner)
+    async def record(self, answer_id: str, owner: str | None, *, access: Access = UNRESTRICTED) -> AnswerRecord | None:
+        return self._visible(answer_id, owner, access)
 
     async def find(self, query: FeedbackQuery) -> list[Rated]:
-        found = [r for r in self.ratings.values() if matches(r, query)]
+        found = [r for r in self.ratings.values() if matches(r, query) and self._readable(r.record, query.access)]
         found.sort(key=lambda r: (r.rated_at, r.answer_id), reverse=True)
         return found[: query.limit]
 

@@ -14,14 +14,23 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from tools.access import document_groups
 from tools.errors import StoreError
-from tools.records import ChunkRecord, DocumentRecord, Hashes, IngestCounts, StagedDocument, StagedRow, check_batch
+from tools.records import (
+    ChunkRecord,
+    DocumentRecord,
+    Hashes,
+    IngestCounts,
+    StagedDocument,
+    StagedRow,
+    check_batch,
+    split_groups,
+)
 from tools.scope import DEFAULT_COLLECTION
 
 Key = tuple[str, str]
@@ -36,7 +45,9 @@ class InMemorySink:
         dim: the embedding width every chunk must have (e.g. 384 for all-MiniLM-L6-v2).
 
     Attributes:
-        documents: the stored documents by (collection, doc id).
+        documents: the stored documents by (collection, doc id), their metadata without `groups`.
+        groups: the groups allowed to read each stored document, by (collection, doc id) (the metadata's `groups`,
+            `tools.records.split_groups`, as the store keeps them).
         staged: the staged chunks by (collection, doc id), then by chunk index.
         transactions: how many writes were applied (one per non-empty `add_documents`, `stage_chunks` and
             `commit_staged`), for tests that count them.
@@ -44,10 +55,9 @@ class InMemorySink:
 
     dim: int
     documents: dict[Key, DocumentRecord] = field(default_factory=dict)
+    groups: dict[Key, tuple[str, ...]] = field(default_factory=dict)
     staged: dict[Key, dict[int, StagedRow]] = field(default_factory=dict)
     transactions: int = 0
-    groups_set: dict[Key, tuple[str, ...]] = field(default_factory=dict)
-    """(collection, doc id) -> the groups `set_document_groups` last set."""
 
     async def stored_versions(self, doc_ids: list[str], collection: str = DEFAULT_COLLECTION) -> dict[str, str]:
         """doc_id -> stored content hash of those of `doc_ids` stored in `collection`."""
@@ -72,9 +82,11 @@ class InMemorySink:
         Raises:
             StoreError: duplicate doc ids, or an embedding of the wrong shape or with non-finite values; nothing is
                 written.
+            AccessError: a document's `groups` is not valid; nothing is written.
         """
         unchanged = dict(unchanged or {})
         check_batch(docs, unchanged, self.dim)
+        access = {d.doc_id: split_groups(d.doc_id, d.metadata) for d in docs}
         if not docs and not unchanged:
             return IngestCounts()
         stored = await self.stored_versions([*unchanged, *(d.doc_id for d in docs)], collection)
@@ -82,10 +94,12 @@ class InMemorySink:
         skipped = len(unchanged) - len(missing)
         added = chunks = 0
         for doc in docs:
+            groups, metadata = access[doc.doc_id]
+            self.groups[collection, doc.doc_id] = groups  # also of a skipped one: the same content, other groups
             if stored.get(doc.doc_id) == doc.content_hash:
                 skipped += 1
                 continue
-            self.documents[collection, doc.doc_id] = doc
+            self.documents[collection, doc.doc_id] = replace(doc, metadata=metadata)
             added += 1
             chunks += len(doc.chunks)
         self.transactions += 1
@@ -116,7 +130,12 @@ class InMemorySink:
 
     async def commit_staged(self, doc: StagedDocument, collection: str = DEFAULT_COLLECTION) -> int:
         """Store the staged chunks of `doc` (its hash) in `collection`, replacing a stored version, and drop them;
-        returns the chunks stored."""
+        returns the chunks stored.
+
+        Raises:
+            AccessError: the document's `groups` is not valid; nothing is stored and the staged chunks stay.
+        """
+        groups, metadata = split_groups(doc.doc_id, doc.metadata)
         rows = self.staged.pop((collection, doc.doc_id), {})
         chunks = [
             ChunkRecord(index, text, tokens, vector, _location(metadata))
@@ -124,19 +143,21 @@ class InMemorySink:
             if content_hash == doc.content_hash
         ]
         self.documents[collection, doc.doc_id] = DocumentRecord(
-            doc.doc_id, doc.title, doc.source, doc.content_hash, chunks, doc.metadata
+            doc.doc_id, doc.title, doc.source, doc.content_hash, chunks, metadata
         )
+        self.groups[collection, doc.doc_id] = groups
         self.transactions += 1
         return len(chunks)
 
     async def set_document_groups(
         self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
     ) -> bool:
-        """Record `groups` (`tools.access.document_groups`) as those of document `doc_id` of `collection` in
-        `groups_set`; False when no such document is stored (see `tools.ingest.ports.DocumentGroups`)."""
+        """Set the groups (`tools.access.document_groups`) of document `doc_id` of `collection` in `groups`; False
+        when no such document is stored (see `tools.ingest.ports.DocumentGroups`)."""
         if (collection, doc_id) not in self.documents:
             return False
-        self.groups_set[collection, doc_id] = document_groups(groups)
+        self.groups[collection, doc_id] = document_groups(groups)
+        self.transactions += 1
         return True
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Literal, NamedTuple, TypedDict
@@ -24,7 +24,7 @@ from typing import Any, Literal, NamedTuple, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from tools.access import Role
+from tools.access import Access, AccessError, Role, document_groups
 from tools.errors import StoreError
 from tools.scope import DEFAULT_COLLECTION, SearchScope, qualified_doc_id
 
@@ -163,10 +163,13 @@ class DocumentFilter(TypedDict, total=False):
         collections: the collections listed and counted (None or absent: all); documents of others never appear.
         matching: only documents whose doc id or title contains this text, case-insensitively; the total counts
             those (None, empty or absent: all).
+        access: whose listing this is (`tools.access`): only documents it may read are listed and counted (absent:
+            `UNRESTRICTED`).
     """
 
     collections: Sequence[str] | None
     matching: str | None
+    access: Access
 
 
 @dataclass(frozen=True)
@@ -478,3 +481,46 @@ class Grant:
             "role": self.role.value,
             "created_at": self.created_at.isoformat(),
         }
+
+
+GROUPS_KEY = "groups"
+"""The document metadata key that carries the groups allowed to read it at ingest (a list of group names, or one
+comma-separated string); the store moves it into its `groups` column (`split_groups`), never keeping it in metadata."""
+
+
+def split_groups(doc_id: str, metadata: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The groups of document `doc_id` (`tools.access.document_groups` of its metadata's `GROUPS_KEY`: a list of
+    names or one comma-separated string; absent, None or empty: `PUBLIC_GROUP`) and its metadata without that key.
+
+    Raises:
+        AccessError: the value is not a list of strings or a string, or a group name is not valid; the message names
+            the document and the group.
+    """
+    rest = {k: v for k, v in metadata.items() if k != GROUPS_KEY}
+    value = metadata.get(GROUPS_KEY)
+    if isinstance(value, str):
+        names: list[str] = [part for part in (p.strip() for p in value.split(",")) if part]
+    elif value is None:
+        names = []
+    elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        names = list(value)
+    else:
+        raise AccessError(
+            f"document {doc_id!r}: metadata {GROUPS_KEY!r} is {value!r}; expected a list of group names or one "
+            f"comma-separated string"
+        )
+    try:
+        return document_groups(names), rest
+    except AccessError as exc:
+        raise AccessError(f"document {doc_id!r}: {exc}") from None
+
+
+def cites_readable(
+    passages: Iterable[Mapping[str, Any]], chunk_groups: Mapping[str, Sequence[str]], access: Access
+) -> bool:
+    """Whether `access` may read every chunk `passages` (citations or retrieved passages, JSON objects with a
+    `chunk_id`) name, given `chunk_groups` (chunk id -> its document's groups; a chunk absent there, public or
+    deleted since, is readable): the rule of the store's `rag_citations_readable` (`tools.store.access`), for the
+    in-memory doubles."""
+    named = (p.get("chunk_id") for p in passages if isinstance(p, Mapping))
+    return all(access.readable(chunk_groups[c]) for c in named if isinstance(c, str) and c in chunk_groups)

@@ -4,7 +4,8 @@ and never from an entry older than the documents it may search (docs/answer-cach
 - `normalise_question`: what makes two questions the same (whitespace, a trailing `?`, `!` or `.`); case and every
   other character are kept, since they change meaning ("What is C?" and "What is C#?", WHO and who, 5 and 5%).
 - `request_digest`: sha256 of a canonical JSON of everything an answer depends on besides the documents: the
-  normalised question (and retrieval query), the scope (collections, filters), the policy and top_k, the LLM model,
+  normalised question (and retrieval query), the scope (collections, filters, the caller's permission set
+  `Access.key`: callers who may read different documents never share an answer), the policy and top_k, the LLM model,
   the prompts' version (`PROMPT_VERSION`), the settings that change answers (`ANSWER_SETTINGS`) and the request's own
   LLM settings. The store derives the entry's key from it and the versions of the scope's collections
   (`tools.store.answer_cache`), so an ingest, replace or delete in the scope makes every older entry unreachable.
@@ -41,13 +42,14 @@ from agent.core.answer import AnswerRequest
 from agent.core.prompts import AGENTIC_SYSTEM_PROMPT, REFUSAL, SYSTEM_PROMPT, agentic_prompt, user_prompt
 from agent.core.rag_agent import TOOLS_TEXT
 from agent.core.results import AskResult, TokenUsage
+from tools.access import UNRESTRICTED, Access
 from tools.errors import StoreError
 from tools.records import CacheLookup
 from tools.scope import SearchScope
 
 log = logging.getLogger(__name__)
 
-KEY_FORMAT = 2
+KEY_FORMAT = 3
 """Version of the digest's layout; bump it when the canonical JSON changes meaning."""
 
 Outcome = Literal["hit", "miss", "store", "bypass"]
@@ -144,7 +146,7 @@ def _canonical_scope(scope: SearchScope | None) -> dict[str, Any]:
         for key, value in scope.to_filter().items()
     }
     collections = None if scope.collections is None else sorted(set(scope.collections))
-    return {"collections": collections, "filter": filters}
+    return {"collections": collections, "filter": filters, "access": scope.access.key}
 
 
 def answer_settings(settings: Settings) -> dict[str, Any]:
@@ -180,12 +182,16 @@ def request_digest(request: AnswerRequest, settings: Settings) -> str:
 class AnswerCacheStore(Protocol):
     """Where entries live (`tools.store.answer_cache.PostgresAnswerCache`)."""
 
-    async def lookup(self, digest: str, collections: Sequence[str] | None) -> CacheLookup:
-        """The key of `digest` over the current versions of `collections` (None: all) and its live entry."""
+    async def lookup(
+        self, digest: str, collections: Sequence[str] | None, *, access: Access = UNRESTRICTED
+    ) -> CacheLookup:
+        """The key of `digest` over the current versions of `collections` (None: all) and its live entry among
+        those of `access`'s permission set."""
         ...
 
-    async def store(self, key: str, answer: dict[str, Any]) -> None:
-        """Store `answer` under `key`, keeping the store within its bounds."""
+    async def store(self, key: str, answer: dict[str, Any], *, access: Access = UNRESTRICTED) -> None:
+        """Store `answer` under `key` as an entry of `access`'s permission set, keeping the store within its
+        bounds."""
         ...
 
 
@@ -196,6 +202,7 @@ class Looked:
 
     hit: AskResult | None = None
     key: str | None = None
+    access: Access = UNRESTRICTED
 
 
 BYPASS = Looked()
@@ -222,15 +229,16 @@ class AnswerCache:
             return BYPASS
         start = time.perf_counter()
         collections = None if request.scope is None else request.scope.collections
+        access = UNRESTRICTED if request.scope is None else request.scope.access
         try:
-            found = await self.entries.lookup(request_digest(request, self.settings), collections)
+            found = await self.entries.lookup(request_digest(request, self.settings), collections, access=access)
         except StoreError:
             log.warning("answer cache look-up failed; answering without it", exc_info=True)
             CACHE_TOTAL.labels("bypass").inc()
             return BYPASS
         if found.answer is None:
             CACHE_TOTAL.labels("miss").inc()
-            return Looked(key=found.key if found.settled else None)
+            return Looked(key=found.key if found.settled else None, access=access)
         CACHE_TOTAL.labels("hit").inc()
         ms = round((time.perf_counter() - start) * 1000, 1)
         result = AskResult.model_validate(found.answer)
@@ -247,7 +255,7 @@ class AnswerCache:
             return
         try:
             stored = result.model_dump(mode="json") | {"retrieved": [p.model_dump() for p in result.retrieved]}
-            await self.entries.store(looked.key, stored)
+            await self.entries.store(looked.key, stored, access=looked.access)
         except StoreError:
             log.warning("could not store an answer in the answer cache", exc_info=True)
             return

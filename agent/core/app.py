@@ -49,7 +49,6 @@ from tools.conversations import decode_cursor as decode_conversation_cursor
 from tools.errors import StoreError
 from tools.feedback import Rated, Rating
 from tools.ingest import SourceDocument
-from tools.ingest.ports import document_groups_port
 from tools.originals import Originals
 from tools.records import MAX_PAGE, DocumentFilter, DocumentPage, IngestCounts, StoredDocument, decode_cursor
 from tools.render_page import RenderedPage
@@ -332,17 +331,23 @@ class RagApp:
         return await self.conversations.create(title.strip(), owner)
 
     async def conversation(
-        self, conversation_id: UUID, *, last_turns: int | None = None, owner: str | None = None
+        self,
+        conversation_id: UUID,
+        *,
+        last_turns: int | None = None,
+        owner: str | None = None,
+        access: Access = UNRESTRICTED,
     ) -> Conversation:
         """The stored conversation with its turns, oldest first (the last `last_turns` when given).
 
         Args:
             owner: only a conversation of this API key id (None: any).
+            access: whose reading this is (`tools.access`): a turn citing a chunk it may not read is left out.
 
         Raises:
             agent.core.conversations.ConversationNotFoundError: no such conversation (for `owner`).
         """
-        found = await self.conversations.get(conversation_id, last_turns=last_turns, owner=owner)
+        found = await self.conversations.get(conversation_id, last_turns=last_turns, owner=owner, access=access)
         if found is None:
             raise ConversationNotFoundError(conversation_id)
         return found
@@ -442,7 +447,7 @@ class RagApp:
 
         Raises:
             agent.core.errors.InputError: an invalid collection or group name.
-            StoreError: the store failed (or cannot change documents' groups).
+            StoreError: the store failed.
         """
         try:
             check_collection(collection)
@@ -453,14 +458,21 @@ class RagApp:
             scope = SearchScope(collections=(collection,)).read_by(access)
             if await self.services.search.get_document(doc_id, scope) is None:
                 return False
-        return await document_groups_port(self.services.library).set_document_groups(doc_id, names, collection)
+        return await self.services.library.set_document_groups(doc_id, names, collection)
 
     async def list_documents(
-        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> list[StoredDocument]:
-        """Stored documents of `collections` (None: all) (doc id, title, source, chunk count, content hash,
-        ingested at, collection), ordered by doc id."""
-        return await self.services.library.list_documents(limit=limit, offset=offset, collections=collections)
+        """Stored documents of `collections` (None: all) that `access` may read (doc id, title, source, chunk count,
+        content hash, ingested at, collection), ordered by doc id."""
+        return await self.services.library.list_documents(
+            limit=limit, offset=offset, collections=collections, access=access
+        )
 
     async def document_page(
         self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
@@ -484,19 +496,21 @@ class RagApp:
                 raise InputError(str(exc)) from exc
         return await self.services.library.document_page(limit, cursor, offset, **where)
 
-    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
-        """Collection name -> documents stored in it, by name: every collection holding a document (None: the
-        admin's view), else exactly `collections` (a key's, 0 for one holding none)."""
-        return await self.services.library.collection_counts(collections=collections)
+    async def collection_counts(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> dict[str, int]:
+        """Collection name -> documents stored in it that `access` may read, by name: every collection holding one
+        (None: the admin's view), else exactly `collections` (a key's, 0 for one holding none)."""
+        return await self.services.library.collection_counts(collections=collections, access=access)
 
     async def iter_documents(
-        self, page_size: int = 1000, *, collections: Sequence[str] | None = None
+        self, page_size: int = 1000, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
     ) -> AsyncIterator[StoredDocument]:
-        """Every stored document of `collections` (None: all) by doc id, read one page of `page_size` at a time
-        (memory stays bounded)."""
+        """Every stored document of `collections` (None: all) that `access` may read by doc id, read one page of
+        `page_size` at a time (memory stays bounded)."""
         cursor: str | None = None
         while True:
-            page = await self.document_page(page_size, cursor, collections=collections)
+            page = await self.document_page(page_size, cursor, collections=collections, access=access)
             for document in page.documents:
                 yield document
             if (cursor := page.next_cursor) is None:
@@ -532,10 +546,12 @@ class RagApp:
         sentence: tuple[int, int] | None = None,
         collections: Sequence[str] | None = None,
         scale: float = 2.0,
+        access: Access = UNRESTRICTED,
     ) -> RenderedPage:
         """Page `page` of the stored document `doc_id` (in `collections`; None: any) as a PNG, rendered from its kept
         original at `scale` pixels per PDF point, with chunk `chunk_id`'s lines on it highlighted
         (`agent.core.pages.page_image`); with `sentence` (offsets into the chunk's text) only that sentence's lines.
+        A document `access` may not read is not found.
 
         Raises:
             agent.core.pages.PageError: no such chunk of the document, no original kept, not a PDF, no such page.
@@ -550,8 +566,11 @@ class RagApp:
             sentence=sentence,
             collections=collections,
             scale=scale,
+            access=access,
         )
 
-    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
-        """(documents, chunks) stored in `collections` (None: all)."""
-        return await self.services.library.count(collections=collections)
+    async def count(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> tuple[int, int]:
+        """(documents, chunks) stored in `collections` (None: all) that `access` may read."""
+        return await self.services.library.count(collections=collections, access=access)

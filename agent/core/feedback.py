@@ -29,6 +29,7 @@ from agent.core.answer_cache import PROMPT_VERSION, answer_settings
 from agent.core.errors import AgentError, InputError
 from agent.core.results import AskResult
 from agent.core.wiring import settings_store
+from tools.access import UNRESTRICTED, Access
 from tools.feedback import (
     MAX_COMMENT_CHARS,
     MAX_LIST,
@@ -236,20 +237,22 @@ class FeedbackDesk:
         FEEDBACK_TOTAL.labels(rating).inc()
         return rated
 
-    async def rating(self, answer_id: str, owner: str | None = None) -> Rated:
-        """The rating of the owner's answer. Raises InputError (bad id), AnswerNotFoundError (none)."""
+    async def rating(self, answer_id: str, owner: str | None = None, *, access: Access = UNRESTRICTED) -> Rated:
+        """The rating of the owner's answer. Raises InputError (bad id), AnswerNotFoundError (none, or its record
+        holds a passage `access` may not read)."""
         answer_id = answer_id_of(answer_id)
         await self.settled(answer_id)
-        rated = await self.log.get(answer_id, owner)
+        rated = await self.log.get(answer_id, owner, access=access)
         if rated is None:
             raise AnswerNotFoundError(answer_id)
         return rated
 
-    async def record(self, answer_id: str, owner: str | None = None) -> AnswerRecord:
-        """The owner's record of an answer, rated or not. Raises InputError (bad id), AnswerNotFoundError (none)."""
+    async def record(self, answer_id: str, owner: str | None = None, *, access: Access = UNRESTRICTED) -> AnswerRecord:
+        """The owner's record of an answer, rated or not. Raises InputError (bad id), AnswerNotFoundError (none, or
+        it holds a passage `access` may not read)."""
         answer_id = answer_id_of(answer_id)
         await self.settled(answer_id)
-        found = await self.log.record(answer_id, owner)
+        found = await self.log.record(answer_id, owner, access=access)
         if found is None:
             raise AnswerNotFoundError(answer_id)
         return found
@@ -261,9 +264,11 @@ class FeedbackDesk:
         since: datetime | None = None,
         collections: Sequence[str] | None = None,
         limit: int = 1000,
+        *,
+        access: Access = UNRESTRICTED,
     ) -> list[Rated]:
         """Ratings of `owner`'s answers (None: all), most recent first, filtered by rating, time and collection
-        (several collections: any of them).
+        (several collections: any of them); only those whose records hold no passage `access` may not read.
 
         Raises:
             InputError: `limit` outside 1..`MAX_LIST`.
@@ -271,10 +276,10 @@ class FeedbackDesk:
         if not 1 <= limit <= MAX_LIST:
             raise InputError(f"limit={limit}; expected 1..{MAX_LIST}")
         if not collections:
-            return await self.log.find(FeedbackQuery(owner, rating, since, None, limit))
+            return await self.log.find(FeedbackQuery(owner, rating, since, None, limit, access))
         found: dict[str, Rated] = {}
         for name in collections:
-            for rated in await self.log.find(FeedbackQuery(owner, rating, since, name, limit)):
+            for rated in await self.log.find(FeedbackQuery(owner, rating, since, name, limit, access)):
                 found[rated.answer_id] = rated
         return sorted(found.values(), key=lambda r: (r.rated_at, r.answer_id), reverse=True)[:limit]
 

@@ -1,8 +1,9 @@
 """The stored documents as the interfaces see them: list, add (chunk, embed, store), delete, count.
 Every method is scoped by collection (`tools.scope`): reads and deletes see only `collections` (None: all), an add
-goes into one `collection`. `DocumentLibrary` is what `RagApp` needs; `StoreLibrary` implements it over the Postgres
-store and the ingestion service's bulk embedder (`agent.core.ingestion`), `tools.in_memory.InMemoryCollection` in
-memory (tests).
+goes into one `collection`; reads see only the documents their `access` may read (`tools.access`; default
+`UNRESTRICTED`: every document), enforced by the store's row-level security. `DocumentLibrary` is what `RagApp`
+needs; `StoreLibrary` implements it over the Postgres store and the ingestion service's bulk embedder
+(`agent.core.ingestion`), `tools.in_memory.InMemoryCollection` in memory (tests).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, Unpack
 
+from tools.access import UNRESTRICTED, Access
 from tools.ingest import SourceDocument
-from tools.ingest.ports import document_groups_port
 from tools.records import DocumentFilter, DocumentPage, IngestCounts, StoredChunk, StoredDocument
 from tools.scope import DEFAULT_COLLECTION
 from tools.store import VectorStore
@@ -21,7 +22,12 @@ class DocumentLibrary(Protocol):
     """Stored documents: what the document routes and commands need."""
 
     async def list_documents(
-        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> list[StoredDocument]:
         """Stored documents of `collections` ordered by doc id, from `offset`, at most `limit`."""
         ...
@@ -35,7 +41,9 @@ class DocumentLibrary(Protocol):
         case-insensitively)."""
         ...
 
-    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
+    async def collection_counts(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> dict[str, int]:
         """Collection name -> documents stored, by name: every collection holding a document (None), else exactly
         `collections`."""
         ...
@@ -53,20 +61,35 @@ class DocumentLibrary(Protocol):
         """Delete documents of `collections` by id and/or source, chunks included; returns the deleted ids."""
         ...
 
-    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
+    async def count(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> tuple[int, int]:
         """(documents, chunks) stored in `collections`."""
         ...
 
-    async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
+    async def find_documents(
+        self, doc_id: str, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> list[StoredDocument]:
         """The stored documents named `doc_id` in `collections`, one per collection holding it, by collection
         name; empty when none holds it."""
         ...
 
     async def chunk_metadata(
-        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+        self,
+        doc_id: str,
+        chunk_id: str,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> StoredChunk | None:
         """(collection, metadata, text) of chunk `chunk_id` of document `doc_id` in `collections`; None when none is
         stored there."""
+        ...
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
+    ) -> bool:
+        """Set the groups allowed to read document `doc_id` of `collection`; False when it is not stored there."""
         ...
 
 
@@ -88,18 +111,13 @@ class StoreLibrary:
         self.store = store
         self.intake = intake
 
-    async def set_document_groups(
-        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
-    ) -> bool:
-        """See `tools.ingest.ports.DocumentGroups` (the store's `set_document_groups`).
-
-        Raises:
-            StoreError: the store cannot change documents' groups, or the write failed.
-        """
-        return await document_groups_port(self.store).set_document_groups(doc_id, groups, collection)
-
     async def list_documents(
-        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> list[StoredDocument]:
         """Stored documents of `collections` (None: all) (doc id, title, source, chunk count, content hash,
         ingested at, collection), ordered by doc id.
@@ -107,7 +125,7 @@ class StoreLibrary:
         Raises:
             StoreError: the store failed.
         """
-        return await self.store.list_documents(limit=limit, offset=offset, collections=collections)
+        return await self.store.list_documents(limit=limit, offset=offset, collections=collections, access=access)
 
     async def document_page(
         self, limit: int = 100, cursor: str | None = None, offset: int = 0, **where: Unpack[DocumentFilter]
@@ -120,9 +138,11 @@ class StoreLibrary:
         """
         return await self.store.document_page(limit, cursor, offset, **where)
 
-    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
+    async def collection_counts(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> dict[str, int]:
         """Collection name -> documents stored (`VectorStore.collection_counts`)."""
-        return await self.store.collection_counts(collections=collections)
+        return await self.store.collection_counts(collections=collections, access=access)
 
     async def add_documents(
         self, documents: Sequence[SourceDocument], *, collection: str = DEFAULT_COLLECTION
@@ -146,21 +166,40 @@ class StoreLibrary:
         """
         return await self.store.delete_documents(doc_ids, source=source, collections=collections)
 
-    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
+    async def count(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> tuple[int, int]:
         """(documents, chunks) stored in `collections` (None: all)."""
-        return await self.store.count(collections=collections)
+        return await self.store.count(collections=collections, access=access)
 
-    async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
+    async def find_documents(
+        self, doc_id: str, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> list[StoredDocument]:
         """The stored documents named `doc_id` in `collections` (None: all), by collection
         (`VectorStore.find_documents`).
 
         Raises:
             StoreError: the store failed.
         """
-        return await self.store.find_documents(doc_id, collections=collections)
+        return await self.store.find_documents(doc_id, collections=collections, access=access)
 
     async def chunk_metadata(
-        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+        self,
+        doc_id: str,
+        chunk_id: str,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> StoredChunk | None:
         """(collection, metadata, text) of chunk `chunk_id` of document `doc_id` in `collections` (None: all)."""
-        return await self.store.chunk_metadata(doc_id, chunk_id, collections=collections)
+        return await self.store.chunk_metadata(doc_id, chunk_id, collections=collections, access=access)
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
+    ) -> bool:
+        """Set the groups allowed to read document `doc_id` of `collection` (`VectorStore.set_document_groups`).
+
+        Raises:
+            AccessError: a group name is not valid; StoreError: the store failed.
+        """
+        return await self.store.set_document_groups(doc_id, groups, collection)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from agent.core.errors import InputError
 from agent.core.library import DocumentLibrary
 from agent.core.results import location_fields
+from tools.access import UNRESTRICTED, Access
 from tools.extract import ExtractError, sniff
 from tools.extract.formats import is_renderable
 from tools.highlight import sentence_boxes
@@ -45,6 +46,7 @@ async def page_image(
     sentence: tuple[int, int] | None = None,
     collections: Sequence[str] | None = None,
     scale: float = 2.0,
+    access: Access = UNRESTRICTED,
 ) -> RenderedPage:
     """Page `page` (from 1) of document `doc_id`'s kept original, rendered at `scale` pixels per point, with the
     lines of chunk `chunk_id` on that page highlighted (none when no chunk is given, or it lies on other pages).
@@ -53,6 +55,7 @@ async def page_image(
         sentence: `(start, end)` offsets into the chunk's text (a support check's `passage_span`): only the chunk's
             lines that hold those characters are highlighted (`tools.highlight.sentence_boxes`).
         collections: where the document may be (the caller's; None: every collection).
+        access: whose reading this is (`tools.access`): a document it may not read is not found (`PageError`).
 
     Raises:
         PageError: see its kinds.
@@ -63,7 +66,7 @@ async def page_image(
         raise InputError("span needs chunk: it names characters of the chunk to highlight (`span=<start>,<end>`)")
     boxes: list[Box] = []
     if chunk_id is not None:
-        found = await library.chunk_metadata(doc_id, chunk_id, collections=collections)
+        found = await library.chunk_metadata(doc_id, chunk_id, collections=collections, access=access)
         if found is None:
             raise PageError(
                 "chunk_not_found",
@@ -83,7 +86,7 @@ async def page_image(
         boxes = [(b[1], b[2], b[3], b[4]) for b in lines if b[0] == page]
         candidates: Sequence[str] = [collection]
     else:
-        stored = await library.find_documents(doc_id, collections=collections)
+        stored = await library.find_documents(doc_id, collections=collections, access=access)
         if not stored:
             raise PageError("document_not_found", f"document {doc_id!r} is not stored")
         candidates = [d.collection for d in stored]

@@ -4,12 +4,14 @@ a large document's chunks)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from tests.contracts.ports import DIM, record, stored_chunk_texts, vector
+from tests.contracts.ports import DIM, record, stored_chunk_texts, stored_groups, vector
+from tools.access import AccessError
 from tools.errors import StoreError
 from tools.ingest import ChunkSink
 from tools.ingest.reuse import text_hash
@@ -116,3 +118,34 @@ async def test_stored_vectors_are_read_by_the_hash_of_their_text(chunk_sink: Chu
     assert set(lent["otters"]) == set(by_hash)
     for digest, stored in lent["otters"].items():
         assert stored.dtype == np.float32 and np.allclose(stored, by_hash[digest], atol=1e-6)
+
+
+async def test_the_metadata_groups_become_the_documents_groups_on_every_insert_path(chunk_sink: ChunkSink) -> None:
+    listed = DocumentRecord(
+        "eng", "Eng", "eng.md", "h-eng", [ChunkRecord(0, "a", 1, vector("a"))], {"groups": ["b", "a"]}
+    )
+    joined = DocumentRecord(
+        "ops", "Ops", "ops.md", "h-ops", [ChunkRecord(0, "o", 1, vector("o"))], {"groups": "ops, x"}
+    )
+    await chunk_sink.add_documents([listed, joined, record("public", "p")])
+    assert await stored_groups(chunk_sink, "default", "eng") == (["a", "b"], {})
+    assert await stored_groups(chunk_sink, "default", "ops") == (["ops", "x"], {})
+    assert await stored_groups(chunk_sink, "default", "public") == (["everyone"], {})
+    again = await chunk_sink.add_documents([dataclasses.replace(listed, metadata={"groups": ["c"]})])
+    assert again.skipped == 1 and (await stored_groups(chunk_sink, "default", "eng"))[0] == ["c"]
+    big = StagedDocument("big", "hash-1", "Big", "big.md", {"kind": "manual", "groups": ["eng"]})
+    await chunk_sink.stage_chunks(staged(big, "zero", "one"))
+    assert await chunk_sink.commit_staged(big) == 2
+    assert await stored_groups(chunk_sink, "default", "big") == (["eng"], {"kind": "manual"})
+
+
+async def test_an_invalid_group_is_refused_naming_the_document_and_nothing_is_stored(chunk_sink: ChunkSink) -> None:
+    bad = DocumentRecord("bad", "Bad", "bad.md", "h-bad", [ChunkRecord(0, "b", 1, vector("b"))], {"groups": [""]})
+    with pytest.raises(AccessError, match="document 'bad'"):
+        await chunk_sink.add_documents([record("fine", "f"), bad])
+    assert await chunk_sink.stored_versions(["fine", "bad"]) == {}
+    big = StagedDocument("big", "hash-1", "Big", "big.md", {"groups": 7})
+    await chunk_sink.stage_chunks(staged(big, "zero"))
+    with pytest.raises(AccessError, match=r"document 'big'.*expected a list of group names"):
+        await chunk_sink.commit_staged(big)
+    assert await chunk_sink.resume_point(big) == 1  # the staged chunks stay

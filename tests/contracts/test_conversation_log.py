@@ -8,6 +8,8 @@ from uuid import uuid4
 
 import pytest
 
+from tests.contracts.ports import stored_chunk
+from tools.access import NOBODY, UNRESTRICTED, caller_access
 from tools.conversations import ConversationLog
 from tools.errors import StoreError
 
@@ -134,3 +136,24 @@ async def test_an_overlong_title_is_refused(conversation_log: ConversationLog) -
 
     with pytest.raises(StoreError):
         await conversation_log.create("x" * (MAX_TITLE_CHARS + 1))
+
+
+async def test_a_turn_citing_a_chunk_the_reader_may_not_read_is_left_out(conversation_log: ConversationLog) -> None:
+    secret = await stored_chunk(conversation_log, "secret", ["eng"])
+    public = await stored_chunk(conversation_log, "open", [])
+    made = await conversation_log.create()
+    await conversation_log.add_turn(made.id, "open?", "Open [1].", [CITATION | {"doc_id": "open", "chunk_id": public}])
+    await conversation_log.add_turn(made.id, "secret?", "Secret [1].", [CITATION | {"chunk_id": secret}])
+    await conversation_log.add_turn(made.id, "gone?", "Deleted since [1].", [CITATION | {"chunk_id": "gone#0"}])
+    await conversation_log.add_turn(made.id, "none?", "No citation.")
+    for access, questions in (
+        (NOBODY, ["open?", "gone?", "none?"]),
+        (caller_access(["ops"]), ["open?", "gone?", "none?"]),
+        (caller_access(["eng"]), ["open?", "secret?", "gone?", "none?"]),
+        (UNRESTRICTED, ["open?", "secret?", "gone?", "none?"]),
+    ):
+        read = await conversation_log.get(made.id, access=access)
+        assert read is not None and [t.question for t in read.turns] == questions
+        assert read.turn_count == len(questions)
+    last = await conversation_log.get(made.id, last_turns=2, access=NOBODY)
+    assert last is not None and [t.question for t in last.turns] == ["gone?", "none?"]

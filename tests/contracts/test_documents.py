@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.contracts.ports import Documents
+from tools.access import NOBODY, UNRESTRICTED, caller_access
 from tools.ingest import SourceDocument
 from tools.scope import SearchScope
 
@@ -137,3 +138,29 @@ async def test_a_chunk_is_found_by_id_only_within_its_document_and_collections(d
     assert await library.chunk_metadata("bees", "zoo::bees#0", collections=["default"]) is None
     assert await library.chunk_metadata("herons", "otters#0") is None  # another document's chunk
     assert await library.chunk_metadata("otters", "otters#7") is None
+
+
+async def test_a_reader_sees_only_the_documents_its_groups_may_read(documents: Documents) -> None:
+    library = documents.library
+    secret = SourceDocument("secret", "Secret", "Honey bees guard secret hives.", "secret.md", {"groups": ["eng"]})
+    await library.add_documents([OTTERS, secret, BEES])
+    question = "Which bees guard hives?"
+    eng, nobody = caller_access(["eng"]), NOBODY
+    for access, expected in ((nobody, ["bees", "otters"]), (eng, ["bees", "otters", "secret"])):
+        found = await documents.search.search(question, top_k=5, scope=SearchScope().read_by(access))
+        assert {p.doc_id for p in found.passages} <= set(expected)
+        assert ("secret" in {p.doc_id for p in found.passages}) == ("secret" in expected)
+        assert [d.doc_id for d in await library.list_documents(access=access)] == expected
+        page = await library.document_page(limit=10, access=access)
+        assert [d.doc_id for d in page.documents] == expected and page.total == len(expected)
+        assert (await library.count(access=access))[0] == len(expected)
+        assert await library.collection_counts(access=access) == {"default": len(expected)}
+        assert bool(await library.find_documents("secret", access=access)) == ("secret" in expected)
+        assert (await library.chunk_metadata("secret", "secret#0", access=access) is not None) == ("secret" in expected)
+        assert (await documents.search.get_document("secret", SearchScope().read_by(access)) is not None) == (
+            "secret" in expected
+        )
+    assert [d.doc_id for d in await library.list_documents(access=UNRESTRICTED)] == ["bees", "otters", "secret"]
+    assert await library.set_document_groups("secret", []) is True  # public now
+    assert [d.doc_id for d in await library.list_documents(access=nobody)] == ["bees", "otters", "secret"]
+    assert await library.set_document_groups("secret", ["ops"], collection="zoo") is False

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
+from tests.contracts.ports import stored_chunk
+from tools.access import NOBODY, UNRESTRICTED, caller_access
 from tools.feedback import AnswerRecord, FeedbackLog, FeedbackQuery
 
 PASSAGE = {"chunk_id": "b12#0", "doc_id": "b12", "score": 0.5, "passage": 1, "title": "Vitamin B12"}
@@ -114,3 +116,27 @@ async def test_records_older_than_the_retention_go_with_their_ratings(feedback_l
         )
     await feedback_log.remember(record(), 1)  # a write expires what is past the retention
     assert await feedback_log.record(old.answer_id, None) is None and await feedback_log.find(FeedbackQuery()) == []
+
+
+async def test_a_record_holding_a_passage_the_reader_may_not_read_is_not_returned(feedback_log: FeedbackLog) -> None:
+    secret = await stored_chunk(feedback_log, "secret", ["eng"])
+    hidden = record(retrieved=[PASSAGE, PASSAGE | {"chunk_id": secret, "doc_id": "secret", "passage": 2}])
+    shown = record(cited=[PASSAGE | {"chunk_id": "gone#0"}])  # a chunk deleted since hides nothing
+    for answer in (hidden, shown):
+        await feedback_log.remember(answer, 90)
+        await feedback_log.rate(answer.answer_id, None, "up", None, None)
+    for access, visible in (
+        (NOBODY, {shown.answer_id}),
+        (caller_access(["ops"]), {shown.answer_id}),
+        (caller_access(["eng"]), {shown.answer_id, hidden.answer_id}),
+        (UNRESTRICTED, {shown.answer_id, hidden.answer_id}),
+    ):
+        found = await feedback_log.find(FeedbackQuery(access=access))
+        assert {r.answer_id for r in found} == visible
+        assert (await feedback_log.get(hidden.answer_id, None, access=access) is not None) == (
+            hidden.answer_id in visible
+        )
+        assert (await feedback_log.record(hidden.answer_id, None, access=access) is not None) == (
+            hidden.answer_id in visible
+        )
+        assert await feedback_log.record(shown.answer_id, None, access=access) is not None

@@ -15,6 +15,10 @@ are read. A lookup therefore says whether the scope is `settled`: unchanged for 
 runs at commit, so `changed_at` is about the commit time), so that every replica a search may use holds the version in
 the key. An answer whose scope changed more recently is not stored (`PostgresAnswerCache.store` is not called).
 
+Permissions: every entry records the permission set it was answered under (`access_key`, `tools.access.Access.key`;
+the request digest covers it too, so two sets never share a key), and a restricted caller's look-up runs under
+row-level security (`tools.store.access`): it finds only the entries of its own set.
+
 Every operation is one transaction on the store's primary read pool, never the write pool (which queues behind the
 documents' write lock during an ingest); Postgres' failures come out as the store's errors.
 """
@@ -25,6 +29,7 @@ import json
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
+from tools.access import UNRESTRICTED, Access
 from tools.records import CacheLookup
 from tools.store import pools
 from tools.store.records import Conn
@@ -61,8 +66,8 @@ SELECT k.key, k.settled, (SELECT answer FROM hit) AS answer FROM k
 seconds: the key, whether the scope is settled, and the live entry's answer (NULL: none), its hit counted."""
 
 STORE_SQL = """
-INSERT INTO answer_cache (key, answer) VALUES ($1, $2::jsonb)
-ON CONFLICT (key) DO UPDATE SET answer = EXCLUDED.answer, created_at = now(), hits = 0
+INSERT INTO answer_cache (key, answer, access_key) VALUES ($1, $2::jsonb, $3)
+ON CONFLICT (key) DO UPDATE SET answer = EXCLUDED.answer, access_key = EXCLUDED.access_key, created_at = now(), hits = 0
 """
 EXPIRE_SQL = "DELETE FROM answer_cache WHERE created_at <= now() - make_interval(secs => $1::float8)"
 EVICT_SQL = """
@@ -88,8 +93,10 @@ class PostgresAnswerCache:
         self.ttl_s = float(ttl_s)
         self.max_entries = int(max_entries)
 
-    def _transaction(self, action: str) -> AbstractAsyncContextManager[Conn]:
-        return pools.transaction(self.vectors.pool, self.vectors.acquire_timeout_s, action)
+    def _transaction(self, action: str, access: Access = UNRESTRICTED) -> AbstractAsyncContextManager[Conn]:
+        restricted = access.set_local_sql()
+        begin = f"BEGIN; {restricted}" if restricted else "BEGIN"
+        return pools.transaction(self.vectors.pool, self.vectors.acquire_timeout_s, action, begin)
 
     @property
     def settle_s(self) -> float:
@@ -97,21 +104,25 @@ class PostgresAnswerCache:
         (`DATABASE_READ_MAX_LAG_S`) when read replicas are configured, else 0."""
         return self.vectors.read_max_lag_s if self.vectors.read_urls else 0.0
 
-    async def lookup(self, digest: str, collections: Sequence[str] | None) -> CacheLookup:
+    async def lookup(
+        self, digest: str, collections: Sequence[str] | None, *, access: Access = UNRESTRICTED
+    ) -> CacheLookup:
         """The key of `digest` over the current versions of `collections` (None: every collection), and the live
-        entry stored under it (its hit count incremented), in one statement."""
+        entry stored under it (its hit count incremented), in one statement. A restricted `access` reads under
+        row-level security: only the entries stored with its permission set (`Access.key`) can be found."""
         names = None if collections is None else sorted(set(collections))
-        async with self._transaction("reading the answer cache") as conn:
+        async with self._transaction("reading the answer cache", access) as conn:
             row = await conn.fetchrow(LOOKUP_SQL, digest, names, self.ttl_s, self.settle_s)
         assert row is not None  # an aggregate always returns one row
         answer = None if row["answer"] is None else json.loads(row["answer"])
         return CacheLookup(row["key"], answer, bool(row["settled"]))
 
-    async def store(self, key: str, answer: dict[str, Any]) -> None:
-        """Store `answer` (a JSON object) under `key` (from `lookup`), replacing an entry there; then drop expired
-        entries and the oldest beyond `max_entries`."""
+    async def store(self, key: str, answer: dict[str, Any], *, access: Access = UNRESTRICTED) -> None:
+        """Store `answer` (a JSON object) under `key` (from `lookup`), replacing an entry there, as an entry of
+        `access`'s permission set (only callers of that set find it); then drop expired entries and the oldest
+        beyond `max_entries`."""
         async with self._transaction("storing an answer") as conn:
-            await conn.execute(STORE_SQL, key, json.dumps(answer))
+            await conn.execute(STORE_SQL, key, json.dumps(answer), access.key)
             await conn.execute(EXPIRE_SQL, self.ttl_s)
             await conn.execute(EVICT_SQL, self.max_entries)
 

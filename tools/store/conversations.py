@@ -25,6 +25,7 @@ from uuid import UUID
 
 import asyncpg
 
+from tools.access import UNRESTRICTED, Access
 from tools.conversations import (
     Citations,
     Conversation,
@@ -99,11 +100,19 @@ class ConversationStore(ConversationLog):
         return _conversation(row)
 
     async def get(
-        self, conversation_id: UUID, *, last_turns: int | None = None, owner: str | None = None
+        self,
+        conversation_id: UUID,
+        *,
+        last_turns: int | None = None,
+        owner: str | None = None,
+        access: Access = UNRESTRICTED,
     ) -> Conversation | None:
         """The conversation with its turns, oldest first (only the last `last_turns` when given; 0: none), in one
-        snapshot; None when absent or owned by another key."""
-        async with self._transaction("reading a conversation", SNAPSHOT) as conn:
+        snapshot; None when absent or owned by another key. A restricted `access` reads under row-level security
+        (`tools.store.access`): a turn citing a chunk it may not read is left out."""
+        restricted = access.set_local_sql()
+        begin = f"{SNAPSHOT}; {restricted}" if restricted else SNAPSHOT
+        async with self._transaction("reading a conversation", begin) as conn:
             row = await conn.fetchrow(
                 f"SELECT {_COLUMNS} FROM conversations c WHERE c.id = $1 AND {_owned('$2')}", conversation_id, owner
             )

@@ -22,6 +22,7 @@ from uuid import UUID
 
 import asyncpg
 
+from tools.access import UNRESTRICTED, Access
 from tools.feedback import AnswerRecord, DayCount, FeedbackQuery, Rated, Rating
 from tools.store import pools
 from tools.store.records import Conn
@@ -101,8 +102,10 @@ class PostgresFeedback:
     def __init__(self, store: VectorStore) -> None:
         self.vectors = store
 
-    def _transaction(self, action: str) -> AbstractAsyncContextManager[Conn]:
-        return pools.transaction(self.vectors.pool, self.vectors.acquire_timeout_s, action)
+    def _transaction(self, action: str, access: Access = UNRESTRICTED) -> AbstractAsyncContextManager[Conn]:
+        restricted = access.set_local_sql()
+        begin = f"BEGIN READ ONLY; {restricted}" if restricted else "BEGIN"
+        return pools.transaction(self.vectors.pool, self.vectors.acquire_timeout_s, action, begin)
 
     async def remember(self, record: AnswerRecord, retention_days: int) -> None:
         """Store `record` with the scope's corpus versions; delete records older than `retention_days`."""
@@ -124,18 +127,18 @@ class PostgresFeedback:
         assert row is not None
         return _rated(row)
 
-    async def get(self, answer_id: str, owner: str | None) -> Rated | None:
-        async with self._transaction("reading a rating") as conn:
+    async def get(self, answer_id: str, owner: str | None, *, access: Access = UNRESTRICTED) -> Rated | None:
+        async with self._transaction("reading a rating", access) as conn:
             row = await conn.fetchrow(GET_SQL, UUID(answer_id), owner)
         return None if row is None else _rated(row)
 
-    async def record(self, answer_id: str, owner: str | None) -> AnswerRecord | None:
-        async with self._transaction("reading an answer record") as conn:
+    async def record(self, answer_id: str, owner: str | None, *, access: Access = UNRESTRICTED) -> AnswerRecord | None:
+        async with self._transaction("reading an answer record", access) as conn:
             row = await conn.fetchrow(RECORD_SQL, UUID(answer_id), owner)
         return None if row is None else _record(row)
 
     async def find(self, query: FeedbackQuery) -> list[Rated]:
-        async with self._transaction("listing ratings") as conn:
+        async with self._transaction("listing ratings", query.access) as conn:
             rows = await conn.fetch(FIND_SQL, query.owner, query.rating, query.since, query.collection, query.limit)
         return [_rated(row) for row in rows]
 

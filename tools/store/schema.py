@@ -1,8 +1,10 @@
 """The store's schema, created idempotently and migrated when the store connects.
 
 - `rag_meta(key, value)`: the embedder model and dimension the table was built for;
-- `documents(id, doc_id, title, source, metadata jsonb, content_hash, ingested_at, collection)`, UNIQUE (doc_id,
-  collection): a document's identity is (collection, doc_id), so two collections may hold the same doc id;
+- `documents(id, doc_id, title, source, metadata jsonb, content_hash, ingested_at, collection, groups text[])`,
+  UNIQUE (doc_id, collection): a document's identity is (collection, doc_id), so two collections may hold the same
+  doc id; `groups` are those allowed to read it (copied onto its chunks' `groups`; row-level security and the
+  reading role: `tools.store.access`, set up last, also in a store made before them, whose rows become public);
 - `chunks(id, chunk_id UNIQUE (`records.chunk_id`: unique across collections), document_id -> documents,
   chunk_index, text, token_count, embedding vector(dim), metadata jsonb (page or section path), tsv tsvector set
   by the `chunks_tsv` trigger from the text in its document's language's text search configuration, its CJK runs
@@ -21,9 +23,11 @@
 from __future__ import annotations
 
 from tools import bm25
+from tools.access import PUBLIC_GROUP
 from tools.errors import StoreError
 from tools.language import DEFAULT_CONFIG, TEXT_SEARCH_CONFIGS
 from tools.scope import DEFAULT_COLLECTION
+from tools.store import access
 from tools.store.records import Conn
 
 MAX_HNSW_DIM = 2000
@@ -160,6 +164,7 @@ async def set_up(conn: Conn, model_name: str, dim: int, k1: float, b: float) -> 
             )
             await conn.execute(schema_sql(dim))
         await _migrate(conn, k1, b)
+        await access.set_up(conn)
     return vector_schema
 
 
@@ -196,11 +201,14 @@ END $$;
 CREATE OR REPLACE FUNCTION text_search_config(language text) RETURNS regconfig LANGUAGE sql IMMUTABLE
     PARALLEL SAFE AS $$ SELECT (CASE {_CONFIG_CASES} END)::regconfig $$;
 CREATE OR REPLACE FUNCTION chunks_tsv() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    doc record;
 BEGIN
-    NEW.tsv := to_tsvector(
-        text_search_config((SELECT metadata->>'language' FROM documents WHERE id = NEW.document_id)),
-        cjk_bigrams(NEW.text)
-    );
+    SELECT d.metadata->>'language' AS language, d.groups INTO doc FROM documents d WHERE d.id = NEW.document_id;
+    NEW.tsv := to_tsvector(text_search_config(doc.language), cjk_bigrams(NEW.text));
+    IF TG_OP = 'INSERT' THEN
+        NEW.groups := coalesce(doc.groups, NEW.groups);
+    END IF;
     RETURN NEW;
 END $$;
 DO $$ BEGIN
@@ -211,7 +219,8 @@ DO $$ BEGIN
 END $$;
 """
 """Full text in any language: a chunk's `tsv` is `to_tsvector(text_search_config(its document's language),
-cjk_bigrams(its text))`, set by a trigger on every insert (COPY included); the language is the document's
+cjk_bigrams(its text))`, set by a trigger on every insert (COPY included), which also copies the document's
+`groups` onto an inserted chunk (row-level security, `tools.store.access`); the language is the document's
 `language` metadata (ISO 639-1, detected at ingest: `tools.ingest.documents.SourceDocument.stored_metadata`), its
 configuration `tools.language.text_search_config`'s, written here as SQL from the same table. `cjk_bigrams` keeps
 the text but its runs of Han, kana and Hangul, which it writes as their overlapping character bigrams (a run of one
@@ -321,6 +330,7 @@ def schema_sql(dim: int) -> str:
         created_at timestamptz NOT NULL DEFAULT now(),
         ingested_at timestamptz NOT NULL DEFAULT now(),
         collection text NOT NULL DEFAULT '{DEFAULT_COLLECTION}',
+        groups text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}',
         CONSTRAINT documents_doc_id_collection_key UNIQUE (doc_id, collection)
     );
     CREATE TABLE IF NOT EXISTS chunks (
@@ -333,6 +343,7 @@ def schema_sql(dim: int) -> str:
         embedding vector({dim}) NOT NULL,
         metadata jsonb NOT NULL DEFAULT '{{}}',
         tsv tsvector,
+        groups text[] NOT NULL DEFAULT '{{{PUBLIC_GROUP}}}',
         UNIQUE (document_id, chunk_index)
     );
     CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops);

@@ -122,6 +122,13 @@ def check_full_text(match: str, rank: str) -> None:
         )
 
 
+def restricted(scope: SearchScope | None) -> bool:
+    """True when `scope` is read by a restricted caller: row-level security (`tools.store.access`) then hides the
+    chunks of documents it may not read, so a search treats it like a filter (each term's top postings are read
+    among the chunks it may read; a dense scan that the policy left short is ranked exactly)."""
+    return scope is not None and not scope.access.unrestricted
+
+
 async def fewer_match(conn: Conn, scope: SearchScope | None, contains: Mapping[str, Any] | None, below: int) -> bool:
     """True when fewer than `below` chunks pass the filter (a capped count: it stops counting at `below`)."""
     where = filters.where_sql(scope, 2, contains)
@@ -151,7 +158,11 @@ async def dense(
     `top_k` rows (it stops at `hnsw.max_scan_tuples`), since at least `top_k` chunks match."""
     where = filters.where_sql(scope, 3, metadata_filter)
     if not where.narrows:
-        return [hit(r) for r in await conn.fetch(DENSE_SQL, query, top_k)]
+        rows = await conn.fetch(DENSE_SQL, query, top_k)
+        if restricted(scope) and not exact and len(rows) < top_k:  # the policy hid more than the scan visited
+            await exact_scans(conn)
+            rows = await conn.fetch(DENSE_SQL, query, top_k)
+        return [hit(r) for r in rows]
     sql = dense_sql(where.sql)
     if not exact and await fewer_match(conn, scope, metadata_filter, max(EXACT_BELOW_CHUNKS, top_k)):
         await exact_scans(conn)
@@ -183,7 +194,7 @@ async def full_text(
     With a filter, pruned BM25 reads each term's top M postings among the chunks that pass it, or, when fewer
     than `BM25_EXHAUSTIVE_BELOW_CHUNKS` chunks pass, scores every posting of the filtered chunks
     (`bm25_exhaustive`)."""
-    narrows = filters.where_sql(scope, 1).narrows
+    narrows = filters.where_sql(scope, 1).narrows or restricted(scope)
     weighted = terms is not None
     if weighted and rank == "ts_rank_cd":
         raise StoreError("weighted query terms need a BM25 rank (bm25 or bm25_exhaustive), not ts_rank_cd")

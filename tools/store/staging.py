@@ -19,7 +19,7 @@ from typing import Protocol
 import asyncpg
 
 from tools import bm25
-from tools.records import StagedDocument, StagedRow
+from tools.records import StagedDocument, StagedRow, split_groups
 from tools.scope import qualified_doc_id
 from tools.store import pools
 from tools.store.writes import delete_rows, lock_writes
@@ -121,7 +121,10 @@ async def commit_staged(store: StagingStore, doc: StagedDocument, collection: st
     Raises:
         StoreUnavailableError / StoreBusyError / StoreQueryError: see the module docstring; nothing is stored then
             and the staged chunks stay.
+        AccessError: the document's metadata `groups` is not valid (names the document and the group); nothing is
+            stored.
     """
+    groups, metadata = split_groups(doc.doc_id, doc.metadata)
     action = f"storing the staged chunks of {doc.doc_id!r}"
     async with pools.transaction(store.write_pool, store.acquire_timeout_s, action) as conn:
         await lock_writes(conn)
@@ -130,14 +133,15 @@ async def commit_staged(store: StagingStore, doc: StagedDocument, collection: st
         )
         await delete_rows(conn, [r["id"] for r in replaced])
         document_id = await conn.fetchval(
-            "INSERT INTO documents (doc_id, title, source, metadata, content_hash, collection) "
-            "VALUES ($1, $2, $3, $4::jsonb, $5, $6) RETURNING id",
+            "INSERT INTO documents (doc_id, title, source, metadata, content_hash, collection, groups) "
+            "VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::text[]) RETURNING id",
             doc.doc_id,
             doc.title,
             doc.source,
-            json.dumps(doc.metadata),
+            json.dumps(metadata),
             doc.content_hash,
             collection,
+            list(groups),
         )
         status = await conn.execute(
             """

@@ -15,6 +15,7 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
+from tools.access import UNRESTRICTED, Access, AccessError, document_groups
 from tools.errors import StoreError
 from tools.records import (
     MAX_PAGE,
@@ -33,6 +34,7 @@ from tools.records import (
     TermVectors,
     check_batch,
     decode_cursor,
+    split_groups,
 )
 from tools.scope import DEFAULT_COLLECTION, SearchScope, check_collection
 from tools.store import listing, pools, replicas, schema, search, staging, writes
@@ -248,13 +250,20 @@ class VectorStore:
                 (under the lock); otherwise its doc id is in `IngestCounts.missing` for the caller to store.
             collection: the documents' collection (`tools.scope.check_collection`).
 
+        The groups allowed to read each document are its metadata's `groups` (`tools.records.split_groups`: a
+        list or one comma-separated string; absent: `tools.access.PUBLIC_GROUP`), stored in its `groups` column and
+        its chunks', not in its metadata.
+
         Raises:
             StoreError: duplicate doc ids, an invalid collection name, or an embedding with the wrong shape or
                 non-finite values (names the doc id and chunk index); nothing is written.
+            AccessError: a document's `groups` is not valid (names the document and the group); nothing is written.
         """
         _collection(collection)
         unchanged = dict(unchanged or {})
         check_batch(docs, unchanged, self.dim)
+        for doc in docs:
+            split_groups(doc.doc_id, doc.metadata)
         if not docs and not unchanged:
             return IngestCounts()
         async with pools.transaction(self.write_pool, self.acquire_timeout_s, "storing documents") as conn:
@@ -320,18 +329,23 @@ class VectorStore:
         return deleted
 
     async def list_documents(
-        self, limit: int | None = None, offset: int = 0, *, collections: Sequence[str] | None = None
+        self,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> list[StoredDocument]:
         """Stored documents of `collections` (None: all) ordered by (`doc_id`, collection), `limit` of them (all
         when None) after skipping `offset`. For large stores use `document_page` or `iter_documents` (keyset pages,
-        no offset scan).
+        no offset scan). Only the documents `access` may read (`tools.access`) are listed.
 
         Raises:
             StoreError: negative `limit` or `offset`.
         """
         if (limit is not None and limit < 0) or offset < 0:
             raise StoreError(f"limit={limit}, offset={offset}; expected non-negative numbers")
-        async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", READ) as conn:
+        async with self._reading("listing documents", READ, access) as conn:
             return await listing.offset_page(conn, limit, offset, _collections(collections))
 
     async def document_page(
@@ -347,7 +361,8 @@ class VectorStore:
             where: `DocumentFilter`: `collections`, the collections listed and counted (documents of others never
                 appear); `matching`, only documents whose doc id or title contains this text, case-insensitively
                 (`ILIKE`, no index: reads every document row of the collections), the total counts those (None or
-                empty: all).
+                empty: all); `access`, whose listing this is: only the documents it may read are listed and counted
+                (absent: every document).
 
         Raises:
             StoreError: `limit` or `offset` out of range, or a cursor this store did not issue.
@@ -356,34 +371,39 @@ class VectorStore:
             raise StoreError(f"limit={limit}, offset={offset}; expected 1..{MAX_PAGE} and >= 0")
         if cursor is not None:
             decode_cursor(cursor)
-        async with pools.transaction(self.pool, self.acquire_timeout_s, "listing documents", SNAPSHOT) as conn:
+        access = where.get("access", UNRESTRICTED)
+        async with self._reading("listing documents", SNAPSHOT, access) as conn:
             collections = _collections(where.get("collections"))
             return await listing.keyset_page(conn, limit, cursor, offset, collections, where.get("matching"))
 
     async def iter_documents(
-        self, page_size: int = 1000, *, collections: Sequence[str] | None = None
+        self, page_size: int = 1000, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
     ) -> AsyncIterator[StoredDocument]:
         """Every stored document of `collections` (None: all) in (doc_id, collection) order, read `page_size` at a
         time (one short transaction per page, so memory stays bounded and no connection is held between pages; a
         document added or deleted meanwhile may or may not appear)."""
         cursor: str | None = None
         while True:
-            page = await self.document_page(page_size, cursor, collections=collections)
+            page = await self.document_page(page_size, cursor, collections=collections, access=access)
             for document in page.documents:
                 yield document
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
 
-    async def count(self, *, collections: Sequence[str] | None = None) -> tuple[int, int]:
-        """(documents, chunks) stored in `collections` (None: all)."""
-        async with pools.transaction(self.pool, self.acquire_timeout_s, "counting documents", READ) as conn:
+    async def count(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> tuple[int, int]:
+        """(documents, chunks) stored in `collections` (None: all) that `access` may read."""
+        async with self._reading("counting documents", READ, access) as conn:
             return await listing.count(conn, _collections(collections))
 
-    async def collection_counts(self, *, collections: Sequence[str] | None = None) -> dict[str, int]:
-        """Collection name -> documents stored in it, by name: every collection holding a document (None), else
-        exactly `collections` (0 for one holding none)."""
-        async with pools.transaction(self.pool, self.acquire_timeout_s, "counting collections", READ) as conn:
+    async def collection_counts(
+        self, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> dict[str, int]:
+        """Collection name -> documents stored in it that `access` may read, by name: every collection holding
+        such a document (None), else exactly `collections` (0 for one holding none)."""
+        async with self._reading("counting collections", READ, access) as conn:
             return await listing.collection_counts(conn, _collections(collections))
 
     async def ping(self) -> None:
@@ -396,18 +416,26 @@ class VectorStore:
         async with pools.transaction(self.pool, self.acquire_timeout_s, "checking the store", READ) as conn:
             await conn.fetchval("SELECT 1 FROM chunks LIMIT 1")
 
-    async def find_documents(self, doc_id: str, *, collections: Sequence[str] | None = None) -> list[StoredDocument]:
-        """The stored documents named `doc_id` in `collections` (None: all), one per collection holding it, by
-        collection name; empty when none of them holds it."""
-        async with pools.transaction(self.pool, self.acquire_timeout_s, "reading a document", READ) as conn:
+    async def find_documents(
+        self, doc_id: str, *, collections: Sequence[str] | None = None, access: Access = UNRESTRICTED
+    ) -> list[StoredDocument]:
+        """The stored documents named `doc_id` in `collections` (None: all) that `access` may read, one per
+        collection holding it, by collection name; empty when none of them holds it (a document `access` may not
+        read looks missing)."""
+        async with self._reading("reading a document", READ, access) as conn:
             return await listing.find(conn, doc_id, _collections(collections))
 
     async def chunk_metadata(
-        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+        self,
+        doc_id: str,
+        chunk_id: str,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> StoredChunk | None:
         """(collection, metadata, text) of chunk `chunk_id` of document `doc_id` in `collections` (None: all); None when
-        no such chunk is stored there."""
-        async with pools.transaction(self.pool, self.acquire_timeout_s, "reading a chunk", READ) as conn:
+        no such chunk is stored there or `access` may not read it."""
+        async with self._reading("reading a chunk", READ, access) as conn:
             return await listing.chunk_metadata(conn, doc_id, chunk_id, _collections(collections))
 
     async def dense_search(
@@ -450,6 +478,7 @@ class VectorStore:
             "dense search",
             self.search_settings(ef, exact),
             lambda c: search.dense(c, query, top_k, metadata_filter, scope, exact),
+            _access(scope),
         )
 
     async def cosine_similarities(self, query: npt.NDArray[np.float32], chunk_ids: list[str]) -> dict[str, float]:
@@ -509,6 +538,7 @@ class VectorStore:
             "full-text search",
             self.search_settings(),
             lambda c: search.full_text(c, query, top_k, match, rank, k1, b, self.postings_per_term, scope),
+            _access(scope),
         )
 
     def _bm25(self, options: FullTextOptions) -> tuple[float, float]:
@@ -544,6 +574,7 @@ class VectorStore:
             "weighted full-text search",
             self.search_settings(),
             lambda c: search.full_text(c, "", top_k, "any", rank, k1, b, self.postings_per_term, scope, terms),
+            _access(scope),
         )
 
     async def query_lexemes(self, query: str) -> list[str]:
@@ -569,8 +600,10 @@ class VectorStore:
     async def get_document(self, doc_id: str, scope: SearchScope | None = None) -> tuple[str, str] | None:
         """(title, full text) of document `doc_id`, its chunks joined in order without overlap markers; None when
         it is not stored or lies outside `scope` (None: any document), so an out-of-scope document reads exactly
-        like a missing one."""
-        return await self._read_only("reading a document", "", lambda c: search.get_document(c, doc_id, scope))
+        like a missing one (also one the scope's `access` may not read)."""
+        return await self._read_only(
+            "reading a document", "", lambda c: search.get_document(c, doc_id, scope), _access(scope)
+        )
 
     def search_session(
         self, ef_search: int | None = None, exact: bool = False
@@ -583,15 +616,54 @@ class VectorStore:
         """A read-only transaction on the primary's read pool starting with `settings` (`SET LOCAL`s)."""
         return pools.transaction(self.pool, self.acquire_timeout_s, action, f"{READ}; {settings}" if settings else READ)
 
-    async def _read_only(self, action: str, settings: str, fn: Callable[[Conn], Awaitable[T]]) -> T:
-        """`fn` in a read-only transaction on a usable replica, else on the primary (`replicas.read_only`)."""
+    async def _read_only(
+        self, action: str, settings: str, fn: Callable[[Conn], Awaitable[T]], access: Access = UNRESTRICTED
+    ) -> T:
+        """`fn` in a read-only transaction on a usable replica, else on the primary (`replicas.read_only`), under
+        `access` (its `set_local_sql` after `settings`)."""
         read = replicas.read_only(self.pool, self._replicas, self.acquire_timeout_s, self.search_targets)
-        return await read(action, settings, fn)
+        return await read(action, "; ".join(s for s in (settings, access.set_local_sql()) if s), fn)
+
+    def _reading(self, action: str, begin: str, access: Access) -> contextlib.AbstractAsyncContextManager[Conn]:
+        """A transaction on the primary's read pool starting with `begin` and, for a restricted `access`, its
+        `set_local_sql` (one round trip): Postgres' row-level security then hides what `access` may not read."""
+        restricted = access.set_local_sql()
+        return pools.transaction(
+            self.pool, self.acquire_timeout_s, action, f"{begin}; {restricted}" if restricted else begin
+        )
+
+    async def set_document_groups(
+        self, doc_id: str, groups: Sequence[str], collection: str = DEFAULT_COLLECTION
+    ) -> bool:
+        """Set the groups allowed to read document `doc_id` of `collection` (`tools.access.document_groups`:
+        none given is `PUBLIC_GROUP`), on its row and its chunks, in one write transaction; the collection's
+        version moves, so no answer cached from the old groups is served again.
+
+        Returns:
+            False when no such document is stored (nothing changed).
+
+        Raises:
+            AccessError: a group name is not valid (names it); StoreError: an invalid collection name.
+        """
+        _collection(collection)
+        if isinstance(groups, str):
+            raise AccessError(f"groups {groups!r}: expected a list of group names, got one string")
+        stored = document_groups(groups)
+        async with pools.transaction(self.write_pool, self.acquire_timeout_s, "setting a document's groups") as conn:
+            changed = await writes.set_groups(conn, doc_id, collection, list(stored))
+        if changed:
+            await self._replicated()
+        return changed
 
     async def _replicated(self) -> None:
         """After a write: wait (bounded) until the read replicas have replayed it (`replicas.replicated`)."""
         if self._replicas is not None:
             await replicas.replicated(self.pool, self._replicas, self.acquire_timeout_s)
+
+
+def _access(scope: SearchScope | None) -> Access:
+    """The access a read of `scope` runs under (None: `UNRESTRICTED`)."""
+    return UNRESTRICTED if scope is None else scope.access
 
 
 def _collection(name: str) -> None:

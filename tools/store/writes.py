@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from tools import bm25
-from tools.records import DocumentRecord, IngestCounts, chunk_id
+from tools.records import DocumentRecord, IngestCounts, chunk_id, split_groups
 from tools.store.records import Conn
 
 WRITE_LOCK = 4243
@@ -36,37 +36,45 @@ async def add_documents(
     """Store `docs` in `collection` (skip those stored there with the same hash, replace those stored there with
     another) and check that each doc id of `unchanged` (doc_id -> content hash, sent without chunks) is still stored
     in `collection` with that hash; inside the caller's transaction, which this locks first (`lock_writes`).
-    Documents of other collections are never read, replaced or counted."""
+    Documents of other collections are never read, replaced or counted. A skipped document whose metadata names
+    other groups than those stored keeps its rows and gets those groups (`set_groups`)."""
     await lock_writes(conn)
     wanted = [d.doc_id for d in docs] + list(unchanged)
-    stored = {
-        r["doc_id"]: r["content_hash"]
-        for r in await conn.fetch(
-            "SELECT doc_id, content_hash FROM documents WHERE collection = $2 AND doc_id = ANY($1::text[]) FOR UPDATE",
-            wanted,
-            collection,
-        )
-    }
+    rows = await conn.fetch(
+        "SELECT doc_id, content_hash, groups FROM documents WHERE collection = $2 AND doc_id = ANY($1::text[]) "
+        "FOR UPDATE",
+        wanted,
+        collection,
+    )
+    stored = {r["doc_id"]: r["content_hash"] for r in rows}
+    stored_groups = {r["doc_id"]: tuple(r["groups"]) for r in rows}
     missing = tuple(doc_id for doc_id, digest in unchanged.items() if stored.get(doc_id) != digest)
     new_docs = {d.doc_id: d for d in docs if stored.get(d.doc_id) != d.content_hash}
     skipped = len(docs) - len(new_docs) + len(unchanged) - len(missing)
+    for doc in docs:  # the same content with other groups: kept, its groups set
+        groups = split_groups(doc.doc_id, doc.metadata)[0]
+        if doc.doc_id not in new_docs and stored_groups.get(doc.doc_id) != groups:
+            await set_groups(conn, doc.doc_id, collection, list(groups))
     if not new_docs:
         return IngestCounts(skipped=skipped, missing=missing)
+    access = {doc_id: split_groups(doc_id, d.metadata) for doc_id, d in new_docs.items()}
     replaced = await conn.fetch(
         "SELECT id FROM documents WHERE collection = $2 AND doc_id = ANY($1::text[])", list(new_docs), collection
     )
     await delete_rows(conn, [r["id"] for r in replaced])
     rows = await conn.fetch(
         """
-        INSERT INTO documents (doc_id, title, source, metadata, content_hash, collection)
-        SELECT *, $6::text FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
+        INSERT INTO documents (doc_id, title, source, metadata, content_hash, groups, collection)
+        SELECT d, t, s, m, h, ARRAY(SELECT jsonb_array_elements_text(g)), $7::text
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::jsonb[]) AS u (d, t, s, m, h, g)
         RETURNING id, doc_id
         """,
         [d.doc_id for d in new_docs.values()],
         [d.title for d in new_docs.values()],
         [d.source for d in new_docs.values()],
-        [json.dumps(d.metadata) for d in new_docs.values()],
+        [json.dumps(access[d.doc_id][1]) for d in new_docs.values()],
         [d.content_hash for d in new_docs.values()],
+        [json.dumps(access[d.doc_id][0]) for d in new_docs.values()],
         collection,
     )
     ids = {r["doc_id"]: r["id"] for r in rows}
@@ -125,6 +133,23 @@ async def delete_documents(
             [r["doc_id"] for r in rows],
         )
     return [r["doc_id"] for r in rows]
+
+
+async def set_groups(conn: Conn, doc_id: str, collection: str, groups: list[str]) -> bool:
+    """Set the `groups` of document `doc_id` of `collection` and of its chunks; inside the caller's transaction,
+    which this locks first. The documents' trigger bumps the collection's version (`schema.ANSWER_CACHE_SQL`).
+    Returns False when no such document is stored."""
+    await lock_writes(conn)
+    document_id = await conn.fetchval(
+        "UPDATE documents SET groups = $3::text[] WHERE doc_id = $1 AND collection = $2 RETURNING id",
+        doc_id,
+        collection,
+        groups,
+    )
+    if document_id is None:
+        return False
+    await conn.execute("UPDATE chunks SET groups = $2::text[] WHERE document_id = $1", document_id, groups)
+    return True
 
 
 async def rebuild_full_text(conn: Conn, k1: float, b: float) -> None:

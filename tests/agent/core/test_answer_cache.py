@@ -20,6 +20,7 @@ from agent.core.answer_cache import (
     request_digest,
 )
 from agent.core.results import AskResult, Citation, SupportReport
+from tools.access import UNRESTRICTED, Access, caller_access
 from tools.records import CacheLookup
 from tools.scope import SearchScope
 
@@ -101,6 +102,14 @@ def test_an_empty_scope_differs_from_everything() -> None:
     assert digest(AnswerRequest(QUESTION, scope=SearchScope())) == digest(AnswerRequest(QUESTION))
 
 
+def test_callers_who_may_read_different_documents_never_share_a_key() -> None:
+    eng, ops = SearchScope().read_by(caller_access(["eng"])), SearchScope().read_by(caller_access(["ops"]))
+    keys = {digest(AnswerRequest(QUESTION, scope=s)) for s in (eng, ops, SearchScope())}
+    assert len(keys) == 3
+    again = SearchScope().read_by(caller_access(["eng", "everyone"]))
+    assert digest(AnswerRequest(QUESTION, scope=again)) == digest(AnswerRequest(QUESTION, scope=eng))
+
+
 @pytest.mark.parametrize(
     "update",
     [{"llm_model": "other-model"}, {"retrieval_mode": "dense"}, {"refusal_min_score": 0.5}, {"llm_max_tokens": 64}],
@@ -126,10 +135,12 @@ def test_prompt_version_is_a_hash_of_the_prompts() -> None:
 class NeverAsked:
     """A cache store that fails the test when it is used."""
 
-    async def lookup(self, digest: str, collections: Sequence[str] | None) -> CacheLookup:
+    async def lookup(
+        self, digest: str, collections: Sequence[str] | None, *, access: Access = UNRESTRICTED
+    ) -> CacheLookup:
         raise AssertionError("looked up")
 
-    async def store(self, key: str, answer: dict[str, Any]) -> None:
+    async def store(self, key: str, answer: dict[str, Any], *, access: Access = UNRESTRICTED) -> None:
         raise AssertionError("stored")
 
 
@@ -144,16 +155,30 @@ async def test_a_question_with_history_is_neither_looked_up_nor_stored() -> None
 
 
 class Stored:
-    """A cache store that misses every look-up and records what is stored."""
+    """A cache store that misses every look-up and records what is stored (and the accesses it was asked with)."""
 
     def __init__(self) -> None:
         self.stored: list[dict[str, Any]] = []
+        self.accesses: list[Access] = []
 
-    async def lookup(self, digest: str, collections: Sequence[str] | None) -> CacheLookup:
+    async def lookup(
+        self, digest: str, collections: Sequence[str] | None, *, access: Access = UNRESTRICTED
+    ) -> CacheLookup:
+        self.accesses.append(access)
         return CacheLookup(key="k", answer=None, settled=True)
 
-    async def store(self, key: str, answer: dict[str, Any]) -> None:
+    async def store(self, key: str, answer: dict[str, Any], *, access: Access = UNRESTRICTED) -> None:
         self.stored.append(answer)
+        self.accesses.append(access)
+
+
+async def test_the_callers_access_reaches_the_entries_on_lookup_and_store() -> None:
+    entries = Stored()
+    cache = AnswerCache(entries, SETTINGS)
+    eng = caller_access(["eng"])
+    looked = await cache.lookup(AnswerRequest(QUESTION, scope=SearchScope().read_by(eng)))
+    await cache.store(looked, CITED.model_copy(update={"support": SupportReport(mode="flag", supported=1)}))
+    assert entries.accesses == [eng, eng] and len(entries.stored) == 1
 
 
 CITED = AskResult(

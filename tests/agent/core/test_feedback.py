@@ -26,6 +26,7 @@ from evals.feedback_export import doc_id_of, read_corpus, write_export
 from tests.agent_corpus import COVERED, DOCUMENTS, OFF_TOPIC
 from tests.conversation_rig import Model
 from tests.scripted_console import ScriptedConsole
+from tools.access import UNRESTRICTED, Access
 from tools.errors import StoreUnavailableError
 from tools.feedback import AnswerRecord, FeedbackQuery
 from tools.in_memory import InMemoryCollection
@@ -114,10 +115,12 @@ class OneEntry:
     def __init__(self) -> None:
         self.answer: dict[str, Any] | None = None
 
-    async def lookup(self, digest: str, collections: Sequence[str] | None) -> CacheLookup:
+    async def lookup(
+        self, digest: str, collections: Sequence[str] | None, *, access: Access = UNRESTRICTED
+    ) -> CacheLookup:
         return CacheLookup("k", self.answer, True)
 
-    async def store(self, key: str, answer: dict[str, Any]) -> None:
+    async def store(self, key: str, answer: dict[str, Any], *, access: Access = UNRESTRICTED) -> None:
         self.answer = answer
 
 

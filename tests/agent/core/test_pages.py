@@ -13,6 +13,7 @@ import pytest
 
 from agent.core import pages
 from agent.core.errors import InputError
+from tools.access import NOBODY, UNRESTRICTED, Access
 from tools.originals import Originals
 from tools.records import StoredChunk
 
@@ -22,12 +23,18 @@ LINES = [[3, 72.0, 700.0, 300.0, 712.0], [3, 72.0, 686.0, 300.0, 698.0], [3, 72.
 
 
 class OneChunk:
-    """The `DocumentLibrary` part a page render reads: one chunk of `handbook.pdf`, with line boxes."""
+    """The `DocumentLibrary` part a page render reads: one chunk of `handbook.pdf`, with line boxes, readable by the
+    group `eng` only."""
 
     async def chunk_metadata(
-        self, doc_id: str, chunk_id: str, *, collections: Sequence[str] | None = None
+        self,
+        doc_id: str,
+        chunk_id: str,
+        *,
+        collections: Sequence[str] | None = None,
+        access: Access = UNRESTRICTED,
     ) -> StoredChunk | None:
-        if (doc_id, chunk_id) != ("handbook.pdf", "handbook.pdf#0"):
+        if (doc_id, chunk_id) != ("handbook.pdf", "handbook.pdf#0") or not access.readable(["eng"]):
             return None
         return StoredChunk("default", {"page": 3, "boxes": LINES}, TEXT)
 
@@ -73,3 +80,12 @@ async def test_a_sentence_without_a_chunk_is_refused(tmp_path: Path) -> None:
     library: Any = OneChunk()
     with pytest.raises(InputError, match="span needs chunk"):
         await pages.page_image(library, Originals(tmp_path), "handbook.pdf", 3, sentence=(0, 4))
+
+
+async def test_a_chunk_the_reader_may_not_read_is_not_found(tmp_path: Path, drawn: list[list[Any]]) -> None:
+    library: Any = OneChunk()
+    with pytest.raises(pages.PageError, match="not a stored chunk") as refused:
+        await pages.page_image(
+            library, Originals(tmp_path), "handbook.pdf", 3, chunk_id="handbook.pdf#0", access=NOBODY
+        )
+    assert refused.value.kind == "chunk_not_found" and not drawn
