@@ -87,7 +87,7 @@ def test_set_groups_changes_a_stored_documents_groups(monkeypatch: pytest.Monkey
     monkeypatch.setattr(access, "set_groups_in_store", in_memory)
     code, out = run("set-groups", "a.md", "--groups", "sales, eng,,", "--collection", "handbook")
     assert code == 0 and "eng, sales" in out
-    assert store.groups_set == {("a.md", "handbook"): ("eng", "sales")}
+    assert store._entries["a.md", "handbook"].groups == ("eng", "sales")
     code, out = run("set-groups", "a.md", "--groups", "eng")
     assert code == 1 and "no document 'a.md' in 'default'" in out
 

@@ -101,14 +101,16 @@ async def test_document_groups_are_set_by_an_admin_and_missing_reads_like_refuse
     doc_id = app.collection._keys(None)[0][0]
     async with app.client() as client:
         path = f"/v1/documents/{doc_id}/groups"
-        done = await client.put(path, json={"groups": ["sales", " eng"]}, headers=ADMIN)
-        assert done.status_code == 200, done.text
-        assert done.json() == {"doc_id": doc_id, "collection": "default", "groups": ["eng", "sales"]}
-        assert app.collection.groups_set[doc_id, "default"] == ("eng", "sales")
-        by_ops = await client.put(path, json={"groups": []}, headers=bearer(ops))
+        by_ops = await client.put(path, json={"groups": []}, headers=bearer(ops))  # a public document: ops reads it
         assert by_ops.status_code == 200 and by_ops.json()["groups"] == ["everyone"]
         refused = await client.put(path, json={"groups": ["eng"]}, headers=bearer(eng))
         assert_error(refused, 403, "admin_only", "admin role")
+        done = await client.put(path, json={"groups": ["sales", " eng"]}, headers=ADMIN)
+        assert done.status_code == 200, done.text
+        assert done.json() == {"doc_id": doc_id, "collection": "default", "groups": ["eng", "sales"]}
+        assert app.collection._entries[doc_id, "default"].groups == ("eng", "sales")
+        unreadable = await client.put(path, json={"groups": []}, headers=bearer(ops))  # ops is in neither group now
+        assert_error(unreadable, 404, "document_not_found", doc_id)
         missing = await client.put("/v1/documents/no/such.md/groups", json={"groups": ["eng"]}, headers=ADMIN)
         assert_error(missing, 404, "document_not_found", "no/such.md")
         bad = await client.put(path, json={"groups": ["bad\x01"]}, headers=ADMIN)

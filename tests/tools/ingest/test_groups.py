@@ -69,27 +69,28 @@ async def test_a_sync_stores_groups_and_applies_a_changed_rules_file_without_emb
     options = ingest_options(settings)
     request = SyncRequest(folder, collection="synced", groups=("staff",))
 
-    def groups_of(doc_id: str) -> object:
-        return sink.documents["synced", doc_id].metadata.get(GROUPS_KEY)
+    def groups_of(doc_id: str) -> tuple[str, ...]:
+        return sink.groups["synced", doc_id]
 
     first = await sync_folder(request, embedder, sink, ledger, options)
     assert sorted(first.added) == ["hr/pay.md", "open.md"] and first.regrouped == []
-    assert groups_of("hr/pay.md") == ["hr"] and groups_of("open.md") == ["staff"]
+    assert groups_of("hr/pay.md") == ("hr",) and groups_of("open.md") == ("staff",)
     assert ".rag-groups" not in [*first.added, *(e.path for e in first.skipped)]  # never a document
     calls = embedder.calls
 
     again = await sync_folder(request, embedder, sink, ledger, options)
+    writes = sink.transactions
     assert (again.added, again.updated, again.regrouped) == ([], [], [])
-    assert sink.groups_set == {}
+    assert sink.transactions == writes  # nothing written
 
     (folder / "hr" / ".rag-groups").write_text("hr\nhr-leads\n")
     changed = await sync_folder(request, embedder, sink, ledger, options)
     assert sorted(changed.regrouped) == ["hr/pay.md", "open.md"] and (changed.added, changed.updated) == ([], [])
-    assert sink.groups_set == {("synced", "hr/pay.md"): ("hr", "hr-leads"), ("synced", "open.md"): ("staff",)}
+    assert groups_of("hr/pay.md") == ("hr", "hr-leads") and groups_of("open.md") == ("staff",)
     assert embedder.calls == calls  # nothing embedded
     assert (await sync_folder(request, embedder, sink, ledger, options)).regrouped == []
 
     (folder / "hr" / ".rag-groups").unlink()
     public = await sync_folder(SyncRequest(folder, collection="synced"), embedder, sink, ledger, options)
     assert sorted(public.regrouped) == ["hr/pay.md", "open.md"]
-    assert sink.groups_set["synced", "hr/pay.md"] == ("everyone",)  # no rules, no default: public
+    assert groups_of("hr/pay.md") == groups_of("open.md") == ("everyone",)  # no rules, no default: public
