@@ -32,7 +32,6 @@ Retrieval:
 - `rm3`: RM3 pseudo-relevance feedback for the full-text leg.
 - `rerank`: the rerank step, a cross-encoder re-ordering the head of a fused ranking.
 - `scope`: which documents a search may see (`SearchScope`: collections and metadata filters).
-- `access`: who is reading: groups, roles, a caller's `Access` and the grants' `GrantBook` protocol.
 
 Answers:
 - `support`: per-sentence support of an answer by the retrieved sentences.
