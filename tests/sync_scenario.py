@@ -47,3 +47,14 @@ def check_second_sync(
     assert counted.texts - texts == second.chunks_embedded == expected
     assert counted.calls - calls == second.embed_calls == 1
     assert second.chunks_reused == sum(len(t) for t in after.values()) - expected
+
+
+def groups_folder(tmp_path: Path) -> Path:
+    """A folder whose `hr/` holds a `.rag-groups` naming `hr` beside `hr/pay.md`, and `open.md` at its top (no rules
+    file covers it)."""
+    folder = tmp_path / "folder"
+    (folder / "hr").mkdir(parents=True)
+    (folder / "hr" / "pay.md").write_text("# Pay\n\nSalaries are paid monthly.\n")
+    (folder / "hr" / ".rag-groups").write_text("hr\n")
+    (folder / "open.md").write_text("# Open\n\nThe canteen opens at noon.\n")
+    return folder

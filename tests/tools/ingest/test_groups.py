@@ -12,6 +12,7 @@ import pytest
 from agent.config.settings import Settings
 from agent.core.wiring import ingest_options
 from tests.ingest_doubles import ScriptedEmbedder
+from tests.sync_scenario import groups_folder
 from tools.in_memory_sink import InMemorySink
 from tools.in_memory_sync import InMemorySyncLedger
 from tools.ingest import IngestError, SourceDocument
@@ -58,11 +59,7 @@ def test_with_groups_sets_the_metadata_key_or_leaves_the_document() -> None:
 async def test_a_sync_stores_groups_and_applies_a_changed_rules_file_without_embedding(
     tmp_path: Path, settings: Settings
 ) -> None:
-    folder = tmp_path / "folder"
-    (folder / "hr").mkdir(parents=True)
-    (folder / "hr" / "pay.md").write_text("# Pay\n\nSalaries are paid monthly.\n")
-    (folder / "hr" / ".rag-groups").write_text("hr\n")
-    (folder / "open.md").write_text("# Open\n\nThe canteen opens at noon.\n")
+    folder = groups_folder(tmp_path)
     embedder = CountingEmbedder(ScriptedEmbedder())
     sink = InMemorySink(embedder.spec.dim)
     ledger = InMemorySyncLedger(sink)

@@ -10,6 +10,7 @@ from agent.config.settings import Settings
 from agent.core.wiring import ingest_options
 from tests.contracts.conftest import empty_store
 from tests.ingest_doubles import ScriptedEmbedder
+from tests.sync_scenario import groups_folder
 from tools.ingest.sync import SyncRequest, sync_folder
 from tools.store.sync_state import PostgresSyncLedger
 
@@ -17,11 +18,7 @@ from tools.store.sync_state import PostgresSyncLedger
 async def test_rules_files_set_and_reset_the_groups_in_postgres(
     postgres_url: str, settings: Settings, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "folder"
-    (folder / "hr").mkdir(parents=True)
-    (folder / "hr" / "pay.md").write_text("# Pay\n\nSalaries are paid monthly.\n")
-    (folder / "hr" / ".rag-groups").write_text("hr\n")
-    (folder / "open.md").write_text("# Open\n\nThe canteen opens at noon.\n")
+    folder = groups_folder(tmp_path)
     store = await empty_store(postgres_url, "test_sync_groups", settings)
     try:
         ledger = PostgresSyncLedger(store)
