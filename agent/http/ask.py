@@ -136,7 +136,9 @@ async def conversation_of(body: AskRequest, rag: Rag, caller: Caller) -> Convers
     if body.conversation_id is None:
         return None
     # a key holder's own conversations only: another key's is not found, exactly like a missing one
-    return await rag.conversation(body.conversation_id, last_turns=rag.settings.chat_history_turns, owner=caller.owner)
+    return await rag.conversation(
+        body.conversation_id, last_turns=rag.settings.chat_history_turns, owner=caller.owner, access=caller.access
+    )
 
 
 InConversation = Annotated[Conversation | None, Depends(conversation_of)]

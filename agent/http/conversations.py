@@ -126,7 +126,7 @@ async def list_conversations(
 async def get_conversation(conversation_id: UUID, rag: Rag, caller: Caller) -> ConversationWithTurns:
     """The caller's conversation and all its turns, oldest first (question, answer, citations, refused,
     created_at)."""
-    conversation = await rag.conversation(conversation_id, owner=caller.owner)
+    conversation = await rag.conversation(conversation_id, owner=caller.owner, access=caller.access)
     out = ConversationOut.of(conversation)
     return ConversationWithTurns(**out.model_dump(), turns=[TurnOut.of(t) for t in conversation.turns])
 

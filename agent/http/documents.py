@@ -134,7 +134,7 @@ async def list_documents(
         raise InputError("q holds a NUL character (\\u0000); expected text without NUL")
     matching = q.strip() if q else None
     page = await rag.document_page(
-        limit, cursor, offset, collections=caller.visible(collection), matching=matching or None
+        limit, cursor, offset, collections=caller.visible(collection), matching=matching or None, access=caller.access
     )
     documents = [DocumentOut(**vars(d)) for d in page.documents]
     return DocumentList(documents=documents, total=page.total, next_cursor=page.next_cursor)
@@ -144,7 +144,7 @@ async def list_documents(
 async def list_collections(rag: Rag, caller: Caller) -> CollectionList:
     """The collections the caller may search and list (an API key's own; the admin's: every collection holding a
     document), with their document counts; pass them as `collection` / `collections` to narrow a request."""
-    counts = await rag.collection_counts(collections=caller.collections)
+    counts = await rag.collection_counts(collections=caller.collections, access=caller.access)
     return CollectionList(
         collections=[CollectionOut(name=n, documents=c) for n, c in counts.items()],
         scoped=caller.collections is not None,
@@ -198,7 +198,9 @@ async def delete_document(
     """Delete one document and its chunks (ids may hold `/`, e.g. `a/handbook.md`) from the collection named, else
     from every collection of the API key; search and answers never return it afterwards. 404 `document_not_found`
     when none of those collections holds it (a document of another key's collection included)."""
-    deleted = await rag.delete_documents([doc_id], collections=caller.visible(collection))
+    visible = caller.visible(collection)
+    readable = caller.access.unrestricted or await rag.get_document(doc_id, caller.scope(None, visible)) is not None
+    deleted = await rag.delete_documents([doc_id], collections=visible) if readable else []
     if doc_id not in deleted:
         return error_response(Failure("document_not_found", f"document {doc_id!r} is not stored"))
     return Deleted(deleted=deleted)
@@ -272,7 +274,13 @@ async def document_page_image(
         sentence = (start, end)
     try:
         rendered = await rag.page_image(
-            doc_id, n, chunk_id=chunk, sentence=sentence, collections=caller.visible(collection), scale=scale
+            doc_id,
+            n,
+            chunk_id=chunk,
+            sentence=sentence,
+            collections=caller.visible(collection),
+            scale=scale,
+            access=caller.access,
         )
     except PageError as exc:
         return error_response(Failure(exc.kind, str(exc)))

@@ -177,7 +177,7 @@ async def list_feedback(
     names = None if collection is None else caller.visible(collection)
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
-    found = await rag.feedback.find(caller.owner, rating, since, names, limit)
+    found = await rag.feedback.find(caller.owner, rating, since, names, limit, access=caller.access)
     return FeedbackList(feedback=[FeedbackOut.of(r) for r in found])
 
 
@@ -207,7 +207,7 @@ async def get_feedback(
     caller: Caller,
 ) -> FeedbackOut:
     """The rating of one of the caller's answers; 404 `answer_not_found` when it is not rated."""
-    return FeedbackOut.of(await rag.feedback.rating(answer_id, caller.owner))
+    return FeedbackOut.of(await rag.feedback.rating(answer_id, caller.owner, access=caller.access))
 
 
 @router.delete("/v1/feedback/{answer_id}", status_code=204, responses=_NOT_FOUND)
