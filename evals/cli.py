@@ -251,6 +251,19 @@ def bench_embedder(
     int8: Annotated[bool, typer.Option(help="Also measure the int8 model (if exported) at concurrency 32.")] = True,
     max_seconds_per_point: Annotated[float, typer.Option(min=1, help="Stop a point after this many seconds.")] = 30.0,
     port_base: Annotated[int, typer.Option(min=0, help="First of 10 ports for the bench servers (0: free ports).")] = 0,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Rounds: every point once per round, setups alternating; medians reported.")
+    ] = 3,
+    max_in_flight: Annotated[
+        int | None, typer.Option(min=1, help="The Triton client's in-flight limit (default: TRITON_MAX_IN_FLIGHT).")
+    ] = None,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            help="Instead: profile short queries at concurrency 32 (where the time goes) under each serving "
+            "configuration of evals.bench_embedder.profile, --repeats rounds, --requests per point."
+        ),
+    ] = False,
     plot: Annotated[Path | None, typer.Option(help="Plot file (default DATA_DIR/bench/bench-embedder.png).")] = None,
     output: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only.")] = False,
@@ -276,7 +289,14 @@ def bench_embedder(
         max_seconds_per_point=max_seconds_per_point,
         port_base=port_base,
         data_dir=data_dir,
+        repeats=repeats,
+        max_in_flight=max_in_flight,
     )
+    if profile:
+        from evals.bench_embedder.profile_run import run_profile_command
+
+        run_profile_command(params, as_json, output)
+        return
     for name in params.lengths:
         if name not in ("short", "abstract"):
             raise typer.BadParameter(f"--length {name!r}: expected 'short' or 'abstract'")
