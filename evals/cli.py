@@ -346,6 +346,18 @@ def bench_query(
             "stored corpus (database <name>_filtered).",
         ),
     ] = None,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Rounds: every point once per round, modes alternating; medians reported.")
+    ] = 3,
+    access: Annotated[
+        str | None,
+        typer.Option(
+            "--access",
+            metavar="GROUP[,GROUP]",
+            help="Also search as a caller in these groups (row-level security) and report restricted / "
+            "unrestricted p50 latency (target <= 1.15).",
+        ),
+    ] = None,
     plot: Annotated[Path | None, typer.Option(help="Plot file (default DATA_DIR/bench/bench-query.png).")] = None,
     out: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only (progress on stderr).")] = False,
@@ -375,6 +387,8 @@ def bench_query(
         scale=scale,
         rebuild_scale=rebuild_scale,
         filter_selectivities=selectivities,
+        repeats=repeats,
+        access_groups=tuple(g.strip() for g in (access or "").split(",") if g.strip()),
     )
     run_query_bench_command(params, as_json, plot, out)
 
