@@ -645,6 +645,28 @@ def bench_fairness(
     run_fairness_bench_command(params, honour_retry_after, as_json, out)
 
 
+@bench_app.command("burst")
+def bench_burst(
+    clients: Annotated[int, typer.Option(min=1, help="Clients arriving at once in each burst.")] = 128,
+    bursts: Annotated[int, typer.Option(min=1, help="Bursts (each after the last one's answers ended).")] = 5,
+    rate: Annotated[
+        float, typer.Option(min=0, help="Open-loop arrivals per second after the bursts (0: none).")
+    ] = 100.0,
+    seconds: Annotated[float, typer.Option(min=0, help="Seconds of open-loop arrivals.")] = 10.0,
+    answer_s: Annotated[float, typer.Option(min=0.01, help="Seconds each admitted answer holds its slot.")] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results JSON only.")] = False,
+    out: Annotated[Path, typer.Option(help="Results file.")] = Path(".rag/bench/bench-burst.json"),
+) -> None:
+    """Refusal latency when clients arrive together: bursts of 128 at once and open-loop arrivals against the real
+    HTTP app in its own process (in-memory answers holding their slot), from a load generator at higher priority;
+    refusals' p50/p95/p99/max per phase, target p99 < 250 ms (no stack needed)."""
+    from evals.bench_burst import BurstParams, render, run_burst_bench
+    from evals.plots import emit_report
+
+    params = BurstParams(clients=clients, bursts=bursts, rate=rate, seconds=seconds, answer_s=answer_s)
+    emit_report(run_burst_bench(params), as_json, out, render)
+
+
 @bench_app.command("support")
 def bench_support(
     answers: Annotated[int, typer.Option(min=1, help="Stored answers checked (after the warm-up).")] = 100,
