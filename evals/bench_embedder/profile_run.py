@@ -21,12 +21,10 @@ from evals.repeats import rotation, spread
 
 DEFAULT_VARIANTS = (
     Variant(),
-    Variant(queue_delay_us=None),
     Variant(max_in_flight=32),
-    Variant(queue_delay_us=None, max_in_flight=32),
+    Variant(instances=2, threads=1),
     Variant(instances=2, threads=1, max_in_flight=32),
-    Variant(max_in_flight=32, queue_delay_us=500),
-    Variant(max_in_flight=32, preferred=(8, 16)),
+    Variant(instances=2, threads=1, queue_delay_us=None, max_in_flight=32),
 )
 """The configurations `rag bench embedder --profile` compares (the shipped one first)."""
 
