@@ -43,13 +43,17 @@ from agent.config.settings import Settings
 from agent.core.wiring import Clients, build_retriever, build_store
 from evals.bench_corpus import scaled_database_name, stored_pages
 from evals.bench_embedder import run_load
+from evals.bench_query_rounds import merge_embed_only, merge_points, query_targets
 from evals.machine import machine_info
 from evals.plots import concurrency_axis, emit_report, pyplot, save_figure
+from evals.repeats import rotation
 from evals.retrieval_eval import ensure_database
 from evals.scifact import claim_texts
+from tools.access import caller_access
 from tools.records import ChunkRecord, DocumentRecord
 from tools.retrieval import Retriever
 from tools.retrieval_config import RETRIEVAL_MODES, RetrievalMode
+from tools.scope import SearchScope
 from tools.stats import percentiles
 from tools.store import VectorStore
 
@@ -75,6 +79,12 @@ class QueryBenchParams:
         filter_selectivities: the filtered mode (`evals.bench_filters`) at these shares of chunks matching, e.g.
             (0.01, 0.001); empty: the sweep.
         max_seconds_per_point: stop issuing queries of one point after this many seconds.
+        repeats: rounds; per concurrency, each round measures embed-only and every mode (and every mode as the
+            restricted caller, with `access_groups`) in a rotated order (`evals.repeats.rotation`); the report
+            gives the medians with their spread (`evals.bench_query_rounds`).
+        access_groups: also search as a caller in these groups (`tools.access.caller_access`: the scope read by
+            them, Postgres row-level security in the store) and report restricted / unrestricted p50 latency;
+            empty: unrestricted only.
     """
 
     requests: int = 300
@@ -85,6 +95,8 @@ class QueryBenchParams:
     rebuild_scale: bool = False
     max_seconds_per_point: float = 120.0
     filter_selectivities: tuple[float, ...] = ()
+    repeats: int = 3
+    access_groups: tuple[str, ...] = ()
 
 
 def load_claims() -> list[str]:
@@ -101,14 +113,20 @@ def retrievers(app: Clients, store: VectorStore, modes: Sequence[RetrievalMode])
 
 
 async def measure_point(
-    app: Clients, retriever: Retriever, claims: Sequence[str], params: QueryBenchParams, concurrency: int
+    app: Clients,
+    retriever: Retriever,
+    claims: Sequence[str],
+    params: QueryBenchParams,
+    concurrency: int,
+    scope: SearchScope | None = None,
 ) -> dict[str, Any]:
-    """One (mode, concurrency) point: qps, latency percentiles (ms), stage p50s and Triton's mean batch."""
+    """One (mode, concurrency) point: qps, latency percentiles (ms), stage p50s and Triton's mean batch; the
+    searches read `scope` (None: everything, unrestricted)."""
     top_k = params.top_k or app.settings.top_k
     timings: list[dict[str, float]] = []
 
     async def call(claim: str) -> object:
-        result = await retriever.search(claim, top_k)
+        result = await retriever.search(claim, top_k, scope)
         timings.append(result.timings_ms)
         return result
 
@@ -258,6 +276,10 @@ async def run_query_bench(settings: Settings, params: QueryBenchParams) -> dict[
     machine = machine_info({"embedder_model": settings.embedder_model, "triton_grpc_url": settings.triton_grpc_url})
     points: list[dict[str, Any]] = []
     embed_only: list[dict[str, Any]] = []
+    point_rounds: list[dict[str, Any]] = []
+    embed_only_rounds: list[dict[str, Any]] = []
+    restricted_rounds: list[dict[str, Any]] = []
+    restricted_points: list[dict[str, Any]] = []
     filtered: dict[str, Any] | None = None
     async with Clients(settings) as app:
         docs, chunks = await app.store.count()
@@ -268,14 +290,26 @@ async def run_query_bench(settings: Settings, params: QueryBenchParams) -> dict[
                 app, claims, params.filter_selectivities, params.requests, params.rebuild_scale
             )
         by_mode = retrievers(app, app.store, params.modes)
+        scope = SearchScope().read_by(caller_access(params.access_groups)) if params.access_groups else None
+        steps = ["embed_only", *params.modes, *(f"{m}@restricted" for m in params.modes if scope is not None)]
         for concurrency in () if filtered else params.concurrencies:
-            embed_only.append(await embed_only_point(app, claims, params, concurrency))
-            log.info("embed only: %s", embed_only[-1])
-            for mode in params.modes:
-                point = await measure_point(app, by_mode[mode], claims, params, concurrency)
-                point["embed_only_ratio"] = round(point["qps"] / embed_only[-1]["qps"], 3)
-                log.info("%s", point)
-                points.append(point)
+            for round_index in range(params.repeats):
+                for step in rotation(steps, round_index):
+                    mode, _, restricted = step.partition("@")
+                    if step == "embed_only":
+                        point = await embed_only_point(app, claims, params, concurrency)
+                    else:
+                        chosen = scope if restricted else None
+                        point = await measure_point(app, by_mode[mode], claims, params, concurrency, chosen)
+                    point["round"] = round_index
+                    if step == "embed_only":
+                        embed_only_rounds.append(point)
+                    else:
+                        (restricted_rounds if restricted else point_rounds).append(point)
+                    log.info("round %d %s: %s", round_index + 1, step, point)
+        points = merge_points(point_rounds, embed_only_rounds)
+        embed_only = merge_embed_only(embed_only_rounds)
+        restricted_points = merge_points(restricted_rounds, embed_only_rounds) if restricted_rounds else []
         scale = await scale_legs(app, claims, params, points) if params.scale and not filtered else None
     machine["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     settings_used = {
@@ -285,6 +319,9 @@ async def run_query_bench(settings: Settings, params: QueryBenchParams) -> dict[
     return {
         "points": points,
         "embed_only": embed_only,
+        "targets": query_targets(point_rounds, embed_only_rounds, restricted_rounds),
+        "restricted_points": restricted_points,
+        "rounds": {"points": point_rounds, "embed_only": embed_only_rounds, "restricted": restricted_rounds},
         "scale": scale,
         "filtered": filtered,
         "machine": machine,
@@ -321,6 +358,20 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
     return save_figure(fig, path, title)
 
 
+def _with_spread(value: float, spread: dict[str, Any] | None, digits: int) -> str:
+    """`value (low–high)`, or the value alone for one round."""
+    if not spread or len(spread["values"]) < 2:
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} ({spread['low']:.{digits}f}–{spread['high']:.{digits}f})"
+
+
+def _judged(entry: dict[str, Any]) -> str:
+    """A judged figure (`evals.repeats.judged`) as `median (low–high)`, `-` when not measured."""
+    if entry["value"] is None:
+        return "-"
+    return _with_spread(entry["value"], entry["spread"], 3)
+
+
 def render(report: dict[str, Any], console: Any) -> None:
     """Print the points, the embed-only throughput and the scale legs as Rich tables."""
     from rich.table import Table
@@ -331,16 +382,18 @@ def render(report: dict[str, Any], console: Any) -> None:
         f"{m['cores']} cores, load avg {m['load_average_1m_at_start']} -> {m['load_average_1m_at_end']}, "
         f"{m['date_utc']}"
     )
-    columns = ("mode", "C", "n", "q/s", "x embed-only", "p50 ms", "p95 ms", "p99 ms", "embed p50", "search p50")
-    for col in (*columns, "mean batch"):
+    columns = ("mode", "C", "n", "q/s (low–high)", "x embed-only (low–high)", "p50 ms", "p95 ms", "p99 ms")
+    for col in (*columns, "embed p50", "search p50", "mean batch"):
         table.add_column(col, justify="left" if col == "mode" else "right")
-    for p in report["points"]:
+    restricted = [{**p, "mode": f"{p['mode']} (restricted)"} for p in report.get("restricted_points", [])]
+    for p in [*report["points"], *restricted]:
+        ratio = p.get("embed_only_ratio_spread")
         table.add_row(
             p["mode"],
             str(p["concurrency"]),
             str(p["n"]),
-            f"{p['qps']:.1f}",
-            f"{p['embed_only_ratio']:.2f}",
+            _with_spread(p["qps"], p.get("qps_spread"), 1),
+            "-" if ratio is None else _with_spread(ratio["median"], ratio, 2),
             f"{p['p50_ms']:.1f}",
             f"{p['p95_ms']:.1f}",
             f"{p['p99_ms']:.1f}",
@@ -351,10 +404,22 @@ def render(report: dict[str, Any], console: Any) -> None:
     console.print(table)
     embed = Table(title="embed only: app.embedder.embed, one claim per call")
     embed.add_column("C", justify="right")
-    embed.add_column("q/s", justify="right")
+    embed.add_column("q/s (low–high)", justify="right")
     for p in report["embed_only"]:
-        embed.add_row(str(p["concurrency"]), f"{p['qps']:.1f}")
+        embed.add_row(str(p["concurrency"]), _with_spread(p["qps"], p.get("qps_spread"), 1))
     console.print(embed)
+    targets = Table(title=f"targets: medians of {report['params']['repeats']} rounds (low–high), judged by every round")
+    for col in ("figure", "value", "target", "verdict"):
+        targets.add_column(col)
+    for name, t in report.get("targets", {}).items():
+        if name == "restricted_by_point":
+            for point, entry in t.items():
+                targets.add_row(
+                    f"restricted / unrestricted p50, {point}", _judged(entry), entry["target"], str(entry["verdict"])
+                )
+            continue
+        targets.add_row(name, _judged(t), str(t["target"]), str(t["verdict"]))
+    console.print(targets)
     scale = report["scale"]
     if scale:
         legs = Table(

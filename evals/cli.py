@@ -251,6 +251,19 @@ def bench_embedder(
     int8: Annotated[bool, typer.Option(help="Also measure the int8 model (if exported) at concurrency 32.")] = True,
     max_seconds_per_point: Annotated[float, typer.Option(min=1, help="Stop a point after this many seconds.")] = 30.0,
     port_base: Annotated[int, typer.Option(min=0, help="First of 10 ports for the bench servers (0: free ports).")] = 0,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Rounds: every point once per round, setups alternating; medians reported.")
+    ] = 3,
+    max_in_flight: Annotated[
+        int | None, typer.Option(min=1, help="The Triton client's in-flight limit (default: TRITON_MAX_IN_FLIGHT).")
+    ] = None,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            help="Instead: profile short queries at concurrency 32 (where the time goes) under each serving "
+            "configuration of evals.bench_embedder.profile, --repeats rounds, --requests per point."
+        ),
+    ] = False,
     plot: Annotated[Path | None, typer.Option(help="Plot file (default DATA_DIR/bench/bench-embedder.png).")] = None,
     output: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only.")] = False,
@@ -276,7 +289,14 @@ def bench_embedder(
         max_seconds_per_point=max_seconds_per_point,
         port_base=port_base,
         data_dir=data_dir,
+        repeats=repeats,
+        max_in_flight=max_in_flight,
     )
+    if profile:
+        from evals.bench_embedder.profile_run import run_profile_command
+
+        run_profile_command(params, as_json, output)
+        return
     for name in params.lengths:
         if name not in ("short", "abstract"):
             raise typer.BadParameter(f"--length {name!r}: expected 'short' or 'abstract'")
@@ -326,6 +346,18 @@ def bench_query(
             "stored corpus (database <name>_filtered).",
         ),
     ] = None,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Rounds: every point once per round, modes alternating; medians reported.")
+    ] = 3,
+    access: Annotated[
+        str | None,
+        typer.Option(
+            "--access",
+            metavar="GROUP[,GROUP]",
+            help="Also search as a caller in these groups (row-level security) and report restricted / "
+            "unrestricted p50 latency (target <= 1.15).",
+        ),
+    ] = None,
     plot: Annotated[Path | None, typer.Option(help="Plot file (default DATA_DIR/bench/bench-query.png).")] = None,
     out: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object only (progress on stderr).")] = False,
@@ -355,6 +387,8 @@ def bench_query(
         scale=scale,
         rebuild_scale=rebuild_scale,
         filter_selectivities=selectivities,
+        repeats=repeats,
+        access_groups=tuple(g.strip() for g in (access or "").split(",") if g.strip()),
     )
     run_query_bench_command(params, as_json, plot, out)
 
@@ -609,6 +643,28 @@ def bench_fairness(
 
     params = FairnessBenchParams(flood_clients, duration, answer_s=answer_s, key_share=key_share)
     run_fairness_bench_command(params, honour_retry_after, as_json, out)
+
+
+@bench_app.command("burst")
+def bench_burst(
+    clients: Annotated[int, typer.Option(min=1, help="Clients arriving at once in each burst.")] = 128,
+    bursts: Annotated[int, typer.Option(min=1, help="Bursts (each after the last one's answers ended).")] = 5,
+    rate: Annotated[
+        float, typer.Option(min=0, help="Open-loop arrivals per second after the bursts (0: none).")
+    ] = 100.0,
+    seconds: Annotated[float, typer.Option(min=0, help="Seconds of open-loop arrivals.")] = 10.0,
+    answer_s: Annotated[float, typer.Option(min=0.01, help="Seconds each admitted answer holds its slot.")] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results JSON only.")] = False,
+    out: Annotated[Path, typer.Option(help="Results file.")] = Path(".rag/bench/bench-burst.json"),
+) -> None:
+    """Refusal latency when clients arrive together: bursts of 128 at once and open-loop arrivals against the real
+    HTTP app in its own process (in-memory answers holding their slot), from a load generator at higher priority;
+    refusals' p50/p95/p99/max per phase, target p99 < 250 ms (no stack needed)."""
+    from evals.bench_burst import BurstParams, render, run_burst_bench
+    from evals.plots import emit_report
+
+    params = BurstParams(clients=clients, bursts=bursts, rate=rate, seconds=seconds, answer_s=answer_s)
+    emit_report(run_burst_bench(params), as_json, out, render)
 
 
 @bench_app.command("support")

@@ -32,21 +32,32 @@ def kind_of(length: str) -> TextKind:
     return "query" if length == "short" else "document"
 
 
-def cpu_seconds(pid: int | None = None) -> float:
-    """User + system CPU seconds used so far by process `pid` (None: this process) and its live children, s.
-
-    A child that has exited is not counted (the servers' model processes live for the whole benchmark).
-    """
+def cpu_by_process(pid: int | None = None) -> dict[int, float]:
+    """User + system CPU seconds used so far by process `pid` (None: this process) and each of its live children."""
     process = psutil.Process(pid)
     tree = [process, *process.children(recursive=True)] if pid is not None else [process]
-    total = 0.0
+    out: dict[int, float] = {}
     for proc in tree:
         try:
             times = proc.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
-    return total
+        out[proc.pid] = times.user + times.system
+    return out
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds used so far by process `pid` (None: this process) and its live children, s.
+
+    A child that has exited is not counted (the servers' model processes live for the whole benchmark).
+    """
+    return sum(cpu_by_process(pid).values())
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two `cpu_by_process` snapshots: by the processes alive at the end (all of a new
+    one's time), so a child that exited meanwhile (a reloaded model's stub) never makes the figure negative."""
+    return sum(t - before.get(p, 0.0) for p, t in after.items())
 
 
 async def measured_load(
@@ -66,10 +77,10 @@ async def measured_load(
         latencies (s), wall time (s), client cores, server cores (None when `server_pid` is None).
     """
     client0 = cpu_seconds()
-    server0 = cpu_seconds(server_pid) if server_pid is not None else 0.0
+    server0 = cpu_by_process(server_pid) if server_pid is not None else {}
     latencies, wall = await run_load(call, texts, n, concurrency, max_seconds)
     client = (cpu_seconds() - client0) / wall
-    server = (cpu_seconds(server_pid) - server0) / wall if server_pid is not None else None
+    server = cpu_used(server0, cpu_by_process(server_pid)) / wall if server_pid is not None else None
     return latencies, wall, client, server
 
 

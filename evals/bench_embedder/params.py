@@ -33,6 +33,9 @@ class BenchParams:
         port_base: first of the ports the benchmark's servers use (Triton gRPC/HTTP/metrics, naive server);
             0 picks free ports.
         data_dir: where the benchmark's servers keep PID files and logs.
+        repeats: rounds; every point of every setup is measured once per round, the setups in a rotated order
+            (`evals.repeats.rotation`), and reported as the median of the rounds with its spread.
+        max_in_flight: the Triton client's in-flight limit (None: the app's `TRITON_MAX_IN_FLIGHT`).
     """
 
     requests: int = 200
@@ -48,6 +51,8 @@ class BenchParams:
     max_seconds_per_point: float = 30.0
     port_base: int = 0
     data_dir: Path = Path(".rag/bench")
+    repeats: int = 3
+    max_in_flight: int | None = None
 
 
 @dataclass
@@ -69,3 +74,5 @@ class Point:
     """CPU the benchmark's own process used over the point, in cores (CPU seconds / wall seconds)."""
     server_cpu_cores: float | None = None
     """CPU the server's process tree used over the point, in cores (None: in process, no server)."""
+    round: int = 0
+    """The round (0-based) of a repeated run this point was measured in."""

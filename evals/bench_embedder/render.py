@@ -7,6 +7,19 @@ from typing import Any
 
 from evals.bench_embedder.params import REPORT_CONCURRENCY
 from evals.plots import concurrency_axis, pyplot, save_figure
+from evals.repeats import spread
+
+
+def median_points(sweep: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per (setup, length, concurrency): the first round's point with rps, seq/s and p95 replaced by the
+    medians over the rounds (what the plot draws)."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for p in sweep:
+        groups.setdefault((p["setup"], p["length"], p["concurrency"]), []).append(p)
+    out = []
+    for runs in groups.values():
+        out.append({**runs[0], **{k: spread([r[k] for r in runs]).median for k in ("rps", "seq_per_s", "p95_ms")}})
+    return out
 
 
 def write_plot(report: dict[str, Any], path: Path) -> Path:
@@ -14,7 +27,7 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
 
     The in-process ceiling has no concurrency: it is drawn as a dashed horizontal line at its best throughput.
     """
-    sweep = report["sweep"]
+    sweep = median_points(report["sweep"])
     lengths = list(dict.fromkeys(p["length"] for p in sweep))
     fig, axes = pyplot().subplots(len(lengths), 2, figsize=(11, 4 * len(lengths)), squeeze=False)
     for row, length in enumerate(lengths):
@@ -61,12 +74,25 @@ def render(report: dict[str, Any], console: Any) -> None:
         f"{m['model_threads']} model threads, load avg {m['load_average_1m_at_start']} -> "
         f"{m['load_average_1m_at_end']}, {m['date_utc']}"
     )
-    columns = ("setup", "length", "C / batch", "n", "req/s", "seq/s", "p50 ms", "p95 ms", "p99 ms", "mean batch")
+    columns = (
+        "setup",
+        "round",
+        "length",
+        "C / batch",
+        "n",
+        "req/s",
+        "seq/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "mean batch",
+    )
     for col in (*columns, "client cores", "server cores"):
         table.add_column(col, justify="left" if col in ("setup", "length") else "right")
     for p in report["sweep"]:
         table.add_row(
             p["setup"],
+            str(p.get("round", 0) + 1),
             p["length"],
             str(p["concurrency"]),
             str(p["n"]),
@@ -102,13 +128,15 @@ def render(report: dict[str, Any], console: Any) -> None:
         for endpoint, served, share in zip(r["endpoints"], r["served"], r["share"], strict=True):
             replicas.add_row(endpoint, str(served), "-" if share is None else f"{share:.1%}")
         console.print(replicas)
-    targets = Table(title=f"targets ({report['params']['headline']}; ratios of throughput from this one run)")
-    for col in ("figure", "value", "abstracts", "target"):
+    targets = Table(title=f"targets ({report['params']['headline']}; median (low–high) of the rounds' ratios)")
+    for col in ("figure", "value", "abstracts", "target", "verdict"):
         targets.add_column(col)
     for name, t in report["targets"].items():
         value = "-" if t["value"] is None else str(t["value"])
+        if t.get("spread"):
+            value += f" ({t['spread']['low']}–{t['spread']['high']})"
         if t.get("value_max") is not None:
             value += f" .. {t['value_max']}"
         target = ", ".join(x for x in (t["target"], t.get("target_max")) if x)
-        targets.add_row(name, value, str(t.get("value_abstract", "")), target)
+        targets.add_row(name, value, str(t.get("value_abstract", "")), target, str(t.get("verdict") or ""))
     console.print(targets)

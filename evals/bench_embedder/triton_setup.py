@@ -36,7 +36,8 @@ def bench_settings(params: BenchParams) -> Settings:
 async def configure(
     embedder: TritonEmbedder, threads: int, queue_delay_us: int | None, base: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """(Re)load the embedder's model with its repository config, `threads` ORT intra-op threads and the given batcher.
+    """(Re)load the embedder's model with its repository config, `threads` ORT intra-op threads in all (divided
+    among the config's instances, at least one each) and the given batcher.
 
     `queue_delay_us=None` removes `dynamic_batching` (Triton then runs each request as it comes); otherwise the
     repository's `dynamic_batching` (queue policy included) is kept with `max_queue_delay_microseconds` replaced.
@@ -45,8 +46,9 @@ async def configure(
     if base is None:
         base = await embedder.model_config()
     config = json.loads(json.dumps(base))
+    instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
     config["parameters"] = {
-        "intra_op_thread_count": {"string_value": str(threads)},
+        "intra_op_thread_count": {"string_value": str(max(1, threads // instances))},
         "inter_op_thread_count": {"string_value": "1"},
     }
     batching = config.pop("dynamic_batching", {})

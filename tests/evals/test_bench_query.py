@@ -30,7 +30,7 @@ async def test_bench_query_json_has_every_point_and_the_scale_legs(
     ingested: str, settings: Settings, tmp_path: Path
 ) -> None:
     plot = tmp_path / "bench-query.png"
-    args = ["bench", "query", "--json", "--requests", "3", "--concurrency", "1", "--concurrency", "4"]
+    args = ["bench", "query", "--json", "--requests", "3", "--repeats", "2", "--concurrency", "1", "--concurrency", "4"]
     result = run_cli(settings, *args, "--scale", "2", "--plot", str(plot), "--out", str(tmp_path / "r.json"))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)  # stdout holds the JSON object only
@@ -42,7 +42,7 @@ async def test_bench_query_json_has_every_point_and_the_scale_legs(
     assert set(points) == {(m, c) for m in ("dense", "full_text", "hybrid") for c in (1, 4)}
     for p in points.values():
         assert set(p) >= POINT_KEYS
-        assert p["n"] == 3 and p["qps"] > 0
+        assert p["n"] == 6 and p["runs"] == 2 and p["qps"] > 0  # two rounds of 3
         assert 0 < p["p50_ms"] <= p["p95_ms"] <= p["p99_ms"]
         assert p["search_p50_ms"] > 0
         # every mode embeds the query: full-text search embeds it alongside, for each passage's dense cosine
