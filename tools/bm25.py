@@ -178,9 +178,13 @@ ORDER BY sc.score DESC, c.id
 """
 
 
-def pruned_sql(hit_columns: str, where: str | None = None, weighted: bool = False) -> str:
+def pruned_sql(hit_columns: str, where: str | None = None, weighted: bool = False, readable: bool = False) -> str:
     """The pruned query: $1 query text (`weighted`: a JSON object {lexeme: weight}, each term's score contribution
     multiplied by its weight), $2 top_k, $3 k1, $4 b, $5 M (postings read per query term).
+
+    `readable` (no `where`): each term's top M postings of the whole store, kept when their chunk is one the
+    transaction may read (a join on `chunks`, whose row-level security hides the others), before scoring: a
+    restricted caller reads the postings as fast as the operator and is ranked among its own chunks only.
 
     With `where` (a condition on the chunk's document `d`, its parameters from $6; `tools.store.filters`), a
     term's top M are its top M postings of chunks that pass it: the impact-ordered read skips the others, so the
@@ -191,13 +195,14 @@ def pruned_sql(hit_columns: str, where: str | None = None, weighted: bool = Fals
             "SELECT p.chunk FROM bm25_postings p JOIN chunks c ON c.id = p.chunk"
             f" JOIN documents d ON d.id = c.document_id WHERE p.lexeme = idf.lexeme AND {where}"
         )
+    visible = " JOIN chunks rc ON rc.id = top.chunk" if readable and where is None else ""
     return _hits_sql(
         f"""
 cand AS MATERIALIZED (
     SELECT DISTINCT top.chunk FROM idf
     CROSS JOIN LATERAL (
         {read} ORDER BY p.impact DESC, p.chunk LIMIT $5
-    ) AS top
+    ) AS top{visible}
 ), scored AS (
     SELECT cand.chunk, (
         SELECT sum({_TERM_SCORE})

@@ -193,7 +193,9 @@ async def full_text(
 
     With a filter, pruned BM25 reads each term's top M postings among the chunks that pass it, or, when fewer
     than `BM25_EXHAUSTIVE_BELOW_CHUNKS` chunks pass, scores every posting of the filtered chunks
-    (`bm25_exhaustive`)."""
+    (`bm25_exhaustive`). A restricted caller with no filter of its own reads the store's top M postings per term,
+    scored among its own chunks (`bm25.pruned_sql(readable=True)`), and takes the filtered read only when fewer than
+    `top_k` of them are its own."""
     narrows = filters.where_sql(scope, 1).narrows or restricted(scope)
     weighted = terms is not None
     if weighted and rank == "ts_rank_cd":
@@ -202,6 +204,13 @@ async def full_text(
         terms = dict.fromkeys(await query_lexemes(conn, query), 1.0)
         weighted = True
     text = json.dumps(dict(terms)) if terms is not None else query
+    if rank == "bm25" and restricted(scope) and not filters.where_sql(scope, 1).narrows:
+        # only row-level security narrows: the store's top postings, the caller's chunks among them; the filtered
+        # read below only when fewer than top_k of them are the caller's (it never under-fills)
+        sql = bm25.pruned_sql(HIT_COLUMNS, None, weighted, readable=True)
+        rows = await conn.fetch(sql, text, top_k, k1, b, max(postings_per_term, top_k))
+        if len(rows) >= top_k:
+            return [hit(r) for r in rows]
     if rank == "bm25" and narrows and await fewer_match(conn, scope, None, BM25_EXHAUSTIVE_BELOW_CHUNKS):
         rank = "bm25_exhaustive"
     if rank == "bm25":

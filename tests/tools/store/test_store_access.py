@@ -101,6 +101,16 @@ async def test_each_read_path_returns_only_documents_the_reader_may_read(store: 
     assert await store.count(access=ENG) == (2, 4)
 
 
+async def test_a_restricted_bm25_top_k_is_the_head_of_its_full_ranking(store: VectorStore) -> None:
+    """A small top_k takes the store's top postings scored among the reader's chunks (no filtered read); it must
+    equal the head of the reader's full ranking, and never hold another group's chunk."""
+    for access in (NOBODY, ENG, OPS, ODD_READER, caller_access(["q"])):
+        full = [h.chunk_id for h in await store.full_text_search("zebra", 50, rank="bm25", scope=scope(access))]
+        for top_k in (1, 2, 3):
+            head = [h.chunk_id for h in await store.full_text_search("zebra", top_k, rank="bm25", scope=scope(access))]
+            assert head == full[:top_k], (access, top_k, head, full)
+
+
 async def test_a_statement_without_any_filter_still_returns_no_row_of_another_group(store: VectorStore) -> None:
     for access, expected in ((NOBODY, {"public"}), (ENG, {"public", "eng"}), (ODD_READER, {"public", "odd"})):
         documents = await restricted_rows(store, access, "SELECT * FROM documents")
