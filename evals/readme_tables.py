@@ -407,6 +407,15 @@ def bench_query_scale(results: dict[str, Any]) -> str:
     return markdown_table(header, rows)
 
 
+def _busy(machine: dict[str, Any]) -> str:
+    """`; busy machine, load L` when the run began with a 1-minute load average above its core count (other work
+    took CPU from the servers measured, so ratios between them are not the quiet machine's), else ''."""
+    load, cores = machine.get("load_average_1m_at_start"), machine.get("cores")
+    if load is None or cores is None or load <= cores:
+        return ""
+    return f"; busy machine, load {load:.1f} on {cores} cores"
+
+
 def _point(results: dict[str, Any], mode: str, concurrency: int) -> dict[str, Any] | None:
     return next((p for p in results["points"] if p["mode"] == mode and p["concurrency"] == concurrency), None)
 
@@ -934,7 +943,8 @@ def headline(
             "embedding service on Triton, short queries, concurrency 32",
             f"{dynamic['rps']} req/s, p99 {_ms(dynamic['p99_ms'])} ms "
             f"(naive FastAPI + Transformers: {naive['rps']} req/s)"
-            + (f"; medians of {dynamic['runs']} rounds" if dynamic.get("runs", 1) > 1 else ""),
+            + (f"; medians of {dynamic['runs']} rounds" if dynamic.get("runs", 1) > 1 else "")
+            + _busy(embedder["machine"]),
             embedder["machine"]["date_utc"][:10],
             "[Benchmarks](docs/benchmarks.md)",
         ],

@@ -14,6 +14,7 @@ from evals.readme_tables import (
     RESULTS_DIR,
     TABLES,
     ReadmeTablesError,
+    _busy,
     pages,
     read_pages,
     render_pages,
@@ -66,3 +67,9 @@ def test_the_pages_are_the_readme_and_every_docs_page(tmp_path: Path) -> None:
         "docs/b.md",
         "docs/sub/c.md",
     ]
+
+
+def test_a_run_on_a_busy_machine_says_so() -> None:
+    assert _busy({"load_average_1m_at_start": 4.05, "cores": 2}) == "; busy machine, load 4.0 on 2 cores"
+    assert _busy({"load_average_1m_at_start": 0.4, "cores": 2}) == ""
+    assert _busy({"cores": 2}) == ""
