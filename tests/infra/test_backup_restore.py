@@ -25,11 +25,14 @@ from evals.scifact import SCIFACT_DIR, CorpusDoc, Query, load_corpus, load_qrels
 from infra import postgres
 from infra.config import StackConfig
 from tests.conftest import cli_env
+from tools.access import READER_ROLE
 
 N_CLAIMS = 8
 N_DISTRACTORS = 24
 N_APP_DOCS = 12
 PREFIX = "test_restore"
+CREATE_READER = f"CREATE ROLE {READER_ROLE} NOLOGIN"
+"""What infra/production/README.md has run on a new server before `pg_restore` (the policies name the role)."""
 
 
 def pg_bin(name: str) -> str:
@@ -112,6 +115,8 @@ async def test_dump_restores_into_a_fresh_server_with_the_same_documents_and_ret
         postgres.start(StackConfig.of(restored))
         restored_url = restored.resolved_database_url()
         assert restored_url != source_url
+        # roles are the cluster's, not in a database's dump: the reading role of row-level security first
+        run([pg_bin("psql"), "--no-psqlrc", "-v", "ON_ERROR_STOP=1", "-c", CREATE_READER, restored_url])
         run([pg_bin("pg_restore"), "--no-owner", "--exit-on-error", f"--dbname={restored_url}", str(app_dump)])
         restored_eval_url = await ensure_database(restored_url, eval_db)
         run([pg_bin("pg_restore"), "--no-owner", "--exit-on-error", f"--dbname={restored_eval_url}", str(eval_dump)])

@@ -49,7 +49,8 @@ async def test_after_a_stub_failure_no_request_gets_another_requests_vectors(
 ) -> None:
     """The stub stopped `stopped_s` seconds from before the first request: past Triton's 1 s wait for a health mark
     just (the stub resumes while the next batch is at Triton) or by far (the next batches fail too)."""
-    async with build_embedder(own_triton, timeout_s=120.0) as emb:
+    # the bulk model: one instance, so one stub serves every batch (the questions' model runs two)
+    async with build_embedder(own_triton, workload="bulk", timeout_s=120.0) as emb:
         references = [await emb.embed(texts) for texts in (FIRST, SECOND, THIRD)]
         stub = stub_pid(own_triton, emb.model_name)
         os.kill(stub, signal.SIGSTOP)
