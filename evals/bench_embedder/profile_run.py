@@ -20,13 +20,16 @@ from evals.plots import emit_report
 from evals.repeats import rotation, spread
 
 DEFAULT_VARIANTS = (
-    Variant(),
-    Variant(max_in_flight=32),
+    Variant(instances=2, threads=1, max_in_flight=16),
+    Variant(instances=2, threads=1, queue_delay_us=None, max_in_flight=16),
     Variant(instances=2, threads=1),
     Variant(instances=2, threads=1, max_in_flight=32),
-    Variant(instances=2, threads=1, queue_delay_us=None, max_in_flight=32),
+    Variant(),
+    Variant(max_in_flight=32),
 )
-"""The configurations `rag bench embedder --profile` compares (the shipped one first)."""
+"""The configurations `rag bench embedder --profile` compares: the shipped one first (the questions' model at 2
+instances x 1 thread, `TRITON_MAX_IN_FLIGHT` 16), the same without dynamic batching, then the client's in-flight
+limit at 8 and 32, and one instance of 2 threads."""
 
 SPLIT = ("client_prepare_ms", "slot_wait_ms", "triton_queue_ms", "triton_compute_ms", "grpc_and_client_ms")
 
@@ -38,8 +41,9 @@ async def run_profile(
     rounds with the variants rotated per round, on a Triton this function starts and stops.
 
     Returns:
-        `{"variants": [{"variant", "label", "runs", "summary"}], "in_process_ms": {batch: ms}}`; each run is
-        `profile_point`'s dict plus `backend_overhead`, each summary the medians (with spread of rps and p99).
+        `{"variants": [{"variant", "label", "runs", "summary"}], "in_process_ms": {threads: {batch: ms}}}`; each
+        run is `profile_point`'s dict plus `backend_overhead` (against the in-process run with the variant's
+        threads per instance), each summary the medians (with spread of rps and p99).
     """
     from agent.core.app import build_embedder
     from infra import triton
@@ -74,10 +78,10 @@ async def run_profile(
     finally:
         triton.stop(config)
     sizes = sorted({int(s) for r in results for run in r["runs"] for s in run["server"]["per_batch"]})
-    ort_ms = in_process_ms(model_file, params.threads, sizes or [1])
-    for result in results:
+    ort_ms = {t: in_process_ms(model_file, t, sizes or [1]) for t in sorted({v.threads for v in variants})}
+    for variant, result in zip(variants, results, strict=True):
         for run in result["runs"]:
-            run["backend_overhead"] = backend_overhead(run["server"], ort_ms)
+            run["backend_overhead"] = backend_overhead(run["server"], ort_ms[variant.threads])
         result["summary"] = summarize_runs(result["runs"])
     return {"variants": results, "in_process_ms": ort_ms}
 
