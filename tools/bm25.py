@@ -169,6 +169,8 @@ terms AS (
     SELECT l.lexeme, t.w * ln(1 + (s.n - l.df + 0.5) / (l.df + 0.5)) AS idf
     FROM terms t JOIN bm25_lexicon l ON l.lexeme = t.lexeme CROSS JOIN s
 )"""
+
+
 _TERM_SCORE = "i.idf * p.tf / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8 * p.dl / s.avgdl))"
 
 
