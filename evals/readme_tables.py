@@ -888,6 +888,7 @@ def followups(results: dict[str, Any]) -> str:
     "fidelity.json",
     "support-scifact-test.json",
     "bench-support.json",
+    "bench-burst.json",
 )
 def headline(
     retrieval: dict[str, Any],
@@ -904,14 +905,15 @@ def headline(
     fidelity: dict[str, Any],
     support: dict[str, Any],
     support_cost: dict[str, Any],
+    burst: dict[str, Any],
 ) -> str:
     """One row per area for the README: the support verifier on SciFact test and the answers' sentence-level
     citations with the support check, with its cost per answer; retrieval nDCG@10 of the shipped hybrid default,
     follow-up search nDCG@10 (shipped query against the raw follow-up and the original claim), answer verdict
-    accuracy, the embedding service's throughput and p99, the query path's p50, goodput under overload, questions
-    during an ingest, answer cache hits, quota refusals, the web page's settle time, an incremental folder sync,
-    scanned documents read by OCR against the same text as JSONL; each with its date and the page holding the full
-    table."""
+    accuracy, the embedding service's throughput and p99, the query path's p50, goodput under overload, refusals
+    under a burst of clients arriving at once, questions during an ingest, answer cache hits, quota refusals, the
+    web page's settle time, an incremental folder sync, scanned documents read by OCR against the same text as
+    JSONL; each with its date and the page holding the full table."""
     hybrid = [r for r in retrieval["passage"] if r.get("bold") and r["retrieval"].startswith("hybrid")][-1]
     dynamic, naive = embedder["setups"]["triton_dynamic"], embedder["setups"]["naive"]
     hybrid1 = _point(query, "hybrid", 1)
@@ -964,6 +966,18 @@ def headline(
             f"goodput {goodput:g} × that at capacity, {serve['targets']['timeouts']['value']:g} timeouts",
             serve["machine"]["date_utc"][:10],
             "[Benchmarks](docs/benchmarks.md)",
+        ]
+    )
+    bursts, loop_p99 = burst["burst_p99_ms"], burst.get("open_loop_p99_ms", {}).get("value")
+    rows.append(
+        [
+            f"answers refused under a burst of {burst['params']['clients']} clients at once (503 + Retry-After)",
+            f"refusal p99 **{bursts['value']:g} ms** (median of {len(bursts['spread']['values'])} bursts, "
+            f"{bursts['spread']['low']:g}–{bursts['spread']['high']:g})"
+            + (f"; open loop p99 {loop_p99:g} ms" if loop_p99 is not None else "")
+            + _busy(burst["machine"]),
+            burst["machine"]["date_utc"][:10],
+            "[Benchmarks](docs/benchmarks.md#refusals-in-a-burst-rag-bench-burst)",
         ]
     )
     targets = mixed.get("targets", {})

@@ -292,9 +292,9 @@ class AdmissionController:
         return ticket
 
     def check(self, tenant: Tenant = None) -> None:
-        """Refuse now what `enter(tenant)` would refuse now, without taking anything: the HTTP app's admission gate
-        (`agent.http.admission_gate`) calls it before a request's body is read, so that a refusal costs no parsing,
-        validation or dependency. A request it lets through still calls `enter()`, which decides again.
+        """Refuse now what `enter(tenant)` would refuse now, without taking anything (`enter` asks it before
+        queueing). A caller that only asks must still call `enter()`, which decides again: between the two, other
+        arrivals may take the places (the HTTP app's admission gate therefore calls `enter` itself).
 
         Raises:
             OverloadedError: as `enter()` (`queue_full`, `key_share`, `expected_wait`), counted in

@@ -40,7 +40,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.citations import CITATION_MARKER
 from agent.core.feedback import COMPLETION_PREFIX
 from agent.core.results import AskResult, new_answer_id
-from agent.http.admission_gate import tenant_of
+from agent.http.admission_gate import gate_ticket, tenant_of
 from agent.http.ask import cancelled_on_disconnect, no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, CallerIdentity, Rag
 from agent.http.openai_errors import OpenAIError, OpenAIRoute, openai_error_of
@@ -255,13 +255,15 @@ async def chat_completions(
     """Answer the conversation's last user message with cited sources from the caller's collections: a
     `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk` events (module docstring).
 
-    The whole request is checked (body, model, conversation, scope) before it takes a place in admission control,
-    so that a bad request is a 4xx even when the server is full."""
+    Its place in admission control is taken before the body is read (`agent.http.admission_gate`; refused: 503
+    with Retry-After); the whole request is then checked (body, model, conversation, scope) before the answer
+    starts, so that a bad request is a 4xx whenever the server has room."""
     question = answer_request(body, settings, caller)
     # the completion id names the answer, so that a rating can refer to it (`POST /v1/feedback`)
     completion_id, created = f"{COMPLETION_PREFIX}{question.answer_id}", int(time.time())
-    # OverloadedError: 503 with Retry-After, before the response starts; the caller's key gets its fair share
-    ticket = rag.admission.enter(tenant_of(request.scope))
+    ticket = gate_ticket(request.scope)  # taken by the admission gate before the body was read
+    if ticket is None:  # OverloadedError: 503 with Retry-After, before the response starts
+        ticket = rag.admission.enter(tenant_of(request.scope))
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         chunks = ChunkStream(completion_id, created, body.model)

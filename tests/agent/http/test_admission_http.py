@@ -97,6 +97,7 @@ class RawCall:
     def __init__(self, app: Any, path: str, *, body_read: bool = True) -> None:
         """`body_read=False`: reading the request's body fails the call (a request refused before its body)."""
         self.sent: list[MutableMapping[str, Any]] = []
+        self.body_read = False
         self.changed = asyncio.Event()
         self._gone = asyncio.Event()
         delivered = False
@@ -105,6 +106,7 @@ class RawCall:
         async def receive() -> dict[str, Any]:
             nonlocal delivered
             assert body_read, "the request's body was read"
+            self.body_read = True
             if not delivered:
                 delivered = True
                 return {"type": "http.request", "body": body, "more_body": False}
@@ -281,3 +283,21 @@ def test_the_admission_tenant_is_the_api_key_the_guard_found() -> None:
     assert tenant_of({"type": "http", "state": {HOLDER_STATE: key}}) == 7
     assert tenant_of({"type": "http", "state": {}}) is None  # the admin key, a keyless server
     assert tenant_of({"type": "http"}) is None
+
+
+async def test_requests_arriving_at_once_are_decided_at_the_gate_before_any_body_is_read() -> None:
+    """A burst: 8 answer requests start in the same event-loop turn, with 1 slot and 1 queue place. The gate takes
+    each one's place as it arrives, so 6 are refused before any reads its body, while the 2 admitted are still at
+    their route (a gate that only asked whether the queue would refuse let all 8 through: none had entered yet)."""
+    rig = Rig()
+    calls = [rig.call("/v1/ask") for _ in range(8)]
+    refused = calls[2:]
+    await asyncio.wait_for(asyncio.gather(*(c.task for c in refused)), 10)
+    assert [c.status for c in refused] == [503] * 6
+    assert not any(c.body_read for c in refused)
+    assert rig.rag.admission.in_progress == 1 and rig.rag.admission.queue_length == 1
+    rig.model.gate.set()
+    await asyncio.wait_for(asyncio.gather(*(c.task for c in calls[:2])), 10)
+    assert [c.status for c in calls[:2]] == [200, 200]
+    assert rig.rag.admission.in_progress == 0 and rig.rag.admission.queue_length == 0  # the gate gave both back
+    assert rig.collection.search_calls == 2 and rig.model.calls == 2
