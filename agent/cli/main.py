@@ -617,7 +617,8 @@ def serve(
 ) -> None:
     """Serve the HTTP API (`/v1/ask`, `/v1/ask/stream`, `/v1/documents`, `/health`, `/metrics`) and the web chat
     page at `/`; `API_KEY` set: every route but `/health`, `/metrics` and the page needs `Authorization: Bearer
-    <key>` (required when --host is not a loopback address). Answers only the hosts of ALLOWED_HOSTS; SIGTERM
+    <key>`; `OIDC_ISSUER` set: a sign-in token of that issuer or a key. One of the two is required when --host is
+    not a loopback address. Answers only the hosts of ALLOWED_HOSTS; SIGTERM
     drains for at most SHUTDOWN_GRACE_S seconds, then exits 0."""
     from agent.http import create_app
     from agent.http.deps import app_state

@@ -730,7 +730,7 @@ class Settings(BaseSettings):
         description="When set, `rag serve` requires `Authorization: Bearer <API_KEY>` on every route except `/health`, "
         "`/metrics` and the web page (UTF-8 bytes compared in constant time). Surrounding whitespace is dropped (a key "
         "read from a file or secret often ends in a newline); an empty key is refused, never read as `no auth`. "
-        "Required when `rag serve --host` is not a loopback address.",
+        "Required when `rag serve --host` is not a loopback address, unless OIDC_ISSUER is set.",
     )
     api_keys_cache_s: float = Field(
         default=5.0,
@@ -763,7 +763,8 @@ class Settings(BaseSettings):
         description="Host names `rag serve` answers (the request's `Host` header, port ignored), comma-separated; "
         "`*.example.com` matches subdomains, `*` any host. Unset: this machine's names (`localhost`, `127.0.0.1`, "
         "`::1`) when it listens on a loopback address, any host when it listens on all interfaces (where API_KEY "
-        "is required). Refusing foreign Host headers stops DNS-rebinding pages from reaching a local server.",
+        "or OIDC_ISSUER is required). Refusing foreign Host headers stops DNS-rebinding pages from reaching a "
+        "local server.",
     )
     max_body_bytes: int = Field(
         default=1024 * 1024,

@@ -88,15 +88,17 @@ def allowed_hosts_for(settings: Settings, bind_host: str) -> tuple[str, ...]:
 
 
 def require_key_off_loopback(settings: Settings, bind_host: str) -> None:
-    """Refuse to serve beyond this machine without a key.
+    """Refuse to serve beyond this machine when nothing authenticates the callers: neither an admin key nor a
+    sign-in issuer (with `OIDC_ISSUER` set every request needs an issuer's token or an API key, `BearerKeyGuard`).
 
     Raises:
-        SettingsError: `bind_host` is not a loopback address (e.g. `0.0.0.0`) and `API_KEY` is unset.
+        SettingsError: `bind_host` is not a loopback address (e.g. `0.0.0.0`) and both `API_KEY` and
+            `OIDC_ISSUER` are unset.
     """
-    if settings.api_key is None and not is_loopback(bind_host):
+    if settings.api_key is None and settings.oidc_issuer is None and not is_loopback(bind_host):
         raise SettingsError(
-            f"--host {bind_host} accepts connections from other machines but API_KEY is unset: set API_KEY, or "
-            f"listen on 127.0.0.1 (the default)"
+            f"--host {bind_host} accepts connections from other machines but API_KEY is unset (and no sign-in "
+            f"issuer, OIDC_ISSUER): set API_KEY or OIDC_ISSUER, or listen on 127.0.0.1 (the default)"
         )
 
 

@@ -214,6 +214,8 @@ def test_listening_beyond_loopback_without_a_key_is_refused() -> None:
         require_key_off_loopback(base_settings(), "0.0.0.0")
     require_key_off_loopback(base_settings(), "127.0.0.1")
     require_key_off_loopback(base_settings(api_key=SecretStr("k")), "0.0.0.0")
+    # with a sign-in issuer every request needs a token (or a key): serving beyond loopback is allowed
+    require_key_off_loopback(base_settings(oidc_issuer="https://id.example.com", oidc_client_id="rag"), "0.0.0.0")
     env = {k: v for k, v in os.environ.items() if k not in ("API_KEY", "ALLOWED_HOSTS")}
     result = subprocess.run(
         [sys.executable, "-m", "agent", "serve", "--host", "0.0.0.0", "--port", "1"],
