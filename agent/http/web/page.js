@@ -191,6 +191,9 @@ function showAccount(problem = "") {
   who.textContent = problem || (claims ? `Signed in as ${claims.email || claims.name || claims.sub}` : "");
   who.hidden = !who.textContent;
   $("issuer-sign-in").hidden = !issuer.enabled;
+  $("key-note").textContent = issuer.enabled
+    ? "Or an API key: it is kept in this tab only, until you close it."
+    : "This server needs an API key. It is kept in this tab only, until you close it.";
 }
 
 // the panel; resolves true once the server accepted the key typed, false when dismissed
@@ -270,7 +273,7 @@ async function errorText(response) {
   const text = await response.text();
   try {
     const body = JSON.parse(text);
-    if (response.status === 401) return "this server needs an API key: sign in";
+    if (response.status === 401) return issuer.enabled ? "sign in to read here" : "this server needs an API key: sign in";
     return `${body.detail || body.error}`;
   } catch (_) {
     return text.slice(0, 300);

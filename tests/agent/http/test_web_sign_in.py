@@ -184,6 +184,9 @@ async def test_a_refused_read_offers_the_issuer_beside_the_api_key(issuer: Provi
         await expect(panel).to_be_visible()
         await expect(page.locator("#sign-in-issuer")).to_be_focused()
         await expect(page.locator("#api-key")).to_be_visible()
+        await expect(page.locator("#key-note")).to_have_text(
+            "Or an API key: it is kept in this tab only, until you close it."
+        )
         assert await axe_violations(page) == []
         await page.keyboard.press("Enter")
         await page.wait_for_url(f"{issuer.issuer}/oauth2/authorize?*")
@@ -217,3 +220,4 @@ async def test_sign_in_is_off_without_an_issuer(tmp_path: Path) -> None:
         await expect(page.locator("dialog#sign-in")).to_be_visible()
         await expect(page.locator("#sign-in-issuer")).to_be_hidden()
         await expect(page.locator("#api-key")).to_be_focused()
+        await expect(page.locator("#key-note")).to_contain_text("This server needs an API key.")
