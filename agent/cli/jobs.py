@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agent.cli.access import split_groups
 from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.ingestion import Job, JobFile
@@ -67,16 +68,25 @@ def submit(
     collection: Annotated[
         str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
     ] = DEFAULT_COLLECTION,
+    groups: Annotated[
+        str | None,
+        typer.Option(
+            "--groups",
+            help="Comma-separated groups allowed to read the documents, e.g. a,b (default: each document's own "
+            "metadata `groups`; none: everyone).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"job_id": N} only.')] = False,
 ) -> None:
-    """Queue one job ingesting `paths` into a collection; a worker (`rag worker`, `rag serve`) runs it. Document
-    ids are the prefix and the file names."""
+    """Queue one job ingesting `paths` into a collection, readable by `--groups` (kept with the job); a worker
+    (`rag worker`, `rag serve`) runs it. Document ids are the prefix and the file names."""
     check_collection(collection)
+    readers = None if groups is None else split_groups(groups)
     files = [JobFile(p.name, p.read_bytes()) for p in paths]
 
     async def run() -> int:
         async with open_ingestion(Settings()) as service:
-            return await service.submit(files, prefix, collection)
+            return await service.submit(files, prefix, collection, readers)
 
     job_id = asyncio.run(run())
     console.print(json.dumps({"job_id": job_id}) if as_json else f"queued job {job_id}", markup=False)

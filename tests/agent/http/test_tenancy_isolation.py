@@ -253,6 +253,17 @@ def test_the_cli_ingests_lists_and_queues_into_a_collection(
         job = wait_done(http_a, f"/v1/jobs/{job_id}")
         assert job["status"] == "done" and job["collection"] == a, job
         assert "cli-note.md" in [d["doc_id"] for d in http_a.get("/v1/documents").json()["documents"]]
+
+        restricted = tmp_path / "cli-restricted.md"
+        restricted.write_text("# Restricted\n\nThe okapi census for the engineering group only.\n")
+        queued = run_cli(
+            settings, "jobs", "submit", str(restricted), "--collection", a, "--groups", "eng", "--json", extra_env=env
+        )
+        assert queued.returncode == 0, queued.stderr
+        job = wait_done(http_a, f"/v1/jobs/{json.loads(queued.stdout)['job_id']}")
+        assert job["status"] == "done" and job["params"] == {"groups": ["eng"]}, job
+        # the key has no group: it reads the public documents of its collections, not the engineering group's
+        assert "cli-restricted.md" not in [d["doc_id"] for d in http_a.get("/v1/documents").json()["documents"]]
     deleted = run_cli(settings, "docs", "delete", "cli-note.md", "--collection", a, "--json", extra_env=env)
     assert json.loads(deleted.stdout) == {"deleted": ["cli-note.md"], "not_found": []}, deleted.stderr
     left = json.loads(run_cli(settings, "docs", "list", "--json", extra_env=env).stdout)
