@@ -1316,7 +1316,10 @@ async function upload(fileList) {
   const data = new FormData();
   for (const f of files) data.append("files", f, f.name);
   if (picker.value) data.append("collection", picker.value);
-  const view = jobBox(`uploading ${files.length} file(s) to ${picker.value || "default"}…`);
+  const groups = $("upload-groups").value.trim();  // who may read them (POST /v1/documents/files `groups`)
+  if (groups) data.append("groups", groups);
+  const readers = groups ? `, readable by ${groups}` : "";
+  const view = jobBox(`uploading ${files.length} file(s) to ${picker.value || "default"}${readers}…`);
   for (const f of files) {
     const item = el("li", "job-file", `${f.name}: uploading`);
     item.dataset.state = "uploading";

@@ -226,7 +226,10 @@ async def test_an_upload_shows_its_job_s_progress_and_each_file_s_result() -> No
         return {"id": 7, "status": status, "files_done": done, "files_total": 2, "chunks": 3 * done,
                 "errors": errors, "prefix": "", "collection": "default"}  # fmt: skip
 
+    sent: list[bytes] = []
+
     async def accept(route: Route) -> None:
+        sent.append(route.request.post_data_buffer or b"")
         body = {"job_id": 7, "files": ["good.md", "bad.txt"], "collection": "default", "status_url": "/v1/jobs/7"}
         await route.fulfill(status=202, json=body)
 
@@ -242,6 +245,8 @@ async def test_an_upload_shows_its_job_s_progress_and_each_file_s_result() -> No
         await page.route("**/v1/documents/files", accept)
         await page.route("**/v1/jobs/7", status)
         await page.goto("/")
+        await page.click("#open-library")
+        await page.fill("#upload-groups", " hr, hr-leads ")  # who may read the uploaded documents
         await page.set_input_files(
             "#files",
             [
@@ -264,3 +269,4 @@ async def test_an_upload_shows_its_job_s_progress_and_each_file_s_result() -> No
         await expect(files.nth(1)).to_contain_text("no text could be extracted")
         assert await box.locator("progress").evaluate("p => [p.value, p.max]") == [2, 2]
     assert polls >= 2
+    assert b'name="groups"\r\n\r\nhr, hr-leads\r\n' in sent[0]  # the form's `groups` field, trimmed
