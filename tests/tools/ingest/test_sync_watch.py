@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+
 from tools.errors import StoreUnavailableError
 from tools.ingest.sync_plan import SyncReport
 from tools.ingest.sync_watch import watch_folder
@@ -80,8 +82,10 @@ async def test_the_first_quiet_batch_runs_one_catch_up_sync_reported_only_when_i
     assert count == 2 and [r.added for r in reports] == [[], ["late.md"]]
 
 
-async def test_real_file_events_run_a_sync(tmp_path: Path) -> None:
-    """watchfiles' own iterator: a file written after the first sync runs a second one."""
+@pytest.mark.parametrize("name", ["note-{i}.md", ".rag-groups"])
+async def test_real_file_events_run_a_sync(tmp_path: Path, name: str) -> None:
+    """watchfiles' own iterator: a file written after the first sync runs a second one; an edit of a folder's
+    `.rag-groups` alone too (its rules are applied by that sync, `tools.ingest.sync`)."""
     stop, first, second = asyncio.Event(), asyncio.Event(), asyncio.Event()
     reports: list[SyncReport] = []
 
@@ -95,7 +99,7 @@ async def test_real_file_events_run_a_sync(tmp_path: Path) -> None:
     watching = asyncio.create_task(watch_folder(tmp_path, sync, reports.append, stop=stop, debounce_ms=50))
     await asyncio.wait_for(first.wait(), GENEROUS_S)  # the watcher starts right after the first sync
     for i in range(200):  # write until an event is seen (the watcher may start after the first write)
-        (tmp_path / f"note-{i}.md").write_text("# Note\n")
+        (tmp_path / name.format(i=i)).write_text("# Note\n" if name.endswith(".md") else f"group-{i}\n")
         try:
             await asyncio.wait_for(second.wait(), 0.5)
             break
