@@ -149,6 +149,11 @@ class CallerIdentity:
             return None
         return Role.ADMIN if self.roles is None else self.roles.get(collection)
 
+    @property
+    def _whose(self) -> str:
+        """Whose collections a refusal names: the signed-in user's (a token of the issuer) or the API key's."""
+        return "your account's" if self.subject is not None else "this API key's"
+
     def _checked(self, names: Sequence[str]) -> tuple[str, ...]:
         """`names` when each is a valid collection of the caller's. Raises InputError (422) for an invalid name,
         ApiError 403 `forbidden_collection` for one outside the key (whether or not it exists)."""
@@ -161,8 +166,8 @@ class CallerIdentity:
             raise ApiError(
                 403,
                 "forbidden_collection",
-                f"collection {outside[0]!r} is not one of this API key's collections "
-                f"({', '.join(self.collections or ())})",
+                f"collection {outside[0]!r} is not one of {self._whose} collections "
+                f"({', '.join(self.collections or ()) or 'none'})",
             )
         return checked
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pydantic import SecretStr
 
 from agent.core.keys import InMemoryKeys
@@ -178,3 +179,16 @@ async def test_documents_get_the_groups_a_write_gives_them_if_the_caller_is_in_t
         assert (await client.post("/v1/sync", json={"path": str(tmp_path)}, headers=ADMIN)).status_code == 202
         assert (await client.post("/v1/sync", json=body, headers=bearer(eng))).status_code == 401  # the admin's
     assert [p.get("groups") for p, _ in fake.synced] == [["hr"], None]
+
+
+def test_a_collection_refusal_names_whose_collections_they_are() -> None:
+    from agent.http.deps import CallerIdentity
+    from agent.http.errors import ApiError
+
+    signed_in = CallerIdentity(collections=("handbook",), roles={"handbook": Role.READER}, subject="alice")
+    holder = CallerIdentity(collections=("handbook",))
+    for caller, whose in ((signed_in, "your account's"), (holder, "this API key's")):
+        with pytest.raises(ApiError) as refused:
+            caller.visible("payroll")
+        assert refused.value.status_code == 403
+        assert refused.value.detail == f"collection 'payroll' is not one of {whose} collections (handbook)"
