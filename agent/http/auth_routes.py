@@ -4,7 +4,7 @@ under `/auth` (no API key; `agent.http.guards.OPEN_PATHS`).
 - `GET /auth/config`: `{"enabled", "issuer", "client_id", "scopes"}` from the settings; `enabled` when both
   `OIDC_ISSUER` and `OIDC_CLIENT_ID` are set.
 - `GET /auth/discovery`: the endpoints of the issuer's discovery document (`authorization_endpoint`,
-  `token_endpoint`), read here rather than by the browser, as an issuer need
+  `token_endpoint`, and `end_session_endpoint` when it has one), read here rather than by the browser, as an issuer need
   not answer cross-origin requests (CORS): oidc-provider-mock, the issuer of the tests, does not.
 - `POST /auth/token` `{"code", "code_verifier", "redirect_uri"}`: the code exchanged at the issuer's token endpoint,
   as a public client (the client id in the form; PKCE proves the page that asked for the code) or, with
@@ -40,6 +40,9 @@ ISSUER_TIMEOUT_S = 10.0
 
 DISCOVERY_FIELDS = ("authorization_endpoint", "token_endpoint")
 """What `GET /auth/discovery` passes on from the issuer's discovery document (both required)."""
+OPTIONAL_DISCOVERY_FIELDS = ("end_session_endpoint",)
+"""Passed on when the issuer names them: `end_session_endpoint`, where the page's "Sign out" ends the issuer's session
+too (OpenID Connect RP-Initiated Logout 1.0)."""
 
 TOKEN_FIELDS = ("id_token", "access_token", "token_type", "expires_in")
 """What `POST /auth/token` passes on from the issuer's token response (a refresh token is never handed to a page)."""
@@ -90,7 +93,7 @@ def issuer_json(response: httpx.Response) -> dict[str, Any]:
 
 
 async def discover(client: httpx.AsyncClient, issuer: str) -> dict[str, str]:
-    """The endpoints of `issuer`'s discovery document (`DISCOVERY_FIELDS`).
+    """The endpoints of `issuer`'s discovery document (`DISCOVERY_FIELDS`, and `OPTIONAL_DISCOVERY_FIELDS` it names).
 
     Raises:
         IssuerError: unreachable, not HTTP 200, no JSON object, an `issuer` other than `issuer` (OpenID Connect
@@ -109,6 +112,7 @@ async def discover(client: httpx.AsyncClient, issuer: str) -> dict[str, str]:
     endpoints = {k: document[k] for k in DISCOVERY_FIELDS if isinstance(document.get(k), str)}
     if len(endpoints) < len(DISCOVERY_FIELDS):
         raise IssuerError(f"{url} names no authorization or token endpoint")
+    endpoints |= {k: document[k] for k in OPTIONAL_DISCOVERY_FIELDS if isinstance(document.get(k), str)}
     return endpoints
 
 

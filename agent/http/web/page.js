@@ -239,11 +239,30 @@ function askForKey(message = "") {
   return signInWait;
 }
 
+// the issuer's end-session endpoint for a sign-out (OpenID Connect RP-Initiated Logout 1.0), or null: none named,
+// or the server cannot read the issuer's discovery document (then only this tab forgets the token)
+async function endSessionUrl(idToken) {
+  try {
+    const response = await fetch("/auth/discovery");
+    const endpoint = response.ok ? (await response.json()).end_session_endpoint : null;
+    if (!endpoint) return null;
+    const url = new URL(endpoint);
+    const query = { id_token_hint: idToken, client_id: issuer.client_id, post_logout_redirect_uri: redirectUri() };
+    for (const [name, value] of Object.entries(query)) url.searchParams.set(name, value);
+    return url.href;
+  } catch (_) {
+    return null;
+  }
+}
+
 account.addEventListener("click", async () => {
   if (bearer()) {
+    const idToken = issuer.enabled ? sessionStorage.getItem(TOKEN_ITEM) : null;
     for (const item of [TOKEN_ITEM, KEY_ITEM, PENDING_ITEM]) sessionStorage.removeItem(item);
     showAccount();
-    location.reload();
+    const endSession = idToken ? await endSessionUrl(idToken) : null;
+    if (endSession) location.assign(endSession);  // the issuer's session ends too, then back here signed out
+    else location.reload();
   } else if (issuer.enabled) startSignIn();
   else if (await askForKey()) reloadAll();
 });

@@ -131,6 +131,7 @@ async def test_discovery_passes_on_the_issuer_s_endpoints(served: Served) -> Non
     assert response.json() == {
         "authorization_endpoint": f"{ISSUER}/oauth2/authorize",
         "token_endpoint": f"{ISSUER}/oauth2/token",
+        "end_session_endpoint": f"{ISSUER}/oauth2/end_session",
     }
 
 

@@ -138,8 +138,14 @@ async def test_the_page_signs_in_through_the_issuer_sends_the_id_token_and_signs
         assert await axe_violations(page) == []
 
         await page.click("#close-library")
+        await account.click()  # sign out: forgotten here, then the issuer's session ended (RP-Initiated Logout)
+        await page.wait_for_url(f"{issuer.issuer}/oauth2/end_session?*")
+        ended = {k: v[0] for k, v in parse_qs(urlsplit(page.url).query).items()}
+        assert ended == {"id_token_hint": token, "client_id": CLIENT, "post_logout_redirect_uri": f"{origin}/"}
+        assert await page.evaluate(f"sessionStorage.getItem('{TOKEN_ITEM}')") is None
         signed_out = len(requests.seen)
-        await account.click()  # sign out: forgotten, the button back, the reads unauthenticated (and refused) again
+        await page.get_by_role("button", name="End session").click()  # the issuer's confirmation
+        await page.wait_for_url(f"{origin}/")  # back: the button, the reads unauthenticated (and refused) again
         await expect(account).to_have_text("Sign in")
         await expect(page.locator("#who")).to_be_hidden()
         await expect(page.locator("dialog#sign-in")).to_be_visible()
