@@ -421,20 +421,22 @@ async def test_int8_variant_is_close_to_fp32(embedder: TritonEmbedder, settings:
 
 
 async def test_flood_is_refused_fast_with_a_tiny_queue(embedder: TritonEmbedder, settings: Settings) -> None:
-    """The model reloaded with `max_queue_size: 2` and a 0.3 s queue timeout (config override at load time): of 8
-    concurrent full requests (64 x 128 tokens, a second or more each on CPU) one runs, the queue holds 2 until they time
-    out, the rest are refused on arrival; every refusal is an EmbedderOverloadedError after 1 attempt (no retry), and
-    nothing hangs."""
+    """The model reloaded with one instance, `max_queue_size: 2` and a 1 s queue timeout (config override at load
+    time): of 8 concurrent full requests (64 x 256 tokens, several seconds each on CPU, so a queued request always
+    outwaits the timeout) one runs, the queue holds 2 until they time out, the rest are refused on arrival (all 8
+    arrive well within the second); every refusal is an EmbedderOverloadedError after 1 attempt (no retry), and
+    nothing hangs. One instance: with two, a second request runs beside the first and the queue drains by chance."""
     base = await embedder.model_config()
     override = json.loads(json.dumps(base))
+    override["instance_group"] = [{"count": 1}]
     override["dynamic_batching"]["default_queue_policy"] = {
         "max_queue_size": 2,
         "timeout_action": "REJECT",
-        "default_timeout_microseconds": "300000",
+        "default_timeout_microseconds": "1000000",
         "allow_timeout_override": True,
     }
     await embedder.load_model(config=override)
-    texts = [f"flood request {i} " + "protein folding " * 60 for i in range(64)]  # 128-token bucket
+    texts = [f"flood request {i} " + "protein folding " * 120 for i in range(64)]  # 256-token bucket
     try:
         async with TritonEmbedder(
             settings.triton_grpc_url, embedder.spec, model_name=embedder.model_name, retries=3
