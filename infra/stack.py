@@ -147,7 +147,8 @@ def _triton_metrics(config: StackConfig, detail: str) -> tuple[dict[str, Any], s
     figures = per_model.get(config.embedder_model)
     if figures:
         detail += (
-            f"; {figures['requests']:.0f} requests, {figures['failures']:.0f} failed, mean batch "
-            f"{figures['mean_batch']}, mean {figures['mean_request_ms']} ms (queue {figures['mean_queue_ms']} ms)"
+            f"; {config.embedder_model} since start: {figures['requests']:.0f} requests, "
+            f"{figures['failures']:.0f} failed, mean batch {figures['mean_batch']}, mean {figures['mean_request_ms']} "
+            f"ms (queue {figures['mean_queue_ms']} ms)"
         )
     return {"url": triton.metrics_url(config), "models": per_model}, detail

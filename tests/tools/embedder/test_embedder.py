@@ -386,7 +386,7 @@ async def test_status_reports_triton_metrics(embedder: TritonEmbedder, settings:
     caught_up, _ = await settled_statistics(embedder, at_least=int(figures["inferences"]))
     assert caught_up >= figures["inferences"]
     assert figures["mean_batch"] == round(figures["inferences"] / figures["executions"], 2) >= 1.0
-    assert "mean batch" in triton_row.detail
+    assert "mean batch" in triton_row.detail and f"{settings.embedder_model} since start" in triton_row.detail
 
 
 async def settled_statistics(embedder: TritonEmbedder, at_least: int, wait_s: float = 30.0) -> tuple[int, int]:
