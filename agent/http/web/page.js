@@ -1032,10 +1032,13 @@ function newTurn(question) {
 }
 
 // after a reload: the stored turns of the page's conversation (question, answer, sources)
+// reopens the remembered conversation, unless a question was asked on this page meanwhile: its first reads may end
+// after the reader's first answer, and reopening then would replace that answer with the stored turns
 async function restoreConversation() {
   const id = currentConversation();
-  if (id) await openConversation(id);
+  if (id && !askedHere) await openConversation(id);
 }
+let askedHere = false;  // a question was asked on this page
 
 let running = null;  // the AbortController of the answer streaming now
 
@@ -1121,6 +1124,7 @@ async function ask(question, policy, signal) {
 
 async function submit(question) {
   if (running || !question) return;
+  askedHere = true;
   running = new AbortController();
   button.hidden = true;
   stopButton.hidden = false;

@@ -265,3 +265,27 @@ async def test_running_upload_jobs_are_shown_again_after_a_reload() -> None:
         await expect(box).to_have_attribute("data-status", "running")
         await expect(box.locator(".job-line")).to_contain_text("1/3 files")
         await expect(page.locator(".job")).to_have_count(1)  # a finished job is not shown again
+
+
+async def test_a_question_asked_before_the_page_settled_keeps_its_answer() -> None:
+    """The page's first reads (here: the collections, held back until the answer has come) may end after the reader's
+    first answer; the remembered conversation, by then the one that question started, is not reopened over it (the
+    reopened log would show the stored turn, without its answer id, in place of the answer)."""
+    from playwright.async_api import Route, expect
+
+    release = asyncio.Event()
+
+    async def late(route: Route) -> None:
+        await release.wait()
+        await route.continue_()
+
+    async with browser_page(app()) as page:
+        await page.route("**/v1/collections", late)
+        await page.goto("/")
+        turn = await ask(page)  # answered while the page's first reads wait
+        answer_id = await turn.get_attribute("data-answer-id")
+        assert answer_id
+        release.set()
+        await expect(page.locator("body")).to_have_attribute("data-settled", "true")
+        await expect(page.locator(".turn")).to_have_count(1)
+        assert await page.locator(".turn").last.get_attribute("data-answer-id") == answer_id
