@@ -35,6 +35,17 @@ def _grants() -> AbstractAsyncContextManager[GrantStore]:
     return settings_grants(Settings())
 
 
+DocumentGroupsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--groups",
+        help="Comma-separated groups allowed to read the documents, e.g. a,b (default: each document's own "
+        "metadata `groups`; none: everyone).",
+    ),
+]
+"""The `--groups` option of the commands that store documents (`tools.ingest.groups`)."""
+
+
 def split_groups(raw: str, option: str = "--groups") -> tuple[str, ...]:
     """The groups of a comma-separated option value (`a,b`; blanks between commas ignored), valid, distinct, sorted;
     empty for an empty value.

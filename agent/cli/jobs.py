@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.cli.access import split_groups
+from agent.cli.access import DocumentGroupsOption, split_groups
 from agent.config.settings import Settings
 from agent.core.errors import InputError
 from agent.core.ingestion import Job, JobFile
@@ -68,14 +68,7 @@ def submit(
     collection: Annotated[
         str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
     ] = DEFAULT_COLLECTION,
-    groups: Annotated[
-        str | None,
-        typer.Option(
-            "--groups",
-            help="Comma-separated groups allowed to read the documents, e.g. a,b (default: each document's own "
-            "metadata `groups`; none: everyone).",
-        ),
-    ] = None,
+    groups: DocumentGroupsOption = None,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"job_id": N} only.')] = False,
 ) -> None:
     """Queue one job ingesting `paths` into a collection, readable by `--groups` (kept with the job); a worker

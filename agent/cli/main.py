@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.cli.access import access_app, split_groups
+from agent.cli.access import DocumentGroupsOption, access_app, split_groups
 from agent.cli.chat import print_sources, run_chat
 from agent.cli.feedback import feedback_app
 from agent.cli.ingest import IngestTally, ingest_progress, one_line_pool_warnings, report_json, report_lines
@@ -60,15 +60,6 @@ TargetCollection = Annotated[
     str, typer.Option("--collection", help="The collection the documents go into (a-z, 0-9, _ . -).")
 ]
 """The `--collection` option of the commands that store documents."""
-DocumentGroupsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--groups",
-        help="Comma-separated groups allowed to read the documents, e.g. a,b (default: each document's own "
-        "metadata `groups`; none: everyone).",
-    ),
-]
-"""The `--groups` option of the commands that store documents (`tools.ingest.groups`)."""
 
 
 class RagTyper(typer.Typer):
