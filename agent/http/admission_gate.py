@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent.core.admission import Tenant, Ticket
+from agent.core.admission import AdmissionController, Tenant, Ticket
 from agent.core.errors import OverloadedError
 from agent.http.errors import error_response, failure_of
 from agent.http.guards import HOLDER_STATE, SUBJECT_STATE
@@ -38,6 +38,16 @@ def gate_ticket(scope: Scope) -> Ticket | None:
     """The admission ticket `AdmissionGate` took for this request, or None (not an answer path, or no gate)."""
     ticket: Ticket | None = scope.get("state", {}).get(TICKET_STATE)
     return ticket
+
+
+def request_ticket(admission: AdmissionController, scope: Scope) -> Ticket:
+    """The request's admission ticket: the one the gate took before the body was read, else one taken now (an app
+    without the gate), with the caller's fair share (`tenant_of`).
+
+    Raises:
+        agent.core.errors.OverloadedError: refused at once (503 with Retry-After).
+    """
+    return gate_ticket(scope) or admission.enter(tenant_of(scope))
 
 
 def tenant_of(scope: Scope) -> Tenant:

@@ -37,7 +37,7 @@ from agent.core.app import RagApp
 from agent.core.errors import InputError
 from agent.core.keys import ApiKey, KeyRing
 from agent.core.oidc import OidcVerifier, TokenRefused, looks_like_jwt
-from agent.http.admission_gate import gate_ticket, tenant_of
+from agent.http.admission_gate import request_ticket
 from agent.http.errors import ApiError, error_json, error_response, failure_of
 from agent.http.guards import invalid_token_headers
 from agent.http.state import STATE, AppState, app_state, scope_state
@@ -362,9 +362,7 @@ async def admitted(rag: Rag, request: Request) -> AsyncIterator[Ticket]:
     Raises:
         agent.core.errors.OverloadedError: refused at once (queue full, or the expected wait beyond the deadline).
     """
-    ticket = gate_ticket(request.scope)  # taken before the body was read (agent.http.admission_gate)
-    if ticket is None:
-        ticket = rag.admission.enter(tenant_of(request.scope))  # the caller's key: its fair share
+    ticket = request_ticket(rag.admission, request.scope)  # taken before the body was read (the admission gate)
     try:
         yield ticket
     finally:

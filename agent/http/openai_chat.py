@@ -40,7 +40,7 @@ from agent.core.answer import AnswerRequest
 from agent.core.citations import CITATION_MARKER
 from agent.core.feedback import COMPLETION_PREFIX
 from agent.core.results import AskResult, new_answer_id
-from agent.http.admission_gate import gate_ticket, tenant_of
+from agent.http.admission_gate import request_ticket
 from agent.http.ask import cancelled_on_disconnect, no_nul
 from agent.http.deps import CALLER, AppSettings, Caller, CallerIdentity, Rag
 from agent.http.openai_errors import OpenAIError, OpenAIRoute, openai_error_of
@@ -261,9 +261,7 @@ async def chat_completions(
     question = answer_request(body, settings, caller)
     # the completion id names the answer, so that a rating can refer to it (`POST /v1/feedback`)
     completion_id, created = f"{COMPLETION_PREFIX}{question.answer_id}", int(time.time())
-    ticket = gate_ticket(request.scope)  # taken by the admission gate before the body was read
-    if ticket is None:  # OverloadedError: 503 with Retry-After, before the response starts
-        ticket = rag.admission.enter(tenant_of(request.scope))
+    ticket = request_ticket(rag.admission, request.scope)  # taken before the body was read (the admission gate)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         chunks = ChunkStream(completion_id, created, body.model)
